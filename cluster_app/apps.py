@@ -1,0 +1,8 @@
+"""App config for cluster_app: the hardware (servers, GPUs, agent credentials, usage samples)."""
+
+from django.apps import AppConfig
+
+
+class ClusterAppConfig(AppConfig):
+    name = "cluster_app"
+    verbose_name = "Cluster"

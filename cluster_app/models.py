@@ -1,0 +1,124 @@
+"""The hardware Attune schedules on: servers, their GPUs, agent credentials and usage samples."""
+
+from django.db import models
+from django.db.models import Q
+
+
+class NodeState(models.TextChoices):
+    """Slurm's node states, the words our users already know."""
+
+    IDLE = "IDLE", "idle"
+    MIXED = "MIXED", "mixed"
+    ALLOCATED = "ALLOCATED", "allocated"
+    DRAINING = "DRAINING", "draining"
+    DRAINED = "DRAINED", "drained"
+    DOWN = "DOWN", "down"
+    NOT_RESPONDING = "NOT_RESPONDING", "not responding"
+
+
+class Server(models.Model):
+    """A GPU server (a node), with the capacity the scheduler may hand out."""
+
+    name = models.CharField(max_length=100, unique=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    gpu_model = models.CharField(max_length=100, blank=True)
+    num_gpus = models.PositiveSmallIntegerField()
+    num_cpus = models.PositiveSmallIntegerField(help_text="CPU cores the scheduler may allocate")
+    mem_gb = models.FloatField(help_text="DRAM the scheduler may allocate, in GB")
+    storage_mbps = models.FloatField(default=0, help_text="Disk/storage read bandwidth, MB/s")
+    nic_gbps = models.FloatField(default=0, help_text="Network bandwidth between servers, Gb/s")
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.IDLE)
+    state_reason = models.CharField(max_length=255, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=50, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(num_gpus__gt=0), name="server_num_gpus_positive"),
+            models.CheckConstraint(condition=Q(num_cpus__gt=0), name="server_num_cpus_positive"),
+            models.CheckConstraint(condition=Q(mem_gb__gt=0), name="server_mem_gb_positive"),
+            models.CheckConstraint(condition=Q(storage_mbps__gte=0), name="server_storage_mbps_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    """One GPU of a server; the agent reports its UUID (what CUDA_VISIBLE_DEVICES names)."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    model = models.CharField(max_length=100, blank=True)
+    memory_mb = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["server__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["server", "index"], name="gpu_unique_index_per_server"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server.name}:gpu{self.index}"
+
+
+class AgentCredential(models.Model):
+    """The secret a server's agent authenticates with; only a SHA-256 digest is stored.
+
+    Tokens are 256-bit random strings, so a fast digest is enough (no password stretching needed);
+    `token_prefix` lets an admin tell credentials apart without revealing them.
+    """
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="credentials")
+    token_digest = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.server.name} ({self.token_prefix}…)"
+
+
+class UsageSample(models.Model):
+    """A server-wide usage reading from the agent at one moment."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="usage_samples")
+    sampled_at = models.DateTimeField()
+    cpu_util_pct = models.FloatField()
+    mem_used_gb = models.FloatField()
+
+    class Meta:
+        ordering = ["-sampled_at"]
+        indexes = [models.Index(fields=["server", "sampled_at"]), models.Index(fields=["sampled_at"])]
+        constraints = [
+            models.UniqueConstraint(fields=["server", "sampled_at"], name="usage_one_sample_per_instant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server_id} @ {self.sampled_at:%Y-%m-%d %H:%M:%S}"
+
+
+class GpuUsageSample(models.Model):
+    """One GPU's utilisation and memory at one moment (NVML on real nodes)."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="usage_samples")
+    sampled_at = models.DateTimeField()
+    util_pct = models.FloatField()
+    mem_used_mb = models.FloatField()
+
+    class Meta:
+        ordering = ["-sampled_at"]
+        indexes = [models.Index(fields=["gpu", "sampled_at"]), models.Index(fields=["sampled_at"])]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "sampled_at"], name="gpu_usage_one_sample_per_instant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @ {self.sampled_at:%Y-%m-%d %H:%M:%S}"

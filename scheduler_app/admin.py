@@ -1,0 +1,126 @@
+"""Django admin for teams, jobs (with their history), allocations, rounds and simulation runs."""
+
+from django.contrib import admin
+
+from scheduler_app.models import (
+    Allocation,
+    AllocationGpu,
+    Job,
+    JobEvent,
+    RoundDecision,
+    SchedulingRound,
+    SimulationRun,
+    Team,
+)
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ("name", "gpu_quota")
+    filter_horizontal = ("members",)
+    search_fields = ("name",)
+
+
+class JobEventInline(admin.TabularInline):
+    """Read-only: a job's history is append-only."""
+
+    model = JobEvent
+    extra = 0
+    can_delete = False
+    fields = ("at", "kind", "from_state", "to_state", "reason", "message")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class AllocationInline(admin.TabularInline):
+    model = Allocation
+    extra = 0
+    can_delete = False
+    fields = ("server", "num_cpus", "mem_gb", "speedup", "started_at", "ended_at", "end_reason")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "name",
+        "owner",
+        "team",
+        "workload",
+        "num_gpus",
+        "state",
+        "pending_reason",
+        "submitted_at",
+    )
+    list_filter = ("state", "pending_reason", "team", "workload")
+    search_fields = ("name", "owner__username", "command")
+    date_hierarchy = "submitted_at"
+    raw_id_fields = ("owner",)
+    inlines = [AllocationInline, JobEventInline]
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(admin.ModelAdmin):
+    list_display = ("job", "at", "kind", "from_state", "to_state", "reason")
+    list_filter = ("kind",)
+    search_fields = ("job__name", "message")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class AllocationGpuInline(admin.TabularInline):
+    model = AllocationGpu
+    extra = 0
+    raw_id_fields = ("gpu",)
+
+
+@admin.register(Allocation)
+class AllocationAdmin(admin.ModelAdmin):
+    list_display = ("job", "server", "num_cpus", "mem_gb", "speedup", "started_at", "ended_at", "end_reason")
+    list_filter = ("server", "end_reason")
+    raw_id_fields = ("job", "round")
+    inlines = [AllocationGpuInline]
+
+
+class RoundDecisionInline(admin.TabularInline):
+    model = RoundDecision
+    extra = 0
+    can_delete = False
+    fields = ("position", "job", "outcome", "reason", "speedup")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(SchedulingRound)
+class SchedulingRoundAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "started_at",
+        "policy",
+        "allocator",
+        "trigger",
+        "num_runnable",
+        "num_placed",
+        "duration_ms",
+    )
+    list_filter = ("policy", "allocator", "trigger")
+    inlines = [RoundDecisionInline]
+
+
+@admin.register(SimulationRun)
+class SimulationRunAdmin(admin.ModelAdmin):
+    list_display = ("id", "created_at", "created_by", "status", "progress", "finished_at")
+    list_filter = ("status",)
+    readonly_fields = ("results",)

@@ -1,0 +1,33 @@
+"""The Allocator contract: turn an ordered job list into a RoundPlan; registered by name."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from scheduler_app.core.registry import Registry
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+
+
+class Allocator(ABC):
+    """Places jobs on the free resources of a snapshot, in the order the policy gave.
+
+    Output: a RoundPlan with exactly one Decision per input job, in input order: a Placement, or
+    Pending / Infeasible with a reason code from reasons.py. Invariants kept by every allocator
+    (tests/scheduler_app/core/test_allocator_contracts.py checks them all at once):
+    - no server is over-committed in GPUs, CPU cores or memory (counting only its free resources);
+    - a job gets all its GPUs or none;
+    - Synergy allocators never give a job less throughput than its GPU-proportional share;
+    - the same inputs give the same plan (no randomness, no dict-order or clock dependence).
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
+        """Decide every job of `ordered_jobs` for this round."""
+
+
+ALLOCATORS: Registry[Allocator] = Registry("allocator")
+register_allocator = ALLOCATORS.register

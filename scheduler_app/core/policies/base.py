@@ -1,0 +1,29 @@
+"""The Policy contract: order runnable jobs for a round; registered by name."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from scheduler_app.core.registry import Registry
+from scheduler_app.core.types import ClusterSnapshot, JobView
+
+
+class Policy(ABC):
+    """Orders the runnable jobs of a round, most deserving first.
+
+    Input: every runnable job (pending or running), the cluster snapshot and the current time in
+    seconds on the caller's clock. Output: the same jobs, reordered. Invariants: pure (no I/O, no
+    clock, no state kept between calls), deterministic, ties broken by (arrival_s, job_id).
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
+        """Return `jobs` reordered, first = served first."""
+
+
+POLICIES: Registry[Policy] = Registry("policy")
+register_policy = POLICIES.register

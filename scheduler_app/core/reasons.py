@@ -1,0 +1,22 @@
+"""Stable reason codes for round decisions; shown verbatim in the UI and the API."""
+
+# Placed: which operating point the job got.
+BEST_CASE = "best_case"  # its best-case CPU/memory demand (Synergy)
+PROPORTIONAL = "proportional"  # the GPU-proportional share of each server it runs on
+REVERTED_TO_PROPORTIONAL = "reverted_to_proportional"  # tune took its surplus back for a peer
+INTERMEDIATE = "intermediate"  # a matrix point between proportional and best case
+LP_SHARE = "lp_share"  # the share the OPT linear program chose
+FIXED_DEMAND = "fixed_demand"  # the user's explicit CPU/memory override
+
+# Pending: may fit in a later round.
+INSUFFICIENT_GPUS = "insufficient_gpus"  # not enough free GPUs after jobs ahead in policy order
+FRAGMENTED = "fragmented"  # enough GPUs in total, but not with the CPU/memory they need
+QOS_UNATTAINABLE = "qos_unattainable"  # its deadline can no longer be met (GENIE best-effort tail)
+
+# Infeasible: can never fit on this cluster as it is.
+EXCEEDS_CLUSTER_GPUS = "exceeds_cluster_gpus"
+EXCEEDS_SERVER_RESOURCES = "exceeds_server_resources"  # a fixed demand no server could ever hold
+
+PLACED_REASONS = frozenset({BEST_CASE, PROPORTIONAL, REVERTED_TO_PROPORTIONAL, INTERMEDIATE, LP_SHARE, FIXED_DEMAND})
+PENDING_REASONS = frozenset({INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE})
+INFEASIBLE_REASONS = frozenset({EXCEEDS_CLUSTER_GPUS, EXCEEDS_SERVER_RESOURCES})

@@ -1,0 +1,181 @@
+"""Frozen, framework-free views of servers, jobs and decisions that the scheduling core works on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class SensitivityProfile:
+    """How a workload's speed responds to CPU cores and memory per GPU (Synergy's matrix).
+
+    `tput[i][j]` is the throughput with `cpu_per_gpu_grid[i]` cores and `mem_gb_per_gpu_grid[j]` GB
+    of memory per GPU, normalised so that 1.0 is the GPU-proportional point of the reference server
+    (3 cores and 62.5 GB per GPU). `best_*` is the best-case demand per GPU (the smallest grid point
+    reaching the matrix maximum) and `speedup` the throughput there. `iter_time_s` is seconds per
+    iteration at the proportional point; `placement_penalty` (>= 1) divides the speed of a job that
+    spans servers.
+    """
+
+    name: str
+    workload_class: str
+    cpu_per_gpu_grid: tuple[float, ...]
+    mem_gb_per_gpu_grid: tuple[float, ...]
+    tput: tuple[tuple[float, ...], ...]
+    best_cpus_per_gpu: float
+    best_mem_gb_per_gpu: float
+    speedup: float
+    iter_time_s: float
+    placement_penalty: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """One server as the round sees it: its capacity and what is free for this round.
+
+    GPUs are named by index on the server (the live driver maps indices to UUIDs). In round mode
+    (Synergy) every resource of a schedulable server is free, since each round re-decides every job;
+    in event mode (GENIE) running jobs keep theirs and only the remainder is free.
+    """
+
+    server_id: int
+    name: str
+    num_gpus: int
+    num_cpus: int
+    mem_gb: float
+    free_gpus: tuple[int, ...]
+    free_cpus: int
+    free_mem_gb: float
+
+    @property
+    def cpus_per_gpu(self) -> float:
+        """The GPU-proportional CPU share of one GPU on this server."""
+        return self.num_cpus / self.num_gpus
+
+    @property
+    def mem_gb_per_gpu(self) -> float:
+        """The GPU-proportional memory share of one GPU on this server."""
+        return self.mem_gb / self.num_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Every schedulable server at the start of a round. Order is stable (by server_id)."""
+
+    servers: tuple[ServerView, ...]
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(s.num_gpus for s in self.servers)
+
+    @property
+    def free_gpu_count(self) -> int:
+        return sum(len(s.free_gpus) for s in self.servers)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerShare:
+    """The part of a job's allocation that lives on one server."""
+
+    server_id: int
+    gpu_indices: tuple[int, ...]
+    num_cpus: int
+    mem_gb: float
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a job runs this round and how fast.
+
+    `speedup` is the job's speed relative to its speed at the GPU-proportional point of the
+    reference server (1.0), placement penalty included: iterations per second =
+    speedup / profile.iter_time_s.
+    """
+
+    job_id: int
+    shares: tuple[ServerShare, ...]
+    speedup: float
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(s.gpu_indices) for s in self.shares)
+
+    @property
+    def num_cpus(self) -> int:
+        return sum(s.num_cpus for s in self.shares)
+
+    @property
+    def mem_gb(self) -> float:
+        return sum(s.mem_gb for s in self.shares)
+
+    @property
+    def num_servers(self) -> int:
+        return len(self.shares)
+
+    def same_resources(self, other: Placement | None) -> bool:
+        """True when `other` holds exactly the same GPUs, cores and memory (the lease continues)."""
+        return other is not None and self.shares == other.shares
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A runnable job (pending, or running and up for re-allocation) as the core sees it.
+
+    Work is counted in iterations; `done_iters` is progress so far. `attained_service_gpu_s` is
+    GPU-seconds received so far (LAS). Overrides fix the per-GPU CPU or memory demand (a user's
+    explicit request). `deadline_s` is an absolute time on the caller's clock (QoS), `current` the
+    placement held in the previous round (None if the job is not running).
+    """
+
+    job_id: int
+    num_gpus: int
+    arrival_s: float
+    profile: SensitivityProfile
+    total_iters: float
+    done_iters: float = 0.0
+    attained_service_gpu_s: float = 0.0
+    cpus_per_gpu_override: float | None = None
+    mem_gb_per_gpu_override: float | None = None
+    deadline_s: float | None = None
+    priority: int = 0
+    current: Placement | None = field(default=None, compare=False)
+
+    @property
+    def remaining_iters(self) -> float:
+        return max(0.0, self.total_iters - self.done_iters)
+
+
+class Outcome(StrEnum):
+    """What a round decided for a job. PENDING may fit later; INFEASIBLE never fits this cluster."""
+
+    PLACED = "placed"
+    PENDING = "pending"
+    INFEASIBLE = "infeasible"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The round's answer for one job, with a stable snake_case reason code (see reasons.py)."""
+
+    job_id: int
+    outcome: Outcome
+    reason: str
+    placement: Placement | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """Every job's decision for one round, in the policy's order."""
+
+    decisions: tuple[Decision, ...]
+
+    def placements(self) -> dict[int, Placement]:
+        """Job id -> placement, for the jobs placed this round."""
+        return {d.job_id: d.placement for d in self.decisions if d.placement is not None}
+
+    def decision_for(self, job_id: int) -> Decision:
+        for d in self.decisions:
+            if d.job_id == job_id:
+                return d
+        raise KeyError(job_id)

@@ -1,0 +1,281 @@
+"""The work: teams, jobs and their history, allocations, scheduling rounds and simulation runs."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Team(models.Model):
+    """A group of users sharing a GPU quota (a Slurm account, a Kueue LocalQueue's tenant)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="attune_teams", blank=True)
+    gpu_quota = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Max GPUs at once; empty = no cap"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobState(models.TextChoices):
+    """Slurm's job states."""
+
+    PENDING = "PENDING", "pending"
+    RUNNING = "RUNNING", "running"
+    COMPLETED = "COMPLETED", "completed"
+    FAILED = "FAILED", "failed"
+    CANCELLED = "CANCELLED", "cancelled"
+    PREEMPTED = "PREEMPTED", "preempted"
+    TIMEOUT = "TIMEOUT", "timeout"
+    NODE_FAIL = "NODE_FAIL", "node failure"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY", "out of memory"
+
+
+TERMINAL_JOB_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.OUT_OF_MEMORY,
+    }
+)
+
+
+class PendingReason(models.TextChoices):
+    """Why a pending job waits, in squeue's words."""
+
+    NONE = "None", "none"
+    PRIORITY = "Priority", "jobs ahead of it come first"
+    RESOURCES = "Resources", "waiting for free resources"
+    PROFILING = "Profiling", "its workload is being profiled"
+    QOS_UNATTAINABLE = "QoSUnattainable", "its QoS target can no longer be met"
+    QUOTA = "QuotaExceeded", "its team is at its GPU quota"
+    INFEASIBLE = "Infeasible", "it can never fit on this cluster"
+
+
+class Job(models.Model):
+    """A training job: its workload, what it asks for, its QoS target and where it stands."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs")
+    name = models.CharField(max_length=200)
+    workload = models.ForeignKey(
+        "profiles_app.Workload", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
+    command = models.TextField(blank=True, help_text="Own command to run, when not a catalog workload")
+    num_gpus = models.PositiveSmallIntegerField()
+    cpus_per_gpu = models.FloatField(null=True, blank=True, help_text="Override: CPU cores per GPU")
+    mem_gb_per_gpu = models.FloatField(null=True, blank=True, help_text="Override: memory GB per GPU")
+    total_iters = models.BigIntegerField(help_text="Work to do, in iterations")
+    qos_deadline_at = models.DateTimeField(null=True, blank=True)
+    qos_max_latency_s = models.FloatField(
+        null=True, blank=True, help_text="Max response latency (queueing + running) from submission"
+    )
+    priority = models.SmallIntegerField(default=0)
+    time_limit_s = models.PositiveIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    pending_reason = models.CharField(
+        max_length=32, choices=PendingReason.choices, default=PendingReason.NONE
+    )
+    submitted_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    done_iters = models.BigIntegerField(default=0)
+    attained_service_gpu_s = models.FloatField(default=0)
+    exit_code = models.SmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "submitted_at"]),
+            models.Index(fields=["owner", "state"]),
+            models.Index(fields=["team", "state"]),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(num_gpus__gt=0), name="job_num_gpus_positive"),
+            models.CheckConstraint(condition=Q(total_iters__gt=0), name="job_total_iters_positive"),
+            models.CheckConstraint(condition=Q(done_iters__gte=0), name="job_done_iters_nonneg"),
+            models.CheckConstraint(condition=Q(attained_service_gpu_s__gte=0), name="job_service_nonneg"),
+            models.CheckConstraint(
+                condition=Q(cpus_per_gpu__isnull=True) | Q(cpus_per_gpu__gt=0),
+                name="job_cpus_override_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(mem_gb_per_gpu__isnull=True) | Q(mem_gb_per_gpu__gt=0),
+                name="job_mem_override_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(qos_max_latency_s__isnull=True) | Q(qos_max_latency_s__gt=0),
+                name="job_qos_latency_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(qos_deadline_at__isnull=True) | Q(qos_max_latency_s__isnull=True),
+                name="job_one_qos_target",
+            ),
+            models.CheckConstraint(
+                condition=Q(workload__isnull=False) | ~Q(command=""), name="job_has_workload_or_command"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id}:{self.name}"
+
+
+class JobEvent(models.Model):
+    """One entry in a job's append-only history (PostgreSQL refuses UPDATE and DELETE on it)."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=32)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind} {self.from_state}->{self.to_state}"
+
+
+class SchedulingRound(models.Model):
+    """One run of the scheduler over the cluster, with its policy, allocator and outcome counts."""
+
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_ms = models.FloatField(default=0)
+    policy = models.CharField(max_length=32)
+    allocator = models.CharField(max_length=32)
+    trigger = models.CharField(max_length=32, default="beat")
+    num_runnable = models.PositiveIntegerField(default=0)
+    num_placed = models.PositiveIntegerField(default=0)
+    num_pending = models.PositiveIntegerField(default=0)
+    num_infeasible = models.PositiveIntegerField(default=0)
+    num_preempted = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["started_at"])]
+
+    def __str__(self) -> str:
+        return f"round {self.id} ({self.policy}/{self.allocator})"
+
+
+class RoundDecision(models.Model):
+    """What a round decided for one job, with its stable reason code."""
+
+    round = models.ForeignKey(SchedulingRound, on_delete=models.CASCADE, related_name="decisions")
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="decisions")
+    position = models.PositiveIntegerField(help_text="Place in the policy's order, 0 = first")
+    outcome = models.CharField(max_length=16)
+    reason = models.CharField(max_length=64)
+    speedup = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["round", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["round", "job"], name="one_decision_per_job_per_round")
+        ]
+
+    def __str__(self) -> str:
+        return f"round {self.round_id} job {self.job_id}: {self.outcome} ({self.reason})"
+
+
+class Allocation(models.Model):
+    """A job's lease on one server: its GPUs (AllocationGpu), CPU cores and memory.
+
+    A job spanning servers has one Allocation per server in the same round. The lease is active while
+    `ended_at` is empty; its GPUs are released in the same transaction that ends it.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="allocations")
+    round = models.ForeignKey(
+        SchedulingRound, on_delete=models.SET_NULL, null=True, blank=True, related_name="allocations"
+    )
+    server = models.ForeignKey("cluster_app.Server", on_delete=models.PROTECT, related_name="allocations")
+    lease_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    num_cpus = models.PositiveSmallIntegerField()
+    mem_gb = models.FloatField()
+    speedup = models.FloatField(default=1.0, help_text="Expected speed relative to the proportional share")
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["job", "started_at"]), models.Index(fields=["server", "ended_at"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(num_cpus__gt=0), name="allocation_num_cpus_positive"),
+            models.CheckConstraint(condition=Q(mem_gb__gt=0), name="allocation_mem_gb_positive"),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                name="allocation_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on {self.server_id} ({self.lease_id})"
+
+
+class AllocationGpu(models.Model):
+    """A GPU held by an allocation. The database refuses a GPU in two unreleased allocations."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="gpu_holds")
+    gpu = models.ForeignKey("cluster_app.Gpu", on_delete=models.PROTECT, related_name="holds")
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "gpu"], name="allocation_gpu_once"),
+            # The guarantee that no GPU is ever double-booked, enforced by the database itself.
+            models.UniqueConstraint(
+                fields=["gpu"], condition=Q(released_at__isnull=True), name="gpu_in_one_active_allocation"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} in {self.allocation_id}"
+
+
+class SimulationStatus(models.TextChoices):
+    QUEUED = "QUEUED", "queued"
+    RUNNING = "RUNNING", "running"
+    SUCCEEDED = "SUCCEEDED", "succeeded"
+    FAILED = "FAILED", "failed"
+
+
+class SimulationRun(models.Model):
+    """A what-if simulation: its parameters, progress and results (one entry per policy/allocator)."""
+
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(
+        max_length=16, choices=SimulationStatus.choices, default=SimulationStatus.QUEUED
+    )
+    parameters = models.JSONField(default=dict)
+    progress = models.FloatField(default=0, help_text="0..1")
+    results = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(progress__gte=0) & Q(progress__lte=1), name="simulation_progress_0_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"simulation {self.id} ({self.status})"

@@ -1,0 +1,27 @@
+"""Shared pytest setup: report which database the suite runs on; common fixtures."""
+
+import pytest
+from django.conf import settings
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    db = settings.DATABASES["default"]
+    where = db.get("HOST") or db.get("NAME")
+    return [
+        f"attune database: {db['ENGINE'].rsplit('.', 1)[-1]} ({where})",
+        f"attune redis: {settings.REDIS_URL}",
+    ]
+
+
+@pytest.fixture
+def user(db):
+    from tests.factories import UserFactory
+
+    return UserFactory()
+
+
+@pytest.fixture
+def staff_user(db):
+    from tests.factories import UserFactory
+
+    return UserFactory(is_staff=True, is_superuser=True)

@@ -1,0 +1,100 @@
+"""factory_boy factories for the Django models (core and simulator tests use tests/builders.py)."""
+
+import factory
+from django.contrib.auth import get_user_model
+
+from cluster_app.models import Gpu, Server
+from profiles_app.catalog import profile_for
+from profiles_app.models import Workload
+from scheduler_app.models import Allocation, AllocationGpu, Job, Team
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.django.Password("pw-for-tests")
+
+
+class TeamFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Team
+
+    name = factory.Sequence(lambda n: f"team{n}")
+
+
+class ServerFactory(factory.django.DjangoModelFactory):
+    """A server with `num_gpus` GPU rows (indices 0..n-1, unique UUIDs)."""
+
+    class Meta:
+        model = Server
+        skip_postgeneration_save = True
+
+    name = factory.Sequence(lambda n: f"node{n:03d}")
+    num_gpus = 8
+    num_cpus = 24
+    mem_gb = 500.0
+    gpu_model = "Tesla V100"
+
+    @factory.post_generation
+    def with_gpus(self, create: bool, extracted, **kwargs) -> None:
+        if create and extracted is not False:
+            Gpu.objects.bulk_create(
+                Gpu(server=self, index=i, uuid=f"GPU-{self.name}-{i}", model=self.gpu_model)
+                for i in range(self.num_gpus)
+            )
+
+
+class GpuFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Gpu
+
+    server = factory.SubFactory(ServerFactory, with_gpus=False)
+    index = factory.Sequence(lambda n: n)
+    uuid = factory.Sequence(lambda n: f"GPU-factory-{n}")
+
+
+class WorkloadFactory(factory.django.DjangoModelFactory):
+    """A catalog workload with res18's real profile unless told otherwise."""
+
+    class Meta:
+        model = Workload
+        django_get_or_create = ("name",)
+
+    name = "res18"
+    workload_class = "image"
+    iter_time_s = factory.LazyAttribute(lambda o: profile_for("res18").iter_time_s)
+    cpu_per_gpu_grid = factory.LazyFunction(lambda: list(profile_for("res18").cpu_per_gpu_grid))
+    mem_gb_per_gpu_grid = factory.LazyFunction(lambda: list(profile_for("res18").mem_gb_per_gpu_grid))
+    tput_matrix = factory.LazyFunction(lambda: [list(r) for r in profile_for("res18").tput])
+    best_cpus_per_gpu = 9.0
+    best_mem_gb_per_gpu = 62.5
+    speedup = 2.4
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Job
+
+    owner = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"job{n}")
+    workload = factory.SubFactory(WorkloadFactory)
+    num_gpus = 1
+    total_iters = 1000
+
+
+class AllocationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Allocation
+
+    job = factory.SubFactory(JobFactory)
+    server = factory.SubFactory(ServerFactory)
+    num_cpus = 3
+    mem_gb = 62.5
+
+
+def hold_gpus(allocation: Allocation, *gpus: Gpu) -> list[AllocationGpu]:
+    """Attach GPUs to an allocation, one INSERT each (so the database checks every row)."""
+    return [AllocationGpu.objects.create(allocation=allocation, gpu=g) for g in gpus]
