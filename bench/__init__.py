@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its figures as a ratio against a baseline measured in the same run."""

@@ -1,0 +1,77 @@
+"""One scheduling round on a large cluster: each allocator against proportional, in the same process.
+
+Run: `python -m bench.core_round [--servers 64] [--jobs 1000] [--repeats 20]`. Prints the median and
+best wall time of `schedule_round` per allocator (FIFO order) and its ratio to proportional's.
+Target (issue 3): tune under 20 ms for 512 GPUs and 1,000 runnable jobs on the 2-core dev machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.common import peak_memory_mb, print_table, time_call
+from profiles_app.catalog import load_catalog
+from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.types import ClusterSnapshot, JobView, ServerView
+from scheduler_app.simulator import philly_derived_trace
+
+
+def build_round(num_servers: int, num_jobs: int, seed: int) -> tuple[ClusterSnapshot, list[JobView]]:
+    servers = tuple(
+        ServerView(
+            server_id=i,
+            name=f"s{i}",
+            num_gpus=8,
+            num_cpus=24,
+            mem_gb=500.0,
+            free_gpus=tuple(range(8)),
+            free_cpus=24,
+            free_mem_gb=500.0,
+        )
+        for i in range(num_servers)
+    )
+    catalog = load_catalog()
+    trace = philly_derived_trace(num_jobs, jobs_per_hour=36.0, multi_gpu=True, seed=seed)
+    jobs = [
+        JobView(
+            job_id=t.job_id,
+            num_gpus=t.num_gpus,
+            arrival_s=t.arrival_s,
+            profile=catalog[t.model],
+            total_iters=t.total_iters,
+        )
+        for t in trace
+    ]
+    return ClusterSnapshot(servers=servers), jobs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--allocators", default="proportional,greedy,tune,tune_matrix,opt")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    snapshot, jobs = build_round(args.servers, args.jobs, args.seed)
+    print(f"one round: {snapshot.total_gpus} GPUs, {len(jobs)} runnable jobs, FIFO, {args.repeats} repeats")
+    rows, baseline = [], None
+    for name in args.allocators.split(","):
+        repeats = max(3, args.repeats // 5) if name == "opt" else args.repeats
+        median_s, best_s = time_call(
+            lambda n=name: schedule_round(snapshot, jobs, policy="fifo", allocator=n, now_s=0.0),
+            repeats=repeats,
+        )
+        plan, peak_mb = peak_memory_mb(
+            lambda n=name: schedule_round(snapshot, jobs, policy="fifo", allocator=n, now_s=0.0)
+        )
+        placed = sum(1 for d in plan.decisions if d.placement is not None)
+        if baseline is None:
+            baseline = median_s
+        rows.append([name, median_s * 1e3, best_s * 1e3, median_s / baseline, peak_mb, placed])
+    print_table(["allocator", "median ms", "best ms", "x proportional", "peak MB", "placed"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Synergy-GREEDY: give each job its best-case CPU/memory demand, first fit, skip what does not fit.
+
+Reference: msr-fiddle/synergy simulator/schedulers/*_synergy_new.py with `fair=False, tune=False`
+and resources/cluster.py `allocate_synergy_random` / `_top_synergy_gpus`. Jobs are taken in policy
+order with no admission step: a job is tried whenever its GPU count fits the GPUs still free, and
+skipped (left pending) when it cannot get all its GPUs each with its per-GPU share. This is the
+baseline that fragments the cluster (GPUs idle while cores or memory run out) and lets skipped
+jobs starve. Best-case demands are capped at the server size as the reference caps them.
+
+Placement: first fit over the free GPUs in cluster order (the reference's default, and PAPERS.md
+section 3.3); `placement="packed"` selects the placement-sensitive variant.
+Reasons: `best_case`, `fixed_demand`; pending `insufficient_gpus` when fewer GPUs than the job
+needs were free at its turn, `fragmented` when the GPUs were free but not with its CPU/memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler_app.core import reasons
+from scheduler_app.core.allocators._placement import (
+    FIRST_FIT,
+    PLACEMENT_STRATEGIES,
+    DemandCache,
+    PlanBuilder,
+    RoundState,
+    has_fixed_demand,
+    infeasible_reasons,
+    pending_reason,
+)
+from scheduler_app.core.allocators.base import Allocator, register_allocator
+from scheduler_app.core.throughput import cluster_shape, with_penalty
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+
+
+@register_allocator("greedy")
+class GreedyAllocator(Allocator):
+    """In policy order, place each job at its best-case demand where it fits; skip it otherwise."""
+
+    def __init__(self, placement: str = FIRST_FIT) -> None:
+        if placement not in PLACEMENT_STRATEGIES:
+            raise ValueError(f"placement must be one of {PLACEMENT_STRATEGIES}, got {placement!r}")
+        self.placement = placement
+
+    def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
+        builder = PlanBuilder(ordered_jobs)
+        state = RoundState(snapshot)
+        demands = DemandCache(cluster_shape(snapshot))
+        infeasible = infeasible_reasons(ordered_jobs, snapshot)
+        for pos, job in enumerate(ordered_jobs):
+            why = infeasible[pos]
+            if why is not None:
+                builder.infeasible(pos, why)
+                continue
+            num_gpus = job.num_gpus
+            if num_gpus > state.free_gpu_count:
+                builder.pending(pos, reasons.INSUFFICIENT_GPUS)
+                continue
+            if has_fixed_demand(job):
+                dc, dm = state.fixed_demand(job)
+                speed, reason = demands.fixed_point(job).speed, reasons.FIXED_DEMAND
+                plan = state.find(self.placement, num_gpus, dc, dm)
+            else:
+                best = demands.best(job)
+                dc, dm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
+                speed, reason = best.speed, reasons.BEST_CASE
+                plan = state.find_uniform(self.placement, num_gpus, best.cpus_per_gpu, best.mem_gb_per_gpu)
+            if plan is None:
+                builder.pending(pos, pending_reason(num_gpus, state.free_gpu_count))
+                continue
+            held = state.take(plan, dc, dm)
+            speed = with_penalty(speed, job.profile, len(held))
+            builder.placed(pos, state.server_shares(held), speed, reason)
+        return builder.build()

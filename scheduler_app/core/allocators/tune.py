@@ -1,0 +1,281 @@
+"""Synergy-TUNE: best-case CPU/memory where it fits, proportional where not, never worse than proportional.
+
+As PAPERS.md section 3.3 and the reference implement it (msr-fiddle/synergy, simulator/
+resources/cluster.py `allocate_synergy_tune`, `_tune`, `_get_underutilized_servers`,
+`_reallocate_peer`, `_make_fair_share`; schedulers/las_synergy_new.py for the runnable set):
+1. Runnable set: GPU-only admission in policy order (`gpu_admission`).
+2. Sort it by GPU demand desc, then best-case CPU, then memory (stable: ties keep policy order).
+3. Try the best-case vector (capped at the server size, throughput.best_case). Placement: a
+   multi-GPU job goes whole onto the server with the fewest free GPUs that fits it, else is spread
+   GPU by GPU from the servers with the fewest free GPUs; a split job gets CPU/memory proportional
+   to its GPUs on each server.
+4. If that fails, downgrade the job to the GPU-proportional share (speed-up 1) and retry. A job
+   whose best case asks no more than proportional in any dimension keeps its own demand.
+5. If it still fails, pick servers with enough free GPUs (multi-GPU: the first server holding all
+   of them; else servers by fewest free GPUs), and on each take back the surplus of peers holding
+   more than their proportional share, in the order (fewest servers spanned, most CPU per GPU,
+   most memory per GPU), reverting them whole to proportional until the job's need is covered;
+   then place the job at proportional.
+With servers of one shape and no fixed demands, step 5 always succeeds, so every admitted job is
+placed: tune never idles a GPU that the proportional allocator would use, and never gives a job
+less than its proportional speed.
+
+Deliberate differences from the reference:
+- The reference's evaluated "+tune" runs use its first-fit GPU scan (no "+place"); PAPERS.md and
+  our brief specify the placement-sensitive variant above, so that is the default and
+  `placement="first_fit"` gives the reference's benchmark behaviour.
+- The reference exits the process when step 5 fails; we leave the job pending (`fragmented`). That
+  can only happen with fixed-demand jobs or uneven servers.
+- Peers whose allocation would not change (no surplus on that server) are not touched and keep
+  their reason; the reference "reverts" them to the identical allocation.
+- A peer whose revert would need *more* of a resource on one of its servers than is free there
+  (a best case below proportional in one dimension and above in another, on uneven servers) is
+  skipped rather than over-committing that server.
+- Fixed-demand jobs get exactly their demand (no downgrade); step 5 may make room for them too,
+  but they are never reverted as peers. Storage bandwidth is not modelled.
+- The reference's lowest-index choice within a server takes the highest free GPU index (list pop);
+  we take the lowest, for stable, readable placements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler_app.core import reasons
+from scheduler_app.core.allocators._placement import (
+    EPS,
+    PACKED,
+    PLACEMENT_STRATEGIES,
+    DemandCache,
+    HeldShare,
+    Plan,
+    PlanBuilder,
+    RoundState,
+    gpu_admission,
+    has_fixed_demand,
+    infeasible_reasons,
+)
+from scheduler_app.core.allocators.base import Allocator, register_allocator
+from scheduler_app.core.throughput import OperatingPoint, cluster_shape, needs_downgrade, with_penalty
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+
+
+class HeldJob:
+    """A job placed earlier in this round; peers may still shrink it, so it stays mutable."""
+
+    __slots__ = ("job", "point", "pos", "reason", "revertible", "seq", "shares", "speed")
+
+    def __init__(
+        self,
+        job: JobView,
+        pos: int,
+        seq: int,
+        shares: list[HeldShare],
+        point: OperatingPoint | None,
+        speed: float,
+        reason: str,
+        revertible: bool,
+    ) -> None:
+        self.job = job
+        self.pos = pos  # position in the policy order (where its decision goes)
+        self.seq = seq  # placement order, the last tie-break among peers
+        self.shares = shares
+        self.point = point  # the uniform per-GPU point it holds; None at proportional / fixed demand
+        self.speed = speed
+        self.reason = reason
+        self.revertible = revertible
+
+    def peer_key(self) -> tuple[int, float, float, int]:
+        """Reference order for taking surplus back: fewest servers, most CPU/GPU, most memory/GPU."""
+        num_gpus = self.job.num_gpus
+        cpus = sum(s.cpus for s in self.shares)
+        mem_gb = sum(s.mem_gb for s in self.shares)
+        return (len(self.shares), -cpus / num_gpus, -mem_gb / num_gpus, self.seq)
+
+
+class TuneRound:
+    """One call of the tune allocator: the round's state and the steps of the algorithm."""
+
+    def __init__(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, placement: str) -> None:
+        self.jobs = ordered_jobs
+        self.snapshot = snapshot
+        self.placement = placement
+        self.state = RoundState(snapshot)
+        self.shape = cluster_shape(snapshot)
+        self.demands = DemandCache(self.shape)
+        self.builder = PlanBuilder(ordered_jobs)
+        self.held: list[HeldJob] = []
+        self.on_server: list[list[HeldJob]] = [[] for _ in range(self.state.num_servers)]
+
+    def run(self) -> RoundPlan:
+        jobs, builder = self.jobs, self.builder
+        infeasible = infeasible_reasons(jobs, self.snapshot)
+        admitted = gpu_admission(jobs, infeasible, self.state.free_gpu_count)
+        runnable: list[tuple[int, float, float, int]] = []
+        for pos, job in enumerate(jobs):
+            why = infeasible[pos]
+            if why is not None:
+                builder.infeasible(pos, why)
+            elif not admitted[pos]:
+                builder.pending(pos, reasons.INSUFFICIENT_GPUS)
+            else:
+                point = self.demands.fixed_point(job) if has_fixed_demand(job) else self.demands.best(job)
+                runnable.append((-job.num_gpus, -point.cpus_per_gpu, -point.mem_gb_per_gpu, pos))
+        # Per-GPU and total CPU/memory order alike within one GPU count; pos keeps policy order.
+        runnable.sort()
+        for *_, pos in runnable:
+            self.place_job(pos)
+        state = self.state
+        for h in self.held:
+            speed = with_penalty(h.speed, h.job.profile, len(h.shares))
+            builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
+        return builder.build()
+
+    # -- one job -------------------------------------------------------------------------------
+    def place_job(self, pos: int) -> None:
+        job = self.jobs[pos]
+        state = self.state
+        num_gpus = job.num_gpus
+        if has_fixed_demand(job):
+            dc, dm = state.fixed_demand(job)
+            speed = self.demands.fixed_point(job).speed
+            if self.try_place(pos, dc, dm, None, speed, reasons.FIXED_DEMAND):
+                return
+            self.take_back(num_gpus, dc, dm)
+            if not self.try_place(pos, dc, dm, None, speed, reasons.FIXED_DEMAND):
+                self.builder.pending(pos, reasons.FRAGMENTED)
+            return
+        best = self.demands.best(job)
+        bc, bm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
+        if self.try_place(pos, bc, bm, best, best.speed, reasons.BEST_CASE):
+            return
+        if self.try_intermediate(pos, job, best):
+            return
+        assert self.shape is not None
+        if needs_downgrade(best, self.shape):
+            dc, dm = state.prop_cpus, state.prop_mem_gb
+            point, speed, reason = None, 1.0, reasons.PROPORTIONAL
+            if self.try_place(pos, dc, dm, point, speed, reason):
+                return
+        else:
+            # It asks no more than proportional: the reference retries the same vector.
+            dc, dm, point, speed, reason = bc, bm, best, best.speed, reasons.BEST_CASE
+        self.take_back(num_gpus, dc, dm)
+        if not self.try_place(pos, dc, dm, point, speed, reason):
+            self.builder.pending(pos, reasons.FRAGMENTED)
+
+    def try_intermediate(self, pos: int, job: JobView, best: OperatingPoint) -> bool:
+        """Hook for tune_matrix: place between best case and proportional. Tune has no such step."""
+        return False
+
+    def try_place(
+        self,
+        pos: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        point: OperatingPoint | None,
+        speed: float,
+        reason: str,
+    ) -> bool:
+        num_gpus = self.jobs[pos].num_gpus
+        state = self.state
+        if point is not None:  # a uniform per-GPU demand (best case or a matrix point)
+            plan = state.find_uniform(self.placement, num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu)
+        else:
+            plan = state.find(self.placement, num_gpus, dc, dm)
+        if plan is None:
+            return False
+        shares = state.take(plan, dc, dm)
+        revertible = point is not None and reason != reasons.FIXED_DEMAND
+        held = HeldJob(self.jobs[pos], pos, len(self.held), shares, point, speed, reason, revertible)
+        self.held.append(held)
+        for share in shares:
+            self.on_server[share.server_pos].append(held)
+        return True
+
+    # -- step 5: take surplus back from peers -------------------------------------------------
+    def underutilized_servers(self, num_gpus: int) -> Plan:
+        """Servers whose free GPUs the job will use (resources/cluster.py `_get_underutilized_servers`).
+
+        Multi-GPU: the first server (lowest position) with all the GPUs free. Otherwise servers
+        by fewest free GPUs (the reference's min-heap), taking all their free GPUs until covered.
+        """
+        num_free = self.state.num_free
+        if num_gpus > 1:
+            for i, n in enumerate(num_free):
+                if n >= num_gpus:
+                    return [(i, num_gpus)]
+        chosen: Plan = []
+        need = num_gpus
+        for n, i in sorted((n, i) for i, n in enumerate(num_free) if n > 0):
+            if n >= need:
+                chosen.append((i, need))
+                return chosen
+            chosen.append((i, n))
+            need -= n
+        return chosen
+
+    def take_back(self, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> None:
+        """Shrink peers on the chosen servers until each covers its part of the job's need."""
+        state = self.state
+        for i, k in self.underutilized_servers(num_gpus):
+            need_cpus = k * dc[i] - state.free_cpus[i]
+            need_mem_gb = k * dm[i] - state.free_mem_gb[i]
+            if need_cpus <= EPS and need_mem_gb <= EPS:
+                continue
+            for peer in sorted(self.on_server[i], key=HeldJob.peer_key):
+                if not peer.revertible:
+                    continue
+                share = next(s for s in peer.shares if s.server_pos == i)
+                freed_cpus, freed_mem_gb = self.shrink_peer(peer, share, need_cpus, need_mem_gb)
+                need_cpus -= freed_cpus
+                need_mem_gb -= freed_mem_gb
+                if need_cpus <= EPS and need_mem_gb <= EPS:
+                    break
+
+    def shrink_peer(
+        self, peer: HeldJob, share: HeldShare, need_cpus: float, need_mem_gb: float
+    ) -> tuple[float, float]:
+        """Revert a peer whole to proportional; return what that freed on `share`'s server."""
+        return self.revert_to_proportional(peer, share)
+
+    def surplus(self, share: HeldShare) -> tuple[float, float]:
+        """What a share holds above its server's proportional share (may be negative)."""
+        i, k = share.server_pos, share.num_gpus
+        return share.cpus - k * self.state.prop_cpus[i], share.mem_gb - k * self.state.prop_mem_gb[i]
+
+    def revert_to_proportional(self, peer: HeldJob, share: HeldShare) -> tuple[float, float]:
+        surplus_cpus, surplus_mem_gb = self.surplus(share)
+        if surplus_cpus <= EPS and surplus_mem_gb <= EPS:
+            return 0.0, 0.0
+        state = self.state
+        targets = [
+            (s, s.num_gpus * state.prop_cpus[s.server_pos], s.num_gpus * state.prop_mem_gb[s.server_pos])
+            for s in peer.shares
+        ]
+        for s, cpus, mem_gb in targets:
+            # A revert must never need more than is free on any of the peer's servers.
+            if cpus - s.cpus > state.free_cpus[s.server_pos] + EPS:
+                return 0.0, 0.0
+            if mem_gb - s.mem_gb > state.free_mem_gb[s.server_pos] + EPS:
+                return 0.0, 0.0
+        for s, cpus, mem_gb in targets:
+            state.adjust(s, cpus, mem_gb)
+        peer.point, peer.speed, peer.revertible = None, 1.0, False
+        peer.reason = reasons.REVERTED_TO_PROPORTIONAL
+        return surplus_cpus, surplus_mem_gb
+
+
+@register_allocator("tune")
+class TuneAllocator(Allocator):
+    """Synergy-TUNE (see the module docstring for the steps and where we differ from the reference)."""
+
+    round_class: type[TuneRound] = TuneRound
+
+    def __init__(self, placement: str = PACKED) -> None:
+        if placement not in PLACEMENT_STRATEGIES:
+            raise ValueError(f"placement must be one of {PLACEMENT_STRATEGIES}, got {placement!r}")
+        self.placement = placement
+
+    def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
+        return self.round_class(ordered_jobs, snapshot, self.placement).run()

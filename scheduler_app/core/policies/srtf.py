@@ -1,0 +1,45 @@
+"""SRTF: serve the job with the shortest remaining time first.
+
+Remaining time = remaining iterations x iteration time at the GPU-proportional point
+(`profile.iter_time_s`). The reference (msr-fiddle/synergy simulator/schedulers/
+srtf_synergy_new.py, jobs/job.py `remaining_duration`) divides by the job's Synergy speed-up when
+it runs a Synergy allocator (fair=False), using whatever speed-up the previous round left on the
+job object. We default to the proportional estimate so the order does not depend on the
+allocator or on last round's placement (every allocator then sees the same queue, which keeps
+comparisons between allocators fair); `speedup_aware=True` divides by the job's best-case
+speed-up on this cluster (capped as the reference caps it) to approximate the reference's Synergy
+mode. Higher `priority` first; ties: (arrival_s, job_id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler_app.core.policies.base import Policy, register_policy
+from scheduler_app.core.throughput import ServerShape, best_case, cluster_shape
+from scheduler_app.core.types import ClusterSnapshot, JobView
+
+
+def remaining_time_s(job: JobView, shape: ServerShape | None = None) -> float:
+    """Remaining iterations x iteration time at proportional speed; with a `shape`, at best-case speed."""
+    remaining_s = job.remaining_iters * job.profile.iter_time_s
+    if shape is not None:
+        remaining_s /= best_case(job.profile, job.num_gpus, shape).speed
+    return remaining_s
+
+
+def speedup_shape(snapshot: ClusterSnapshot, speedup_aware: bool) -> ServerShape | None:
+    """The shape to take best-case speed-ups on, or None for proportional-speed estimates."""
+    return cluster_shape(snapshot) if speedup_aware else None
+
+
+@register_policy("srtf")
+class SrtfPolicy(Policy):
+    """Shortest remaining time (at proportional speed, or best-case speed if asked) first."""
+
+    def __init__(self, speedup_aware: bool = False) -> None:
+        self.speedup_aware = speedup_aware
+
+    def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
+        shape = speedup_shape(snapshot, self.speedup_aware)
+        return sorted(jobs, key=lambda j: (-j.priority, remaining_time_s(j, shape), j.arrival_s, j.job_id))

@@ -1,0 +1,60 @@
+"""Trace-driven, round-based simulator that calls the same scheduling core as the live service.
+
+Pure Python (+numpy); never imports Django. Public API:
+
+- `simulate(trace, cluster, *, policy, allocator, round_s=300, finish_at_round_end=False,
+  restart_overhead_s=0.0, catalog=None, first_round_s=None, measured_job_ids=None,
+  stop_when_measured=False, max_time_s=None, progress=None) -> SimulationResult`
+  Replays `trace` (a list of TraceJob) on `cluster` (ClusterSpec), calling
+  `scheduler_app.core.engine.schedule_round` once per round. `policy`/`allocator` are registered names
+  (unknown ones raise `scheduler_app.core.registry.UnknownNameError`, listing the valid names) or
+  instances. `finish_at_round_end=True` reproduces the reference (msr-fiddle/synergy) simulator's
+  convention; the default finishes jobs at the exact time inside the round. See docs/reference-synergy.md.
+- `ClusterSpec(servers=16, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)`.
+- `TraceJob(job_id, model, arrival_s, total_iters, num_gpus)`; `read_trace(path)`, `write_trace(path,
+  jobs)`, `parse_trace(lines, source=...)`: the reference format `job_id,model,arrival_s,total_iters,gpus`
+  (no header). Bad rows raise `TraceError` (a ValueError) naming the file and line.
+- `philly_derived_trace(num_jobs, *, jobs_per_hour=9.0, class_split=(20, 70, 10), multi_gpu=False,
+  seed=42, static=False, assignment="overall")`: Synergy's Philly-derived workload generator.
+- `SimulationResult`: `avg_jct_h`, `median_jct_h`, `p99_jct_h`, `makespan_h`, `gpu_alloc_pct`,
+  `cpu_alloc_pct`, `mem_alloc_pct`, `cpu_util_pct`, `mem_util_pct`, `rounds`, `wall_s`, per-job
+  `records` (JobRecord) and the per-round `utilisation` series; `to_dict(include_records=True,
+  include_series=True)` and `summary()` give JSON-ready dicts.
+"""
+
+from scheduler_app.simulator.cluster import ClusterSpec
+from scheduler_app.simulator.metrics import (
+    JctStats,
+    JobRecord,
+    SimulationResult,
+    UtilisationSeries,
+    jct_stats,
+)
+from scheduler_app.simulator.simulation import default_first_round_s, simulate
+from scheduler_app.simulator.trace import (
+    TraceError,
+    TraceJob,
+    format_trace_line,
+    parse_trace,
+    read_trace,
+    write_trace,
+)
+from scheduler_app.simulator.workloads import philly_derived_trace
+
+__all__ = [
+    "ClusterSpec",
+    "JctStats",
+    "JobRecord",
+    "SimulationResult",
+    "TraceError",
+    "TraceJob",
+    "UtilisationSeries",
+    "default_first_round_s",
+    "format_trace_line",
+    "jct_stats",
+    "parse_trace",
+    "philly_derived_trace",
+    "read_trace",
+    "simulate",
+    "write_trace",
+]

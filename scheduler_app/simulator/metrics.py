@@ -1,0 +1,234 @@
+"""Simulation results: per-job records, JCT statistics, allocation and utilisation of the cluster."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What happened to one job. `start_s`/`finish_s`/`jct_s` are None while it never started/finished.
+
+    `preemptions` counts the rounds in which the job, running in the previous round and not finished,
+    lost its resources or was moved to different ones.
+    """
+
+    job_id: int
+    model: str
+    num_gpus: int
+    arrival_s: float
+    start_s: float | None
+    finish_s: float | None
+    jct_s: float | None
+    preemptions: int
+
+
+@dataclass(slots=True)
+class UtilisationSeries:
+    """One sample per round, taken when the round's plan is applied (columns, for compact JSON).
+
+    `*_alloc` are the resources handed out; `cpus_used`/`mem_gb_used` the part of them a job can turn
+    into speed: per job min(allocated, best-case demand), since CPU or memory beyond a job's best-case
+    demand buys no throughput (the reference's "util" series counts the same way).
+    """
+
+    t_s: list[float] = field(default_factory=list)
+    gpus_alloc: list[int] = field(default_factory=list)
+    cpus_alloc: list[float] = field(default_factory=list)
+    mem_gb_alloc: list[float] = field(default_factory=list)
+    cpus_used: list[float] = field(default_factory=list)
+    mem_gb_used: list[float] = field(default_factory=list)
+    running_jobs: list[int] = field(default_factory=list)
+    pending_jobs: list[int] = field(default_factory=list)
+
+    def append(
+        self,
+        t_s: float,
+        gpus: int,
+        cpus: float,
+        mem_gb: float,
+        cpus_used: float,
+        mem_gb_used: float,
+        running: int,
+        pending: int,
+    ) -> None:
+        self.t_s.append(t_s)
+        self.gpus_alloc.append(gpus)
+        self.cpus_alloc.append(cpus)
+        self.mem_gb_alloc.append(mem_gb)
+        self.cpus_used.append(cpus_used)
+        self.mem_gb_used.append(mem_gb_used)
+        self.running_jobs.append(running)
+        self.pending_jobs.append(pending)
+
+    def __len__(self) -> int:
+        return len(self.t_s)
+
+    def to_dict(self) -> dict[str, list[float] | list[int]]:
+        return {
+            "t_s": self.t_s,
+            "gpus_alloc": self.gpus_alloc,
+            "cpus_alloc": self.cpus_alloc,
+            "mem_gb_alloc": self.mem_gb_alloc,
+            "cpus_used": self.cpus_used,
+            "mem_gb_used": self.mem_gb_used,
+            "running_jobs": self.running_jobs,
+            "pending_jobs": self.pending_jobs,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JctStats:
+    """JCT statistics in hours over a set of finished jobs (NaN when there are none)."""
+
+    count: int
+    avg_h: float
+    median_h: float
+    p99_h: float
+    p999_h: float
+
+
+def jct_stats(jcts_s: list[float]) -> JctStats:
+    """Mean, median, p99 and p99.9 of JCTs (seconds in, hours out); percentiles interpolate linearly,
+    as numpy's and pandas' defaults (the reference prints pandas' quantiles)."""
+    if not jcts_s:
+        nan = float("nan")
+        return JctStats(0, nan, nan, nan, nan)
+    hours = np.asarray(jcts_s, dtype=float) / SECONDS_PER_HOUR
+    p50, p99, p999 = np.percentile(hours, [50.0, 99.0, 99.9])
+    return JctStats(len(jcts_s), float(hours.mean()), float(p50), float(p99), float(p999))
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceTotals:
+    """Resource-seconds over the run: allocated, and the part turned into speed (see UtilisationSeries)."""
+
+    gpu_alloc_s: float
+    cpu_alloc_s: float
+    mem_gb_alloc_s: float
+    cpu_used_s: float
+    mem_gb_used_s: float
+
+
+def _pct(numerator: float, denominator: float) -> float:
+    return 100.0 * numerator / denominator if denominator > 0 else 0.0
+
+
+@dataclass(slots=True)
+class SimulationResult:
+    """Everything one simulation produced. `to_dict()` gives JSON-ready keys.
+
+    JCT statistics cover the finished jobs whose id lies in `measured_job_ids` (all jobs when None).
+    Makespan = last finish - first arrival over all finished jobs. `*_alloc_pct` = allocated
+    resource-seconds / (capacity x makespan); `cpu_util_pct`/`mem_util_pct` count only the allocated
+    share that jobs turn into speed (min(allocated, best-case demand)).
+    """
+
+    policy: str
+    allocator: str
+    round_s: float
+    finish_at_round_end: bool
+    restart_overhead_s: float
+    total_gpus: int
+    total_cpus: int
+    total_mem_gb: float
+    jobs: int
+    finished_jobs: int
+    measured_job_ids: tuple[int, int] | None
+    jct: JctStats
+    makespan_s: float
+    totals: ResourceTotals
+    rounds: int
+    wall_s: float
+    records: list[JobRecord]
+    utilisation: UtilisationSeries
+    stopped_early: bool = False
+    infeasible_jobs: int = 0  # dropped: they can never fit this cluster
+
+    @property
+    def avg_jct_h(self) -> float:
+        return self.jct.avg_h
+
+    @property
+    def median_jct_h(self) -> float:
+        return self.jct.median_h
+
+    @property
+    def p99_jct_h(self) -> float:
+        return self.jct.p99_h
+
+    @property
+    def makespan_h(self) -> float:
+        return self.makespan_s / SECONDS_PER_HOUR
+
+    @property
+    def gpu_alloc_pct(self) -> float:
+        return _pct(self.totals.gpu_alloc_s, self.total_gpus * self.makespan_s)
+
+    @property
+    def cpu_alloc_pct(self) -> float:
+        return _pct(self.totals.cpu_alloc_s, self.total_cpus * self.makespan_s)
+
+    @property
+    def mem_alloc_pct(self) -> float:
+        return _pct(self.totals.mem_gb_alloc_s, self.total_mem_gb * self.makespan_s)
+
+    @property
+    def cpu_util_pct(self) -> float:
+        return _pct(self.totals.cpu_used_s, self.total_cpus * self.makespan_s)
+
+    @property
+    def mem_util_pct(self) -> float:
+        return _pct(self.totals.mem_gb_used_s, self.total_mem_gb * self.makespan_s)
+
+    @property
+    def total_preemptions(self) -> int:
+        return sum(r.preemptions for r in self.records)
+
+    def summary(self) -> dict[str, Any]:
+        """The headline figures only (no per-job records, no series)."""
+        return self.to_dict(include_records=False, include_series=False)
+
+    def to_dict(self, *, include_records: bool = True, include_series: bool = True) -> dict[str, Any]:
+        """JSON-ready dict; NaN statistics (no finished job measured) become None."""
+
+        def clean(value: float) -> float | None:
+            return None if value != value else value  # NaN is not valid JSON
+
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "allocator": self.allocator,
+            "jobs": self.jobs,
+            "finished_jobs": self.finished_jobs,
+            "infeasible_jobs": self.infeasible_jobs,
+            "measured_jobs": self.jct.count,
+            "measured_job_ids": list(self.measured_job_ids) if self.measured_job_ids else None,
+            "avg_jct_h": clean(self.jct.avg_h),
+            "median_jct_h": clean(self.jct.median_h),
+            "p99_jct_h": clean(self.jct.p99_h),
+            "p999_jct_h": clean(self.jct.p999_h),
+            "makespan_h": self.makespan_h,
+            "gpu_alloc_pct": self.gpu_alloc_pct,
+            "cpu_alloc_pct": self.cpu_alloc_pct,
+            "mem_alloc_pct": self.mem_alloc_pct,
+            "cpu_util_pct": self.cpu_util_pct,
+            "mem_util_pct": self.mem_util_pct,
+            "preemptions": self.total_preemptions,
+            "wall_s": self.wall_s,
+            "rounds": self.rounds,
+            "finish_at_round_end": self.finish_at_round_end,
+            "round_s": self.round_s,
+            "restart_overhead_s": self.restart_overhead_s,
+            "cluster": {"gpus": self.total_gpus, "cpus": self.total_cpus, "mem_gb": self.total_mem_gb},
+            "stopped_early": self.stopped_early,
+        }
+        if include_records:
+            out["records"] = [asdict(r) for r in self.records]
+        if include_series:
+            out["utilisation"] = self.utilisation.to_dict()
+        return out

@@ -1,0 +1,140 @@
+"""Synthetic workloads: the Philly-derived job generator of Synergy's evaluation (PAPERS.md §3.5)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+import numpy as np
+
+from profiles_app.catalog import load_catalog
+from scheduler_app.core.types import SensitivityProfile
+from scheduler_app.simulator.trace import TraceJob
+
+# The reference's model zoo per class, in its order (jobs/model_zoo.py): bert and vae are never drawn.
+CLASS_MODELS: dict[str, tuple[str, ...]] = {
+    "image": ("alexnet", "res18", "res50", "mobilenet", "shufflenet"),
+    "language": ("gnmt", "transformer", "lstm"),
+    "speech": ("m5", "deepspeech"),
+}
+CLASS_ORDER: tuple[str, ...] = ("image", "language", "speech")
+
+# GPU-demand mix of the reference's synthetic multi-GPU workload (helpers/utils.py get_job_gpu_demand):
+# the Philly log itself is not shipped, so multi-GPU mode draws from this mix (as synthmulti_* traces do).
+MULTI_GPU_MIX: tuple[tuple[int, float], ...] = ((1, 0.70), (2, 0.10), (4, 0.15), (8, 0.05))
+
+# Gavel-like durations (helpers/utils.py get_gavel_like_iter): 80 % short, 20 % long, log-uniform minutes.
+LONG_JOB_FRACTION = 0.2
+SHORT_LOG10_MIN = (1.5, 3.0)
+LONG_LOG10_MIN = (3.0, 4.0)
+
+STATIC_ARRIVAL_STEP_S = 0.001  # the reference's static traces: job i arrives at i ms
+
+Assignment = Literal["overall", "random"]
+
+
+def _draw_duration_s(rng: np.random.Generator) -> float:
+    low, high = LONG_LOG10_MIN if rng.random() < LONG_JOB_FRACTION else SHORT_LOG10_MIN
+    return 60.0 * 10.0 ** rng.uniform(low, high)
+
+
+def _draw_gpus(rng: np.random.Generator) -> int:
+    u = rng.random()
+    cumulative = 0.0
+    for gpus, probability in MULTI_GPU_MIX:
+        cumulative += probability
+        if u < cumulative:
+            return gpus
+    return MULTI_GPU_MIX[-1][0]
+
+
+class _OverallSplitAssigner:
+    """The reference's default model choice (ModelAssignment.OVERALL): deterministic, no randomness.
+
+    The next job goes to the class furthest below its target share of all jobs so far (ties: image,
+    language, speech); within a class the models are taken round-robin.
+    """
+
+    def __init__(self, split: tuple[float, float, float]) -> None:
+        self.split = split
+        self.counts = [0, 0, 0]
+        self.next_model = [0, 0, 0]
+
+    def next(self, rng: np.random.Generator) -> str:
+        total = sum(self.counts)
+        if total:
+            # Same arithmetic as the reference (percent/100 - share) so that ties break identically.
+            priorities = [self.split[i] / 100 - self.counts[i] / total for i in range(3)]
+        else:
+            priorities = [0.0, 0.0, 0.0]
+        best = max(range(3), key=lambda i: (priorities[i], -i))
+        self.counts[best] += 1
+        models = CLASS_MODELS[CLASS_ORDER[best]]
+        model = models[self.next_model[best] % len(models)]
+        self.next_model[best] += 1
+        return model
+
+
+class _RandomSplitAssigner:
+    """Class drawn with the split's probabilities, model uniformly within the class."""
+
+    def __init__(self, split: tuple[float, float, float]) -> None:
+        weights = np.asarray(split, dtype=float)
+        self.probabilities = weights / weights.sum()
+
+    def next(self, rng: np.random.Generator) -> str:
+        cls = CLASS_ORDER[int(rng.choice(3, p=self.probabilities))]
+        models = CLASS_MODELS[cls]
+        return models[int(rng.integers(len(models)))]
+
+
+def philly_derived_trace(
+    num_jobs: int,
+    *,
+    jobs_per_hour: float = 9.0,
+    class_split: tuple[float, float, float] = (20, 70, 10),
+    multi_gpu: bool = False,
+    seed: int = 42,
+    static: bool = False,
+    assignment: Assignment = "overall",
+    catalog: Mapping[str, SensitivityProfile] | None = None,
+) -> list[TraceJob]:
+    """Generate `num_jobs` jobs the way Synergy's simulator does (PAPERS.md §3.5), seeded and replayable.
+
+    - Arrivals: Poisson at `jobs_per_hour`; inter-arrival gaps rounded up to whole seconds and the first
+      job arriving one gap after 0 (the reference's convention). `static=True`: job i arrives at i ms.
+    - Duration at the GPU-proportional point: 60 x 10^U(1.5, 3) s with probability 0.8, else
+      60 x 10^U(3, 4) s; `total_iters = int(duration_s / iter_time_s)` of the chosen model (>= 1).
+    - GPUs: 1, or with `multi_gpu` 1/2/4/8 with probability 0.70/0.10/0.15/0.05.
+    - Model: class split (image, language, speech) in percent; "overall" assignment keeps the running
+      class shares closest to the split (deterministic, as the reference), "random" draws them.
+    Same arguments, same jobs (numpy's PCG64 Generator seeded with `seed`).
+    """
+    if num_jobs <= 0:
+        raise ValueError(f"num_jobs must be positive, got {num_jobs}")
+    if not static and not jobs_per_hour > 0:
+        raise ValueError(f"jobs_per_hour must be positive, got {jobs_per_hour}")
+    if len(class_split) != 3 or any(p < 0 for p in class_split) or sum(class_split) <= 0:
+        raise ValueError(f"class_split must be three non-negative percentages, got {class_split}")
+    if assignment not in ("overall", "random"):
+        raise ValueError(f"assignment must be 'overall' or 'random', got {assignment!r}")
+    profiles = load_catalog() if catalog is None else catalog
+    split = (float(class_split[0]), float(class_split[1]), float(class_split[2]))
+    assigner = _OverallSplitAssigner(split) if assignment == "overall" else _RandomSplitAssigner(split)
+    rng = np.random.default_rng(seed)
+    mean_gap_s = 3600.0 / jobs_per_hour if jobs_per_hour > 0 else 0.0
+
+    jobs: list[TraceJob] = []
+    arrival_s = 0.0
+    for job_id in range(num_jobs):
+        model = assigner.next(rng)
+        duration_s = _draw_duration_s(rng)
+        num_gpus = _draw_gpus(rng) if multi_gpu else 1
+        if static:
+            arrival_s = round(job_id * STATIC_ARRIVAL_STEP_S, 3)
+        else:
+            arrival_s += math.ceil(rng.exponential(mean_gap_s))
+        total_iters = max(1, int(duration_s / profiles[model].iter_time_s))
+        jobs.append(TraceJob(job_id, model, float(arrival_s), total_iters, num_gpus))
+    return jobs
