@@ -1,14 +1,15 @@
 """Django admin for servers, GPUs, agent credentials and usage samples."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from cluster_app.models import AgentCredential, Gpu, GpuUsageSample, Server, UsageSample
+from cluster_app.services import ServerStateError, agent_credential_issue, agent_credential_revoke
 
 
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    fields = ("index", "uuid", "model", "memory_mb")
+    fields = ("index", "uuid", "model", "memory_mb", "retired_at")
 
 
 @admin.register(Server)
@@ -26,11 +27,43 @@ class ServerAdmin(admin.ModelAdmin):
     list_filter = ("state", "gpu_model")
     search_fields = ("name", "hostname")
     inlines = [GpuInline]
+    actions = ["drain", "resume", "issue_agent_token"]
+
+    def _each(self, request, queryset, change) -> None:
+        for server in queryset:
+            try:
+                server = change(server=server)
+            except ServerStateError as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+            else:
+                self.message_user(request, f"{server.name}: {server.state}")
+
+    @admin.action(description="Drain: running jobs finish, nothing new is placed")
+    def drain(self, request, queryset) -> None:
+        # The work side counts each server's leases; imported here so cluster_app does not need it.
+        from scheduler_app.services.nodes import node_drain
+
+        reason = f"drained by {request.user}"
+        self._each(request, queryset, lambda server: node_drain(server=server, reason=reason))
+
+    @admin.action(description="Resume: put drained servers back into service")
+    def resume(self, request, queryset) -> None:
+        from scheduler_app.services.nodes import node_resume
+
+        self._each(request, queryset, node_resume)
+
+    @admin.action(description="Issue a new agent token (shown once)")
+    def issue_agent_token(self, request, queryset) -> None:
+        for server in queryset:
+            token = agent_credential_issue(server=server)
+            self.message_user(
+                request, f"Agent token for {server.name} (copy it now, it is not stored): {token}"
+            )
 
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "uuid", "model", "memory_mb")
+    list_display = ("__str__", "uuid", "model", "memory_mb", "retired_at")
     list_filter = ("server", "model")
     search_fields = ("uuid", "server__name")
 
@@ -40,6 +73,16 @@ class AgentCredentialAdmin(admin.ModelAdmin):
     list_display = ("server", "token_prefix", "created_at", "last_used_at", "revoked_at")
     readonly_fields = ("token_digest", "token_prefix", "created_at", "last_used_at")
     list_filter = ("server",)
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # tokens come from the Server action or `manage.py node_token`, never typed in
+
+    @admin.action(description="Revoke the selected credentials")
+    def revoke(self, request, queryset) -> None:
+        for credential in queryset:
+            agent_credential_revoke(credential=credential)
+        self.message_user(request, f"{queryset.count()} credential(s) revoked")
 
 
 @admin.register(UsageSample)

@@ -47,13 +47,19 @@ class Server(models.Model):
 
 
 class Gpu(models.Model):
-    """One GPU of a server; the agent reports its UUID (what CUDA_VISIBLE_DEVICES names)."""
+    """One GPU of a server; the agent reports its UUID (what CUDA_VISIBLE_DEVICES names).
+
+    Only GPUs with an empty `retired_at` are schedulable; `Server.num_gpus` counts exactly those.
+    """
 
     server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64, unique=True)
     model = models.CharField(max_length=100, blank=True)
     memory_mb = models.PositiveIntegerField(default=0)
+    # Set when the agent stops reporting this GPU. The row stays (allocation history points at it)
+    # and comes back if a later registration reports its index again.
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["server__name", "index"]

@@ -1,12 +1,59 @@
 """Every read of the hardware tables."""
 
+from collections.abc import Iterable
+
 from django.db.models import Count, QuerySet, Sum
 
-from cluster_app.models import Server
+from cluster_app.models import AgentCredential, Gpu, NodeState, Server
+from cluster_app.services import agent_token_digest
+
+# States in which a server takes new work. DRAINING servers keep their running leases but get
+# nothing new; NOT_RESPONDING and DOWN servers get nothing at all.
+SCHEDULABLE_STATES = frozenset({NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED})
 
 
 def server_list() -> QuerySet[Server]:
     return Server.objects.order_by("name")
+
+
+def server_get_by_name(*, name: str) -> Server | None:
+    return Server.objects.filter(name=name).first()
+
+
+def servers_lock_all() -> list[Server]:
+    """Every server, locked FOR UPDATE in id order; call inside a transaction.
+
+    Lock order, shared by every writer that touches both servers and jobs (the round, the liveness
+    sweep): all server rows first, then job rows, each in id order. Taking the same order everywhere
+    is what keeps those writers from deadlocking each other.
+    """
+    return list(Server.objects.select_for_update().order_by("id"))
+
+
+def server_lock(*, server: Server) -> Server:
+    """The server's row, re-read and locked FOR UPDATE; call inside a transaction."""
+    return Server.objects.select_for_update().get(pk=server.pk)
+
+
+def server_ids_in_states(*, states: Iterable[str]) -> list[int]:
+    return list(Server.objects.filter(state__in=list(states)).values_list("id", flat=True))
+
+
+def gpus_active(*, server_ids: Iterable[int] | None = None) -> list[tuple[int, int, int, str]]:
+    """(gpu id, server id, index, uuid) of every non-retired GPU, by server then index."""
+    qs = Gpu.objects.filter(retired_at__isnull=True)
+    if server_ids is not None:
+        qs = qs.filter(server_id__in=list(server_ids))
+    return list(qs.order_by("server_id", "index").values_list("id", "server_id", "index", "uuid"))
+
+
+def agent_credential_find(*, token: str) -> AgentCredential | None:
+    """The live (not revoked) credential for `token`, with its server, or None."""
+    return (
+        AgentCredential.objects.select_related("server")
+        .filter(token_digest=agent_token_digest(token), revoked_at__isnull=True)
+        .first()
+    )
 
 
 def cluster_capacity() -> dict[str, float]:

@@ -25,8 +25,10 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "cluster_app",
     "profiles_app",
     "scheduler_app",
@@ -103,6 +105,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
 
 REST_FRAMEWORK = {
+    # Users: browser session or `Authorization: Token <key>`; agent endpoints set their own Bearer class.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
@@ -112,6 +120,12 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Attune API",
     "DESCRIPTION": "Scheduling service for shared GPU clusters (Synergy + GENIE).",
     "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc assets come from drf-spectacular-sidecar, served locally (no CDN).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # Every scheduler knob lives here and is read only by scheduler_app/conf.py.
@@ -119,6 +133,42 @@ ATTUNE_SCHEDULER = {
     "policy": env("ATTUNE_POLICY", default="fifo"),
     "allocator": env("ATTUNE_ALLOCATOR", default="tune"),
     "round_s": env.int("ATTUNE_ROUND_S", default=60),
+    # A submission or a job's end asks for an early round this many seconds later (debounced).
+    "early_round_delay_s": env.float("ATTUNE_EARLY_ROUND_DELAY_S", default=2.0),
+    # Run early rounds inline after commit instead of through Celery: the embedded mode (no
+    # DATABASE_URL, so no worker) and eager Celery. Beat rounds always need Celery beat.
+    "inline_rounds": env.bool("ATTUNE_INLINE_ROUNDS", default=not env.str("DATABASE_URL", default="")),
+    "preempt_grace_s": env.int("ATTUNE_PREEMPT_GRACE_S", default=30),
+    "cancel_grace_s": env.int("ATTUNE_CANCEL_GRACE_S", default=10),
+    "log_tail_lines": env.int("ATTUNE_LOG_TAIL_LINES", default=500),
+    "agent_report_retention_days": env.int("ATTUNE_AGENT_REPORT_RETENTION_DAYS", default=7),
+}
+
+# Node agents and liveness; read only by cluster_app/conf.py.
+ATTUNE_HEARTBEAT_INTERVAL_S = env.int("ATTUNE_HEARTBEAT_INTERVAL_S", default=5)
+ATTUNE_POLL_INTERVAL_S = env.int("ATTUNE_POLL_INTERVAL_S", default=2)
+ATTUNE_NODE_NOT_RESPONDING_AFTER_S = env.int("ATTUNE_NODE_NOT_RESPONDING_AFTER_S", default=30)
+ATTUNE_NODE_DOWN_AFTER_S = env.int("ATTUNE_NODE_DOWN_AFTER_S", default=120)
+ATTUNE_LIVENESS_SWEEP_S = env.int("ATTUNE_LIVENESS_SWEEP_S", default=5)
+# Raw usage samples older than this are rolled up into one averaged sample per minute.
+ATTUNE_USAGE_RAW_RETENTION_DAYS = env.int("ATTUNE_USAGE_RAW_RETENTION_DAYS", default=2)
+
+CELERY_BEAT_SCHEDULE = {
+    "scheduling-round": {
+        "task": "scheduler_app.tasks.scheduling_round_task",
+        "schedule": float(ATTUNE_SCHEDULER["round_s"]),
+        # A round queued behind a dead worker is useless once the next one is due.
+        "options": {"expires": float(ATTUNE_SCHEDULER["round_s"])},
+    },
+    "node-liveness-sweep": {
+        "task": "scheduler_app.tasks.node_liveness_sweep_task",
+        "schedule": float(ATTUNE_LIVENESS_SWEEP_S),
+        "options": {"expires": float(ATTUNE_LIVENESS_SWEEP_S)},
+    },
+    "usage-rollup": {
+        "task": "scheduler_app.tasks.usage_rollup_task",
+        "schedule": 3600.0,
+    },
 }
 
 LOGGING = {

@@ -1,7 +1,8 @@
-"""Top-level URL routes: home page, admin, health check."""
+"""Top-level URL routes: home page, admin, health check, the REST API and its OpenAPI schema/docs."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from scheduler_app import views as scheduler_views
 
@@ -9,4 +10,7 @@ urlpatterns = [
     path("", scheduler_views.home, name="home"),
     path("healthz", scheduler_views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("scheduler_app.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

@@ -3,6 +3,7 @@
 from django.contrib import admin
 
 from scheduler_app.models import (
+    AgentReport,
     Allocation,
     AllocationGpu,
     Job,
@@ -89,7 +90,32 @@ class AllocationAdmin(admin.ModelAdmin):
     list_display = ("job", "server", "num_cpus", "mem_gb", "speedup", "started_at", "ended_at", "end_reason")
     list_filter = ("server", "end_reason")
     raw_id_fields = ("job", "round")
+    search_fields = ("=lease_id",)
+    readonly_fields = (
+        "lease_id",
+        "agent_started_at",
+        "accounted_until",
+        "iters_per_s",
+        "exit_code",
+        "log_tail",
+    )
     inlines = [AllocationGpuInline]
+
+
+@admin.register(AgentReport)
+class AgentReportAdmin(admin.ModelAdmin):
+    """Read-only: what agents reported, kept for idempotency and troubleshooting."""
+
+    list_display = ("lease_id", "seq", "kind", "at", "received_at")
+    list_filter = ("kind",)
+    search_fields = ("=lease_id",)
+    raw_id_fields = ("allocation",)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class RoundDecisionInline(admin.TabularInline):

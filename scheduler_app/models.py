@@ -210,10 +210,23 @@ class Allocation(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=32, blank=True)
+    # What the agent reported about the lease (times on the agent's clock).
+    agent_started_at = models.DateTimeField(null=True, blank=True)
+    accounted_until = models.DateTimeField(
+        null=True, blank=True, help_text="Agent time up to which GPU-seconds were credited to the job"
+    )
+    iters_per_s = models.FloatField(null=True, blank=True, help_text="Last measured speed")
+    exit_code = models.SmallIntegerField(null=True, blank=True)
+    log_tail = models.TextField(blank=True, help_text="The last lines of the lease's output (capped)")
 
     class Meta:
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["job", "started_at"]), models.Index(fields=["server", "ended_at"])]
+        indexes = [
+            models.Index(fields=["job", "started_at"]),
+            models.Index(fields=["server", "ended_at"]),
+            # Every round and poll reads the active leases; history grows without bound beside them.
+            models.Index(fields=["server"], condition=Q(ended_at__isnull=True), name="allocation_active"),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(num_cpus__gt=0), name="allocation_num_cpus_positive"),
             models.CheckConstraint(condition=Q(mem_gb__gt=0), name="allocation_mem_gb_positive"),
@@ -245,6 +258,40 @@ class AllocationGpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_id} in {self.allocation_id}"
+
+
+class AgentReportKind(models.TextChoices):
+    STARTED = "started", "started"
+    PROGRESS = "progress", "progress"
+    LOG = "log", "log"
+    EXITED = "exited", "exited"
+
+
+class AgentReport(models.Model):
+    """One report an agent sent about a lease; (lease_id, seq) makes a retried report a no-op.
+
+    `batch_id` names the request that inserted the row: after an insert-or-ignore, the rows carrying
+    this request's batch id are exactly the reports seen for the first time.
+    """
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="reports")
+    lease_id = models.UUIDField()
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=16, choices=AgentReportKind.choices)
+    at = models.DateTimeField(help_text="When it happened, on the agent's clock")
+    data = models.JSONField(default=dict, blank=True)
+    batch_id = models.UUIDField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["lease_id", "seq"]
+        indexes = [models.Index(fields=["batch_id"]), models.Index(fields=["received_at"])]
+        constraints = [
+            models.UniqueConstraint(fields=["lease_id", "seq"], name="agent_report_once_per_lease_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}#{self.seq} {self.kind}"
 
 
 class SimulationStatus(models.TextChoices):

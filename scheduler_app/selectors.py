@@ -1,11 +1,521 @@
-"""Every read of the work tables."""
+"""Every read of the work tables; turns rows into the core's views (snapshot, jobs)."""
 
-from django.db.models import Count
+from __future__ import annotations
 
-from scheduler_app.models import Job, JobState
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, Prefetch, QuerySet, Sum
+from django.utils import timezone
+
+from cluster_app.models import NodeState, Server
+from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active
+from profiles_app.selectors import workload_profile_json, workload_profiles
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.core.policies import POLICIES
+from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, cluster_shape
+from scheduler_app.core.types import (
+    ClusterSnapshot,
+    JobView,
+    Placement,
+    SensitivityProfile,
+    ServerShare,
+    ServerView,
+)
+from scheduler_app.models import (
+    Allocation,
+    AllocationGpu,
+    Job,
+    JobState,
+    PendingReason,
+    SchedulingRound,
+)
+
+# Lease end reasons after which a still-running process is stopped gracefully (checkpoint) rather
+# than cancelled.
+PREEMPT_END_REASONS = frozenset({"preempted"})
 
 
 def job_counts_by_state() -> dict[str, int]:
     """State -> number of jobs, with every state present (zero when none)."""
     counts = dict(Job.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     return {state: counts.get(state, 0) for state in JobState.values}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Leases and core views
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActiveLease:
+    """An allocation that has not ended, with the GPUs it holds (ids and indices on its server)."""
+
+    allocation_id: int
+    job_id: int
+    server_id: int
+    num_cpus: int
+    mem_gb: float
+    speedup: float
+    gpu_ids: tuple[int, ...]
+    gpu_indices: tuple[int, ...]
+
+    def share(self) -> ServerShare:
+        return ServerShare(self.server_id, self.gpu_indices, self.num_cpus, self.mem_gb)
+
+
+@dataclass
+class RoundInputs:
+    """What a round (or the queue view) decides on, plus the row lookups needed to apply its plan.
+
+    `frozen_job_ids`: running jobs left out of the round because a lease of theirs sits on a server
+    that is not schedulable (draining, not responding): they keep their resources untouched.
+    """
+
+    snapshot: ClusterSnapshot
+    views: list[JobView]
+    jobs: dict[int, Job]
+    leases_by_job: dict[int, list[ActiveLease]]
+    gpu_ids: dict[tuple[int, int], int]
+    frozen_job_ids: set[int] = field(default_factory=set)
+
+
+def active_leases() -> list[ActiveLease]:
+    """Every active allocation with its held GPUs: two queries, whatever the cluster size."""
+    gpus: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for allocation_id, gpu_id, index in AllocationGpu.objects.filter(released_at__isnull=True).values_list(
+        "allocation_id", "gpu_id", "gpu__index"
+    ):
+        gpus[allocation_id].append((index, gpu_id))
+    leases = []
+    for alloc_id, job_id, server_id, cpus, mem_gb, speedup in Allocation.objects.filter(
+        ended_at__isnull=True
+    ).values_list("id", "job_id", "server_id", "num_cpus", "mem_gb", "speedup"):
+        held = sorted(gpus.get(alloc_id, ()))
+        leases.append(
+            ActiveLease(
+                allocation_id=alloc_id,
+                job_id=job_id,
+                server_id=server_id,
+                num_cpus=cpus,
+                mem_gb=mem_gb,
+                speedup=speedup,
+                gpu_ids=tuple(g for _, g in held),
+                gpu_indices=tuple(i for i, _ in held),
+            )
+        )
+    return leases
+
+
+def server_busy_gpus() -> dict[int, int]:
+    """Server id -> GPUs held by active leases."""
+    return dict(
+        AllocationGpu.objects.filter(released_at__isnull=True)
+        .values_list("allocation__server_id")
+        .annotate(n=Count("id"))
+        .values_list("allocation__server_id", "n")
+    )
+
+
+def proportional_profile(
+    shape: ServerShape, *, name: str = "own-command", iter_time_s: float = 1.0
+) -> SensitivityProfile:
+    """A profile whose best case is the GPU-proportional share: for own commands not yet profiled.
+
+    Such a job gains nothing from extra CPU or memory, so every allocator gives it exactly its
+    proportional share (speed-up 1.0).
+    """
+    c, m = shape.cpus_per_gpu, shape.mem_gb_per_gpu
+    return SensitivityProfile(
+        name=name,
+        workload_class="other",
+        cpu_per_gpu_grid=(c,),
+        mem_gb_per_gpu_grid=(m,),
+        tput=((1.0,),),
+        best_cpus_per_gpu=c,
+        best_mem_gb_per_gpu=m,
+        speedup=1.0,
+        iter_time_s=iter_time_s,
+    )
+
+
+def _deadline_s(job: Job) -> float | None:
+    if job.qos_deadline_at is not None:
+        return job.qos_deadline_at.timestamp()
+    if job.qos_max_latency_s is not None:
+        return job.submitted_at.timestamp() + job.qos_max_latency_s
+    return None
+
+
+def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInputs:
+    """Build the snapshot and job views of a round from server and job rows (rows given by the caller,
+    who may have locked them).
+
+    Round mode, like the simulator: every resource of a schedulable server is free, since the round
+    re-decides every job in `jobs`; only leases of jobs outside the round (frozen ones, or jobs not
+    passed in) are subtracted. `current` is each running job's placement from its active leases.
+    """
+    schedulable = sorted((s for s in servers if s.state in SCHEDULABLE_STATES), key=lambda s: s.id)
+    schedulable_ids = {s.id for s in schedulable}
+    leases_by_job: dict[int, list[ActiveLease]] = defaultdict(list)
+    for lease in active_leases():
+        leases_by_job[lease.job_id].append(lease)
+
+    jobs_by_id: dict[int, Job] = {}
+    frozen: set[int] = set()
+    for job in sorted(jobs, key=lambda j: j.id):
+        if any(lease.server_id not in schedulable_ids for lease in leases_by_job.get(job.id, ())):
+            frozen.add(job.id)
+        else:
+            jobs_by_id[job.id] = job
+
+    reserved_gpus: dict[int, set[int]] = defaultdict(set)
+    reserved_cpus: dict[int, float] = defaultdict(float)
+    reserved_mem: dict[int, float] = defaultdict(float)
+    for job_id, leases in leases_by_job.items():
+        if job_id in jobs_by_id:
+            continue
+        for lease in leases:
+            if lease.server_id in schedulable_ids:
+                reserved_gpus[lease.server_id].update(lease.gpu_indices)
+                reserved_cpus[lease.server_id] += lease.num_cpus
+                reserved_mem[lease.server_id] += lease.mem_gb
+
+    indices: dict[int, list[int]] = defaultdict(list)
+    gpu_ids: dict[tuple[int, int], int] = {}
+    for gpu_id, server_id, index, _uuid in gpus_active(server_ids=schedulable_ids):
+        indices[server_id].append(index)
+        gpu_ids[(server_id, index)] = gpu_id
+    views_s = []
+    for s in schedulable:
+        if not indices[s.id]:
+            continue
+        views_s.append(
+            ServerView(
+                server_id=s.id,
+                name=s.name,
+                num_gpus=len(indices[s.id]),
+                num_cpus=s.num_cpus,
+                mem_gb=s.mem_gb,
+                free_gpus=tuple(i for i in indices[s.id] if i not in reserved_gpus[s.id]),
+                free_cpus=max(0, math.floor(s.num_cpus - reserved_cpus[s.id])),
+                free_mem_gb=max(0.0, s.mem_gb - reserved_mem[s.id]),
+            )
+        )
+    snapshot = ClusterSnapshot(servers=tuple(views_s))
+
+    profiles = workload_profiles(ids={j.workload_id for j in jobs_by_id.values() if j.workload_id})
+    fallback = proportional_profile(cluster_shape(snapshot) or REFERENCE_SHAPE)
+    views = []
+    for job in jobs_by_id.values():
+        profile = None
+        if job.workload_id is not None:
+            workload, profile = profiles[job.workload_id]
+            if profile is None:
+                profile = proportional_profile(
+                    cluster_shape(snapshot) or REFERENCE_SHAPE,
+                    name=workload.name,
+                    iter_time_s=workload.iter_time_s,
+                )
+        leases = leases_by_job.get(job.id)
+        current = None
+        if leases:
+            current = Placement(
+                job_id=job.id,
+                shares=tuple(sorted((lease.share() for lease in leases), key=lambda sh: sh.server_id)),
+                speedup=min(lease.speedup for lease in leases),
+            )
+        views.append(
+            JobView(
+                job_id=job.id,
+                num_gpus=job.num_gpus,
+                arrival_s=job.submitted_at.timestamp(),
+                profile=profile or fallback,
+                total_iters=float(job.total_iters),
+                done_iters=float(job.done_iters),
+                attained_service_gpu_s=job.attained_service_gpu_s,
+                cpus_per_gpu_override=job.cpus_per_gpu,
+                mem_gb_per_gpu_override=job.mem_gb_per_gpu,
+                deadline_s=_deadline_s(job),
+                priority=job.priority,
+                current=current,
+            )
+        )
+    return RoundInputs(
+        snapshot=snapshot,
+        views=views,
+        jobs=jobs_by_id,
+        leases_by_job=dict(leases_by_job),
+        gpu_ids=gpu_ids,
+        frozen_job_ids=frozen,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Jobs for users
+# ---------------------------------------------------------------------------------------------------
+
+
+def job_list(*, user: AbstractBaseUser) -> QuerySet[Job]:
+    """The jobs `user` may see: their own, or every job for staff."""
+    qs = Job.objects.select_related("owner", "team", "workload").order_by("-submitted_at", "-id")
+    if not user.is_staff:
+        qs = qs.filter(owner=user)
+    return qs
+
+
+def job_detail_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
+    """job_list with each job's allocations (server, GPUs) and events prefetched."""
+    holds = AllocationGpu.objects.select_related("gpu").order_by("gpu__index")
+    allocations = (
+        Allocation.objects.select_related("server")
+        .prefetch_related(Prefetch("gpu_holds", queryset=holds))
+        .order_by("started_at", "id")
+    )
+    return job_list(user=user).prefetch_related(Prefetch("allocations", queryset=allocations), "events")
+
+
+def job_log_tail(*, job: Job, lines: int = 200) -> list[str]:
+    """The last `lines` lines of the job's output, over all its leases in start order."""
+    out: list[str] = []
+    for tail in job.allocations.order_by("started_at", "id").values_list("log_tail", flat=True):
+        if tail:
+            out.extend(tail.splitlines())
+    return out[-lines:]
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A pending job's 1-based place in the policy's order and its estimated start (None: unknown)."""
+
+    position: int
+    estimated_start_at: datetime | None
+
+
+def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
+    """Queue position and estimated start of every PENDING job.
+
+    Position: the current policy's order (conf.policy, the core's own ordering) over the pending jobs.
+    Estimated start, a deliberately simple estimate: walk the queue in that order adding up the GPUs
+    that the jobs ahead and this one need; if the GPUs free now cover it, the job starts at the next
+    round; otherwise running jobs are assumed to finish at their predicted time (remaining iterations
+    at their measured or profiled speed) in finishing order, and the job starts at the first round
+    after enough GPUs are freed. It ignores preemption, arrivals and CPU/memory fit; None when the
+    job is infeasible or the running jobs never free enough GPUs (e.g. own commands of unknown
+    length).
+    """
+    conf = scheduler_conf()
+    now = now or timezone.now()
+    pending = list(Job.objects.filter(state=JobState.PENDING))
+    if not pending:
+        return {}
+    servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
+    inputs = round_inputs(servers=servers, jobs=pending)
+    policy = POLICIES.get(conf.policy)()
+    ordered = policy.order(inputs.views, inputs.snapshot, now.timestamp())
+
+    last = SchedulingRound.objects.order_by("-started_at").values_list("started_at", flat=True).first()
+    round_td = timedelta(seconds=conf.round_s)
+    next_round = max(now, last + round_td) if last is not None else now
+
+    def align(t: datetime) -> datetime:
+        if t <= next_round:
+            return next_round
+        return next_round + math.ceil((t - next_round) / round_td) * round_td
+
+    finishes = sorted(_running_finish_times(now=now))
+    free = inputs.snapshot.free_gpu_count
+    need = freed = k = 0
+    last_finish: datetime | None = None
+    result: dict[int, QueueEntry] = {}
+    for pos, view in enumerate(ordered, start=1):
+        job = inputs.jobs[view.job_id]
+        if job.pending_reason == PendingReason.INFEASIBLE or view.num_gpus > inputs.snapshot.total_gpus:
+            result[job.id] = QueueEntry(pos, None)
+            continue
+        need += view.num_gpus
+        while free + freed < need and k < len(finishes):
+            last_finish, gpus = finishes[k]
+            freed += gpus
+            k += 1
+        if free + freed < need:
+            result[job.id] = QueueEntry(pos, None)
+        else:
+            result[job.id] = QueueEntry(pos, next_round if last_finish is None else align(last_finish))
+    return result
+
+
+def _running_finish_times(*, now: datetime) -> list[tuple[datetime, int]]:
+    """(predicted end, GPUs) of each running job with a known length."""
+    speeds: dict[int, list[tuple[float, float | None]]] = defaultdict(list)
+    for job_id, speedup, ips in Allocation.objects.filter(
+        ended_at__isnull=True, job__state=JobState.RUNNING
+    ).values_list("job_id", "speedup", "iters_per_s"):
+        speeds[job_id].append((speedup, ips))
+    out = []
+    for job_id, gpus, total, done, iter_time_s in Job.objects.filter(
+        state=JobState.RUNNING, workload__isnull=False
+    ).values_list("id", "num_gpus", "total_iters", "done_iters", "workload__iter_time_s"):
+        leases = speeds.get(job_id)
+        if not leases:
+            continue
+        measured = [ips for _, ips in leases if ips]
+        rate = max(measured) if measured else min(s for s, _ in leases) / iter_time_s
+        if rate <= 0:
+            continue
+        out.append((now + timedelta(seconds=max(0, total - done) / rate), gpus))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cluster overview
+# ---------------------------------------------------------------------------------------------------
+
+
+def cluster_overview() -> dict[str, Any]:
+    """Every server with its state, capacity and what active leases use of it, plus cluster totals."""
+    servers = list(Server.objects.order_by("name"))
+    holders = dict(
+        AllocationGpu.objects.filter(released_at__isnull=True).values_list("gpu_id", "allocation__job_id")
+    )
+    used = {
+        row["server_id"]: row
+        for row in Allocation.objects.filter(ended_at__isnull=True)
+        .values("server_id")
+        .annotate(cpus=Sum("num_cpus"), mem_gb=Sum("mem_gb"))
+    }
+    gpus_by_server: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for gpu_id, server_id, index, uuid in gpus_active(server_ids=[s.id for s in servers]):
+        gpus_by_server[server_id].append(
+            {"index": index, "uuid": uuid, "busy": gpu_id in holders, "job_id": holders.get(gpu_id)}
+        )
+    totals = dict.fromkeys(
+        (
+            "servers",
+            "gpus",
+            "cpus",
+            "mem_gb",
+            "gpus_in_use",
+            "cpus_in_use",
+            "mem_gb_in_use",
+            "schedulable_gpus",
+        ),
+        0,
+    )
+    rows = []
+    for s in servers:
+        gpus = gpus_by_server.get(s.id, [])
+        row = {
+            "name": s.name,
+            "hostname": s.hostname,
+            "state": s.state,
+            "state_reason": s.state_reason,
+            "gpu_model": s.gpu_model,
+            "last_heartbeat_at": s.last_heartbeat_at,
+            "agent_version": s.agent_version,
+            "capacity": {"gpus": len(gpus), "cpus": s.num_cpus, "mem_gb": s.mem_gb},
+            "in_use": {
+                "gpus": sum(1 for g in gpus if g["busy"]),
+                "cpus": used.get(s.id, {}).get("cpus") or 0,
+                "mem_gb": used.get(s.id, {}).get("mem_gb") or 0.0,
+            },
+            "gpus": gpus,
+        }
+        rows.append(row)
+        totals["servers"] += 1
+        totals["gpus"] += row["capacity"]["gpus"]
+        totals["cpus"] += s.num_cpus
+        totals["mem_gb"] += s.mem_gb
+        totals["gpus_in_use"] += row["in_use"]["gpus"]
+        totals["cpus_in_use"] += row["in_use"]["cpus"]
+        totals["mem_gb_in_use"] += row["in_use"]["mem_gb"]
+        if s.state in SCHEDULABLE_STATES:
+            totals["schedulable_gpus"] += row["capacity"]["gpus"]
+    return {"totals": totals, "servers": rows}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Agent commands
+# ---------------------------------------------------------------------------------------------------
+
+
+def _start_command(allocation: Allocation) -> dict[str, Any]:
+    job = allocation.job
+    env = {"ATTUNE_JOB_ID": str(job.id), "ATTUNE_MEM_GB": f"{allocation.mem_gb:g}"}
+    if job.workload is not None:
+        argv = [
+            "python",
+            "-m",
+            "agent.workload",
+            "--model",
+            job.workload.name,
+            "--iters",
+            str(job.total_iters),
+        ]
+        env["ATTUNE_PROFILE_JSON"] = json.dumps(workload_profile_json(job.workload), separators=(",", ":"))
+    else:
+        argv = ["sh", "-c", job.command]
+    return {
+        "kind": "start",
+        "lease_id": str(allocation.lease_id),
+        "job_id": job.id,
+        "job_name": job.name,
+        "argv": argv,
+        "env": env,
+        "gpu_uuids": [hold.gpu.uuid for hold in allocation.gpu_holds.all()],
+        "num_cpus": allocation.num_cpus,
+        "mem_gb": allocation.mem_gb,
+        "resume_iters": job.done_iters,
+    }
+
+
+def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str, Any]]:
+    """The commands that bring `server` to the state the scheduler decided, from database state only.
+
+    - start: an active lease of this server whose job is RUNNING and which the agent does not run;
+    - preempt / cancel: a lease the agent runs that the service has ended (preempted by a round, or
+      ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
+    - drain: the server is DRAINING or DRAINED.
+    Computed afresh on every poll, so a lost answer is simply repeated by the next one.
+    """
+    conf = scheduler_conf()
+    running = set(running)
+    holds = (
+        AllocationGpu.objects.filter(released_at__isnull=True).select_related("gpu").order_by("gpu__index")
+    )
+    active = (
+        Allocation.objects.filter(server=server, ended_at__isnull=True)
+        .select_related("job", "job__workload")
+        .prefetch_related(Prefetch("gpu_holds", queryset=holds))
+        .order_by("started_at", "id")
+    )
+    commands: list[dict[str, Any]] = []
+    live: set[UUID] = set()
+    for allocation in active:
+        if allocation.job.state != JobState.RUNNING:
+            continue
+        live.add(allocation.lease_id)
+        if allocation.lease_id not in running:
+            commands.append(_start_command(allocation))
+    stale = running - live
+    if stale:
+        ended = dict(
+            Allocation.objects.filter(server=server, lease_id__in=stale).values_list("lease_id", "end_reason")
+        )
+        for lease_id in sorted(stale, key=str):
+            if ended.get(lease_id) in PREEMPT_END_REASONS:
+                commands.append(
+                    {"kind": "preempt", "lease_id": str(lease_id), "grace_s": conf.preempt_grace_s}
+                )
+            else:
+                commands.append({"kind": "cancel", "lease_id": str(lease_id), "grace_s": conf.cancel_grace_s})
+    if server.state in (NodeState.DRAINING, NodeState.DRAINED):
+        commands.append({"kind": "drain"})
+    return commands

@@ -11,7 +11,7 @@ from profiles_app.catalog import load_catalog
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import POLICIES, Policy
-from scheduler_app.core.types import JobView, Outcome, Placement, SensitivityProfile
+from scheduler_app.core.types import JobView, Outcome, Placement, RoundPlan, SensitivityProfile
 from scheduler_app.simulator.cluster import ClusterSpec
 from scheduler_app.simulator.metrics import (
     JobRecord,
@@ -145,6 +145,135 @@ def _resources(placement: Placement, profile: SensitivityProfile) -> tuple[int, 
     return gpus, cpus, mem_gb, cpus_used, mem_used
 
 
+def _advance(
+    job: _SimJob, speedup: float, overhead_s: float, now_s: float, round_s: float, round_end: bool
+) -> float:
+    """Run `job` for one round at `speedup`, setting finish_s if it completes; return the seconds held."""
+    if not speedup > 0:
+        raise ValueError(f"allocator gave job {job.job_id} a non-positive speedup {speedup}")
+    run_s = round_s - overhead_s if overhead_s < round_s else 0.0
+    if round_end:
+        # The reference credits floor(round / effective iteration time) whole iterations per round
+        # and finishes the job when its lease ends.
+        if run_s > 0:
+            job.done_iters += math.floor(run_s / (job.iter_time_s / speedup))
+        if job.done_iters >= job.total_iters:
+            job.done_iters = job.total_iters
+            job.finish_s = now_s + round_s
+        return round_s
+    need_s = (job.total_iters - job.done_iters) * job.iter_time_s / speedup
+    if need_s <= run_s * (1.0 + _FINISH_REL_TOL):
+        job.done_iters = job.total_iters
+        job.finish_s = now_s + overhead_s + need_s
+        return overhead_s + need_s
+    job.done_iters += run_s * speedup / job.iter_time_s
+    return round_s
+
+
+class _Run:
+    """The mutable state of one simulation: who is active and running, and the running totals."""
+
+    def __init__(self, *, round_s: float, round_end: bool, restart_overhead_s: float) -> None:
+        self.round_s = round_s
+        self.round_end = round_end
+        self.restart_overhead_s = restart_overhead_s
+        self.active: dict[int, _SimJob] = {}  # arrived and unfinished, in arrival order
+        self.running: dict[int, _SimJob] = {}  # placed in the previous round, unfinished
+        self.infeasible = 0
+        # Resource-seconds: GPUs, cores, GB allocated; cores and GB turned into speed.
+        self.totals = [0.0, 0.0, 0.0, 0.0, 0.0]
+        self.series = UtilisationSeries()
+
+    def views(self) -> list[JobView]:
+        return [job.view if job.view is not None else job.job_view() for job in self.active.values()]
+
+    def apply(self, plan: RoundPlan, now_s: float) -> tuple[int, list[_SimJob]]:
+        """Apply one round's plan; returns how many jobs were placed and those that finished."""
+        active = self.active
+        round_s, round_end, restart_overhead_s = self.round_s, self.round_end, self.restart_overhead_s
+        new_running: dict[int, _SimJob] = {}
+        done_now: list[_SimJob] = []
+        sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # this round's GPUs, cores, GB, useful cores, useful GB
+        totals = self.totals
+        for decision in plan.decisions:
+            placement = decision.placement
+            if placement is None:
+                if decision.outcome is Outcome.INFEASIBLE:
+                    self._drop(decision.job_id, decision.reason)
+                continue
+            job = active[decision.job_id]
+            previous = job.current
+            same = previous is not None and placement.shares == previous.shares
+            if previous is not None and not same:
+                job.preemptions += 1  # moved: the lease does not continue
+            overhead_s = restart_overhead_s if (job.has_run and not same) else 0.0
+            if job.start_s is None:
+                job.start_s = now_s
+            held_s = _advance(job, placement.speedup, overhead_s, now_s, round_s, round_end)
+            job.attained_gpu_s += held_s * job.num_gpus
+            job.current = placement
+            job.has_run = True
+            job.view = None
+            if not same or job.resources is None:
+                job.resources = _resources(placement, job.profile)
+            gpus, cpus, mem_gb, cpus_used, mem_used = job.resources
+            sums[0] += gpus
+            sums[1] += cpus
+            sums[2] += mem_gb
+            sums[3] += cpus_used
+            sums[4] += mem_used
+            totals[0] += gpus * held_s
+            totals[1] += cpus * held_s
+            totals[2] += mem_gb * held_s
+            totals[3] += cpus_used * held_s
+            totals[4] += mem_used * held_s
+            if job.finish_s is not None:
+                done_now.append(job)
+            else:
+                new_running[job.job_id] = job
+
+        # Jobs that ran last round and got nothing this round are preempted (paused).
+        for job_id, job in self.running.items():
+            if job_id not in new_running and job.finish_s is None and job_id in active:
+                job.preemptions += 1
+                job.current = None
+                job.view = None
+        self.running = new_running
+        placed = len(new_running) + len(done_now)
+        self.series.append(now_s, int(sums[0]), *sums[1:], placed, len(active) - placed)
+        for job in done_now:
+            del active[job.job_id]
+            job.current = None
+        return placed, done_now
+
+    def _drop(self, job_id: int, reason: str) -> None:
+        job = self.active.pop(job_id)
+        self.running.pop(job_id, None)
+        self.infeasible += 1
+        logger.warning(
+            "job %d (%s, %d GPUs) can never run on this cluster (%s); dropped",
+            job.job_id, job.model, job.num_gpus, reason,
+        )
+
+
+def _load_jobs(trace: Sequence[TraceJob], profiles: Mapping[str, SensitivityProfile]) -> list[_SimJob]:
+    """Per-job state in arrival order (ties by id); unknown models and duplicate ids raise TraceError."""
+    sim_jobs: list[_SimJob] = []
+    seen_ids: set[int] = set()
+    for tj in sorted(trace, key=lambda j: (j.arrival_s, j.job_id)):
+        if tj.job_id in seen_ids:
+            raise TraceError(f"duplicate job_id {tj.job_id} in trace")
+        seen_ids.add(tj.job_id)
+        try:
+            profile = profiles[tj.model]
+        except KeyError:
+            raise TraceError(
+                f"job {tj.job_id}: unknown model {tj.model!r}; valid: {', '.join(sorted(profiles))}"
+            ) from None
+        sim_jobs.append(_SimJob(tj, profile))
+    return sim_jobs
+
+
 def simulate(
     trace: Sequence[TraceJob],
     cluster: ClusterSpec,
@@ -177,8 +306,8 @@ def simulate(
     When no job is runnable the clock jumps to the first round at or after the next arrival.
     JCT statistics cover the jobs with ids in [lo, hi) of `measured_job_ids` (all jobs when None);
     `stop_when_measured` ends the run once they have all finished (the reference's steady-state
-    measurement). `progress(fraction_finished)` is called as jobs finish.
-    Unknown policy/allocator names raise UnknownNameError; unknown models raise TraceError.
+    measurement). `max_time_s` stops the clock there. `progress(fraction_finished)` is called as
+    jobs finish. Unknown policy/allocator names raise UnknownNameError; unknown models TraceError.
     """
     wall_start = time.perf_counter()
     if not round_s > 0:
@@ -190,57 +319,36 @@ def simulate(
     if measured_job_ids is not None and measured_job_ids[0] >= measured_job_ids[1]:
         raise ValueError(f"measured_job_ids must be a non-empty [lo, hi) range, got {measured_job_ids}")
     policy_obj, allocator_obj, policy_name, allocator_name = _resolve(policy, allocator)
-    profiles = load_catalog() if catalog is None else catalog
-
-    sim_jobs: list[_SimJob] = []
-    seen_ids: set[int] = set()
-    for tj in sorted(trace, key=lambda j: (j.arrival_s, j.job_id)):
-        if tj.job_id in seen_ids:
-            raise TraceError(f"duplicate job_id {tj.job_id} in trace")
-        seen_ids.add(tj.job_id)
-        try:
-            profile = profiles[tj.model]
-        except KeyError:
-            raise TraceError(
-                f"job {tj.job_id}: unknown model {tj.model!r}; valid: {', '.join(sorted(profiles))}"
-            ) from None
-        sim_jobs.append(_SimJob(tj, profile))
-
+    sim_jobs = _load_jobs(trace, load_catalog() if catalog is None else catalog)
     if measured_job_ids is None:
         measured = list(sim_jobs)
     else:
-        lo, hi = measured_job_ids
-        measured = [j for j in sim_jobs if lo <= j.job_id < hi]
-    measured_left = len(measured)
+        measured = [j for j in sim_jobs if measured_job_ids[0] <= j.job_id < measured_job_ids[1]]
     measured_ids = {j.job_id for j in measured}
-
-    snapshot = cluster.snapshot()  # immutable: shared by every round
+    measured_left = len(measured)
     if first_round_s is None:
         t0 = default_first_round_s([j.arrival_s for j in sim_jobs], round_s)
     else:
         t0 = float(first_round_s)
-    series = UtilisationSeries()
-    gpu_alloc_s = cpu_alloc_s = mem_alloc_s = cpu_used_s = mem_used_s = 0.0
 
+    snapshot = cluster.snapshot()  # immutable: shared by every round
+    run = _Run(round_s=round_s, round_end=finish_at_round_end, restart_overhead_s=restart_overhead_s)
+    active = run.active
     num_jobs = len(sim_jobs)
     next_idx = 0  # next job of sim_jobs (sorted by arrival) to admit
-    active: dict[int, _SimJob] = {}  # arrived and unfinished, in arrival order
-    running: dict[int, _SimJob] = {}  # placed in the previous round
-    finished = 0
-    infeasible = 0
+    finished = rounds = k = 0
     last_reported = -1
-    rounds = 0
-    k = 0
     stopped_early = False
-    round_end_mode = finish_at_round_end
+
+    def next_round_after_arrival() -> int:
+        # The first round boundary at or after the next arrival (never the current round again).
+        return max(k + 1, math.ceil((sim_jobs[next_idx].arrival_s - t0) / round_s))
 
     while True:
         now_s = t0 + k * round_s
         if max_time_s is not None and now_s > max_time_s:
             stopped_early = True
-            logger.warning(
-                "simulation stopped at max_time_s=%s with %d jobs unfinished", max_time_s, len(active)
-            )
+            logger.warning("stopped at max_time_s=%s with %d jobs unfinished", max_time_s, len(active))
             break
         while next_idx < num_jobs and sim_jobs[next_idx].arrival_s <= now_s:
             job = sim_jobs[next_idx]
@@ -249,129 +357,33 @@ def simulate(
         if not active:
             if next_idx >= num_jobs:
                 break
-            # Idle cluster: jump to the first round boundary at or after the next arrival.
-            k = max(k + 1, math.ceil((sim_jobs[next_idx].arrival_s - t0) / round_s))
+            k = next_round_after_arrival()  # idle cluster
             continue
 
-        views = [job.view if job.view is not None else job.job_view() for job in active.values()]
-        plan = schedule_round(snapshot, views, policy=policy_obj, allocator=allocator_obj, now_s=now_s)
+        plan = schedule_round(snapshot, run.views(), policy=policy_obj, allocator=allocator_obj, now_s=now_s)
         rounds += 1
-
-        new_running: dict[int, _SimJob] = {}
-        done_now: list[_SimJob] = []
-        round_gpus = 0
-        round_cpus = round_mem = round_cpus_used = round_mem_used = 0.0
-        for decision in plan.decisions:
-            placement = decision.placement
-            if placement is None:
-                if decision.outcome is Outcome.INFEASIBLE:
-                    job = active.pop(decision.job_id)
-                    running.pop(decision.job_id, None)
-                    infeasible += 1
-                    logger.warning(
-                        "job %d (%s, %d GPUs) can never run on this cluster (%s); dropped",
-                        job.job_id, job.model, job.num_gpus, decision.reason,
-                    )
-                continue
-            job = active[decision.job_id]
-            previous = job.current
-            same = previous is not None and placement.shares == previous.shares
-            if previous is not None and not same:
-                job.preemptions += 1
-            overhead_s = restart_overhead_s if (job.has_run and not same) else 0.0
-            run_s = round_s - overhead_s if overhead_s < round_s else 0.0
-            if job.start_s is None:
-                job.start_s = now_s
-            speedup = placement.speedup
-            if not speedup > 0:
-                raise ValueError(f"allocator gave job {job.job_id} a non-positive speedup {speedup}")
-            if round_end_mode:
-                # The reference credits floor(round / effective iteration time) whole iterations.
-                if run_s > 0:
-                    job.done_iters += math.floor(run_s / (job.iter_time_s / speedup))
-                held_s = round_s
-                if job.done_iters >= job.total_iters:
-                    job.done_iters = job.total_iters
-                    job.finish_s = now_s + round_s
-            else:
-                need_s = (job.total_iters - job.done_iters) * job.iter_time_s / speedup
-                if need_s <= run_s * (1.0 + _FINISH_REL_TOL):
-                    held_s = overhead_s + need_s
-                    job.done_iters = job.total_iters
-                    job.finish_s = now_s + held_s
-                else:
-                    held_s = round_s
-                    job.done_iters += run_s * speedup / job.iter_time_s
-            job.attained_gpu_s += held_s * job.num_gpus
-            job.current = placement
-            job.has_run = True
-            job.view = None
-
-            if not same or job.resources is None:
-                job.resources = _resources(placement, job.profile)
-            num_gpus, num_cpus, mem_gb, cpus_used, mem_used = job.resources
-            round_gpus += num_gpus
-            round_cpus += num_cpus
-            round_mem += mem_gb
-            round_cpus_used += cpus_used
-            round_mem_used += mem_used
-            gpu_alloc_s += num_gpus * held_s
-            cpu_alloc_s += num_cpus * held_s
-            mem_alloc_s += mem_gb * held_s
-            cpu_used_s += cpus_used * held_s
-            mem_used_s += mem_used * held_s
-
-            if job.finish_s is not None:
-                done_now.append(job)
-            else:
-                new_running[job.job_id] = job
-
-        # Jobs that ran last round and got nothing this round are preempted (paused).
-        for job_id, job in running.items():
-            if job_id not in new_running and job.finish_s is None and job_id in active:
-                job.preemptions += 1
-                job.current = None
-                job.view = None
-        running = new_running
-
-        series.append(
-            now_s, round_gpus, round_cpus, round_mem, round_cpus_used, round_mem_used,
-            len(new_running) + len(done_now), len(active) - len(new_running) - len(done_now),
-        )
-
-        for job in done_now:
-            del active[job.job_id]
-            job.current = None
-            finished += 1
-            if job.job_id in measured_ids:
-                measured_left -= 1
-        if progress is not None and done_now:
-            pct = (100 * finished) // num_jobs
-            if pct != last_reported:
-                last_reported = pct
-                progress(finished / num_jobs)
+        placed, done_now = run.apply(plan, now_s)
+        finished += len(done_now)
+        measured_left -= sum(1 for job in done_now if job.job_id in measured_ids)
+        if progress is not None and done_now and (100 * finished) // num_jobs != last_reported:
+            last_reported = (100 * finished) // num_jobs
+            progress(finished / num_jobs)
         if stop_when_measured and measured_left == 0:
             stopped_early = next_idx < num_jobs or bool(active)
             break
-
-        if not new_running and not done_now:
-            # Nothing placed on an all-free cluster: no input will change until the next arrival.
-            if next_idx >= num_jobs:
-                stopped_early = True
-                logger.warning(
-                    "no job can be placed and none will arrive; %d jobs left unfinished", len(active)
-                )
-                break
-            k = max(k + 1, math.ceil((sim_jobs[next_idx].arrival_s - t0) / round_s))
-        else:
+        if placed:
             k += 1
+        elif next_idx < num_jobs:
+            # Nothing placed on an all-free cluster: no input changes until the next arrival.
+            k = next_round_after_arrival()
+        else:
+            stopped_early = True
+            logger.warning("no job can be placed and none will arrive; %d jobs left unfinished", len(active))
+            break
 
     wall_s = time.perf_counter() - wall_start
-    records = [job.record() for job in sorted(sim_jobs, key=lambda j: j.job_id)]
     finish_times = [j.finish_s for j in sim_jobs if j.finish_s is not None]
-    admitted_arrivals = [j.arrival_s for j in sim_jobs[:next_idx]]
-    makespan_s = max(finish_times) - min(admitted_arrivals) if finish_times else 0.0
-    jcts = [j.finish_s - j.arrival_s for j in measured if j.finish_s is not None]
+    makespan_s = max(finish_times) - min(j.arrival_s for j in sim_jobs[:next_idx]) if finish_times else 0.0
     result = SimulationResult(
         policy=policy_name,
         allocator=allocator_name,
@@ -384,15 +396,15 @@ def simulate(
         jobs=num_jobs,
         finished_jobs=finished,
         measured_job_ids=measured_job_ids,
-        jct=jct_stats(jcts),
+        jct=jct_stats([j.finish_s - j.arrival_s for j in measured if j.finish_s is not None]),
         makespan_s=makespan_s,
-        totals=ResourceTotals(gpu_alloc_s, cpu_alloc_s, mem_alloc_s, cpu_used_s, mem_used_s),
+        totals=ResourceTotals(*run.totals),
         rounds=rounds,
         wall_s=wall_s,
-        records=records,
-        utilisation=series,
+        records=[job.record() for job in sorted(sim_jobs, key=lambda j: j.job_id)],
+        utilisation=run.series,
         stopped_early=stopped_early,
-        infeasible_jobs=infeasible,
+        infeasible_jobs=run.infeasible,
     )
     logger.info(
         "simulated %d jobs (%s+%s) in %d rounds, %.2f s: avg JCT %.2f h, makespan %.2f h",

@@ -1,0 +1,266 @@
+"""The agent: registers, heartbeats, polls for commands, supervises leases and ships reports (threads)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent import __version__
+from agent.client import ServiceClient, ServiceError, call_with_retry
+from agent.clock import utc_iso
+from agent.gpus import GpuBackend, GpuBackendError
+from agent.host import HostBackend
+from agent.launcher import Launcher, ProcessLauncher, choose_isolation
+from agent.leases import LeaseManager
+from agent.sender import ReportSender
+from agent.spool import Spool
+
+log = logging.getLogger(__name__)
+
+
+class AgentFatalError(RuntimeError):
+    """The agent cannot run (bad token, GPU UUID conflict...); retrying will not help."""
+
+
+@dataclass
+class AgentConfig:
+    """Settings of one agent; the intervals are defaults until the register answer overrides them."""
+
+    server_url: str
+    token: str
+    name: str = socket.gethostname()
+    spool_dir: Path = Path("var/agent/spool")
+    work_dir: Path = Path("var/agent/work")
+    time_scale: float = 1.0
+    storage_mbps: float = 0.0
+    isolation: str = "auto"
+    heartbeat_interval_s: float = 5.0
+    poll_interval_s: float = 2.0
+    progress_interval_s: float = 3.0
+    log_interval_s: float = 1.0
+    tick_s: float = 0.2
+    max_backoff_s: float = 30.0
+    http_timeout_s: float = 10.0
+    stop_leases_on_exit: bool = False
+    exit_grace_s: float = 10.0
+
+
+class Agent:
+    """One node's agent. `run()` blocks until `stop()`; the pieces are public so tests can drive them.
+
+    Threads: supervisor (reaps and signals processes, ships logs/progress into the spool), sender (spool ->
+    service), heartbeat, poll. Only the sender, heartbeat and poll threads touch the network, so a slow or
+    dead service never delays a SIGKILL that a grace period calls for.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        gpu_backend: GpuBackend,
+        host_backend: HostBackend,
+        launcher: Launcher | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self.gpu_backend = gpu_backend
+        self.host_backend = host_backend
+        self.gpus = gpu_backend.inventory()
+        self.stop_event = threading.Event()
+        self.spool = Spool(config.spool_dir / "spool.sqlite3")
+        self.client = ServiceClient(
+            config.server_url, config.token, timeout_s=config.http_timeout_s, transport=transport
+        )
+        self.launcher = launcher or ProcessLauncher(isolation=choose_isolation(config.isolation))
+        self.sender = ReportSender(
+            self.spool, self.client, stop_event=self.stop_event, max_backoff_s=config.max_backoff_s
+        )
+        self.leases = LeaseManager(
+            spool=self.spool,
+            launcher=self.launcher,
+            gpu_uuids=[g.uuid for g in self.gpus],
+            num_cpus=host_backend.inventory().num_cpus,
+            work_dir=config.work_dir,
+            time_scale=config.time_scale,
+            progress_interval_s=config.progress_interval_s,
+            log_interval_s=config.log_interval_s,
+            on_report=self.sender.notify,
+        )
+        self.heartbeat_interval_s = config.heartbeat_interval_s
+        self.poll_interval_s = config.poll_interval_s
+        self.registered = threading.Event()
+        self.fatal_error: AgentFatalError | None = None
+        self._threads: list[threading.Thread] = []
+        self._shut_down = False
+
+    # -- protocol steps ------------------------------------------------------------------------
+
+    def registration(self) -> dict[str, Any]:
+        inventory = self.host_backend.inventory()
+        return {
+            "agent_version": __version__,
+            "hostname": self.config.name,
+            "num_cpus": inventory.num_cpus,
+            "mem_gb": inventory.mem_gb,
+            "storage_mbps": self.config.storage_mbps,
+            "gpus": [g.as_json() for g in self.gpus],
+            "cgroup_mode": self.launcher.isolation,
+        }
+
+    def register(self) -> dict[str, Any]:
+        """Register, retrying with backoff until the service answers; AgentFatalError on a 4xx."""
+        payload = self.registration()
+        try:
+            answer = call_with_retry(
+                lambda: self.client.register(payload),
+                stop_event=self.stop_event,
+                max_backoff_s=self.config.max_backoff_s,
+                what="register",
+            )
+        except ServiceError as exc:
+            if self.stop_event.is_set() and exc.retryable:
+                raise
+            if exc.status_code == 409:
+                raise AgentFatalError(f"another server already registered these GPUs: {exc.body}") from exc
+            if exc.status_code in (401, 403):
+                raise AgentFatalError(f"the service refused the agent token: {exc.body}") from exc
+            raise AgentFatalError(f"registration refused: {exc}") from exc
+        self.heartbeat_interval_s = float(answer.get("heartbeat_interval_s") or self.heartbeat_interval_s)
+        self.poll_interval_s = float(answer.get("poll_interval_s") or self.poll_interval_s)
+        log.info(
+            "registered as %s: %d GPUs (%s), %d cores, %.1f GB, isolation %s; heartbeat %.1fs, poll %.1fs",
+            answer.get("server", self.config.name),
+            len(self.gpus),
+            self.gpu_backend.name,
+            payload["num_cpus"],
+            payload["mem_gb"],
+            self.launcher.isolation,
+            self.heartbeat_interval_s,
+            self.poll_interval_s,
+        )
+        self.registered.set()
+        return answer
+
+    def heartbeat_once(self) -> dict[str, Any]:
+        host = self.host_backend.sample()
+        try:
+            gpus = [s.as_json() for s in self.gpu_backend.sample(self.leases.busy_gpu_uuids())]
+        except GpuBackendError as exc:  # still tell the service we are alive
+            log.warning("GPU usage unavailable: %s", exc)
+            gpus = []
+        return self.client.heartbeat(
+            {
+                "sampled_at": utc_iso(),
+                "cpu_util_pct": host.cpu_util_pct,
+                "mem_used_gb": host.mem_used_gb,
+                "gpus": gpus,
+            }
+        )
+
+    def poll_once(self) -> list[dict[str, Any]]:
+        answer = self.client.poll(self.leases.running_ids())
+        commands = answer.get("commands") or []
+        self.leases.apply_commands(commands)
+        return commands
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def _every(self, name: str, interval_s: Callable[[], float], step: Callable[[], object]) -> None:
+        """Run `step` every interval until stopped; failures are logged (once per outage) and retried."""
+        failing = False
+        while not self.stop_event.is_set():
+            try:
+                step()
+                if failing:
+                    log.info("%s: the service answers again", name)
+                failing = False
+            except ServiceError as exc:
+                log.log(logging.DEBUG if failing else logging.WARNING, "%s failed: %s", name, exc)
+                failing = True
+            except Exception:
+                log.exception("%s failed", name)
+            self.stop_event.wait(interval_s())
+
+    def _supervise_loop(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.leases.tick()
+            except Exception:
+                log.exception("supervision failed")
+            self.stop_event.wait(self.config.tick_s)
+
+    def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def start(self) -> None:
+        """Adopt surviving leases, then run every thread; registration runs in its own thread too."""
+        self.leases.restore()
+        self._spawn("supervisor", self._supervise_loop)
+        self.sender.start()
+        self._spawn("register-poll", self._main)
+
+    def _main(self) -> None:
+        try:
+            self.register()
+        except AgentFatalError as exc:
+            self.fatal_error = exc
+            log.error("%s", exc)
+            self.stop_event.set()
+            return
+        except ServiceError:
+            return  # stopped while retrying
+        self._spawn(
+            "heartbeat", self._every, "heartbeat", lambda: self.heartbeat_interval_s, self.heartbeat_once
+        )
+        self._every("poll", lambda: self.poll_interval_s, self.poll_once)
+
+    def run(self) -> None:
+        """Start and block until stopped (signal handler or fatal error). Raises AgentFatalError."""
+        self.start()
+        while not self.stop_event.wait(1.0):  # a timed wait: signal handlers run promptly in the main thread
+            pass
+        self.shutdown()
+        if self.fatal_error is not None:
+            raise self.fatal_error
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def shutdown(self, *, timeout_s: float = 5.0) -> None:
+        """Stop the threads and close the spool.
+
+        By default running leases keep running (each shim leads its own session, so the agent's exit does
+        not touch it), and the next agent adopts them; with `stop_leases_on_exit` they get SIGTERM,
+        `exit_grace_s`, SIGKILL, and their `exited` reports are spooled (sent now if the service answers
+        at once, else by the next agent).
+        """
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.stop_event.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self.sender.join(timeout_s)
+        if self.config.stop_leases_on_exit:
+            self.leases.stop_all(grace_s=self.config.exit_grace_s)
+            try:
+                self.sender.send_batch()  # one attempt: stop_event is set, so no retries
+            except ServiceError as exc:
+                log.info("exit reports stay spooled for the next agent: %s", exc)
+        left = self.leases.running_ids()
+        if left:
+            log.info(
+                "leaving %d lease(s) running for the next agent to adopt: %s", len(left), ", ".join(left)
+            )
+        self.client.close()
+        self.spool.close()
+        self.gpu_backend.close()

@@ -1,0 +1,120 @@
+"""Command line of the node agent: parse options, pick the backends, run until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from agent import __version__
+from agent.agent import Agent, AgentConfig, AgentFatalError
+from agent.gpus import GpuBackendError, select_gpu_backend
+from agent.host import PsutilHostBackend
+from agent.launcher import ISOLATION_MODES
+from agent.spool import SpoolLockedError
+
+log = logging.getLogger("agent")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agent", description="Attune node agent.")
+    parser.add_argument("--server", required=True, help="service base URL, e.g. http://attune:8000")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("ATTUNE_AGENT_TOKEN"),
+        help="this server's agent token (default: $ATTUNE_AGENT_TOKEN)",
+    )
+    parser.add_argument(
+        "--name",
+        default=socket.gethostname(),
+        help="node name reported as hostname; seeds fake GPU UUIDs (default: hostname)",
+    )
+    parser.add_argument("--fake-gpus", type=int, default=None, metavar="N", help="run with N synthetic GPUs")
+    parser.add_argument(
+        "--fake-cpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="report N CPU cores (jobs' logical cores map onto the real ones)",
+    )
+    parser.add_argument(
+        "--fake-mem-gb", type=float, default=None, metavar="GB", help="report this much memory"
+    )
+    parser.add_argument("--storage-mbps", type=float, default=0.0, help="storage read bandwidth to report")
+    parser.add_argument("--spool-dir", type=Path, default=None, help="default: var/agent/<name>/spool")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="lease logs and checkpoints (default: var/agent/<name>/work)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="ATTUNE_TIME_SCALE passed to jobs (synthetic workloads run this much faster)",
+    )
+    parser.add_argument("--isolation", default="auto", choices=["auto", *ISOLATION_MODES])
+    parser.add_argument(
+        "--stop-leases-on-exit",
+        action="store_true",
+        help="stop running leases when the agent exits (default: leave them to be adopted)",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("ATTUNE_AGENT_LOG_LEVEL", "INFO"))
+    parser.add_argument("--version", action="version", version=f"attune-agent {__version__}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+    )
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request is noise
+    if not args.token:
+        log.error(
+            "no agent token: pass --token or set ATTUNE_AGENT_TOKEN (issue one with `manage.py node_token`)"
+        )
+        return 2
+    base_dir = Path("var") / "agent" / args.name
+    try:
+        gpu_backend = select_gpu_backend(fake_gpus=args.fake_gpus, agent_name=args.name)
+        host_backend = PsutilHostBackend(report_cpus=args.fake_cpus, report_mem_gb=args.fake_mem_gb)
+    except (GpuBackendError, ValueError) as exc:
+        log.error("%s", exc)
+        return 2
+    config = AgentConfig(
+        server_url=args.server,
+        token=args.token,
+        name=args.name,
+        spool_dir=args.spool_dir or base_dir / "spool",
+        work_dir=(args.work_dir or base_dir / "work").resolve(),
+        time_scale=args.time_scale,
+        storage_mbps=args.storage_mbps,
+        isolation=args.isolation,
+        stop_leases_on_exit=args.stop_leases_on_exit,
+    )
+    try:
+        agent = Agent(config, gpu_backend=gpu_backend, host_backend=host_backend)
+    except SpoolLockedError as exc:
+        log.error("%s", exc)
+        return 2
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("%s received: stopping", signal.Signals(signum).name)
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        agent.run()
+    except AgentFatalError:
+        return 1  # already logged
+    return 0

@@ -1,0 +1,123 @@
+"""HTTP client for the agent protocol (docs/agent-protocol.md): register, heartbeat, poll, reports."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import tenacity
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v1/agent"
+
+
+class ServiceError(Exception):
+    """The service answered with an error, or could not be reached."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+
+    @property
+    def retryable(self) -> bool:
+        """Connection errors, timeouts and 5xx may succeed later; 4xx are about the request itself."""
+        return self.status_code is None or self.status_code >= 500 or self.status_code == 429
+
+
+def is_retryable(exc: BaseException) -> bool:
+    return isinstance(exc, ServiceError) and exc.retryable
+
+
+class ServiceClient:
+    """Thin JSON-over-HTTP wrapper; every method raises ServiceError on failure. Thread-safe."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "attune-agent"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self._http.post(f"{API_PREFIX}/{path}", json=payload)
+        except httpx.HTTPError as exc:  # connection refused, timeout, broken connection...
+            raise ServiceError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                body: Any = response.json()
+            except ValueError:
+                body = response.text[:500]
+            raise ServiceError(
+                f"POST {path}: HTTP {response.status_code}: {body}",
+                status_code=response.status_code,
+                body=body,
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ServiceError(f"POST {path}: answer is not JSON", status_code=response.status_code) from exc
+
+    def register(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._post("register", payload)
+
+    def heartbeat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._post("heartbeat", payload)
+
+    def poll(self, running: list[str]) -> dict[str, Any]:
+        return self._post("poll", {"running": running})
+
+    def send_reports(self, reports: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._post("reports", {"reports": reports})
+
+
+def call_with_retry(
+    fn: Callable[[], Any], *, stop_event: threading.Event, max_backoff_s: float = 30.0, what: str = "call"
+) -> Any:
+    """Call `fn` until it succeeds or fails for good, backing off exponentially on retryable errors.
+
+    Waits with `stop_event.wait`, so an agent shutdown interrupts the backoff at once; raises the last
+    ServiceError when stopped or when the error is not retryable.
+    """
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        level = (
+            logging.WARNING
+            if state.attempt_number in (1, 5) or state.attempt_number % 20 == 0
+            else logging.DEBUG
+        )
+        log.log(
+            level,
+            "%s failed (attempt %d, retrying in %.1fs): %s",
+            what,
+            state.attempt_number,
+            state.upcoming_sleep,
+            exc,
+        )
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(is_retryable),
+        wait=tenacity.wait_exponential(multiplier=0.5, max=max_backoff_s),
+        stop=lambda _state: stop_event.is_set(),
+        sleep=stop_event.wait,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    return retrying(fn)

@@ -1,0 +1,472 @@
+"""The leases an agent runs: starting, stopping (SIGTERM, grace, SIGKILL), supervising and reporting them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.launcher import (
+    ISOLATION_SYSTEMD,
+    ExitStatus,
+    Launcher,
+    LaunchSpec,
+    LeaseProcess,
+    classify_oom,
+)
+from agent.spool import Spool
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_S = 30.0
+MAX_LOG_BYTES_PER_READ = 256 * 1024
+MAX_LOG_LINES_PER_REPORT = 500
+MAX_LOG_LINE_CHARS = 2000
+SAFE_LEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # it names a directory
+
+
+class StartError(ValueError):
+    """A start command that cannot be carried out (malformed, or names a GPU this node does not have)."""
+
+
+@dataclass
+class Lease:
+    """A launched lease and what the agent knows about it. `stop_deadline_s` is wall-clock time."""
+
+    spec: LaunchSpec
+    process: LeaseProcess
+    isolation: str
+    log_offset: int = 0
+    stop_kind: str | None = None
+    stop_deadline_s: float | None = None
+    killed: bool = False
+    done_iters: int | None = None
+    iters_per_s: float | None = None
+    next_log_at_s: float = 0.0  # monotonic
+    next_progress_at_s: float = 0.0  # monotonic
+    gpu_wait_logged: bool = False
+
+    @property
+    def lease_id(self) -> str:
+        return self.spec.lease_id
+
+    def record(self) -> dict[str, Any]:
+        """What the spool keeps so that a restarted agent can adopt the lease."""
+        spec = asdict(self.spec)
+        spec.update(lease_dir=str(self.spec.lease_dir), checkpoint_path=str(self.spec.checkpoint_path))
+        return {
+            "spec": spec,
+            "pid": self.process.pid,
+            "start_ticks": self.process.start_ticks,
+            "isolation": self.isolation,
+            "log_offset": self.log_offset,
+            "stop_kind": self.stop_kind,
+            "stop_deadline_s": self.stop_deadline_s,
+            "killed": self.killed,
+            "done_iters": self.done_iters,
+        }
+
+
+def spec_from_record(spec: dict[str, Any]) -> LaunchSpec:
+    return LaunchSpec(
+        lease_id=spec["lease_id"],
+        job_id=spec["job_id"],
+        argv=tuple(spec["argv"]),
+        env=dict(spec["env"]),
+        gpu_uuids=tuple(spec["gpu_uuids"]),
+        cpus=tuple(spec["cpus"]),
+        mem_gb=float(spec["mem_gb"]),
+        resume_iters=int(spec["resume_iters"]),
+        lease_dir=Path(spec["lease_dir"]),
+        checkpoint_path=Path(spec["checkpoint_path"]),
+        time_scale=float(spec["time_scale"]),
+    )
+
+
+def read_tail_lines(path: Path, max_bytes: int = 8192) -> list[str]:
+    """The last lines of a file (for OOM detection: a MemoryError traceback ends the log)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            return fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+class LeaseManager:
+    """Brings the node to what the service's commands say, and turns what happens into spooled reports.
+
+    Thread-safe: the poll thread calls `apply_commands`/`running_ids`, the supervisor thread `tick`, all
+    under one lock. Nothing here blocks on the network; the sender ships the spooled reports.
+
+    Invariants: a lease id is launched at most once per node (running, or marked finished in the spool);
+    a GPU is used by at most one local process group: a start whose GPUs are still held by a lease
+    (typically one stopping after a preempt) waits until that lease's processes are gone.
+    """
+
+    def __init__(
+        self,
+        *,
+        spool: Spool,
+        launcher: Launcher,
+        gpu_uuids: Sequence[str],
+        num_cpus: int,
+        work_dir: Path,
+        time_scale: float = 1.0,
+        progress_interval_s: float = 3.0,
+        log_interval_s: float = 1.0,
+        on_report: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spool = spool
+        self.launcher = launcher
+        self.gpu_uuids = tuple(gpu_uuids)
+        self.num_cpus = num_cpus
+        self.work_dir = work_dir
+        self.time_scale = time_scale
+        self.progress_interval_s = progress_interval_s
+        self.log_interval_s = log_interval_s
+        self.on_report = on_report
+        self.clock = clock
+        self.leases: dict[str, Lease] = {}
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.draining = False
+        self._lock = threading.RLock()
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def running_ids(self) -> list[str]:
+        """Leases with a live process, stopping ones included (they still hold their GPUs)."""
+        with self._lock:
+            return sorted(self.leases)
+
+    def busy_gpu_uuids(self) -> set[str]:
+        with self._lock:
+            return {uuid for lease in self.leases.values() for uuid in lease.spec.gpu_uuids}
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def apply_commands(self, commands: Iterable[dict[str, Any]]) -> None:
+        """Carry out one poll answer. Starts are queued and launched by `tick` once their GPUs are free."""
+        starts: dict[str, dict[str, Any]] = {}
+        draining = False
+        with self._lock:
+            for command in commands:
+                kind = command.get("kind")
+                if kind == "start" and command.get("lease_id"):
+                    starts[str(command["lease_id"])] = command
+                elif kind in ("preempt", "cancel") and command.get("lease_id"):
+                    self.request_stop(
+                        str(command["lease_id"]), kind, float(command.get("grace_s", DEFAULT_GRACE_S))
+                    )
+                elif kind == "drain":
+                    draining = True
+                else:
+                    log.warning("ignoring unknown command %r", command)
+            if draining != self.draining:
+                log.info(
+                    "node %s: running leases finish, no new ones come",
+                    "draining" if draining else "no longer draining",
+                )
+                self.draining = draining
+            # The answer is recomputed from the service's database on every poll, so the queue is exactly
+            # this answer's starts: a queued start that the service no longer asks for (it ended that lease
+            # before the GPUs became free) is dropped here, never launched late.
+            self.pending = {}
+            for lease_id, command in starts.items():
+                if lease_id in self.leases:
+                    continue  # idempotent: already running
+                if self.spool.is_finished(lease_id):
+                    # The service has not yet applied our `exited` report; never run a lease twice.
+                    log.debug("ignoring start of finished lease %s", lease_id)
+                    continue
+                self.pending[lease_id] = command
+
+    def request_stop(self, lease_id: str, kind: str, grace_s: float) -> None:
+        """SIGTERM the lease's process group now; `tick` sends SIGKILL once `grace_s` has passed."""
+        with self._lock:
+            lease = self.leases.get(lease_id)
+            if lease is None:
+                if self.pending.pop(lease_id, None) is not None:
+                    log.info("dropping queued start of lease %s (%s)", lease_id, kind)
+                return
+            if lease.stop_kind is not None:
+                return  # already stopping: the first deadline stands, repeats of the command change nothing
+            lease.stop_kind = kind
+            lease.stop_deadline_s = time.time() + max(0.0, grace_s)
+            log.info(
+                "%s lease %s: SIGTERM to process group %d, SIGKILL in %.1fs",
+                kind,
+                lease_id,
+                lease.process.pid,
+                grace_s,
+            )
+            lease.process.signal_group(signal.SIGTERM)
+            self.spool.lease_update(lease_id, lease.record())
+
+    # -- supervision ---------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Adopt the leases an earlier run of the agent left running (their shims outlive the agent)."""
+        with self._lock:
+            for lease_id, record in self.spool.leases().items():
+                spec = spec_from_record(record["spec"])
+                process = self.launcher.adopt(record["pid"], record.get("start_ticks"), spec.status_path)
+                self.leases[lease_id] = Lease(
+                    spec=spec,
+                    process=process,
+                    isolation=record["isolation"],
+                    log_offset=int(record.get("log_offset", 0)),
+                    stop_kind=record.get("stop_kind"),
+                    stop_deadline_s=record.get("stop_deadline_s"),
+                    killed=bool(record.get("killed")),
+                    done_iters=record.get("done_iters"),
+                )
+                log.info("adopted lease %s (shim pid %d)", lease_id, record["pid"])
+
+    def tick(self) -> None:
+        """One supervision step: reap, escalate stops, ship logs and progress, launch what can start."""
+        with self._lock:
+            for lease in list(self.leases.values()):
+                try:
+                    self._supervise(lease)
+                except Exception:  # one broken lease must not stop the supervision of the others
+                    log.exception("supervising lease %s failed", lease.lease_id)
+            self._launch_pending()
+
+    def _supervise(self, lease: Lease) -> None:
+        if lease.isolation == ISOLATION_SYSTEMD:
+            lease.process.cgroup_oom_kills()  # sampled while the scope's cgroup still exists
+        status = lease.process.exited()
+        if status is not None:
+            self._finish(lease, status)
+            return
+        now = self.clock()
+        if lease.stop_deadline_s is not None and not lease.killed and time.time() >= lease.stop_deadline_s:
+            log.warning("lease %s did not exit within its grace period: SIGKILL", lease.lease_id)
+            lease.process.signal_group(signal.SIGKILL)
+            lease.killed = True
+            self.spool.lease_update(lease.lease_id, lease.record())
+        if now >= lease.next_log_at_s:
+            lease.next_log_at_s = now + self.log_interval_s
+            self._ship_logs(lease, final=False)
+        if now >= lease.next_progress_at_s:
+            lease.next_progress_at_s = now + self.progress_interval_s
+            self._read_progress(lease)
+
+    def _finish(self, lease: Lease, status: ExitStatus) -> None:
+        # Logs and the last progress first, so that `exited` is the lease's last seq.
+        self._ship_logs(lease, final=True)
+        self._read_progress(lease)
+        oom = classify_oom(
+            status,
+            stop_requested=lease.stop_kind is not None,
+            mem_cap_bytes=lease.spec.mem_cap_bytes,
+            log_tail=read_tail_lines(lease.spec.log_path),
+            cgroup_oom_kills=lease.process.cgroup_oom_kills() if lease.isolation == ISOLATION_SYSTEMD else 0,
+        )
+        data: dict[str, Any] = {
+            "exit_code": status.exit_code,
+            "signal": status.signal,
+            "oom": oom,
+            "done_iters": lease.done_iters,
+            "stop": lease.stop_kind,
+            "killed_after_grace": lease.killed,
+            "peak_rss_mb": round(status.peak_rss_kb / 1024, 1) if status.peak_rss_kb else None,
+        }
+        if status.error:
+            data["error"] = status.error
+        self.spool.lease_finished(lease.lease_id, data)
+        del self.leases[lease.lease_id]
+        log.info(
+            "lease %s exited: code=%s signal=%s oom=%s done_iters=%s",
+            lease.lease_id,
+            status.exit_code,
+            status.signal,
+            oom,
+            lease.done_iters,
+        )
+        self.on_report()
+
+    def _ship_logs(self, lease: Lease, *, final: bool) -> None:
+        path = lease.spec.log_path
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return
+        skipped_bytes = 0
+        if size - lease.log_offset > 4 * MAX_LOG_BYTES_PER_READ or (
+            final and size - lease.log_offset > MAX_LOG_BYTES_PER_READ
+        ):
+            # A job printing faster than we ship: keep the newest output (the service keeps a tail anyway).
+            skipped_bytes = size - MAX_LOG_BYTES_PER_READ - lease.log_offset
+            lease.log_offset = size - MAX_LOG_BYTES_PER_READ
+        if size <= lease.log_offset:
+            return
+        with open(path, "rb") as fh:
+            fh.seek(lease.log_offset)
+            chunk = fh.read(MAX_LOG_BYTES_PER_READ)
+        if not final:
+            end = chunk.rfind(b"\n")
+            if end < 0 and len(chunk) < MAX_LOG_BYTES_PER_READ:
+                return  # wait for the rest of the line
+            chunk = chunk[: end + 1] if end >= 0 else chunk
+        lines = [line[:MAX_LOG_LINE_CHARS] for line in chunk.decode(errors="replace").splitlines()]
+        if skipped_bytes:
+            lines.insert(0, f"[attune-agent: {skipped_bytes} bytes of output skipped]")
+        if len(lines) > MAX_LOG_LINES_PER_REPORT:
+            dropped = len(lines) - MAX_LOG_LINES_PER_REPORT
+            lines = [f"[attune-agent: {dropped} lines skipped]", *lines[-MAX_LOG_LINES_PER_REPORT:]]
+        lease.log_offset += len(chunk)
+        if lines:
+            self.spool.append(lease.lease_id, "log", {"lines": lines})
+            self.on_report()
+        # After the report: a crash in between re-ships these lines, it never loses them.
+        self.spool.lease_update(lease.lease_id, lease.record())
+
+    def _read_progress(self, lease: Lease) -> None:
+        try:
+            data = json.loads(lease.spec.progress_path.read_text())  # written atomically by the workload
+            done_iters = int(data["done_iters"])
+            iters_per_s = float(data.get("iters_per_s") or 0.0)
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if done_iters == lease.done_iters:
+            return
+        lease.done_iters, lease.iters_per_s = done_iters, iters_per_s
+        self.spool.append(lease.lease_id, "progress", {"done_iters": done_iters, "iters_per_s": iters_per_s})
+        self.spool.lease_update(lease.lease_id, lease.record())
+        self.on_report()
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def _launch_pending(self) -> None:
+        for lease_id, command in list(self.pending.items()):
+            gpu_uuids = set(command.get("gpu_uuids") or [])
+            holders = [lease for lease in self.leases.values() if gpu_uuids & set(lease.spec.gpu_uuids)]
+            if holders:
+                # Preempt-then-start on the same GPUs arrives in one poll answer: the old process may still
+                # be checkpointing. Starting now would put two jobs on one GPU (and likely OOM it).
+                for holder in holders:
+                    if holder.stop_kind is None and not holder.gpu_wait_logged:
+                        holder.gpu_wait_logged = True
+                        log.warning(
+                            "lease %s waits for GPUs held by running lease %s, which the service "
+                            "has not asked to stop",
+                            lease_id,
+                            holder.lease_id,
+                        )
+                continue
+            cpus = self._choose_cpus(int(command.get("num_cpus") or 1))
+            if cpus is None:
+                continue
+            del self.pending[lease_id]
+            self._launch(lease_id, command, cpus)
+
+    def _choose_cpus(self, num_cpus: int) -> tuple[int, ...] | None:
+        """Lowest free logical cores; None to wait for a stopping lease's cores; overlap as a last resort."""
+        use_count = dict.fromkeys(range(self.num_cpus), 0)
+        for lease in self.leases.values():
+            for cpu in lease.spec.cpus:
+                if cpu in use_count:
+                    use_count[cpu] += 1
+        free = [cpu for cpu, used in use_count.items() if used == 0]
+        if len(free) >= num_cpus:
+            return tuple(free[:num_cpus])
+        if any(lease.stop_kind is not None for lease in self.leases.values()):
+            return None
+        # The service's books say the cores are free but ours do not (a lease it forgot, or an overcommit):
+        # share the least used cores rather than refuse the service forever.
+        log.warning("only %d free cores for a %d-core lease: sharing cores", len(free), num_cpus)
+        by_use = sorted(use_count, key=lambda cpu: (use_count[cpu], cpu))
+        return tuple(sorted(by_use[: min(num_cpus, self.num_cpus)]))
+
+    def _spec_for(self, lease_id: str, command: dict[str, Any], cpus: tuple[int, ...]) -> LaunchSpec:
+        if not SAFE_LEASE_ID.match(lease_id):
+            raise StartError(f"unsafe lease id {lease_id!r}")
+        argv = command.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise StartError(f"argv must be a non-empty list of strings, not {argv!r}")
+        gpu_uuids = tuple(command.get("gpu_uuids") or [])
+        unknown = [u for u in gpu_uuids if u not in self.gpu_uuids]
+        if unknown:
+            raise StartError(f"this node has no GPU {', '.join(unknown)}")
+        mem_gb = float(command.get("mem_gb") or 0)
+        if mem_gb <= 0:
+            raise StartError(f"mem_gb must be positive, not {command.get('mem_gb')!r}")
+        job_id = command.get("job_id")
+        lease_dir = self.work_dir / "leases" / lease_id
+        # Per job, not per lease: a preempted job resumes from it on its next lease on this node.
+        checkpoint_name = f"job-{int(job_id)}.json" if job_id is not None else f"lease-{lease_id}.json"
+        env = {str(k): str(v) for k, v in (command.get("env") or {}).items()}
+        return LaunchSpec(
+            lease_id=lease_id,
+            job_id=int(job_id) if job_id is not None else None,
+            argv=tuple(argv),
+            env=env,
+            gpu_uuids=gpu_uuids,
+            cpus=cpus,
+            mem_gb=mem_gb,
+            resume_iters=int(command.get("resume_iters") or 0),
+            lease_dir=lease_dir,
+            checkpoint_path=self.work_dir / "checkpoints" / checkpoint_name,
+            time_scale=self.time_scale,
+        )
+
+    def _launch(self, lease_id: str, command: dict[str, Any], cpus: tuple[int, ...]) -> None:
+        try:
+            spec = self._spec_for(lease_id, command, cpus)
+            process, facts = self.launcher.launch(spec)
+        except (StartError, OSError, ValueError, TypeError) as exc:
+            log.error("cannot start lease %s: %s", lease_id, exc)
+            self.spool.lease_finished(
+                lease_id,
+                {
+                    "exit_code": None,
+                    "signal": None,
+                    "oom": False,
+                    "done_iters": None,
+                    "stop": None,
+                    "error": f"start failed: {exc}",
+                },
+            )
+            self.on_report()
+            return
+        lease = Lease(spec=spec, process=process, isolation=facts["isolation"])
+        # A crash between the launch above and this commit would orphan the process unrecorded; the
+        # window is a few milliseconds and the service would then re-send the start (a second copy).
+        self.spool.lease_started(lease_id, lease.record(), facts)
+        self.leases[lease_id] = lease
+        log.info(
+            "started lease %s (job %s): pid %d, cores %s, gpus %s, %s",
+            lease_id,
+            spec.job_id,
+            process.pid,
+            list(cpus),
+            list(spec.gpu_uuids),
+            facts["isolation"],
+        )
+        self.on_report()
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def stop_all(self, *, grace_s: float, wait_s: float = 5.0) -> None:
+        """Stop every lease (SIGTERM, `grace_s`, SIGKILL) and wait for them; their exits are spooled."""
+        with self._lock:
+            self.pending.clear()
+            for lease_id in list(self.leases):
+                self.request_stop(lease_id, "agent_exit", grace_s)
+            deadline = time.monotonic() + grace_s + wait_s
+            while self.leases and time.monotonic() < deadline:
+                self.tick()
+                if self.leases:
+                    time.sleep(0.02)

@@ -1,0 +1,16 @@
+"""django-filter filter sets of the REST API."""
+
+import django_filters
+
+from scheduler_app.models import Job, JobState
+
+
+class JobFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices, help_text="Repeat for several")
+    team = django_filters.CharFilter(field_name="team__name", help_text="Team name")
+    owner = django_filters.CharFilter(field_name="owner__username", help_text="Owner's username")
+    workload = django_filters.CharFilter(field_name="workload__name", help_text="Catalog workload name")
+
+    class Meta:
+        model = Job
+        fields = ["state", "team", "owner", "workload"]

@@ -1,0 +1,363 @@
+"""Serializers of the REST API: validate input into service arguments, render selector output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from cluster_app.services import GpuSpec, GpuUsage, NodeInventory, UsageReport
+from profiles_app.models import Workload
+from scheduler_app.models import AgentReportKind, Allocation, Job, JobEvent, JobState, Team
+from scheduler_app.services.agents import LeaseReport
+from scheduler_app.services.jobs import JobRequest
+
+# ---------------------------------------------------------------------------------------------------
+# Agent protocol (docs/agent-protocol.md)
+# ---------------------------------------------------------------------------------------------------
+
+
+class AgentGpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    uuid = serializers.CharField(max_length=64)
+    model = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    memory_mb = serializers.IntegerField(min_value=0, required=False, default=0)
+
+
+class AgentRegisterSerializer(serializers.Serializer):
+    agent_version = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
+    hostname = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    num_cpus = serializers.IntegerField(min_value=1, max_value=32767)
+    mem_gb = serializers.FloatField(min_value=0.001)
+    storage_mbps = serializers.FloatField(min_value=0, required=False, default=0.0)
+    gpus = AgentGpuSerializer(many=True, allow_empty=False)
+    cgroup_mode = serializers.CharField(max_length=32, required=False, allow_blank=True, default="")
+
+    def validate_gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len({g["index"] for g in gpus}) != len(gpus):
+            raise serializers.ValidationError("GPU indices must be unique.")
+        if len({g["uuid"] for g in gpus}) != len(gpus):
+            raise serializers.ValidationError("GPU UUIDs must be unique.")
+        return gpus
+
+    def to_inventory(self) -> NodeInventory:
+        d = self.validated_data
+        return NodeInventory(
+            num_cpus=d["num_cpus"],
+            mem_gb=d["mem_gb"],
+            gpus=[GpuSpec(**g) for g in d["gpus"]],
+            hostname=d["hostname"],
+            agent_version=d["agent_version"],
+            storage_mbps=d["storage_mbps"],
+        )
+
+
+class AgentRegisterResponseSerializer(serializers.Serializer):
+    server = serializers.CharField()
+    heartbeat_interval_s = serializers.IntegerField()
+    poll_interval_s = serializers.IntegerField()
+
+
+class GpuConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    conflicting_uuids = serializers.ListField(child=serializers.CharField())
+
+
+class AgentGpuUsageSerializer(serializers.Serializer):
+    uuid = serializers.CharField(max_length=64)
+    util_pct = serializers.FloatField(min_value=0)
+    mem_used_mb = serializers.FloatField(min_value=0)
+
+
+class AgentHeartbeatSerializer(serializers.Serializer):
+    sampled_at = serializers.DateTimeField()
+    cpu_util_pct = serializers.FloatField(min_value=0)
+    mem_used_gb = serializers.FloatField(min_value=0)
+    gpus = AgentGpuUsageSerializer(many=True, required=False, default=list)
+
+    def to_usage(self) -> UsageReport:
+        d = self.validated_data
+        return UsageReport(
+            sampled_at=d["sampled_at"],
+            cpu_util_pct=d["cpu_util_pct"],
+            mem_used_gb=d["mem_used_gb"],
+            gpus=[GpuUsage(**g) for g in d["gpus"]],
+        )
+
+
+class AgentHeartbeatResponseSerializer(serializers.Serializer):
+    state = serializers.CharField()
+
+
+class AgentPollSerializer(serializers.Serializer):
+    running = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
+
+
+class AgentCommandSerializer(serializers.Serializer):
+    """One command; which fields are present depends on `kind`."""
+
+    kind = serializers.ChoiceField(choices=["start", "preempt", "cancel", "drain"])
+    lease_id = serializers.UUIDField(required=False)
+    grace_s = serializers.IntegerField(required=False)
+    job_id = serializers.IntegerField(required=False)
+    job_name = serializers.CharField(required=False)
+    argv = serializers.ListField(child=serializers.CharField(), required=False)
+    env = serializers.DictField(child=serializers.CharField(), required=False)
+    gpu_uuids = serializers.ListField(child=serializers.CharField(), required=False)
+    num_cpus = serializers.IntegerField(required=False)
+    mem_gb = serializers.FloatField(required=False)
+    resume_iters = serializers.IntegerField(required=False)
+
+
+class AgentPollResponseSerializer(serializers.Serializer):
+    commands = AgentCommandSerializer(many=True)
+
+
+class AgentReportSerializer(serializers.Serializer):
+    lease_id = serializers.UUIDField()
+    seq = serializers.IntegerField(min_value=0)
+    kind = serializers.ChoiceField(choices=AgentReportKind.choices)
+    at = serializers.DateTimeField()
+    data = serializers.DictField(required=False, default=dict)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        data, kind = attrs["data"], attrs["kind"]
+        if kind == AgentReportKind.PROGRESS and not _is_number(data.get("done_iters")):
+            raise serializers.ValidationError({"data": "progress needs a numeric done_iters"})
+        if kind == AgentReportKind.LOG and not isinstance(data.get("lines"), list):
+            raise serializers.ValidationError({"data": "log needs a list of lines"})
+        if kind == AgentReportKind.EXITED:
+            code, signal = data.get("exit_code"), data.get("signal")
+            if (code is not None and not isinstance(code, int)) or (
+                signal is not None and not isinstance(signal, int)
+            ):
+                raise serializers.ValidationError({"data": "exit_code and signal must be integers or null"})
+        return attrs
+
+    def to_report(self) -> LeaseReport:
+        return LeaseReport(**self.validated_data)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+class AgentReportsSerializer(serializers.Serializer):
+    # Items are validated one by one in the view: a malformed report is rejected, not the batch.
+    reports = serializers.ListField(child=serializers.DictField(), max_length=5000)
+
+
+class AgentReportRejectedSerializer(serializers.Serializer):
+    lease_id = serializers.CharField(allow_null=True)
+    seq = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField()
+    code = serializers.IntegerField(help_text="404: lease not found on this server; 400: malformed")
+
+
+class AgentReportsResponseSerializer(serializers.Serializer):
+    acked = serializers.ListField(
+        child=serializers.ListField(child=serializers.JSONField(), min_length=2, max_length=2),
+        help_text="[lease_id, seq] pairs that are final (applied now or before)",
+    )
+    rejected = AgentReportRejectedSerializer(many=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Jobs
+# ---------------------------------------------------------------------------------------------------
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    workload = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Workload.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="A catalog workload's name; or give `command`",
+    )
+    command = serializers.CharField(required=False, allow_blank=True, default="")
+    team = serializers.SlugRelatedField(
+        slug_field="name", queryset=Team.objects.all(), required=False, allow_null=True
+    )
+    num_gpus = serializers.IntegerField(min_value=1, max_value=32767)
+    total_iters = serializers.IntegerField(min_value=1)
+    cpus_per_gpu = serializers.FloatField(required=False, allow_null=True)
+    mem_gb_per_gpu = serializers.FloatField(required=False, allow_null=True)
+    qos_deadline_at = serializers.DateTimeField(required=False, allow_null=True)
+    qos_max_latency_s = serializers.FloatField(required=False, allow_null=True)
+    priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
+    time_limit_s = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+    def validate_priority(self, value: int) -> int:
+        request = self.context.get("request")
+        if value > 0 and not (request and request.user.is_staff):
+            raise serializers.ValidationError("Only staff may raise a job's priority.")
+        return value
+
+    def to_request(self) -> JobRequest:
+        return JobRequest(**self.validated_data)
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    team = serializers.CharField(source="team.name", read_only=True, allow_null=True, default=None)
+    workload = serializers.CharField(source="workload.name", read_only=True, allow_null=True, default=None)
+    queue_position = serializers.SerializerMethodField(help_text="1-based place among PENDING jobs")
+    estimated_start_at = serializers.SerializerMethodField(help_text="Rough estimate; see docs/rest-api.md")
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "team",
+            "workload",
+            "command",
+            "num_gpus",
+            "cpus_per_gpu",
+            "mem_gb_per_gpu",
+            "total_iters",
+            "done_iters",
+            "attained_service_gpu_s",
+            "priority",
+            "qos_deadline_at",
+            "qos_max_latency_s",
+            "time_limit_s",
+            "state",
+            "pending_reason",
+            "queue_position",
+            "estimated_start_at",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "exit_code",
+        ]
+        read_only_fields = fields
+
+    def _queue_entry(self, job: Job):
+        if job.state != JobState.PENDING or "queue" not in self.context:
+            return None
+        return self.context["queue"]().get(job.pk)
+
+    def get_queue_position(self, job: Job) -> int | None:
+        entry = self._queue_entry(job)
+        return entry.position if entry else None
+
+    def get_estimated_start_at(self, job: Job) -> str | None:
+        entry = self._queue_entry(job)
+        if entry is None or entry.estimated_start_at is None:
+            return None
+        return serializers.DateTimeField().to_representation(entry.estimated_start_at)
+
+
+class AllocationSerializer(serializers.ModelSerializer):
+    server = serializers.CharField(source="server.name")
+    gpu_indices = serializers.SerializerMethodField()
+    gpu_uuids = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Allocation
+        fields = [
+            "lease_id",
+            "server",
+            "gpu_indices",
+            "gpu_uuids",
+            "num_cpus",
+            "mem_gb",
+            "speedup",
+            "started_at",
+            "ended_at",
+            "end_reason",
+            "exit_code",
+            "iters_per_s",
+        ]
+        read_only_fields = fields
+
+    def get_gpu_indices(self, allocation: Allocation) -> list[int]:
+        return [h.gpu.index for h in allocation.gpu_holds.all()]
+
+    def get_gpu_uuids(self, allocation: Allocation) -> list[str]:
+        return [h.gpu.uuid for h in allocation.gpu_holds.all()]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "kind", "from_state", "to_state", "reason", "message", "data"]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    allocations = AllocationSerializer(many=True, read_only=True)
+    events = JobEventSerializer(many=True, read_only=True)
+    log_tail = serializers.SerializerMethodField(help_text="The last lines of the job's output")
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "allocations", "events", "log_tail"]
+        read_only_fields = fields
+
+    def get_log_tail(self, job: Job) -> list[str]:
+        lines: list[str] = []
+        for allocation in job.allocations.all():
+            if allocation.log_tail:
+                lines.extend(allocation.log_tail.splitlines())
+        return lines[-200:]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cluster and servers
+# ---------------------------------------------------------------------------------------------------
+
+
+class ResourcesSerializer(serializers.Serializer):
+    gpus = serializers.IntegerField()
+    cpus = serializers.IntegerField()
+    mem_gb = serializers.FloatField()
+
+
+class OverviewGpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+    busy = serializers.BooleanField()
+    job_id = serializers.IntegerField(allow_null=True)
+
+
+class OverviewServerSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    hostname = serializers.CharField()
+    state = serializers.CharField()
+    state_reason = serializers.CharField()
+    gpu_model = serializers.CharField()
+    agent_version = serializers.CharField()
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
+    capacity = ResourcesSerializer()
+    in_use = ResourcesSerializer()
+    gpus = OverviewGpuSerializer(many=True)
+
+
+class OverviewTotalsSerializer(serializers.Serializer):
+    servers = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    cpus = serializers.IntegerField()
+    mem_gb = serializers.FloatField()
+    gpus_in_use = serializers.IntegerField()
+    cpus_in_use = serializers.IntegerField()
+    mem_gb_in_use = serializers.FloatField()
+    schedulable_gpus = serializers.IntegerField()
+
+
+class ClusterOverviewSerializer(serializers.Serializer):
+    totals = OverviewTotalsSerializer()
+    servers = OverviewServerSerializer(many=True)
+
+
+class ServerDrainSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+
+
+class ServerStateSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    state = serializers.CharField()
+    state_reason = serializers.CharField()

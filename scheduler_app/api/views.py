@@ -1,0 +1,146 @@
+"""User endpoints: jobs (submit, list, detail, cancel), the cluster overview, server drain/resume."""
+
+from functools import cache
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from cluster_app.models import Server
+from cluster_app.services import ServerStateError
+from scheduler_app.api.filters import JobFilter
+from scheduler_app.api.serializers import (
+    ClusterOverviewSerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    ServerDrainSerializer,
+    ServerStateSerializer,
+)
+from scheduler_app.models import Job
+from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_list, job_queue
+from scheduler_app.services.job_control import JobStateError, job_cancel, job_enqueue
+from scheduler_app.services.nodes import node_drain, node_resume
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Jobs you may see (staff: all), newest first", tags=["jobs"]),
+    retrieve=extend_schema(
+        summary="A job with its queue position, leases, events and log tail", tags=["jobs"]
+    ),
+    create=extend_schema(
+        summary="Submit a job",
+        tags=["jobs"],
+        request=JobSubmitSerializer,
+        responses={201: JobDetailSerializer},
+    ),
+)
+class JobViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
+):
+    filterset_class = JobFilter
+    queryset = Job.objects.none()  # for the schema generator; get_queryset scopes to the user
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Job.objects.none()
+        if self.action == "list":
+            return job_list(user=self.request.user)
+        return job_detail_queryset(user=self.request.user)
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobSubmitSerializer
+        return JobSerializer if self.action == "list" else JobDetailSerializer
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        # Computed at most once per request, and only if a pending job is rendered.
+        context["queue"] = cache(job_queue)
+        return context
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        try:
+            job = job_enqueue(owner=request.user, request=serializer.to_request())
+        except DjangoValidationError as exc:
+            raise ValidationError(
+                exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
+            ) from exc
+        job = job_detail_queryset(user=request.user).get(pk=job.pk)
+        return Response(
+            JobDetailSerializer(job, context=self.get_serializer_context()).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(
+        request=None,
+        tags=["jobs"],
+        summary="Cancel a pending or running job",
+        responses={200: JobDetailSerializer, 409: OpenApiResponse(description="Already finished")},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk=None) -> Response:
+        job = self.get_object()
+        try:
+            job_cancel(job=job, by=request.user)
+        except JobStateError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+
+
+class ClusterView(APIView):
+    @extend_schema(
+        responses=ClusterOverviewSerializer,
+        tags=["cluster"],
+        summary="Servers, their state, capacity and what is in use",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(ClusterOverviewSerializer(cluster_overview()).data)
+
+
+class ServerViewSet(viewsets.GenericViewSet):
+    """Staff only: take a server out of service (drain) and put it back (resume)."""
+
+    permission_classes = [IsAdminUser]
+    queryset = Server.objects.all()
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]+"
+    serializer_class = ServerStateSerializer
+
+    @extend_schema(
+        request=ServerDrainSerializer,
+        responses={200: ServerStateSerializer, 409: OpenApiResponse()},
+        tags=["cluster"],
+        summary="Drain: running jobs finish, nothing new is placed",
+    )
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, name=None) -> Response:
+        body = ServerDrainSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._change(node_drain, server=self.get_object(), reason=body.validated_data["reason"])
+
+    @extend_schema(
+        request=None,
+        responses={200: ServerStateSerializer, 409: OpenApiResponse()},
+        tags=["cluster"],
+        summary="Resume a draining or drained server",
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, name=None) -> Response:
+        return self._change(node_resume, server=self.get_object())
+
+    def _change(self, service, **kwargs) -> Response:
+        try:
+            server = service(**kwargs)
+        except ServerStateError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(ServerStateSerializer(server).data)

@@ -1,0 +1,38 @@
+"""Scheduler settings: the only place that reads settings.ATTUNE_SCHEDULER (passed into core as arguments)."""
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+
+@dataclass(frozen=True)
+class SchedulerConf:
+    """Policy and allocator names (core registries), round length and the live driver's knobs."""
+
+    policy: str
+    allocator: str
+    round_s: float
+    early_round_delay_s: float
+    inline_rounds: bool
+    preempt_grace_s: int
+    cancel_grace_s: int
+    log_tail_lines: int
+    agent_report_retention_days: int
+    redis_url: str
+
+
+def scheduler_conf() -> SchedulerConf:
+    # Read on every call (a dict lookup) so that tests can override settings.
+    raw = settings.ATTUNE_SCHEDULER
+    return SchedulerConf(
+        policy=raw.get("policy", "fifo"),
+        allocator=raw.get("allocator", "tune"),
+        round_s=float(raw.get("round_s", 60)),
+        early_round_delay_s=float(raw.get("early_round_delay_s", 2.0)),
+        inline_rounds=bool(raw.get("inline_rounds", False)) or bool(settings.CELERY_TASK_ALWAYS_EAGER),
+        preempt_grace_s=int(raw.get("preempt_grace_s", 30)),
+        cancel_grace_s=int(raw.get("cancel_grace_s", 10)),
+        log_tail_lines=int(raw.get("log_tail_lines", 500)),
+        agent_report_retention_days=int(raw.get("agent_report_retention_days", 7)),
+        redis_url=settings.REDIS_URL,
+    )

@@ -1,0 +1,297 @@
+"""What node agents tell the service: registration, heartbeats and lease reports (idempotent)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from cluster_app.models import Server
+from cluster_app.services import (
+    UNRESPONSIVE_STATES,
+    NodeInventory,
+    UsageReport,
+    node_heartbeat,
+    node_register,
+)
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.models import (
+    TERMINAL_JOB_STATES,
+    AgentReport,
+    AgentReportKind,
+    Allocation,
+    Job,
+    JobEvent,
+    JobState,
+)
+from scheduler_app.selectors import server_busy_gpus
+from scheduler_app.services.job_control import job_event, job_finish, job_requeue
+from scheduler_app.services.rounds import scheduling_round_request_on_commit
+
+logger = logging.getLogger(__name__)
+
+MAX_LOG_LINE_CHARS = 2000
+REPORT_FIELDS = ["agent_started_at", "accounted_until", "iters_per_s", "exit_code", "log_tail"]
+
+
+@dataclass(frozen=True)
+class LeaseReport:
+    """One validated report from an agent; (lease_id, seq) is its idempotency key."""
+
+    lease_id: UUID
+    seq: int
+    kind: str
+    at: datetime
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReportsOutcome:
+    """acked: (lease_id, seq) pairs that are final (new or seen before); rejected: final refusals."""
+
+    acked: list[tuple[str, int]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    applied: int = 0
+
+
+@transaction.atomic
+def agent_register(*, server: Server, inventory: NodeInventory) -> Server:
+    """Replace the server's inventory (cluster_app) with what its agent found; marks it alive.
+
+    Capacity may have appeared (a new or returning server), so an early round is requested.
+    """
+    server = node_register(server=server, inventory=inventory, busy_gpus=server_busy_gpus().get(server.pk, 0))
+    scheduling_round_request_on_commit(trigger="register")
+    return server
+
+
+@transaction.atomic
+def agent_heartbeat(*, server: Server, usage: UsageReport) -> Server:
+    """Mark the server alive and store its usage sample (stored once per `sampled_at`)."""
+    was_silent = server.state in UNRESPONSIVE_STATES
+    busy = server_busy_gpus().get(server.pk, 0) if was_silent else 0
+    server = node_heartbeat(server=server, usage=usage, busy_gpus=busy)
+    if was_silent and server.state not in UNRESPONSIVE_STATES:
+        scheduling_round_request_on_commit(trigger="node_back")
+    return server
+
+
+@transaction.atomic
+def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> ReportsOutcome:
+    """Store and apply a batch of lease reports from `server`'s agent, each exactly once.
+
+    1. Leases of other servers (or unknown) are rejected: an agent acts only for its own server.
+    2. Insert-or-ignore every report on the (lease_id, seq) unique constraint, tagging the rows with
+       this batch's id; the rows carrying it are the reports seen for the first time. A concurrent
+       retry of the same batch waits on the unique index and then inserts nothing, so each report
+       is applied by exactly one request.
+    3. Apply only the new ones, in seq order per lease, with the affected job rows locked.
+    Everything in one transaction: if applying fails, the reports are not recorded either and the
+    agent's retry applies them.
+    """
+    outcome = ReportsOutcome()
+    allocations = {
+        a.lease_id: a
+        for a in Allocation.objects.filter(server=server, lease_id__in={r.lease_id for r in reports})
+    }
+    known: dict[tuple[UUID, int], LeaseReport] = {}
+    for r in reports:
+        if r.lease_id not in allocations:
+            outcome.rejected.append(
+                {
+                    "lease_id": str(r.lease_id),
+                    "seq": r.seq,
+                    "error": "lease not found on this server",
+                    "code": 404,
+                }
+            )
+        else:
+            known.setdefault((r.lease_id, r.seq), r)
+    if not known:
+        return outcome
+    batch_id = uuid.uuid4()
+    now = timezone.now()
+    # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
+    ordered = [known[k] for k in sorted(known, key=lambda k: (str(k[0]), k[1]))]
+    AgentReport.objects.bulk_create(
+        [
+            AgentReport(
+                allocation=allocations[r.lease_id],
+                lease_id=r.lease_id,
+                seq=r.seq,
+                kind=r.kind,
+                at=r.at,
+                data=r.data,
+                batch_id=batch_id,
+                received_at=now,
+            )
+            for r in ordered
+        ],
+        ignore_conflicts=True,
+    )
+    fresh = set(AgentReport.objects.filter(batch_id=batch_id).values_list("lease_id", "seq"))
+    outcome.acked = [(str(r.lease_id), r.seq) for r in ordered]
+    to_apply = [r for r in ordered if (r.lease_id, r.seq) in fresh]
+    if to_apply:
+        _apply_reports(to_apply, now=now)
+    outcome.applied = len(to_apply)
+    return outcome
+
+
+def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
+    conf = scheduler_conf()
+    lease_ids = {r.lease_id for r in reports}
+    job_ids = set(Allocation.objects.filter(lease_id__in=lease_ids).values_list("job_id", flat=True))
+    # Lock the jobs (in id order, like every other writer), then re-read their leases: a round or a
+    # cancel may have ended a lease between our first read and the lock.
+    jobs = {
+        j.pk: j
+        for j in Job.objects.select_for_update(of=("self",))
+        .select_related("workload")
+        .filter(pk__in=job_ids)
+        .order_by("id")
+    }
+    allocations = {
+        a.lease_id: a
+        for a in Allocation.objects.filter(lease_id__in=lease_ids).annotate(num_gpus=Count("gpu_holds"))
+    }
+    events: list[JobEvent] = []
+    dirty_jobs: set[int] = set()
+    for r in reports:  # already in (lease, seq) order
+        allocation = allocations[r.lease_id]
+        job = jobs[allocation.job_id]
+        if r.kind == AgentReportKind.STARTED:
+            if allocation.agent_started_at is None:
+                allocation.agent_started_at = r.at
+            if allocation.accounted_until is None:
+                allocation.accounted_until = r.at
+            data = {"lease_id": str(r.lease_id), "seq": r.seq, "agent_at": r.at.isoformat(), **r.data}
+            events.append(
+                job_event(job, "lease_started", reason=str(r.data.get("isolation", "")), at=now, data=data)
+            )
+        elif r.kind == AgentReportKind.PROGRESS:
+            _progress(job, allocation, r, gpus=allocation.num_gpus)
+            dirty_jobs.add(job.pk)
+        elif r.kind == AgentReportKind.LOG:
+            lines = [str(line)[:MAX_LOG_LINE_CHARS] for line in r.data.get("lines", [])]
+            if lines:
+                tail = (allocation.log_tail.splitlines() if allocation.log_tail else []) + lines
+                allocation.log_tail = "\n".join(tail[-conf.log_tail_lines :])
+        elif r.kind == AgentReportKind.EXITED:
+            _progress(job, allocation, r, gpus=allocation.num_gpus)
+            dirty_jobs.add(job.pk)
+            events.extend(_exited(job, allocation, r, now=now))
+        # Only the fields reports own: ended_at / end_reason belong to job_finish and the round.
+        allocation.save(update_fields=REPORT_FIELDS)
+    for job_id in dirty_jobs:
+        job = jobs[job_id]
+        Job.objects.filter(pk=job_id).update(
+            done_iters=job.done_iters, attained_service_gpu_s=job.attained_service_gpu_s
+        )
+    JobEvent.objects.bulk_create(events)
+
+
+def _progress(job: Job, allocation: Allocation, r: LeaseReport, *, gpus: int) -> None:
+    """Progress never goes backwards; GPU-seconds are credited for agent time since the last report."""
+    done = r.data.get("done_iters")
+    if isinstance(done, int | float) and done >= 0:
+        job.done_iters = max(job.done_iters, min(int(done), job.total_iters))
+    ips = r.data.get("iters_per_s")
+    if isinstance(ips, int | float) and ips >= 0:
+        allocation.iters_per_s = float(ips)
+    if allocation.accounted_until is not None and r.at > allocation.accounted_until:
+        job.attained_service_gpu_s += gpus * (r.at - allocation.accounted_until).total_seconds()
+    if allocation.accounted_until is None or r.at > allocation.accounted_until:
+        allocation.accounted_until = r.at
+
+
+def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) -> list[JobEvent]:
+    """What a lease's exit means for its job (see agent protocol, section 4)."""
+    exit_code = r.data.get("exit_code")
+    signal = r.data.get("signal")
+    oom = bool(r.data.get("oom"))
+    if not isinstance(exit_code, int):
+        exit_code = 128 + signal if isinstance(signal, int) else None
+    allocation.exit_code = exit_code
+    stop = r.data.get("stop")
+    error = str(r.data.get("error") or "")
+    info = {
+        "lease_id": str(r.lease_id),
+        "seq": r.seq,
+        "exit_code": exit_code,
+        "signal": signal,
+        "oom": oom,
+        "stop": stop,
+        "error": error,
+        "agent_at": r.at.isoformat(),
+    }
+    event = job_event(job, "lease_exited", reason=allocation.end_reason or "exited", at=now, data=info)
+    if job.state in TERMINAL_JOB_STATES:
+        # Cancelled, or finished through another lease: the agent merely confirms the process is gone.
+        return [event]
+    all_done = job.workload_id is None or job.done_iters >= job.total_iters
+    if allocation.ended_at is not None:
+        # The service ended this lease (preempted by a round, node failure): the job is already back
+        # in the queue or running elsewhere, with its progress kept -- unless the process managed to
+        # finish all its work during the grace period.
+        if exit_code == 0 and not oom and job.workload_id is not None and all_done:
+            job_finish(
+                job=job,
+                state=JobState.COMPLETED,
+                now=now,
+                exit_code=0,
+                reason="finished_on_preemption",
+                data=info,
+            )
+        return [event]
+    if stop and not oom:
+        # The agent stopped a lease the service still counts as running (it was shutting down): not
+        # the job's fault, so it goes back to the queue with its progress, like a preemption.
+        reason = str(stop) if str(stop).startswith("agent") else f"agent_{stop}"
+        job_requeue(job=job, reason=reason, now=now)
+        return [event]
+    if oom:
+        job_finish(
+            job=job, state=JobState.OUT_OF_MEMORY, now=now, exit_code=exit_code, reason="oom", data=info
+        )
+    elif exit_code == 0 and all_done:
+        if job.workload_id is None:
+            job.done_iters = job.total_iters  # an own command's work is done when it exits 0
+        job_finish(job=job, state=JobState.COMPLETED, now=now, exit_code=0, data=info)
+    else:
+        if exit_code is None:  # the agent could not start or lost the process; `error` says why
+            reason = "start_failed" if error.startswith("start failed") else "lost"
+        elif exit_code == 0:
+            reason = "incomplete"
+        else:
+            reason = f"signal_{signal}" if signal else f"exit_{exit_code}"
+        job_finish(
+            job=job,
+            state=JobState.FAILED,
+            now=now,
+            exit_code=exit_code,
+            reason=reason,
+            message=error,
+            data=info,
+        )
+    return []
+
+
+@transaction.atomic
+def agent_reports_prune(*, now: datetime | None = None) -> int:
+    """Delete stored reports of leases that ended longer ago than the retention period.
+
+    They only serve idempotency, and an agent stops retrying a lease's reports long before.
+    """
+    now = now or timezone.now()
+    before = now - timedelta(days=scheduler_conf().agent_report_retention_days)
+    deleted, _ = AgentReport.objects.filter(allocation__ended_at__lt=before).delete()
+    return deleted

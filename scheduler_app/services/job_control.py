@@ -1,0 +1,183 @@
+"""Job lifecycle after submission: queueing with an early round, cancelling, ending, lease bookkeeping."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from scheduler_app.models import (
+    TERMINAL_JOB_STATES,
+    Allocation,
+    AllocationGpu,
+    Job,
+    JobEvent,
+    JobState,
+    PendingReason,
+)
+from scheduler_app.services.jobs import JobRequest, job_submit
+
+logger = logging.getLogger(__name__)
+
+
+class JobStateError(Exception):
+    """The job's state does not allow the change (e.g. cancelling a finished job)."""
+
+
+def allocations_end(*, allocation_ids: Iterable[int], reason: str, now: datetime) -> int:
+    """End the given active leases and release their GPUs, in the caller's transaction.
+
+    The GPUs are released in the same transaction as the lease ends, so a GPU is never seen free
+    while its lease still counts as active, nor the other way round. Returns the leases ended.
+    """
+    ids = list(allocation_ids)
+    if not ids:
+        return 0
+    # Greatest: a caller's `now` may predate a lease that a concurrent round created while the caller
+    # waited for the job lock; a lease never ends before it starts (check constraint).
+    ended = Allocation.objects.filter(pk__in=ids, ended_at__isnull=True).update(
+        ended_at=Greatest(Value(now), F("started_at")), end_reason=reason
+    )
+    AllocationGpu.objects.filter(allocation_id__in=ids, released_at__isnull=True).update(released_at=now)
+    return ended
+
+
+def job_allocations_end(*, job_ids: Iterable[int], reason: str, now: datetime) -> int:
+    """End every active lease of the given jobs (see allocations_end)."""
+    ids = Allocation.objects.filter(job_id__in=list(job_ids), ended_at__isnull=True).values_list(
+        "id", flat=True
+    )
+    return allocations_end(allocation_ids=list(ids), reason=reason, now=now)
+
+
+def job_event(
+    job: Job,
+    kind: str,
+    *,
+    from_state: str = "",
+    to_state: str = "",
+    reason: str = "",
+    message: str = "",
+    data: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> JobEvent:
+    """An unsaved JobEvent, for bulk_create by services that record many at once."""
+    return JobEvent(
+        job_id=job.pk,
+        kind=kind,
+        from_state=from_state,
+        to_state=to_state,
+        reason=reason,
+        message=message,
+        data=data or {},
+        at=at or timezone.now(),
+    )
+
+
+def _request_round(trigger: str) -> None:
+    # Imported late: rounds imports this module.
+    from scheduler_app.services.rounds import scheduling_round_request_on_commit
+
+    scheduling_round_request_on_commit(trigger=trigger)
+
+
+@transaction.atomic
+def job_enqueue(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
+    """Submit a job (validated by job_submit) and ask for an early round once it is committed."""
+    job = job_submit(owner=owner, request=request)
+    _request_round("submit")
+    return job
+
+
+@transaction.atomic
+def job_finish(
+    *,
+    job: Job,
+    state: str,
+    now: datetime | None = None,
+    exit_code: int | None = None,
+    reason: str = "",
+    message: str = "",
+    data: dict[str, Any] | None = None,
+) -> Job:
+    """End a job in a terminal `state`: its leases end (GPUs released), an event, an early round.
+
+    The caller holds the job row locked (select_for_update) and has checked the transition.
+    """
+    if state not in TERMINAL_JOB_STATES:
+        raise ValueError(f"{state} is not a terminal job state")
+    now = now or timezone.now()
+    previous = job.state
+    job_allocations_end(job_ids=[job.pk], reason=state.lower(), now=now)
+    job.state = state
+    job.finished_at = now
+    job.pending_reason = PendingReason.NONE
+    if exit_code is not None:
+        job.exit_code = exit_code
+    job.save(
+        update_fields=[
+            "state",
+            "finished_at",
+            "pending_reason",
+            "exit_code",
+            "done_iters",
+            "attained_service_gpu_s",
+        ]
+    )
+    JobEvent.objects.create(
+        job=job,
+        kind=state.lower(),
+        from_state=previous,
+        to_state=state,
+        reason=reason,
+        message=message,
+        data=data or {},
+        at=now,
+    )
+    logger.info("job %s: %s -> %s %s", job.pk, previous, state, reason)
+    _request_round("job_end")
+    return job
+
+
+@transaction.atomic
+def job_requeue(*, job: Job, reason: str, now: datetime | None = None) -> Job:
+    """Send a running job back to the queue with its progress: its leases end, an early round.
+
+    For stops that are nobody's fault (the agent shut down). The caller holds the job row locked.
+    """
+    now = now or timezone.now()
+    previous = job.state
+    job_allocations_end(job_ids=[job.pk], reason=reason, now=now)
+    job.state = JobState.PENDING
+    job.pending_reason = PendingReason.PRIORITY
+    job.save(update_fields=["state", "pending_reason", "done_iters", "attained_service_gpu_s"])
+    JobEvent.objects.create(
+        job=job, kind="requeued", from_state=previous, to_state=JobState.PENDING, reason=reason, at=now
+    )
+    logger.info("job %s: %s -> PENDING (%s)", job.pk, previous, reason)
+    _request_round("requeue")
+    return job
+
+
+@transaction.atomic
+def job_cancel(*, job: Job, by: AbstractBaseUser | None = None) -> Job:
+    """Cancel a pending or running job: CANCELLED at once, its leases end and agents stop them on
+    their next poll (the `cancel` command)."""
+    # Lock the row: a round or an agent report may be changing this job right now.
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state in TERMINAL_JOB_STATES:
+        raise JobStateError(f"job {job.pk} is already {job.state}")
+    by_name = getattr(by, "username", "") if by is not None else ""
+    return job_finish(
+        job=job,
+        state=JobState.CANCELLED,
+        reason="cancelled_by_user",
+        message=f"cancelled by {by_name}" if by_name else "cancelled",
+    )

@@ -1,0 +1,98 @@
+"""Node failure and maintenance as the work sees it: liveness sweep with requeue, drain and resume."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from cluster_app.models import NodeState, Server
+from cluster_app.selectors import server_ids_in_states, server_lock
+from cluster_app.services import (
+    LivenessSweep,
+    node_liveness_sweep,
+    server_drain,
+    server_resume,
+    server_states_refresh,
+)
+from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
+from scheduler_app.selectors import server_busy_gpus
+from scheduler_app.services.job_control import job_allocations_end, job_event
+from scheduler_app.services.rounds import scheduling_round_request_on_commit
+
+logger = logging.getLogger(__name__)
+
+
+@transaction.atomic
+def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
+    """Mark silent servers NOT_RESPONDING / DOWN, requeue the jobs of DOWN servers, refresh states.
+
+    1. cluster_app's sweep locks every server row (the shared lock order: servers, then jobs) and
+       moves silent ones to NOT_RESPONDING, and those silent for longer to DOWN.
+    2. Every job with an active lease on a DOWN server -- newly down or left over from a crash --
+       is locked and goes RUNNING -> NODE_FAIL -> PENDING with its progress kept; all its leases end
+       (end_reason "node_fail", GPUs released), so a job spanning servers restarts as a whole.
+    3. Server states are refreshed (IDLE/MIXED/ALLOCATED; DRAINING -> DRAINED once empty).
+    A NOT_RESPONDING server keeps its jobs: it may only be slow, and its agent resumes reporting.
+    """
+    now = now or timezone.now()
+    sweep = node_liveness_sweep(now=now)
+    down = server_ids_in_states(states=[NodeState.DOWN])
+    job_ids = set(
+        Allocation.objects.filter(server_id__in=down, ended_at__isnull=True).values_list("job_id", flat=True)
+    )
+    if job_ids:
+        jobs = list(Job.objects.select_for_update().filter(pk__in=job_ids).order_by("id"))
+        job_allocations_end(job_ids=job_ids, reason="node_fail", now=now)
+        events = []
+        requeued = [j.pk for j in jobs if j.state == JobState.RUNNING]
+        for job in jobs:
+            if job.state != JobState.RUNNING:
+                continue
+            events.append(
+                job_event(
+                    job,
+                    "node_fail",
+                    from_state=JobState.RUNNING,
+                    to_state=JobState.NODE_FAIL,
+                    reason="node_down",
+                    at=now,
+                    data={"done_iters": job.done_iters},
+                )
+            )
+            events.append(
+                job_event(
+                    job,
+                    "requeued",
+                    from_state=JobState.NODE_FAIL,
+                    to_state=JobState.PENDING,
+                    reason=PendingReason.PRIORITY,
+                    at=now,
+                )
+            )
+        Job.objects.filter(pk__in=requeued).update(
+            state=JobState.PENDING, pending_reason=PendingReason.PRIORITY
+        )
+        JobEvent.objects.bulk_create(events)
+        logger.warning("node failure: requeued jobs %s", requeued)
+        if requeued:
+            scheduling_round_request_on_commit(trigger="node_fail")
+    server_states_refresh(busy_gpus=server_busy_gpus())
+    return sweep
+
+
+@transaction.atomic
+def node_drain(*, server: Server, reason: str = "") -> Server:
+    """DRAINING: running leases finish, nothing new is placed; DRAINED once the server holds none."""
+    # Count its leases only under the server lock: a round holds that lock while it places work.
+    server = server_lock(server=server)
+    return server_drain(server=server, reason=reason, busy_gpus=server_busy_gpus().get(server.pk, 0))
+
+
+@transaction.atomic
+def node_resume(*, server: Server) -> Server:
+    """Put a draining or drained server back into service."""
+    server = server_lock(server=server)
+    return server_resume(server=server, busy_gpus=server_busy_gpus().get(server.pk, 0))

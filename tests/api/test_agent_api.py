@@ -1,0 +1,450 @@
+"""The agent HTTP contract (docs/agent-protocol.md): auth, register, heartbeat, poll and reports."""
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from cluster_app.models import AgentCredential, Gpu, GpuUsageSample, NodeState, Server, UsageSample
+from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobState
+from scheduler_app.services.job_control import job_cancel
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import agent_client, lease_of, make_server, submit
+
+pytestmark = pytest.mark.django_db
+
+REGISTER = "/api/v1/agent/register"
+HEARTBEAT = "/api/v1/agent/heartbeat"
+POLL = "/api/v1/agent/poll"
+REPORTS = "/api/v1/agent/reports"
+
+
+@pytest.fixture
+def server():
+    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+
+
+@pytest.fixture
+def agent(server):
+    return agent_client(server)
+
+
+@pytest.fixture
+def running(user, server, settings):
+    """A res18 job placed on gpu01 by a real round."""
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "fifo",
+        "allocator": "tune",
+        "inline_rounds": False,
+    }
+    job = submit(user, gpus=2, iters=1000, name="res18-a")
+    scheduling_round_run()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    return job
+
+
+def inventory(n: int = 4, prefix: str = "GPU-real") -> dict:
+    return {
+        "agent_version": "1.0.0",
+        "hostname": "gpu01.lab",
+        "num_cpus": 12,
+        "mem_gb": 250.0,
+        "storage_mbps": 400.0,
+        "cgroup_mode": "systemd-run",
+        "gpus": [
+            {"index": i, "uuid": f"{prefix}-{i}", "model": "Tesla V100", "memory_mb": 32768} for i in range(n)
+        ],
+    }
+
+
+def report(lease, seq, kind, **data):
+    return {
+        "lease_id": str(lease),
+        "seq": seq,
+        "kind": kind,
+        "at": (timezone.now()).isoformat(),
+        "data": data,
+    }
+
+
+# --- authentication ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [REGISTER, HEARTBEAT, POLL, REPORTS])
+def test_agent_endpoints_refuse_missing_and_wrong_tokens(path, server):
+    assert APIClient().post(path, {}, format="json").status_code == 401
+    wrong = APIClient()
+    wrong.credentials(HTTP_AUTHORIZATION="Bearer not-a-real-token")
+    response = wrong.post(path, {}, format="json")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_a_revoked_token_is_refused(server):
+    client = agent_client(server)
+    AgentCredential.objects.update(revoked_at=timezone.now())
+    assert client.post(POLL, {"running": []}, format="json").status_code == 401
+
+
+def test_a_user_token_does_not_open_agent_endpoints_and_an_agent_token_not_user_ones(user, server):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    assert client.post(POLL, {"running": []}, format="json").status_code == 401
+    assert agent_client(server).get("/api/v1/jobs/").status_code in (401, 403)
+
+
+def test_the_credential_records_its_last_use(agent):
+    agent.post(POLL, {"running": []}, format="json")
+    assert AgentCredential.objects.get().last_used_at is not None
+
+
+# --- register -----------------------------------------------------------------------------------------
+
+
+def test_register_replaces_the_inventory_and_answers_the_intervals(agent, server):
+    server.state = NodeState.NOT_RESPONDING
+    server.save()
+    response = agent.post(REGISTER, inventory(n=2), format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json() == {"server": "gpu01", "heartbeat_interval_s": 5, "poll_interval_s": 2}
+    server.refresh_from_db()
+    assert (server.num_gpus, server.num_cpus, server.mem_gb) == (2, 12, 250.0)
+    assert server.state == NodeState.IDLE and server.last_heartbeat_at is not None
+    assert server.agent_version == "1.0.0" and server.gpu_model == "Tesla V100"
+    assert list(server.gpus.order_by("index").values_list("index", "uuid")) == [
+        (0, "GPU-real-0"),
+        (1, "GPU-real-1"),
+    ]
+    # Registering the same inventory again changes nothing.
+    assert agent.post(REGISTER, inventory(n=2), format="json").status_code == 200
+    assert Gpu.objects.filter(server=server).count() == 2
+
+
+def test_register_retires_a_gpu_that_history_points_at(agent, server, running):
+    held = lease_of(running).gpu_holds.first().gpu
+    Allocation.objects.filter(job=running).update(ended_at=timezone.now())
+    from scheduler_app.models import AllocationGpu
+
+    AllocationGpu.objects.update(released_at=timezone.now())
+    keep = [i for i in range(4) if i != held.index]
+    body = inventory(n=4)
+    body["gpus"] = [g for g in body["gpus"] if g["index"] in keep]
+    assert agent.post(REGISTER, body, format="json").status_code == 200
+    held.refresh_from_db()
+    assert held.retired_at is not None
+    server.refresh_from_db()
+    assert server.num_gpus == 3
+
+
+def test_register_refuses_gpus_of_another_server(agent):
+    other = make_server("gpu02", gpus=1)
+    taken = other.gpus.get().uuid
+    body = inventory(n=2)
+    body["gpus"][1]["uuid"] = taken
+    response = agent.post(REGISTER, body, format="json")
+    assert response.status_code == 409
+    assert response.json()["conflicting_uuids"] == [taken]
+
+
+def test_register_validates_its_body(agent):
+    body = inventory(n=2)
+    body["gpus"][1]["index"] = 0
+    assert agent.post(REGISTER, body, format="json").status_code == 400
+    assert agent.post(REGISTER, {**inventory(), "gpus": []}, format="json").status_code == 400
+
+
+# --- heartbeat ----------------------------------------------------------------------------------------
+
+
+def test_a_heartbeat_is_stored_once_per_sampled_at(agent, server):
+    gpu = server.gpus.get(index=0)
+    beat = {
+        "sampled_at": "2026-11-21T12:00:05Z",
+        "cpu_util_pct": 41.5,
+        "mem_used_gb": 120.3,
+        "gpus": [
+            {"uuid": gpu.uuid, "util_pct": 97.0, "mem_used_mb": 20480},
+            {"uuid": "GPU-elsewhere", "util_pct": 1, "mem_used_mb": 1},
+        ],
+    }
+    for _ in range(2):
+        response = agent.post(HEARTBEAT, beat, format="json")
+        assert response.status_code == 200
+        assert response.json() == {"state": "IDLE"}
+    assert UsageSample.objects.filter(server=server).count() == 1
+    assert GpuUsageSample.objects.filter(gpu=gpu).count() == 1
+    assert GpuUsageSample.objects.count() == 1
+
+
+@pytest.mark.parametrize("state", [NodeState.NOT_RESPONDING, NodeState.DOWN])
+def test_a_heartbeat_brings_a_silent_server_back(agent, server, running, state):
+    Server.objects.filter(pk=server.pk).update(state=state, state_reason="silent")
+    beat = {"sampled_at": timezone.now().isoformat(), "cpu_util_pct": 1, "mem_used_gb": 1}
+    assert agent.post(HEARTBEAT, beat, format="json").json() == {"state": "MIXED"}
+    server.refresh_from_db()
+    assert server.state == NodeState.MIXED and server.state_reason == ""
+
+
+# --- poll -------------------------------------------------------------------------------------------
+
+
+def test_poll_starts_the_leases_the_agent_does_not_run(agent, running):
+    Job.objects.filter(pk=running.pk).update(done_iters=120)
+    lease = lease_of(running)
+    (command,) = agent.post(POLL, {"running": []}, format="json").json()["commands"]
+    assert command["kind"] == "start"
+    assert command["lease_id"] == str(lease.lease_id)
+    assert command["job_id"] == running.pk and command["job_name"] == "res18-a"
+    assert command["argv"] == ["python", "-m", "agent.workload", "--model", "res18", "--iters", "1000"]
+    assert command["gpu_uuids"] == [h.gpu.uuid for h in lease.gpu_holds.order_by("gpu__index")]
+    assert command["num_cpus"] == lease.num_cpus and command["mem_gb"] == lease.mem_gb
+    assert command["resume_iters"] == 120
+    env = command["env"]
+    assert env["ATTUNE_JOB_ID"] == str(running.pk) and float(env["ATTUNE_MEM_GB"]) == lease.mem_gb
+    profile = json.loads(env["ATTUNE_PROFILE_JSON"])
+    assert set(profile) == {"iter_time_s", "cpu_per_gpu_grid", "mem_gb_per_gpu_grid", "tput"}
+    # Once the agent runs it, nothing more to do.
+    assert agent.post(POLL, {"running": [str(lease.lease_id)]}, format="json").json() == {"commands": []}
+
+
+def test_poll_start_for_an_own_command(agent, user, settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
+    job = submit(user, gpus=1, command="python train.py --epochs 3")
+    scheduling_round_run()
+    (command,) = agent.post(POLL, {}, format="json").json()["commands"]
+    assert command["argv"] == ["sh", "-c", "python train.py --epochs 3"]
+    assert "ATTUNE_PROFILE_JSON" not in command["env"] and command["job_id"] == job.pk
+
+
+def test_poll_preempts_a_lease_the_scheduler_ended(agent, running, staff_user):
+    lease = lease_of(running)
+    submit(staff_user, gpus=4, priority=10, name="urgent")
+    scheduling_round_run()
+    commands = agent.post(POLL, {"running": [str(lease.lease_id)]}, format="json").json()["commands"]
+    assert {"kind": "preempt", "lease_id": str(lease.lease_id), "grace_s": 30} in commands
+    assert [c["kind"] for c in commands].count("start") == 1  # the urgent job
+
+
+def test_poll_cancels_a_cancelled_job_and_unknown_leases(agent, running, user):
+    lease = lease_of(running)
+    job_cancel(job=running, by=user)
+    stranger = uuid.uuid4()
+    commands = agent.post(POLL, {"running": [str(lease.lease_id), str(stranger)]}, format="json").json()[
+        "commands"
+    ]
+    assert {"kind": "cancel", "lease_id": str(lease.lease_id), "grace_s": 10} in commands
+    assert {"kind": "cancel", "lease_id": str(stranger), "grace_s": 10} in commands
+
+
+def test_poll_tells_a_draining_server_to_drain(agent, server):
+    Server.objects.filter(pk=server.pk).update(state=NodeState.DRAINING)
+    assert agent.post(POLL, {"running": []}, format="json").json() == {"commands": [{"kind": "drain"}]}
+
+
+def test_poll_rejects_bad_lease_ids(agent):
+    assert agent.post(POLL, {"running": ["nope"]}, format="json").status_code == 400
+
+
+# --- reports ----------------------------------------------------------------------------------------
+
+
+def test_reports_apply_started_progress_and_log(agent, running):
+    lease = lease_of(running).lease_id
+    t0 = timezone.now()
+    batch = [
+        {
+            **report(lease, 1, "started", pid=4242, isolation="affinity+rlimit", cpus=[0, 1]),
+            "at": t0.isoformat(),
+        },
+        {
+            **report(lease, 2, "progress", done_iters=500, iters_per_s=3.1),
+            "at": (t0 + timedelta(seconds=10)).isoformat(),
+        },
+        report(lease, 3, "log", lines=["epoch 1", "epoch 2"]),
+    ]
+    response = agent.post(REPORTS, {"reports": batch}, format="json")
+    assert response.status_code == 200
+    assert response.json() == {"acked": [[str(lease), 1], [str(lease), 2], [str(lease), 3]], "rejected": []}
+    running.refresh_from_db()
+    assert running.done_iters == 500
+    assert running.attained_service_gpu_s == pytest.approx(2 * 10.0)
+    allocation = lease_of(running)
+    assert allocation.iters_per_s == 3.1 and allocation.log_tail == "epoch 1\nepoch 2"
+    event = JobEvent.objects.get(job=running, kind="lease_started")
+    assert event.data["pid"] == 4242 and event.reason == "affinity+rlimit"
+    # Progress never goes backwards.
+    agent.post(REPORTS, {"reports": [report(lease, 4, "progress", done_iters=100)]}, format="json")
+    running.refresh_from_db()
+    assert running.done_iters == 500
+
+
+def test_the_same_batch_twice_is_applied_once(agent, running):
+    lease = lease_of(running).lease_id
+    t0 = timezone.now()
+    batch = [
+        {**report(lease, 1, "started", pid=1), "at": t0.isoformat()},
+        {**report(lease, 2, "progress", done_iters=200), "at": (t0 + timedelta(seconds=5)).isoformat()},
+        report(lease, 3, "log", lines=["hello"]),
+    ]
+    first = agent.post(REPORTS, {"reports": batch}, format="json").json()
+    second = agent.post(REPORTS, {"reports": batch}, format="json").json()
+    assert first == second and len(second["acked"]) == 3
+    running.refresh_from_db()
+    assert running.attained_service_gpu_s == pytest.approx(2 * 5.0)
+    assert JobEvent.objects.filter(job=running, kind="lease_started").count() == 1
+    assert lease_of(running).log_tail == "hello"
+    assert AgentReport.objects.count() == 3
+
+
+def test_a_report_for_another_servers_lease_is_rejected_as_not_found(running):
+    other = agent_client(make_server("gpu02", gpus=1))
+    lease = lease_of(running).lease_id
+    response = other.post(REPORTS, {"reports": [report(lease, 1, "progress", done_iters=999)]}, format="json")
+    assert response.status_code == 200
+    assert response.json() == {
+        "acked": [],
+        "rejected": [
+            {"lease_id": str(lease), "seq": 1, "error": "lease not found on this server", "code": 404}
+        ],
+    }
+    running.refresh_from_db()
+    assert running.done_iters == 0
+
+
+def test_a_malformed_report_is_rejected_and_the_rest_applied(agent, running):
+    lease = lease_of(running).lease_id
+    bad = report(lease, 1, "progress")  # no done_iters
+    good = report(lease, 2, "progress", done_iters=10)
+    body = agent.post(REPORTS, {"reports": [bad, good, {"seq": "x"}]}, format="json").json()
+    assert body["acked"] == [[str(lease), 2]]
+    assert [(r["seq"], r["code"]) for r in body["rejected"]] == [(1, 400), (None, 400)]
+    assert agent.post(REPORTS, {"reports": "nope"}, format="json").status_code == 400
+
+
+def test_exit_zero_with_all_work_done_completes_the_job(
+    agent, running, django_capture_on_commit_callbacks, monkeypatch
+):
+    requested = []
+    monkeypatch.setattr(
+        "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: requested.append(trigger)
+    )
+    lease = lease_of(running)
+    with django_capture_on_commit_callbacks(execute=True):
+        agent.post(
+            REPORTS,
+            {
+                "reports": [
+                    report(lease.lease_id, 1, "exited", exit_code=0, signal=None, oom=False, done_iters=1000)
+                ]
+            },
+            format="json",
+        )
+    running.refresh_from_db()
+    assert running.state == JobState.COMPLETED and running.exit_code == 0 and running.finished_at
+    assert running.done_iters == 1000
+    lease.refresh_from_db()
+    assert lease.ended_at is not None and lease.end_reason == "completed" and lease.exit_code == 0
+    assert not lease.gpu_holds.filter(released_at__isnull=True).exists()
+    assert requested == ["job_end"]  # the job's end asks for an early round
+
+
+@pytest.mark.parametrize(
+    ("data", "state", "exit_code"),
+    [
+        ({"exit_code": 0, "done_iters": 10}, JobState.FAILED, 0),
+        ({"exit_code": 3, "done_iters": 10}, JobState.FAILED, 3),
+        ({"exit_code": None, "signal": 9}, JobState.FAILED, 137),
+        ({"exit_code": 137, "oom": True}, JobState.OUT_OF_MEMORY, 137),
+    ],
+)
+def test_other_exits_fail_the_job(agent, running, data, state, exit_code):
+    lease = lease_of(running)
+    agent.post(REPORTS, {"reports": [report(lease.lease_id, 1, "exited", **data)]}, format="json")
+    running.refresh_from_db()
+    assert (running.state, running.exit_code) == (state, exit_code)
+
+
+def test_a_preempted_lease_exiting_leaves_the_job_queued_with_its_progress(agent, running, staff_user):
+    lease = lease_of(running)
+    submit(staff_user, gpus=4, priority=10, name="urgent")
+    scheduling_round_run()
+    running.refresh_from_db()
+    assert running.state == JobState.PENDING
+    agent.post(
+        REPORTS,
+        {
+            "reports": [
+                report(lease.lease_id, 1, "progress", done_iters=400),
+                report(lease.lease_id, 2, "exited", exit_code=None, signal=15, done_iters=420),
+            ]
+        },
+        format="json",
+    )
+    running.refresh_from_db()
+    assert running.state == JobState.PENDING and running.done_iters == 420
+    assert JobEvent.objects.filter(job=running, kind="lease_exited", reason="preempted").exists()
+
+
+def test_a_cancelled_lease_exiting_keeps_the_job_cancelled(agent, running, user):
+    lease = lease_of(running)
+    job_cancel(job=running, by=user)
+    agent.post(
+        REPORTS, {"reports": [report(lease.lease_id, 1, "exited", exit_code=None, signal=15)]}, format="json"
+    )
+    running.refresh_from_db()
+    assert running.state == JobState.CANCELLED
+
+
+def test_registration_and_a_returning_server_ask_for_an_early_round(
+    agent, server, django_capture_on_commit_callbacks, monkeypatch
+):
+    requested = []
+    monkeypatch.setattr(
+        "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: requested.append(trigger)
+    )
+    Server.objects.filter(pk=server.pk).update(state=NodeState.DOWN)
+    beat = {"sampled_at": timezone.now().isoformat(), "cpu_util_pct": 1, "mem_used_gb": 1}
+    with django_capture_on_commit_callbacks(execute=True):
+        agent.post(HEARTBEAT, beat, format="json")
+        agent.post(HEARTBEAT, {**beat, "sampled_at": timezone.now().isoformat()}, format="json")
+        agent.post(REGISTER, inventory(), format="json")
+    assert requested == ["node_back", "register"]
+
+
+def test_a_lease_that_could_not_start_fails_the_job_with_the_agents_error(agent, running):
+    lease = lease_of(running)
+    data = {
+        "exit_code": None,
+        "signal": None,
+        "oom": False,
+        "done_iters": None,
+        "stop": None,
+        "error": "start failed: this node has no GPU GPU-x",
+    }
+    body = agent.post(
+        REPORTS, {"reports": [report(lease.lease_id, 1, "exited", **data)]}, format="json"
+    ).json()
+    assert body["rejected"] == []
+    running.refresh_from_db()
+    assert running.state == JobState.FAILED and running.exit_code is None
+    event = JobEvent.objects.get(job=running, kind="failed")
+    assert event.reason == "start_failed" and "no GPU" in event.message
+
+
+def test_a_lease_stopped_by_the_agents_own_shutdown_requeues_the_job(agent, running):
+    lease = lease_of(running)
+    data = {"exit_code": None, "signal": 15, "oom": False, "done_iters": 250, "stop": "agent_exit"}
+    agent.post(REPORTS, {"reports": [report(lease.lease_id, 1, "exited", **data)]}, format="json")
+    running.refresh_from_db()
+    lease.refresh_from_db()
+    assert running.state == JobState.PENDING and running.done_iters == 250
+    assert lease.end_reason == "agent_exit" and lease.ended_at is not None
+    assert JobEvent.objects.filter(
+        job=running, kind="requeued", from_state="RUNNING", to_state="PENDING"
+    ).exists()

@@ -1,0 +1,69 @@
+"""Report ingestion under concurrency: two requests with the same batch apply it exactly once."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from scheduler_app.models import AgentReport, Job, JobEvent
+from scheduler_app.services import agents
+from scheduler_app.services.agents import LeaseReport, agent_reports_ingest
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import lease_of, make_server, submit
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="needs concurrent connections")
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_sent_twice_at_once_is_applied_once(user, settings, monkeypatch):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
+    server = make_server("gpu01", gpus=2)
+    job = submit(user, gpus=2)
+    scheduling_round_run()
+    lease = lease_of(job)
+    t0 = timezone.now()
+    batch = [
+        LeaseReport(lease.lease_id, 1, "started", t0, {"pid": 1}),
+        LeaseReport(lease.lease_id, 2, "progress", t0 + timedelta(seconds=30), {"done_iters": 300}),
+    ]
+    first_inside, release = threading.Event(), threading.Event()
+    real_apply = agents._apply_reports
+
+    def slow_apply(reports, *, now):
+        # The first request holds its transaction open with the reports inserted but not committed.
+        first_inside.set()
+        assert release.wait(10)
+        return real_apply(reports, now=now)
+
+    monkeypatch.setattr(agents, "_apply_reports", slow_apply)
+    outcomes = {}
+
+    def send(name):
+        try:
+            outcomes[name] = agent_reports_ingest(server=server, reports=batch)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=send, args=("first",))
+    first.start()
+    assert first_inside.wait(10)
+    second = threading.Thread(target=send, args=("second",))
+    second.start()
+    time.sleep(0.5)  # the second now waits on the unique index for the first's rows
+    release.set()
+    first.join(10)
+    second.join(10)
+
+    assert outcomes["first"].applied == 2 and outcomes["second"].applied == 0
+    assert (
+        outcomes["first"].acked
+        == outcomes["second"].acked
+        == [(str(lease.lease_id), 1), (str(lease.lease_id), 2)]
+    )
+    job.refresh_from_db()
+    assert job.done_iters == 300 and job.attained_service_gpu_s == pytest.approx(2 * 30.0)
+    assert JobEvent.objects.filter(job=job, kind="lease_started").count() == 1
+    assert AgentReport.objects.count() == 2
+    assert Job.objects.count() == 1

@@ -1,0 +1,100 @@
+"""Node failure as the work sees it: NOT_RESPONDING keeps jobs, DOWN requeues them with their progress."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from cluster_app.models import NodeState, Server
+from scheduler_app.models import Allocation, Job, JobEvent, JobState
+from scheduler_app.services.nodes import node_drain, node_liveness_sweep_run, node_resume
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import active, lease_of, make_server, submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def knobs(settings):
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "fifo",
+        "allocator": "tune",
+        "inline_rounds": False,
+    }
+    settings.ATTUNE_NODE_NOT_RESPONDING_AFTER_S = 30
+    settings.ATTUNE_NODE_DOWN_AFTER_S = 120
+
+
+def test_a_silent_server_goes_not_responding_then_down_and_its_jobs_are_requeued(user):
+    now = timezone.now()
+    server = make_server("gpu01", gpus=4)
+    Server.objects.filter(pk=server.pk).update(last_heartbeat_at=now)
+    job = submit(user, gpus=2, iters=1000)
+    scheduling_round_run()
+    lease = lease_of(job)
+    Job.objects.filter(pk=job.pk).update(done_iters=640, attained_service_gpu_s=1200.0)
+
+    sweep = node_liveness_sweep_run(now=now + timedelta(seconds=45))
+    assert sweep.not_responding == ["gpu01"]
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and lease_of(job) == lease  # maybe only slow: keeps its job
+
+    sweep = node_liveness_sweep_run(now=now + timedelta(seconds=200))
+    assert sweep.down == ["gpu01"]
+    server.refresh_from_db()
+    job.refresh_from_db()
+    lease.refresh_from_db()
+    assert server.state == NodeState.DOWN
+    assert job.state == JobState.PENDING and job.done_iters == 640 and job.attained_service_gpu_s == 1200.0
+    assert lease.end_reason == "node_fail" and lease.ended_at is not None
+    assert not lease.gpu_holds.filter(released_at__isnull=True).exists()
+    history = list(JobEvent.objects.filter(job=job).values_list("kind", "from_state", "to_state"))
+    assert history[-2:] == [("node_fail", "RUNNING", "NODE_FAIL"), ("requeued", "NODE_FAIL", "PENDING")]
+    # Sweeping again changes nothing.
+    node_liveness_sweep_run(now=now + timedelta(seconds=300))
+    assert JobEvent.objects.filter(job=job, kind="node_fail").count() == 1
+
+
+def test_a_requeued_job_runs_elsewhere_with_its_progress(user):
+    now = timezone.now()
+    dying = make_server("a-dying", gpus=2)
+    healthy = make_server("b-healthy", gpus=2)
+    Server.objects.filter(pk=healthy.pk).update(last_heartbeat_at=now + timedelta(seconds=400))
+    Server.objects.filter(pk=dying.pk).update(last_heartbeat_at=now)
+    job = submit(user, gpus=2)
+    scheduling_round_run()
+    assert lease_of(job).server == dying
+    Job.objects.filter(pk=job.pk).update(done_iters=300)
+    node_liveness_sweep_run(now=now + timedelta(seconds=60))
+    node_liveness_sweep_run(now=now + timedelta(seconds=200))
+
+    scheduling_round_run()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.done_iters == 300
+    assert lease_of(job).server == healthy
+    assert Allocation.objects.filter(job=job).count() == 2
+
+
+def test_a_job_spanning_servers_restarts_whole_when_one_dies(user):
+    now = timezone.now()
+    a = make_server("a", gpus=2)
+    b = make_server("b", gpus=2)
+    Server.objects.filter(pk=b.pk).update(last_heartbeat_at=now + timedelta(seconds=400))
+    Server.objects.filter(pk=a.pk).update(last_heartbeat_at=now)
+    job = submit(user, gpus=4)
+    scheduling_round_run()
+    assert len(active(job)) == 2
+    node_liveness_sweep_run(now=now + timedelta(seconds=60))
+    node_liveness_sweep_run(now=now + timedelta(seconds=200))
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and active(job) == []
+
+
+def test_drain_through_the_service_counts_leases_under_lock(user):
+    server = make_server("gpu01", gpus=2)
+    submit(user, gpus=1)
+    scheduling_round_run()
+    assert node_drain(server=server, reason="maintenance").state == NodeState.DRAINING
+    assert node_resume(server=server).state == NodeState.MIXED

@@ -1,0 +1,120 @@
+"""Celery tasks, the beat schedule and the debounced early round."""
+
+import pytest
+from django.conf import settings as django_settings
+
+from scheduler_app import tasks
+from scheduler_app.models import JobState, SchedulingRound
+from scheduler_app.services import rounds
+from scheduler_app.services.job_control import job_enqueue
+from scheduler_app.services.jobs import JobRequest
+from tests.api.helpers import make_server, workload
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_beat_schedule_runs_rounds_sweeps_and_rollups():
+    schedule = django_settings.CELERY_BEAT_SCHEDULE
+    tasks_by_name = {entry["task"] for entry in schedule.values()}
+    assert tasks_by_name == {
+        "scheduler_app.tasks.scheduling_round_task",
+        "scheduler_app.tasks.node_liveness_sweep_task",
+        "scheduler_app.tasks.usage_rollup_task",
+    }
+    assert schedule["scheduling-round"]["schedule"] == float(django_settings.ATTUNE_SCHEDULER["round_s"])
+    assert schedule["node-liveness-sweep"]["schedule"] <= 10
+
+
+def test_tasks_call_their_services(user, settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
+    make_server("gpu01")
+    round_id = tasks.scheduling_round_task.apply(kwargs={"trigger": "beat"}).get()
+    assert SchedulingRound.objects.get(pk=round_id).trigger == "beat"
+    assert tasks.node_liveness_sweep_task.apply().get() == {"not_responding": [], "down": []}
+    assert tasks.usage_rollup_task.apply().get() == {"usage_rows_removed": 0, "agent_reports_removed": 0}
+
+
+def test_inline_mode_runs_the_early_round_after_commit(user, settings, django_capture_on_commit_callbacks):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
+    make_server("gpu01")
+    with django_capture_on_commit_callbacks(execute=True):
+        job = job_enqueue(
+            owner=user, request=JobRequest(name="a", num_gpus=1, total_iters=10, workload=workload())
+        )
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert SchedulingRound.objects.get().trigger == "submit"
+
+
+class FakeRedis:
+    def __init__(self):
+        self.keys = {}
+
+    def set(self, key, value, nx=False, ex=None):
+        if nx and key in self.keys:
+            return None
+        self.keys[key] = value
+        return True
+
+    def delete(self, key):
+        self.keys.pop(key, None)
+
+
+def test_a_burst_of_requests_queues_one_delayed_round(settings, monkeypatch):
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "inline_rounds": False,
+        "early_round_delay_s": 2,
+    }
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    fake = FakeRedis()
+    monkeypatch.setattr(rounds, "_redis", lambda url: fake)
+    queued = []
+    monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
+
+    for _ in range(5):
+        rounds.scheduling_round_request(trigger="submit")
+    assert queued == [{"kwargs": {"trigger": "submit"}, "countdown": 2.0}]
+
+    # The task clears the key as it starts; the next request queues the next round.
+    monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: None)
+    tasks.scheduling_round_task(trigger="submit")
+    rounds.scheduling_round_request(trigger="job_end")
+    assert len(queued) == 2 and queued[1]["kwargs"] == {"trigger": "job_end"}
+
+
+def test_a_broker_outage_does_not_fail_the_request(settings, monkeypatch):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+
+    class Down:
+        def set(self, *args, **kwargs):
+            raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(rounds, "_redis", lambda url: Down())
+    rounds.scheduling_round_request(trigger="submit")  # logs a warning, raises nothing
+
+
+def test_the_debounce_uses_a_real_redis_set_nx(settings, monkeypatch):
+    import redis
+
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis at REDIS_URL")
+    client.delete(rounds.EARLY_ROUND_KEY)
+    queued = []
+    monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
+    try:
+        rounds.scheduling_round_request(trigger="submit")
+        rounds.scheduling_round_request(trigger="submit")
+        assert len(queued) == 1
+        assert 0 < client.ttl(rounds.EARLY_ROUND_KEY) <= 62  # a lost task cannot block early rounds for long
+        rounds.scheduling_round_request_clear()
+        rounds.scheduling_round_request(trigger="job_end")
+        assert len(queued) == 2
+    finally:
+        client.delete(rounds.EARLY_ROUND_KEY)
