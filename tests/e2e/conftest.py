@@ -1,0 +1,86 @@
+"""Fixtures for end-to-end tests: PostgreSQL + Redis only, a live API server, a worker, agents."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from tests.e2e.processes import Agent, CeleryWorker
+
+# The worker runs beat with short periods so that a test sees rounds, sweeps and node failure quickly.
+WORKER_ENV = {
+    "ATTUNE_ROUND_S": "3",
+    "ATTUNE_EARLY_ROUND_DELAY_S": "0.5",
+    "ATTUNE_LIVENESS_SWEEP_S": "1",
+    "ATTUNE_HEARTBEAT_INTERVAL_S": "1",
+    "ATTUNE_POLL_INTERVAL_S": "1",
+    "ATTUNE_NODE_NOT_RESPONDING_AFTER_S": "4",
+    "ATTUNE_NODE_DOWN_AFTER_S": "8",
+    "ATTUNE_PREEMPT_GRACE_S": "3",
+}
+
+
+def _redis_available() -> bool:
+    try:
+        return bool(redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture
+def e2e_ready(transactional_db):
+    if connection.vendor != "postgresql":
+        pytest.skip("end-to-end tests run on PostgreSQL (set DATABASE_URL), not the embedded SQLite")
+    if not _redis_available():
+        pytest.skip(f"Redis is not reachable at {settings.REDIS_URL}")
+    # A clean broker: no stale tasks from an earlier run reach this worker.
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+@pytest.fixture
+def live_settings(settings):
+    """What the in-process API server tells agents and how it triggers rounds (same as the worker)."""
+    settings.ATTUNE_HEARTBEAT_INTERVAL_S = 1
+    settings.ATTUNE_POLL_INTERVAL_S = 1
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "inline_rounds": False,
+        "early_round_delay_s": 0.5,
+        "preempt_grace_s": 3,
+        "round_s": 3,
+    }
+    return settings
+
+
+@pytest.fixture
+def worker(e2e_ready, live_settings, tmp_path):
+    w = CeleryWorker(tmp_path, **WORKER_ENV)
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def start_agents(worker, live_server, tmp_path):
+    """Start N fake-GPU agents against the live server; all are stopped (jobs included) at the end."""
+    agents: list[Agent] = []
+
+    def start(n: int, *, gpus: int = 4, cpus: int = 12, mem_gb: float = 250.0, time_scale: float = 0.02):
+        for i in range(n):
+            agents.append(
+                Agent(
+                    tmp_path,
+                    live_server.url,
+                    f"node{i + 1}",
+                    gpus=gpus,
+                    cpus=cpus,
+                    mem_gb=mem_gb,
+                    time_scale=time_scale,
+                )
+            )
+        return agents
+
+    yield start
+    for agent in agents:
+        agent.stop()
