@@ -17,11 +17,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-# Embedded zero-setup mode: SQLite file under var/, no Redis needed.
+# Embedded zero-setup mode: SQLite file under var/, no Redis needed; web, rounds and three fake-GPU agents.
 demo: venv
 	env -u DATABASE_URL $(PY) manage.py migrate --noinput
-	env -u DATABASE_URL $(PY) manage.py seed_demo
-	env -u DATABASE_URL DEBUG=1 $(PY) manage.py runserver 127.0.0.1:8000
+	env -u DATABASE_URL DEBUG=1 $(PY) manage.py demo
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -67,6 +67,10 @@ TEMPLATES = [
 # DATABASE_URL unset = the embedded demo database; CI and production point it at PostgreSQL.
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'attune.sqlite3'}")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The embedded demo has the web server, rounds and agents' reports writing at once: wait for the
+    # write lock instead of failing, and take it at the start of each transaction (no upgrade deadlock).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

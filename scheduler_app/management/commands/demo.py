@@ -1,0 +1,142 @@
+"""`manage.py demo`: the whole of Attune on one machine: web, scheduling rounds and three fake-GPU agents."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import close_old_connections
+
+from cluster_app.models import Server
+from cluster_app.services import GpuSpec, agent_credential_issue, server_create
+from profiles_app.models import Workload
+from scheduler_app.models import Team
+from scheduler_app.services import JobRequest, job_submit
+from scheduler_app.services.nodes import node_liveness_sweep_run
+from scheduler_app.services.rounds import scheduling_round_run
+
+AGENT_NAMES = ("gpu01", "gpu02", "gpu03")
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the embedded demo: seed users, teams and the catalog, start three node agents with fake GPUs "
+        "(8 GPUs, 24 cores, 500 GB each) running synthetic training jobs, run scheduling rounds in this "
+        "process, keep submitting a job now and then, and serve the web UI. Ctrl-C stops everything."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--addr", default="127.0.0.1:8000", help="address to serve (default 127.0.0.1:8000)"
+        )
+        parser.add_argument("--round-s", type=float, default=10.0, help="seconds between rounds (default 10)")
+        parser.add_argument(
+            "--time-scale",
+            type=float,
+            default=0.05,
+            help="synthetic jobs run this much faster (default 0.05)",
+        )
+        parser.add_argument("--submit-every-s", type=float, default=30.0, help="a new demo job this often")
+
+    def handle(self, *args, **opts) -> None:
+        call_command("seed_demo", servers=0, verbosity=0)
+        url = f"http://{opts['addr']}"
+        agents = [self._start_agent(name, url, opts["time_scale"]) for name in AGENT_NAMES]
+        stop = threading.Event()
+        threading.Thread(target=self._rounds, args=(stop, opts["round_s"]), daemon=True).start()
+        threading.Thread(target=self._trickle, args=(stop, opts["submit_every_s"]), daemon=True).start()
+        self.stdout.write(self.style.SUCCESS(f"demo: {url}/ (admin: {url}/admin/, login admin / admin)"))
+        try:
+            call_command("runserver", opts["addr"], use_reloader=False)
+        finally:
+            stop.set()
+            for proc in agents:
+                proc.terminate()  # started with --stop-leases-on-exit: the agent stops its jobs too
+            for proc in agents:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    def _start_agent(self, name: str, url: str, time_scale: float) -> subprocess.Popen:
+        server = Server.objects.filter(name=name).first() or server_create(
+            name=name,
+            num_cpus=24,
+            mem_gb=500.0,
+            gpus=[GpuSpec(index=i, uuid=f"unregistered-{name}-{i}") for i in range(8)],
+        )
+        token = agent_credential_issue(server=server)
+        base = Path(settings.VAR_DIR) / "agent" / name
+        base.mkdir(parents=True, exist_ok=True)
+        log = (base / "agent.log").open("a")
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agent",
+                "--server",
+                url,
+                "--token",
+                token,
+                "--name",
+                name,
+                "--fake-gpus",
+                "8",
+                "--fake-cpus",
+                "24",
+                "--fake-mem-gb",
+                "500",
+                "--time-scale",
+                str(time_scale),
+                "--spool-dir",
+                str(base / "spool"),
+                "--work-dir",
+                str(base / "work"),
+                "--stop-leases-on-exit",
+            ],
+            cwd=settings.BASE_DIR,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def _rounds(self, stop: threading.Event, round_s: float) -> None:
+        """Embedded mode has no Celery beat: run the periodic round and liveness sweep here."""
+        while not stop.wait(round_s):
+            try:
+                node_liveness_sweep_run()
+                scheduling_round_run(trigger="beat")
+            except Exception:  # keep the demo alive; the error is in the log
+                self.stderr.write("demo: round failed (see the log)")
+            finally:
+                close_old_connections()
+
+    def _trickle(self, stop: threading.Event, every_s: float) -> None:
+        """Submit a random catalog job now and then, so a newcomer sees the queue move."""
+        rng = random.Random(7)
+        while not stop.wait(every_s):
+            try:
+                team = rng.choice(list(Team.objects.prefetch_related("members")))
+                owner = team.members.first() or get_user_model().objects.get(username="admin")
+                workload = rng.choice(list(Workload.objects.exclude(name__in=["bert", "vae"])))
+                job_submit(
+                    owner=owner,
+                    request=JobRequest(
+                        name=f"{workload.name}-{int(time.time()) % 100000}",
+                        num_gpus=rng.choice([1, 1, 1, 2, 4]),
+                        total_iters=int(rng.uniform(120, 600) / (workload.iter_time_s * 0.05)),
+                        workload=workload,
+                        team=team,
+                    ),
+                )
+            except Exception:
+                self.stderr.write("demo: could not submit a demo job")
+            finally:
+                close_old_connections()
