@@ -72,6 +72,8 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # write lock instead of failing, and take it at the start of each transaction (no upgrade deadlock).
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
+# With persistent connections, check a reused one before a request uses it (a restarted PostgreSQL).
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = DATABASES["default"]["CONN_MAX_AGE"] > 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

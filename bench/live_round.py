@@ -1,0 +1,230 @@
+"""The live scheduling round on PostgreSQL (scheduling_round_run) against the pure core on the same inputs.
+
+Run: `python -m bench.live_round [--servers 64] [--jobs 1000] [--scenarios 5]`. Creates a fresh
+PostgreSQL database, 64 IDLE servers x 8 GPUs (24 cores, 500 GB), loads the workload catalog and
+submits 1,000 PENDING jobs (catalog models, 1/2/4/8 GPUs) through the services. Then, `--scenarios`
+times on a fresh copy of that database (CREATE DATABASE ... TEMPLATE), times three live rounds with
+their query count: 1. everything new; 2. nothing changed (median of `--repeats`); 3. after about 10%
+of the jobs finished (job_finish on running jobs). Baseline in the same run, before each round: the
+pure core, engine.schedule_round, on the inputs the round's own selector builds (round_inputs over
+the same rows); `x core` is the live round's median wall time over the core's, i.e. what the
+database adds. The databases are dropped at the end, also on error."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from typing import Any
+from unittest import mock
+
+from bench.common import print_table, time_call
+from bench.live_common import bench_database, database_copy, django_setup, logger, logging_setup
+
+GPU_MIX = ((1, 0.4), (2, 0.25), (4, 0.2), (8, 0.15))  # GPUs per job and its share of the jobs
+
+
+def populate(num_servers: int, num_jobs: int, seed: int) -> None:
+    """Servers, the catalog and PENDING jobs, all through the services."""
+    from django.contrib.auth import get_user_model
+
+    from cluster_app.services import GpuSpec, server_create
+    from profiles_app.models import Workload
+    from profiles_app.services import workload_catalog_load
+    from scheduler_app.services.jobs import JobRequest, job_submit
+
+    start = time.perf_counter()
+    for i in range(num_servers):
+        server_create(
+            name=f"gpu{i:03d}",
+            num_cpus=24,
+            mem_gb=500.0,
+            gpus=[GpuSpec(index=g, uuid=f"GPU-bench-{i:03d}-{g}", model="V100") for g in range(8)],
+            gpu_model="V100",
+        )
+    workload_catalog_load()
+    workloads = list(Workload.objects.order_by("name"))
+    owner = get_user_model().objects.create_user("bench", password=None)
+    rng = random.Random(seed)
+    sizes, weights = zip(*GPU_MIX, strict=True)
+    for n in range(num_jobs):
+        job_submit(
+            owner=owner,
+            request=JobRequest(
+                name=f"bench-{n}",
+                num_gpus=rng.choices(sizes, weights)[0],
+                total_iters=rng.randint(2_000, 200_000),
+                workload=rng.choice(workloads),
+            ),
+        )
+    logger.info(
+        "%d servers (%d GPUs), %d catalog workloads, %d jobs submitted in %.1f s",
+        num_servers,
+        8 * num_servers,
+        len(workloads),
+        num_jobs,
+        time.perf_counter() - start,
+    )
+
+
+def core_baseline(repeats: int) -> tuple[float, float, int]:
+    """The round's inputs built by its selector (seconds), then the core alone on them (median seconds)."""
+    from django.db import transaction
+
+    from cluster_app.models import Server
+    from scheduler_app.conf import scheduler_conf
+    from scheduler_app.core.engine import schedule_round
+    from scheduler_app.models import Job, JobState
+    from scheduler_app.selectors import round_inputs
+
+    conf = scheduler_conf()
+    start = time.perf_counter()
+    with transaction.atomic():  # the same rows the round reads, without its locks
+        servers = list(Server.objects.order_by("id"))
+        jobs = list(Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).order_by("id"))
+        inputs = round_inputs(servers=servers, jobs=jobs)
+    inputs_s = time.perf_counter() - start
+    now_s = time.time()
+    core_s, _ = time_call(
+        lambda: schedule_round(
+            inputs.snapshot, inputs.views, policy=conf.policy, allocator=conf.allocator, now_s=now_s
+        ),
+        repeats=repeats,
+    )
+    return inputs_s, core_s, len(inputs.views)
+
+
+def live_round() -> tuple[Any, float, int]:
+    """One scheduling_round_run: the SchedulingRound, its wall time and its number of queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler_app.services.rounds import scheduling_round_run
+
+    with CaptureQueriesContext(connection) as queries:
+        start = time.perf_counter()
+        sround = scheduling_round_run(trigger="bench")
+        wall_s = time.perf_counter() - start
+    if sround is None:
+        raise RuntimeError("the round was skipped: another round holds the lock on this database")
+    return sround, wall_s, len(queries)
+
+
+def finish_jobs(count: int, seed: int) -> int:
+    """Complete `count` running jobs (all their work done) through job_finish; returns how many.
+
+    The early round each end asks for is recorded, not run: only the bench's own rounds are timed.
+    """
+    from django.db import transaction
+
+    from scheduler_app.models import Job, JobState
+    from scheduler_app.services.job_control import job_finish
+
+    running = list(Job.objects.filter(state=JobState.RUNNING).order_by("id").values_list("id", flat=True))
+    chosen = sorted(random.Random(seed).sample(running, min(count, len(running))))
+    with (
+        mock.patch("scheduler_app.services.rounds.scheduling_round_request") as requested,
+        transaction.atomic(),
+    ):
+        for job in Job.objects.select_for_update(of=("self",)).filter(pk__in=chosen).order_by("id"):
+            job.done_iters = job.total_iters
+            job_finish(job=job, state=JobState.COMPLETED, exit_code=0, reason="bench")
+    logger.info(
+        "%d running jobs completed (%d early rounds asked for, not run)", len(chosen), requested.call_count
+    )
+    return len(chosen)
+
+
+def measure(*, repeats: int, core_repeats: int) -> dict[str, Any]:
+    """Core baseline on the current state, then the live round (`repeats` times: median)."""
+    inputs_s, core_s, runnable = core_baseline(core_repeats)
+    walls, sround, queries = [], None, 0
+    for _ in range(repeats):
+        sround, wall_s, queries = live_round()
+        walls.append(wall_s)
+    return {
+        "runnable": runnable,
+        "placed": sround.num_placed,
+        "preempted": sround.num_preempted,
+        "waiting": sround.num_pending + sround.num_infeasible,
+        "queries": queries,
+        "live": statistics.median(walls),
+        "inputs": inputs_s,
+        "core": core_s,
+    }
+
+
+def scenario(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Rounds 1 (all new), 2 (unchanged) and 3 (after some jobs finished) from the populated state."""
+    results = {"1 all new": measure(repeats=1, core_repeats=args.core_repeats)}
+    results[f"2 unchanged (x{args.repeats})"] = measure(repeats=args.repeats, core_repeats=args.core_repeats)
+    finished = finish_jobs(round(args.finish * args.jobs), args.seed)
+    results[f"3 after {finished} done"] = measure(repeats=1, core_repeats=args.core_repeats)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--finish", type=float, default=0.1, help="share of the jobs finished before round 3")
+    parser.add_argument("--scenarios", type=int, default=5, help="runs of rounds 1-3, each on a fresh copy")
+    parser.add_argument("--repeats", type=int, default=3, help="live repeats of the unchanged round 2")
+    parser.add_argument("--core-repeats", type=int, default=5, help="repeats of the core baseline")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--db", default="attune_bench_round", help="database to create and drop")
+    parser.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
+    args = parser.parse_args()
+    logging_setup()
+    if not 1 <= args.servers <= 512 or not 1 <= args.jobs <= 20_000 or not 1 <= args.scenarios <= 20:
+        parser.error("--servers must be 1..512, --jobs 1..20000 and --scenarios 1..20")
+
+    runs: list[dict[str, dict[str, Any]]] = []
+    with bench_database(args.db, keep=args.keep_db) as url:
+        django_setup(url)
+        from scheduler_app.conf import scheduler_conf
+
+        conf = scheduler_conf()
+        populate(args.servers, args.jobs, args.seed)
+        for i in range(args.scenarios):
+            with database_copy(args.db, f"{args.db}_run"):
+                runs.append(scenario(args))
+            logger.info("scenario %d/%d done", i + 1, args.scenarios)
+
+    rows = []
+    for label, first in runs[0].items():
+        per_run = [run[label] for run in runs]
+        live = statistics.median(r["live"] for r in per_run)
+        core = statistics.median(r["core"] for r in per_run)
+        rows.append(
+            [
+                label,
+                first["runnable"],
+                first["placed"],
+                first["preempted"],
+                first["waiting"],
+                first["queries"],
+                live * 1e3,
+                min(r["live"] for r in per_run) * 1e3,
+                statistics.median(r["inputs"] for r in per_run) * 1e3,
+                core * 1e3,
+                live / core,
+            ]
+        )
+    print(
+        f"\nlive round on PostgreSQL: {args.servers} servers x 8 GPUs, {args.jobs} jobs, {conf.policy}/"
+        f"{conf.allocator}; median of {args.scenarios} runs, each on a fresh copy of the same data;"
+        " core = engine.schedule_round alone on the inputs round_inputs builds"
+    )
+    print_table(
+        ["round", "runnable", "placed", "preempted", "waiting", "queries", "live ms", "best ms", "inputs ms",
+         "core ms", "x core"],
+        rows,
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
