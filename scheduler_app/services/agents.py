@@ -33,7 +33,8 @@ from scheduler_app.models import (
     JobState,
 )
 from scheduler_app.selectors import server_busy_gpus
-from scheduler_app.services.job_control import job_event, job_finish, job_requeue
+from scheduler_app.services.job_control import job_finish, job_requeue
+from scheduler_app.services.jobs import job_event
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from scheduler_app.models import (
     JobState,
     PendingReason,
 )
-from scheduler_app.services.jobs import JobRequest, job_submit
+from scheduler_app.services.jobs import JobRequest, job_event, job_submit
 
 logger = logging.getLogger(__name__)
 
@@ -57,28 +57,41 @@ def job_allocations_end(*, job_ids: Iterable[int], reason: str, now: datetime) -
     return allocations_end(allocation_ids=list(ids), reason=reason, now=now)
 
 
-def job_event(
+def job_interruption_events(
     job: Job,
-    kind: str,
     *,
-    from_state: str = "",
-    to_state: str = "",
-    reason: str = "",
-    message: str = "",
+    kind: str,
+    interrupted_state: str,
+    reason: str,
+    next_kind: str,
+    next_state: str,
+    next_reason: str,
+    at: datetime,
     data: dict[str, Any] | None = None,
-    at: datetime | None = None,
-) -> JobEvent:
-    """An unsaved JobEvent, for bulk_create by services that record many at once."""
-    return JobEvent(
-        job_id=job.pk,
-        kind=kind,
-        from_state=from_state,
-        to_state=to_state,
-        reason=reason,
-        message=message,
-        data=data or {},
-        at=at or timezone.now(),
-    )
+    next_data: dict[str, Any] | None = None,
+) -> list[JobEvent]:
+    """The two events of a running job that loses its resources (preempted, node failure): the
+    interruption, then where it goes next (the queue, or straight to a new allocation)."""
+    return [
+        job_event(
+            job,
+            kind,
+            from_state=JobState.RUNNING,
+            to_state=interrupted_state,
+            reason=reason,
+            at=at,
+            data=data,
+        ),
+        job_event(
+            job,
+            next_kind,
+            from_state=interrupted_state,
+            to_state=next_state,
+            reason=next_reason,
+            at=at,
+            data=next_data,
+        ),
+    ]
 
 
 def _request_round(trigger: str) -> None:

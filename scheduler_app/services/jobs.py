@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from cluster_app.selectors import cluster_capacity
 from profiles_app.models import Workload
@@ -64,6 +65,30 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> None:
         raise ValidationError(errors)
 
 
+def job_event(
+    job: Job,
+    kind: str,
+    *,
+    from_state: str = "",
+    to_state: str = "",
+    reason: str = "",
+    message: str = "",
+    data: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> JobEvent:
+    """An unsaved JobEvent, for bulk_create by services that record many at once."""
+    return JobEvent(
+        job_id=job.pk,
+        kind=kind,
+        from_state=from_state,
+        to_state=to_state,
+        reason=reason,
+        message=message,
+        data=data or {},
+        at=at or timezone.now(),
+    )
+
+
 def job_event_append(
     *,
     job: Job,
@@ -76,18 +101,11 @@ def job_event_append(
     at: datetime | None = None,
 ) -> JobEvent:
     """Append one event to a job's history (never updated or deleted afterwards)."""
-    fields: dict[str, Any] = {
-        "job": job,
-        "kind": kind,
-        "from_state": from_state,
-        "to_state": to_state,
-        "reason": reason,
-        "message": message,
-        "data": data or {},
-    }
-    if at is not None:
-        fields["at"] = at
-    return JobEvent.objects.create(**fields)
+    event = job_event(
+        job, kind, from_state=from_state, to_state=to_state, reason=reason, message=message, data=data, at=at
+    )
+    event.save()
+    return event
 
 
 @transaction.atomic

@@ -19,7 +19,7 @@ from cluster_app.services import (
 )
 from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import server_busy_gpus
-from scheduler_app.services.job_control import job_allocations_end, job_event
+from scheduler_app.services.job_control import job_allocations_end, job_interruption_events
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
@@ -51,26 +51,16 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
         for job in jobs:
             if job.state != JobState.RUNNING:
                 continue
-            events.append(
-                job_event(
-                    job,
-                    "node_fail",
-                    from_state=JobState.RUNNING,
-                    to_state=JobState.NODE_FAIL,
-                    reason="node_down",
-                    at=now,
-                    data={"done_iters": job.done_iters},
-                )
-            )
-            events.append(
-                job_event(
-                    job,
-                    "requeued",
-                    from_state=JobState.NODE_FAIL,
-                    to_state=JobState.PENDING,
-                    reason=PendingReason.PRIORITY,
-                    at=now,
-                )
+            events += job_interruption_events(
+                job,
+                kind="node_fail",
+                interrupted_state=JobState.NODE_FAIL,
+                reason="node_down",
+                next_kind="requeued",
+                next_state=JobState.PENDING,
+                next_reason=PendingReason.PRIORITY,
+                at=now,
+                data={"done_iters": job.done_iters},
             )
         Job.objects.filter(pk__in=requeued).update(
             state=JobState.PENDING, pending_reason=PendingReason.PRIORITY

@@ -34,7 +34,8 @@ from scheduler_app.models import (
     SchedulingRound,
 )
 from scheduler_app.selectors import ActiveLease, RoundInputs, round_inputs, server_busy_gpus
-from scheduler_app.services.job_control import allocations_end, job_event
+from scheduler_app.services.job_control import allocations_end, job_interruption_events
+from scheduler_app.services.jobs import job_event
 
 logger = logging.getLogger(__name__)
 
@@ -218,27 +219,17 @@ def _apply(
             if leases:
                 counts["num_preempted"] += 1
                 to_end.extend(lease.allocation_id for lease in leases)
-                events.append(
-                    job_event(
-                        job,
-                        "preempted",
-                        from_state=JobState.RUNNING,
-                        to_state=JobState.PREEMPTED,
-                        reason="moved",
-                        at=now,
-                        data={"round": sround.pk},
-                    )
-                )
-                events.append(
-                    job_event(
-                        job,
-                        "rescheduled",
-                        from_state=JobState.PREEMPTED,
-                        to_state=JobState.RUNNING,
-                        reason=decision.reason,
-                        at=now,
-                        data=data,
-                    )
+                events += job_interruption_events(
+                    job,
+                    kind="preempted",
+                    interrupted_state=JobState.PREEMPTED,
+                    reason="moved",
+                    next_kind="rescheduled",
+                    next_state=JobState.RUNNING,
+                    next_reason=decision.reason,
+                    at=now,
+                    data={"round": sround.pk},
+                    next_data=data,
                 )
             else:
                 events.append(
@@ -268,27 +259,17 @@ def _apply(
             counts["num_preempted"] += 1
             to_end.extend(lease.allocation_id for lease in leases)
             to_pending[reason].append(job.pk)
-            events.append(
-                job_event(
-                    job,
-                    "preempted",
-                    from_state=JobState.RUNNING,
-                    to_state=JobState.PREEMPTED,
-                    reason=decision.reason,
-                    at=now,
-                    data={"round": sround.pk},
-                )
-            )
-            events.append(
-                job_event(
-                    job,
-                    "requeued",
-                    from_state=JobState.PREEMPTED,
-                    to_state=JobState.PENDING,
-                    reason=reason,
-                    at=now,
-                    data={"round": sround.pk},
-                )
+            events += job_interruption_events(
+                job,
+                kind="preempted",
+                interrupted_state=JobState.PREEMPTED,
+                reason=decision.reason,
+                next_kind="requeued",
+                next_state=JobState.PENDING,
+                next_reason=reason,
+                at=now,
+                data={"round": sround.pk},
+                next_data={"round": sround.pk},
             )
         elif job.state == JobState.RUNNING:
             # Running without a lease (should not happen): back to the queue.
