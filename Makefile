@@ -11,10 +11,12 @@ PYTEST_ARGS ?=
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-profiling.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	# The CPU build of PyTorch, for the real profiling target (agent/torch_workload.py) and its test.
+	$(PY) -m pip install --quiet -r requirements-profiling.txt
 	touch $@
 
 # Embedded zero-setup mode: SQLite file under var/, no Redis needed; web, rounds and three fake-GPU agents.

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from agent import __version__
+from agent.bandwidth import NodeBandwidths
 from agent.client import ServiceClient, ServiceError, call_with_retry
 from agent.clock import utc_iso
 from agent.gpus import GpuBackend, GpuBackendError
@@ -92,6 +93,7 @@ class Agent:
             progress_interval_s=config.progress_interval_s,
             log_interval_s=config.log_interval_s,
             on_report=self.sender.notify,
+            bandwidths=NodeBandwidths(work_dir=config.work_dir, storage_mbps=config.storage_mbps),
         )
         self.heartbeat_interval_s = config.heartbeat_interval_s
         self.poll_interval_s = config.poll_interval_s

@@ -319,9 +319,9 @@ class ProcessLauncher:
 
     def build_argv(self, spec: LaunchSpec, real_cpus: Sequence[int], env: dict[str, str]) -> list[str]:
         argv = list(spec.argv)
-        if argv[:3] in (["python", "-m", "agent.workload"], ["python3", "-m", "agent.workload"]):
-            # The synthetic workload ships with the agent: run it with the agent's interpreter and make
-            # the package importable from the lease's working directory.
+        if argv[:2] in (["python", "-m"], ["python3", "-m"]) and argv[2:3] and argv[2].startswith("agent."):
+            # The workloads that ship with the agent (agent.workload, agent.torch_workload): run them with
+            # the agent's interpreter and make the package importable from the lease's working directory.
             argv[0] = self.python
             env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(AGENT_ROOT)) if p)
         cpu_list = ",".join(str(c) for c in real_cpus)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.bandwidth import NodeBandwidths
 from agent.launcher import (
     ISOLATION_SYSTEMD,
     ExitStatus,
@@ -22,6 +23,7 @@ from agent.launcher import (
     LeaseProcess,
     classify_oom,
 )
+from agent.profiler import POINT_TIMEOUT_S, ProfileTask, point_result, point_spec
 from agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,10 @@ class LeaseManager:
     Invariants: a lease id is launched at most once per node (running, or marked finished in the spool);
     a GPU is used by at most one local process group: a start whose GPUs are still held by a lease
     (typically one stopping after a preempt) waits until that lease's processes are gone.
+
+    Profiling runs (`profile` commands, agent/profiler.py) live beside the leases: one measurement
+    process at a time per run, on cores no lease uses, and a lease start waits for its GPUs like it
+    waits for a stopping lease's.
     """
 
     def __init__(
@@ -126,6 +132,7 @@ class LeaseManager:
         log_interval_s: float = 1.0,
         on_report: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
+        bandwidths: NodeBandwidths | None = None,
     ) -> None:
         self.spool = spool
         self.launcher = launcher
@@ -139,19 +146,24 @@ class LeaseManager:
         self.clock = clock
         self.leases: dict[str, Lease] = {}
         self.pending: dict[str, dict[str, Any]] = {}
+        self.profiles: dict[str, ProfileTask] = {}
+        self.bandwidths = bandwidths or NodeBandwidths(work_dir=work_dir)
         self.draining = False
         self._lock = threading.RLock()
 
     # -- queries -------------------------------------------------------------------------------
 
     def running_ids(self) -> list[str]:
-        """Leases with a live process, stopping ones included (they still hold their GPUs)."""
+        """Leases with a live process, stopping ones included (they still hold their GPUs), and the
+        profiling runs this agent works on."""
         with self._lock:
-            return sorted(self.leases)
+            return sorted([*self.leases, *self.profiles])
 
     def busy_gpu_uuids(self) -> set[str]:
         with self._lock:
-            return {uuid for lease in self.leases.values() for uuid in lease.spec.gpu_uuids}
+            return {uuid for lease in self.leases.values() for uuid in lease.spec.gpu_uuids} | {
+                uuid for task in self.profiles.values() for uuid in task.gpu_uuids
+            }
 
     # -- commands ------------------------------------------------------------------------------
 
@@ -164,6 +176,8 @@ class LeaseManager:
                 kind = command.get("kind")
                 if kind == "start" and command.get("lease_id"):
                     starts[str(command["lease_id"])] = command
+                elif kind == "profile" and command.get("lease_id"):
+                    self._profile_command(command)
                 elif kind in ("preempt", "cancel") and command.get("lease_id"):
                     self.request_stop(
                         str(command["lease_id"]), kind, float(command.get("grace_s", DEFAULT_GRACE_S))
@@ -194,6 +208,9 @@ class LeaseManager:
     def request_stop(self, lease_id: str, kind: str, grace_s: float) -> None:
         """SIGTERM the lease's process group now; `tick` sends SIGKILL once `grace_s` has passed."""
         with self._lock:
+            if lease_id in self.profiles:
+                self._stop_profile(self.profiles[lease_id], kind, grace_s)
+                return
             lease = self.leases.get(lease_id)
             if lease is None:
                 if self.pending.pop(lease_id, None) is not None:
@@ -242,6 +259,11 @@ class LeaseManager:
                 except Exception:  # one broken lease must not stop the supervision of the others
                     log.exception("supervising lease %s failed", lease.lease_id)
             self._launch_pending()
+            for task in list(self.profiles.values()):
+                try:
+                    self._supervise_profile(task)
+                except Exception:
+                    log.exception("supervising profiling run %s failed", task.run_id)
 
     def _supervise(self, lease: Lease) -> None:
         if lease.isolation == ISOLATION_SYSTEMD:
@@ -343,7 +365,11 @@ class LeaseManager:
         if done_iters == lease.done_iters:
             return
         lease.done_iters, lease.iters_per_s = done_iters, iters_per_s
-        self.spool.append(lease.lease_id, "progress", {"done_iters": done_iters, "iters_per_s": iters_per_s})
+        data: dict[str, Any] = {"done_iters": done_iters, "iters_per_s": iters_per_s}
+        if lease.spec.time_scale != 1.0:
+            # A fake node runs synthetic jobs faster: the service compares speeds in the job's own time.
+            data["time_scale"] = lease.spec.time_scale
+        self.spool.append(lease.lease_id, "progress", data)
         self.spool.lease_update(lease.lease_id, lease.record())
         self.on_report()
 
@@ -352,6 +378,8 @@ class LeaseManager:
     def _launch_pending(self) -> None:
         for lease_id, command in list(self.pending.items()):
             gpu_uuids = set(command.get("gpu_uuids") or [])
+            if any(gpu_uuids & set(task.gpu_uuids) for task in self.profiles.values()):
+                continue  # a profiling run holds them: the service started this lease before its end
             holders = [lease for lease in self.leases.values() if gpu_uuids & set(lease.spec.gpu_uuids)]
             if holders:
                 # Preempt-then-start on the same GPUs arrives in one poll answer: the old process may still
@@ -372,16 +400,24 @@ class LeaseManager:
             del self.pending[lease_id]
             self._launch(lease_id, command, cpus)
 
-    def _choose_cpus(self, num_cpus: int) -> tuple[int, ...] | None:
-        """Lowest free logical cores; None to wait for a stopping lease's cores; overlap as a last resort."""
+    def _cpu_use(self) -> dict[int, int]:
         use_count = dict.fromkeys(range(self.num_cpus), 0)
-        for lease in self.leases.values():
-            for cpu in lease.spec.cpus:
+        held = [lease.spec.cpus for lease in self.leases.values()]
+        held += [task.cpus_held for task in self.profiles.values()]
+        for cpus in held:
+            for cpu in cpus:
                 if cpu in use_count:
                     use_count[cpu] += 1
+        return use_count
+
+    def _choose_cpus(self, num_cpus: int) -> tuple[int, ...] | None:
+        """Lowest free logical cores; None to wait for a stopping lease's cores; overlap as a last resort."""
+        use_count = self._cpu_use()
         free = [cpu for cpu, used in use_count.items() if used == 0]
         if len(free) >= num_cpus:
             return tuple(free[:num_cpus])
+        if any(task.process is not None for task in self.profiles.values()):
+            return None  # a profiling point ends within minutes and frees its cores
         if any(lease.stop_kind is not None for lease in self.leases.values()):
             return None
         # The service's books say the cores are free but ours do not (a lease it forgot, or an overcommit):
@@ -457,16 +493,127 @@ class LeaseManager:
         )
         self.on_report()
 
+    # -- profiling runs ------------------------------------------------------------------------
+
+    def _profile_command(self, command: dict[str, Any]) -> None:
+        """A `profile` command: start the task, or take the service's new list of core counts."""
+        run_id = str(command["lease_id"])
+        if not SAFE_LEASE_ID.match(run_id):
+            log.error("ignoring profiling run with unsafe id %r", run_id)
+            return
+        task = self.profiles.get(run_id)
+        if task is None:
+            self.profiles[run_id] = ProfileTask(run_id, command, warmup_pending=bool(command.get("warmup")))
+            log.info(
+                "profiling run %s (%s): %s cores held, measuring %s",
+                run_id,
+                command.get("workload"),
+                command.get("num_cpus"),
+                command.get("cpu_counts"),
+            )
+        elif task.stop_kind is None:
+            task.command = command
+
+    def _stop_profile(self, task: ProfileTask, kind: str, grace_s: float) -> None:
+        """The service ended the run (done, failed, or gone): stop its measurement, then forget it."""
+        if task.stop_kind is not None:
+            return
+        task.stop_kind = kind
+        if task.process is None:
+            del self.profiles[task.run_id]
+            log.info("profiling run %s ended (%s)", task.run_id, kind)
+            return
+        task.stop_deadline_s = time.time() + max(0.0, grace_s)
+        task.process.signal_group(signal.SIGTERM)
+
+    def _supervise_profile(self, task: ProfileTask) -> None:
+        if task.process is not None:
+            status = task.process.exited()
+            if status is None:
+                now = time.time()
+                overdue = task.stop_deadline_s is not None and now >= task.stop_deadline_s
+                if not task.killed and (overdue or now - task.started_s > POINT_TIMEOUT_S):
+                    log.warning("profiling run %s: point at %d cores killed", task.run_id, task.current_cpus)
+                    task.process.signal_group(signal.SIGKILL)
+                    task.killed = True
+                return
+            self._profile_point_done(task, status)
+        if task.stop_kind is not None:
+            del self.profiles[task.run_id]
+            log.info("profiling run %s ended (%s)", task.run_id, task.stop_kind)
+            return
+        if task.failed or self.draining:
+            return
+        cpus = task.next_cpus()
+        if cpus is None:
+            return  # measured all it was asked for: the service answers with more, or ends the run
+        if any(set(task.gpu_uuids) & set(lease.spec.gpu_uuids) for lease in self.leases.values()):
+            return  # a stopping lease still holds the GPUs
+        use_count = self._cpu_use()
+        free = [cpu for cpu, used in use_count.items() if used == 0]
+        if len(free) < cpus:
+            return  # never share cores while measuring: the time would be wrong
+        warmup = task.warmup_pending
+        spec = point_spec(
+            task, work_dir=self.work_dir, cpus=tuple(free[:cpus]), time_scale=self.time_scale, warmup=warmup
+        )
+        try:
+            process, _facts = self.launcher.launch(spec)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            task.failed = True
+            self.spool.append(task.run_id, "profile_error", {"cpus": cpus, "error": f"start failed: {exc}"})
+            self.on_report()
+            return
+        task.process, task.spec, task.current_cpus = process, spec, cpus
+        task.current_is_warmup, task.started_s, task.killed = warmup, time.time(), False
+        log.info(
+            "profiling run %s: %s at %d cores (pid %d)",
+            task.run_id,
+            "warm-up" if warmup else "point",
+            cpus,
+            process.pid,
+        )
+
+    def _profile_point_done(self, task: ProfileTask, status: ExitStatus) -> None:
+        assert task.spec is not None
+        wall_s = time.time() - task.started_s
+        spec, cpus, warmup = task.spec, task.current_cpus, task.current_is_warmup
+        task.process = task.spec = None
+        if task.stop_kind is not None:
+            return  # stopped on the service's word: nothing to report
+        kind, data = point_result(spec, status, cpus=cpus, wall_s=wall_s, time_scale=self.time_scale)
+        if warmup and kind == "profile_point":
+            task.warmup_pending = False
+            log.info("profiling run %s: warm-up at %d cores took %.1f s", task.run_id, cpus, wall_s)
+            return
+        if kind == "profile_point":
+            task.measured.add(cpus)
+            data.update(self.bandwidths.get())
+            log.info(
+                "profiling run %s: %d cores -> %.4g s/iteration (%.1f s)",
+                task.run_id,
+                cpus,
+                data["sec_per_iter"],
+                wall_s,
+            )
+        else:
+            task.failed = True
+            log.error("profiling run %s: %s", task.run_id, data["error"])
+        self.spool.append(task.run_id, kind, data)
+        self.on_report()
+
     # -- shutdown ------------------------------------------------------------------------------
 
     def stop_all(self, *, grace_s: float, wait_s: float = 5.0) -> None:
         """Stop every lease (SIGTERM, `grace_s`, SIGKILL) and wait for them; their exits are spooled."""
         with self._lock:
             self.pending.clear()
+            for run_id in list(self.profiles):
+                self.request_stop(run_id, "agent_exit", grace_s)
             for lease_id in list(self.leases):
                 self.request_stop(lease_id, "agent_exit", grace_s)
             deadline = time.monotonic() + grace_s + wait_s
-            while self.leases and time.monotonic() < deadline:
+            while (self.leases or self.profiles) and time.monotonic() < deadline:
                 self.tick()
-                if self.leases:
+                if self.leases or self.profiles:
                     time.sleep(0.02)

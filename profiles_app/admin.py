@@ -1,8 +1,8 @@
-"""Django admin for the workload catalog and profiling runs."""
+"""Django admin for the workload catalog, profiling runs and observed speeds."""
 
 from django.contrib import admin
 
-from profiles_app.models import ProfilingRun, Workload
+from profiles_app.models import ProfilingReport, ProfilingRun, SpeedObservation, Workload
 
 
 @admin.register(Workload)
@@ -14,13 +14,49 @@ class WorkloadAdmin(admin.ModelAdmin):
         "best_mem_gb_per_gpu",
         "speedup",
         "iter_time_s",
+        "source",
     )
     list_filter = ("workload_class",)
     search_fields = ("name", "description")
 
 
+class ProfilingReportInline(admin.TabularInline):
+    model = ProfilingReport
+    extra = 0
+    can_delete = False
+    readonly_fields = ("seq", "kind", "at", "data", "received_at")
+
+
 @admin.register(ProfilingRun)
 class ProfilingRunAdmin(admin.ModelAdmin):
-    list_display = ("workload", "kind", "status", "server", "cost_gpu_s", "created_at", "finished_at")
+    list_display = (
+        "workload",
+        "kind",
+        "status",
+        "server",
+        "num_cpus",
+        "cost_gpu_s",
+        "cost_wall_s",
+        "created_at",
+        "finished_at",
+    )
     list_filter = ("kind", "status")
     search_fields = ("workload__name",)
+    readonly_fields = ("lease_id", "measured_points", "pending_cpus", "host", "result")
+    inlines = [ProfilingReportInline]
+
+
+@admin.register(SpeedObservation)
+class SpeedObservationAdmin(admin.ModelAdmin):
+    list_display = (
+        "workload",
+        "job",
+        "cpus_per_gpu",
+        "mem_gb_per_gpu",
+        "predicted_iters_per_s",
+        "measured_iters_per_s",
+        "samples",
+        "at",
+    )
+    list_filter = ("workload",)
+    raw_id_fields = ("job", "allocation")

@@ -10,9 +10,11 @@ import json
 from functools import cache
 from pathlib import Path
 
+from profiles_app.optimistic import DatasetSpec, NodeBandwidth
 from scheduler_app.core.types import SensitivityProfile
 
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "synergy_model_profiles.json"
+PROFILING_INPUTS_PATH = Path(__file__).resolve().parent / "data" / "profiling_inputs.json"
 DEFAULT_PROFILE_SET = "models"  # servers with 3 cores per GPU, the paper's testbed
 
 # The reference groups models into these classes to build its image/language/speech job mix.
@@ -68,6 +70,34 @@ def load_catalog(
             placement_penalty=float(entry.get("placement_penalty", 1.0)),
         )
     return catalog
+
+
+def batch_size_for(model: str, profile_set: str = DEFAULT_PROFILE_SET, path: Path = CATALOG_PATH) -> int:
+    """The per-GPU batch of a catalog model (samples per iteration on one GPU)."""
+    data = json.loads(path.read_text())
+    return int(data["profile_sets"][profile_set][model]["1"]["batch"])
+
+
+@cache
+def load_profiling_inputs(
+    path: Path = PROFILING_INPUTS_PATH,
+) -> tuple[NodeBandwidth, dict[str, DatasetSpec]]:
+    """The MinIO model's inputs for the catalog's models: the profiling node and each model's dataset.
+
+    See profiles_app/data/profiling_inputs.json for where each number comes from.
+    """
+    data = json.loads(path.read_text())
+    node = NodeBandwidth(mem_gbps=float(data["node"]["mem_gbps"]), disk_mbps=float(data["node"]["disk_mbps"]))
+    datasets = {
+        name: DatasetSpec(
+            dataset_gb=float(entry["dataset_gb"]),
+            samples=int(entry["samples"]),
+            samples_per_iter=batch_size_for(name),
+            working_set_gb=float(entry.get("working_set_gb", 0.0)),
+        )
+        for name, entry in sorted(data["models"].items())
+    }
+    return node, datasets
 
 
 def profile_for(model: str, profile_set: str = DEFAULT_PROFILE_SET) -> SensitivityProfile:

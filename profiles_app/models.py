@@ -1,4 +1,6 @@
-"""Workload knowledge: the catalog with each workload's sensitivity matrix, and profiling runs."""
+"""Workload knowledge: the catalog with sensitivity matrices, profiling runs and observed speeds."""
+
+import uuid
 
 from django.db import models
 from django.db.models import Q
@@ -18,6 +20,12 @@ class Workload(models.Model):
     per GPU, normalised to 1.0 at the GPU-proportional point (Synergy). The genie_* fields hold
     GENIE's predictor: per-iteration time = alpha * batch + beta + ceil(log2 k) * t_intra
     + log2(n) * t_cross, plus a one-off start-up time, with the fit's R^2.
+
+    An empty `tput_matrix` means "not profiled yet": its jobs wait (pending reason Profiling) until a
+    ProfilingRun stores one. `argv` is how the workload runs (`--iters N` is appended); empty means the
+    synthetic workload (`python -m agent.workload --model <name>`). `ground_truth` exists for demos and
+    tests only: the true sensitivity a synthetic stand-in emulates, which the profiler must discover.
+    The scheduler never reads it (only the process's environment carries it).
     """
 
     name = models.SlugField(max_length=100, unique=True)
@@ -26,8 +34,16 @@ class Workload(models.Model):
     )
     description = models.TextField(blank=True)
     source = models.CharField(max_length=255, blank=True, help_text="Where the profile came from")
-    dataset_gb = models.FloatField(default=0)
-    batch_size = models.PositiveIntegerField(default=0)
+    dataset_gb = models.FloatField(default=0, help_text="Training data size, GB (MinIO memory model)")
+    dataset_samples = models.PositiveBigIntegerField(default=0, help_text="Samples in the training data")
+    batch_size = models.PositiveIntegerField(default=0, help_text="Samples per iteration per GPU")
+    working_set_gb = models.FloatField(
+        default=0, help_text="Memory per GPU the job needs besides its cache (peak RSS when profiled)"
+    )
+    argv = models.JSONField(default=list, blank=True, help_text="Command to run; empty: the synthetic one")
+    ground_truth = models.JSONField(
+        default=dict, blank=True, help_text="Demo/test only: the sensitivity a synthetic stand-in emulates"
+    )
     iter_time_s = models.FloatField(help_text="Seconds per iteration at the GPU-proportional point")
     cpu_per_gpu_grid = models.JSONField(default=list)
     mem_gb_per_gpu_grid = models.JSONField(default=list)
@@ -67,13 +83,26 @@ class ProfilingRunStatus(models.TextChoices):
     FAILED = "FAILED", "failed"
 
 
+ACTIVE_PROFILING_STATES = (ProfilingRunStatus.QUEUED, ProfilingRunStatus.RUNNING)
+
+
+class CpuSearch(models.TextChoices):
+    BISECTION = "bisection", "bisection of the CPU grid"
+    HALVING = "halving", "the reference repo's halving rule"
+
+
 class ProfilingKind(models.TextChoices):
     SYNERGY_CPU_SWEEP = "synergy_cpu_sweep", "Synergy optimistic profile (CPU sweep + memory model)"
     GENIE_PREDICTOR = "genie_predictor", "GENIE lightweight predictor fit"
 
 
 class ProfilingRun(models.Model):
-    """One profiling of a workload on a server: the points measured and what it cost."""
+    """One profiling of a workload on a server: the points measured and what it cost.
+
+    While RUNNING it holds `gpu_indices`, `num_cpus` cores and `mem_gb` on `server` (rounds leave them
+    alone) and the server's agent measures the core counts in `pending_cpus`; `lease_id` names it in
+    the agent protocol (docs/profiling.md). `measured_points` keeps every point in measurement order.
+    """
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="profiling_runs")
     server = models.ForeignKey("cluster_app.Server", on_delete=models.SET_NULL, null=True, blank=True)
@@ -81,9 +110,21 @@ class ProfilingRun(models.Model):
     status = models.CharField(
         max_length=16, choices=ProfilingRunStatus.choices, default=ProfilingRunStatus.QUEUED
     )
+    lease_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    strategy = models.CharField(max_length=16, choices=CpuSearch.choices, default=CpuSearch.BISECTION)
+    rel_tol = models.FloatField(default=0.03, help_text="Refine CPU intervals whose ends differ by more")
+    iters_per_point = models.PositiveIntegerField(default=50)
+    warmup_iters = models.PositiveIntegerField(default=5, help_text="Per launch, left out of the timing")
+    num_gpus = models.PositiveSmallIntegerField(default=1)
+    gpu_indices = models.JSONField(default=list, blank=True)
+    num_cpus = models.PositiveSmallIntegerField(default=0, help_text="Cores held: the most it measures")
+    mem_gb = models.FloatField(default=0, help_text="Memory held while measuring (dataset cached)")
+    pending_cpus = models.JSONField(default=list, blank=True, help_text="Core counts the agent measures next")
     measured_points = models.JSONField(
-        default=list, blank=True, help_text="[{cpus, mem_gb, iter_time_s}, ...]"
+        default=list, blank=True, help_text="[{cpus, cpus_per_gpu, sec_per_iter, wall_s, ...}, ...]"
     )
+    host = models.JSONField(default=dict, blank=True, help_text="The agent's mem_gbps and disk_mbps")
+    result = models.JSONField(default=dict, blank=True, help_text="The derived matrix and its inputs")
     cost_gpu_s = models.FloatField(default=0, help_text="GPU-seconds spent profiling")
     cost_wall_s = models.FloatField(default=0)
     error = models.TextField(blank=True)
@@ -93,9 +134,78 @@ class ProfilingRun(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "created_at"])]
         constraints = [
             models.CheckConstraint(condition=Q(cost_gpu_s__gte=0), name="profiling_cost_nonneg"),
+            models.CheckConstraint(condition=Q(num_gpus__gt=0), name="profiling_num_gpus_positive"),
+            # Two runs of one workload at once would waste GPUs and race to store the profile.
+            models.UniqueConstraint(
+                fields=["workload"],
+                condition=Q(status__in=["QUEUED", "RUNNING"]),
+                name="one_active_profiling_run_per_workload",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.workload.name} {self.kind} ({self.status})"
+
+
+class ProfilingReport(models.Model):
+    """One agent report about a profiling run; (lease_id, seq) makes a retried report a no-op.
+
+    A requeued run gets a new lease id (its next agent counts seqs from 1 again), so the key is the
+    lease id, not the run.
+    """
+
+    run = models.ForeignKey(ProfilingRun, on_delete=models.CASCADE, related_name="reports")
+    lease_id = models.UUIDField()
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=16)
+    at = models.DateTimeField(help_text="When it happened, on the agent's clock")
+    data = models.JSONField(default=dict, blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "lease_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["lease_id", "seq"], name="profiling_report_once")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind}"
+
+
+class SpeedObservation(models.Model):
+    """Predicted versus measured speed of one lease of a job: how good the workload's profile is.
+
+    predicted = the allocation's expected speed-up / the workload's seconds per iteration at the
+    proportional point; measured = what the agent last reported (in the workload's own time, so a
+    fake node's time scale is taken out). One row per lease, updated as reports arrive.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="speed_observations")
+    job = models.ForeignKey("scheduler_app.Job", on_delete=models.CASCADE, related_name="+")
+    allocation = models.OneToOneField(
+        "scheduler_app.Allocation", on_delete=models.CASCADE, related_name="speed_observation"
+    )
+    cpus_per_gpu = models.FloatField()
+    mem_gb_per_gpu = models.FloatField()
+    predicted_iters_per_s = models.FloatField()
+    measured_iters_per_s = models.FloatField()
+    samples = models.PositiveIntegerField(default=1)
+    first_at = models.DateTimeField()
+    at = models.DateTimeField(help_text="Last report, on the agent's clock")
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["workload", "at"])]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.workload.name}: {self.measured_iters_per_s:.3g} vs {self.predicted_iters_per_s:.3g} it/s"
+        )
+
+    @property
+    def error(self) -> float:
+        """(measured - predicted) / predicted."""
+        if self.predicted_iters_per_s <= 0:
+            return 0.0
+        return (self.measured_iters_per_s - self.predicted_iters_per_s) / self.predicted_iters_per_s

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -17,7 +16,7 @@ from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
 from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active
-from profiles_app.selectors import workload_profile_json, workload_profiles
+from profiles_app.selectors import profiling_commands, profiling_holds, workload_launch, workload_profiles
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, cluster_shape
@@ -187,6 +186,13 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
                 reserved_gpus[lease.server_id].update(lease.gpu_indices)
                 reserved_cpus[lease.server_id] += lease.num_cpus
                 reserved_mem[lease.server_id] += lease.mem_gb
+
+    # Profiling runs hold their GPUs, cores and memory until they end (services/profiling.py).
+    for hold in profiling_holds():
+        if hold.server_id in schedulable_ids:
+            reserved_gpus[hold.server_id].update(hold.gpu_indices)
+            reserved_cpus[hold.server_id] += hold.num_cpus
+            reserved_mem[hold.server_id] += hold.mem_gb
 
     indices: dict[int, list[int]] = defaultdict(list)
     gpu_ids: dict[tuple[int, int], int] = {}
@@ -450,16 +456,8 @@ def _start_command(allocation: Allocation) -> dict[str, Any]:
     job = allocation.job
     env = {"ATTUNE_JOB_ID": str(job.id), "ATTUNE_MEM_GB": f"{allocation.mem_gb:g}"}
     if job.workload is not None:
-        argv = [
-            "python",
-            "-m",
-            "agent.workload",
-            "--model",
-            job.workload.name,
-            "--iters",
-            str(job.total_iters),
-        ]
-        env["ATTUNE_PROFILE_JSON"] = json.dumps(workload_profile_json(job.workload), separators=(",", ":"))
+        argv, workload_env = workload_launch(job.workload, iters=job.total_iters)
+        env.update(workload_env)
     else:
         argv = ["sh", "-c", job.command]
     return {
@@ -482,7 +480,8 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     - start: an active lease of this server whose job is RUNNING and which the agent does not run;
     - preempt / cancel: a lease the agent runs that the service has ended (preempted by a round, or
       ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
-    - drain: the server is DRAINING or DRAINED.
+    - drain: the server is DRAINING or DRAINED;
+    - profile: a running profiling run on this server (docs/profiling.md); its lease id is live.
     Computed afresh on every poll, so a lost answer is simply repeated by the next one.
     """
     conf = scheduler_conf()
@@ -504,6 +503,9 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
         live.add(allocation.lease_id)
         if allocation.lease_id not in running:
             commands.append(_start_command(allocation))
+    for command in profiling_commands(server=server):
+        live.add(UUID(command["lease_id"]))
+        commands.append(command)
     stale = running - live
     if stale:
         ended = dict(

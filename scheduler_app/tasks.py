@@ -7,6 +7,7 @@ from celery import shared_task
 from cluster_app.services import usage_samples_rollup
 from scheduler_app.services.agents import agent_reports_prune
 from scheduler_app.services.nodes import node_liveness_sweep_run
+from scheduler_app.services.profiling import profiling_run_dispatch
 from scheduler_app.services.rounds import scheduling_round_request_clear, scheduling_round_run
 
 logger = logging.getLogger(__name__)
@@ -32,3 +33,16 @@ def node_liveness_sweep_task() -> dict[str, list[str]]:
 def usage_rollup_task() -> dict[str, int]:
     """Hourly: fold old raw usage samples into per-minute averages; drop stale agent reports."""
     return {"usage_rows_removed": usage_samples_rollup(), "agent_reports_removed": agent_reports_prune()}
+
+
+@shared_task(bind=True, ignore_result=True, max_retries=20)
+def workload_profile_task(self, profiling_run_id: int) -> str:
+    """Hand a queued profiling run to an agent: returns the run's status after the attempt.
+
+    When a round holds the lock it dispatches queued runs itself at its end, but it may have started
+    before this run existed: retry shortly rather than wait for the next beat round.
+    """
+    status = profiling_run_dispatch(run_id=profiling_run_id)
+    if status == "busy":
+        raise self.retry(countdown=1)
+    return status

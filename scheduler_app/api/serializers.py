@@ -11,6 +11,7 @@ from profiles_app.models import Workload
 from scheduler_app.models import AgentReportKind, Allocation, Job, JobEvent, JobState, Team
 from scheduler_app.services.agents import LeaseReport
 from scheduler_app.services.jobs import JobRequest
+from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
 
 # ---------------------------------------------------------------------------------------------------
 # Agent protocol (docs/agent-protocol.md)
@@ -96,7 +97,7 @@ class AgentPollSerializer(serializers.Serializer):
 class AgentCommandSerializer(serializers.Serializer):
     """One command; which fields are present depends on `kind`."""
 
-    kind = serializers.ChoiceField(choices=["start", "preempt", "cancel", "drain"])
+    kind = serializers.ChoiceField(choices=["start", "preempt", "cancel", "drain", "profile"])
     lease_id = serializers.UUIDField(required=False)
     grace_s = serializers.IntegerField(required=False)
     job_id = serializers.IntegerField(required=False)
@@ -107,6 +108,13 @@ class AgentCommandSerializer(serializers.Serializer):
     num_cpus = serializers.IntegerField(required=False)
     mem_gb = serializers.FloatField(required=False)
     resume_iters = serializers.IntegerField(required=False)
+    workload = serializers.CharField(required=False, help_text="profile: the workload's name")
+    cpu_counts = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="profile: core counts to measure next"
+    )
+    warmup = serializers.BooleanField(required=False, help_text="profile: one untimed run first")
+    iters = serializers.IntegerField(required=False, help_text="profile: timed iterations per point")
+    warmup_iters = serializers.IntegerField(required=False, help_text="profile: untimed iterations first")
 
 
 class AgentPollResponseSerializer(serializers.Serializer):
@@ -116,7 +124,8 @@ class AgentPollResponseSerializer(serializers.Serializer):
 class AgentReportSerializer(serializers.Serializer):
     lease_id = serializers.UUIDField()
     seq = serializers.IntegerField(min_value=0)
-    kind = serializers.ChoiceField(choices=AgentReportKind.choices)
+    # A profiling run's reports (docs/profiling.md) share the endpoint, under the run's lease id.
+    kind = serializers.ChoiceField(choices=[*AgentReportKind.values, *PROFILING_REPORT_KINDS])
     at = serializers.DateTimeField()
     data = serializers.DictField(required=False, default=dict)
 

@@ -22,6 +22,8 @@ from cluster_app.services import (
     node_heartbeat,
     node_register,
 )
+from profiles_app.selectors import profiling_runs_of_server
+from profiles_app.services import speed_observation_record
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
@@ -35,6 +37,7 @@ from scheduler_app.models import (
 from scheduler_app.selectors import server_busy_gpus
 from scheduler_app.services.job_control import job_finish, job_requeue
 from scheduler_app.services.jobs import job_event
+from scheduler_app.services.profiling import profiling_reports_ingest
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
@@ -95,6 +98,7 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
        retry of the same batch waits on the unique index and then inserts nothing, so each report
        is applied by exactly one request.
     3. Apply only the new ones, in seq order per lease, with the affected job rows locked.
+    Reports about a profiling run of this server (its lease id) go to the profiling service instead.
     Everything in one transaction: if applying fails, the reports are not recorded either and the
     agent's retry applies them.
     """
@@ -103,8 +107,15 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
         a.lease_id: a
         for a in Allocation.objects.filter(server=server, lease_id__in={r.lease_id for r in reports})
     }
+    runs = profiling_runs_of_server(server=server, lease_ids={r.lease_id for r in reports} - set(allocations))
+    if runs:
+        outcome.acked += profiling_reports_ingest(
+            server=server, runs=runs, reports=[r for r in reports if r.lease_id in runs]
+        )
     known: dict[tuple[UUID, int], LeaseReport] = {}
     for r in reports:
+        if r.lease_id in runs:
+            continue
         if r.lease_id not in allocations:
             outcome.rejected.append(
                 {
@@ -122,6 +133,7 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
     now = timezone.now()
     # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
     ordered = [known[k] for k in sorted(known, key=lambda k: (str(k[0]), k[1]))]
+    outcome.acked += [(str(r.lease_id), r.seq) for r in ordered]
     AgentReport.objects.bulk_create(
         [
             AgentReport(
@@ -139,7 +151,6 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
         ignore_conflicts=True,
     )
     fresh = set(AgentReport.objects.filter(batch_id=batch_id).values_list("lease_id", "seq"))
-    outcome.acked = [(str(r.lease_id), r.seq) for r in ordered]
     to_apply = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     if to_apply:
         _apply_reports(to_apply, now=now)
@@ -180,6 +191,7 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
             )
         elif r.kind == AgentReportKind.PROGRESS:
             _progress(job, allocation, r, gpus=allocation.num_gpus)
+            _observe_speed(job, allocation, r)
             dirty_jobs.add(job.pk)
         elif r.kind == AgentReportKind.LOG:
             lines = [str(line)[:MAX_LOG_LINE_CHARS] for line in r.data.get("lines", [])]
@@ -212,6 +224,28 @@ def _progress(job: Job, allocation: Allocation, r: LeaseReport, *, gpus: int) ->
         job.attained_service_gpu_s += gpus * (r.at - allocation.accounted_until).total_seconds()
     if allocation.accounted_until is None or r.at > allocation.accounted_until:
         allocation.accounted_until = r.at
+
+
+def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport) -> None:
+    """Predicted (the allocation's speed-up / seconds per iteration at proportional) versus measured."""
+    workload = job.workload
+    ips = r.data.get("iters_per_s")
+    if workload is None or not workload.tput_matrix or not isinstance(ips, int | float) or ips <= 0:
+        return  # nothing predicted (own command, or not profiled) or nothing measured
+    # A fake node runs synthetic jobs `time_scale` times faster; compare in the workload's own time.
+    scale = r.data.get("time_scale")
+    scale = float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0
+    gpus = max(1, allocation.num_gpus)
+    speed_observation_record(
+        workload_id=workload.pk,
+        job_id=job.pk,
+        allocation_id=allocation.pk,
+        cpus_per_gpu=allocation.num_cpus / gpus,
+        mem_gb_per_gpu=allocation.mem_gb / gpus,
+        predicted_iters_per_s=allocation.speedup / workload.iter_time_s,
+        measured_iters_per_s=float(ips) * scale,
+        at=r.at,
+    )
 
 
 def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) -> list[JobEvent]:

@@ -36,6 +36,7 @@ from scheduler_app.models import (
 from scheduler_app.selectors import ActiveLease, RoundInputs, round_inputs, server_busy_gpus
 from scheduler_app.services.job_control import allocations_end, job_interruption_events
 from scheduler_app.services.jobs import job_event
+from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -113,13 +114,15 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
     """Run one live scheduling round; None if another round holds the lock (single-flight).
 
     1. Take the round lock (see _single_flight) inside the round's one transaction.
-    2. Lock every server row, then every PENDING/RUNNING job row (the shared lock order), and build
-       the snapshot and job views through selectors (round mode: a schedulable server is all free).
+    2. Lock every server row, then every PENDING/RUNNING job row (the shared lock order), leave out
+       the jobs waiting for their workload's profile and give queued profiling runs what running
+       leases leave free (services/profiling.py), and build the snapshot and job views through
+       selectors (round mode: a schedulable server is all free, less what profiling runs hold).
     3. engine.schedule_round with the configured policy and allocator.
     4. Apply the plan (_apply): unchanged placements keep their lease; moved or unplaced running
        jobs are preempted (leases ended, GPUs released); new placements get Allocation rows.
-    5. Store the SchedulingRound, a RoundDecision per job and a JobEvent per state change; refresh
-       server states.
+    5. Store the SchedulingRound, a RoundDecision per job and a JobEvent per state change; give
+       profiling runs still queued what the plan left free; refresh server states.
     6. Agents learn of their commands on their next poll; after commit we only log.
     """
     with _single_flight() as acquired:
@@ -140,6 +143,11 @@ def _round(trigger: str) -> SchedulingRound:
         .filter(state__in=[JobState.PENDING, JobState.RUNNING])
         .order_by("id")
     )
+    # Jobs whose workload is being profiled wait out of the round. Synergy profiles on arrival, so
+    # queued runs take what running leases leave free before this round places anything new.
+    held = profiling_jobs_hold(jobs=jobs, servers=servers, now=now)
+    jobs = [job for job in jobs if job.pk not in held]
+    profiling_runs_dispatch(now=now)
     inputs = round_inputs(servers=servers, jobs=jobs)
     plan = schedule_round(
         inputs.snapshot, inputs.views, policy=conf.policy, allocator=conf.allocator, now_s=now.timestamp()
@@ -159,6 +167,8 @@ def _round(trigger: str) -> SchedulingRound:
         names={s.id: s.name for s in servers},
         all_gpus=sum(s.num_gpus for s in servers),
     )
+    # Runs still queued get what the plan left free (preempted or moved jobs), under this round's lock.
+    profiling_runs_dispatch(now=now)
     server_states_refresh(busy_gpus=server_busy_gpus())
     sround.duration_ms = (time.perf_counter() - t0) * 1000.0
     for name, value in counts.items():

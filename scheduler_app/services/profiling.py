@@ -1,0 +1,313 @@
+"""Profiling on arrival (Synergy): hold jobs of unprofiled workloads, run their profiles on agents.
+
+The flow (docs/profiling.md):
+1. A round finds a PENDING job whose workload has no sensitivity matrix: it queues one ProfilingRun
+   for the workload (enqueuing `workload_profile_task`) and leaves the job out of the round, PENDING
+   with reason Profiling. Synergy profiles a job on arrival, before its first allocation.
+2. Under the round lock (at the end of a round, or in the task) a queued run gets the GPUs, cores and
+   memory left free on one server; rounds then leave them alone (round_inputs subtracts them).
+3. The server's agent finds a `profile` command in its poll answer with the core counts to measure,
+   and reports each point (`profile_point`) through its spool, under the run's lease id.
+4. Each point goes through the pure CPU search (profiles_app.optimistic.next_cpu_counts), which names
+   the next core counts, until there are none: the MinIO model derives the full matrix, the workload
+   stores it, and an early round places the waiting jobs with it.
+A run that fails leaves the workload unprofiled and its jobs are scheduled at the proportional share
+(no automatic retry: staff can queue another run); a run whose server goes DOWN starts over elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from cluster_app.models import NodeState, Server
+from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active, servers_lock_all
+from profiles_app import optimistic
+from profiles_app.models import (
+    ACTIVE_PROFILING_STATES,
+    ProfilingReport,
+    ProfilingRun,
+    ProfilingRunStatus,
+    Workload,
+)
+from profiles_app.selectors import profiling_holds, workload_profile
+from profiles_app.services import (
+    profiling_point_record,
+    profiling_run_assign,
+    profiling_run_fail,
+    profiling_run_queue,
+    profiling_run_requeue,
+    profiling_run_succeed,
+)
+from scheduler_app.models import Allocation, AllocationGpu, Job, JobEvent, JobState, PendingReason
+from scheduler_app.services.jobs import job_event
+
+logger = logging.getLogger(__name__)
+
+PROFILE_POINT = "profile_point"
+PROFILE_ERROR = "profile_error"
+PROFILING_REPORT_KINDS = (PROFILE_POINT, PROFILE_ERROR)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The round's side
+# ---------------------------------------------------------------------------------------------------
+
+
+def profiling_jobs_hold(*, jobs: Sequence[Job], servers: Sequence[Server], now: datetime) -> set[int]:
+    """Round hook: the ids of PENDING jobs that wait for their workload's profile (leave them out).
+
+    Called by the round with its lock held and `servers` then `jobs` locked. Queues a run for every
+    unprofiled workload that has no active run and never failed one; restarts runs whose server is
+    DOWN; gives each held job the pending reason Profiling (with an event when it changes).
+    """
+    down = {s.pk for s in servers if s.state == NodeState.DOWN}
+    for run in ProfilingRun.objects.select_for_update().filter(
+        status=ProfilingRunStatus.RUNNING, server_id__in=down
+    ):
+        profiling_run_requeue(run=run, reason=f"server {run.server_id} is down")
+
+    pending = [j for j in jobs if j.state == JobState.PENDING and j.workload_id is not None]
+    if not pending:
+        return set()
+    unprofiled = {
+        w.pk: w
+        for w in Workload.objects.filter(pk__in={j.workload_id for j in pending})
+        if workload_profile(w) is None
+    }
+    if not unprofiled:
+        return set()
+    active = {
+        r.workload_id: r
+        for r in ProfilingRun.objects.filter(workload_id__in=unprofiled, status__in=ACTIVE_PROFILING_STATES)
+    }
+    failed = set(
+        ProfilingRun.objects.filter(workload_id__in=unprofiled, status=ProfilingRunStatus.FAILED).values_list(
+            "workload_id", flat=True
+        )
+    )
+    for workload_id, workload in unprofiled.items():
+        if workload_id in active or workload_id in failed:
+            continue
+        run = profiling_run_queue(workload=workload)
+        active[workload_id] = run
+        logger.info("workload %s has no profile: profiling run %s queued", workload.name, run.pk)
+        transaction.on_commit(lambda run_id=run.pk: enqueue_profile_task(run_id))
+
+    held: set[int] = set()
+    events: list[JobEvent] = []
+    for job in pending:
+        run = active.get(job.workload_id)
+        if run is None:
+            continue  # its workload's profiling failed: scheduled at the proportional share
+        held.add(job.pk)
+        if job.pending_reason != PendingReason.PROFILING:
+            events.append(
+                job_event(
+                    job,
+                    "profiling",
+                    reason=PendingReason.PROFILING,
+                    at=now,
+                    data={"profiling_run": run.pk, "workload": unprofiled[job.workload_id].name},
+                )
+            )
+    changed = [e.job_id for e in events]
+    if changed:
+        Job.objects.filter(pk__in=changed).update(pending_reason=PendingReason.PROFILING)
+        JobEvent.objects.bulk_create(events)
+    return held
+
+
+def enqueue_profile_task(run_id: int) -> None:
+    """Ask a worker to dispatch the run now (the next round would, too)."""
+    from scheduler_app.tasks import workload_profile_task  # tasks import services: import late
+
+    try:
+        workload_profile_task.delay(run_id)
+    except Exception:  # a broker outage: the next round's dispatch assigns the run anyway
+        logger.warning(
+            "could not enqueue profiling run %s; the next round dispatches it", run_id, exc_info=True
+        )
+
+
+def _free_resources() -> dict[int, dict[str, Any]]:
+    """Per schedulable server: free GPU indices, cores and memory after leases and profiling holds."""
+    servers = {s.pk: s for s in Server.objects.filter(state__in=SCHEDULABLE_STATES).order_by("id")}
+    held_gpus = set(AllocationGpu.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
+    used = {
+        row["server_id"]: row
+        for row in Allocation.objects.filter(ended_at__isnull=True, server_id__in=servers)
+        .values("server_id")
+        .annotate(cpus=Sum("num_cpus"), mem_gb=Sum("mem_gb"))
+    }
+    free: dict[int, dict[str, Any]] = {
+        sid: {
+            "server": s,
+            "gpus": [],
+            "cpus": s.num_cpus - (used.get(sid, {}).get("cpus") or 0),
+            "mem_gb": s.mem_gb - (used.get(sid, {}).get("mem_gb") or 0.0),
+        }
+        for sid, s in servers.items()
+    }
+    profiling_gpus: dict[int, set[int]] = defaultdict(set)
+    for hold in profiling_holds():
+        if hold.server_id in free:
+            profiling_gpus[hold.server_id].update(hold.gpu_indices)
+            free[hold.server_id]["cpus"] -= hold.num_cpus
+            free[hold.server_id]["mem_gb"] -= hold.mem_gb
+    for gpu_id, server_id, index, _uuid in gpus_active(server_ids=list(servers)):
+        if gpu_id not in held_gpus and index not in profiling_gpus[server_id]:
+            free[server_id]["gpus"].append(index)
+    return free
+
+
+def profiling_runs_dispatch(*, now: datetime, run_ids: Sequence[int] | None = None) -> list[ProfilingRun]:
+    """Give QUEUED runs (oldest first) what is left free on one server each; returns the runs assigned.
+
+    Call with the round lock held (the end of a round, or profiling_run_dispatch), so that no round
+    hands the same GPUs out meanwhile. A run needs `num_gpus` free GPUs on one server and at least the
+    proportional share of cores; it holds every free core up to the grid's maximum (the search starts
+    at the most cores it can measure) and memory up to the grid's maximum (the dataset cached).
+    """
+    queued = ProfilingRun.objects.select_for_update(of=("self",)).filter(status=ProfilingRunStatus.QUEUED)
+    if run_ids is not None:
+        queued = queued.filter(pk__in=list(run_ids))
+    queued = list(queued.select_related("workload").order_by("created_at", "id"))
+    if not queued:
+        return []
+    free = _free_resources()
+    assigned = []
+    for run in queued:
+        need_cpus = math.ceil(optimistic.FAIR_CPUS_PER_GPU * run.num_gpus)
+        candidates = [
+            f
+            for f in free.values()
+            if len(f["gpus"]) >= run.num_gpus
+            and f["cpus"] >= min(need_cpus, f["server"].num_cpus)
+            and f["mem_gb"] > 0
+        ]
+        if not candidates:
+            logger.info(
+                "profiling run %s waits: no server has %d free GPU(s) and cores", run.pk, run.num_gpus
+            )
+            continue
+        best = max(candidates, key=lambda f: (f["cpus"], f["mem_gb"], -f["server"].pk))
+        cpus = int(min(best["cpus"], max(optimistic.CPU_GRID) * run.num_gpus))
+        mem_gb = float(min(best["mem_gb"], max(optimistic.MEM_GRID) * run.num_gpus))
+        gpus = best["gpus"][: run.num_gpus]
+        profiling_run_assign(
+            run=run, server=best["server"], gpu_indices=gpus, num_cpus=cpus, mem_gb=mem_gb, now=now
+        )
+        best["gpus"] = best["gpus"][run.num_gpus :]
+        best["cpus"] -= cpus
+        best["mem_gb"] -= mem_gb
+        assigned.append(run)
+    return assigned
+
+
+def profiling_run_dispatch(*, run_id: int) -> str:
+    """Try to start one queued run now (the task's service); returns its status, or "busy" when a
+    round holds the lock (that round dispatches queued runs itself at its end)."""
+    from scheduler_app.services.rounds import _single_flight  # rounds imports this module
+
+    with _single_flight() as acquired:
+        if not acquired:
+            return "busy"
+        servers_lock_all()  # the round's lock order: servers first
+        run = ProfilingRun.objects.filter(pk=run_id).first()
+        if run is None:
+            return "missing"
+        if run.status == ProfilingRunStatus.QUEUED:
+            profiling_runs_dispatch(now=timezone.now(), run_ids=[run_id])
+            run.refresh_from_db()
+        return run.status
+
+
+# ---------------------------------------------------------------------------------------------------
+# The agent's side
+# ---------------------------------------------------------------------------------------------------
+
+
+def _point(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A validated measured point, or None when the report is unusable."""
+    cpus, seconds = data.get("cpus"), data.get("sec_per_iter")
+    if not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1:
+        return None
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
+        return None
+    keep = ("iters", "wall_s", "peak_rss_mb", "mem_gbps", "disk_mbps", "time_scale")
+    return {
+        "cpus": cpus,
+        "sec_per_iter": float(seconds),
+        **{
+            k: data[k]
+            for k in keep
+            if isinstance(data.get(k), int | float) and not isinstance(data.get(k), bool)
+        },
+    }
+
+
+def profiling_reports_ingest(
+    *, server: Server, runs: Mapping[UUID, ProfilingRun], reports: Sequence[Any]
+) -> list[tuple[str, int]]:
+    """Apply an agent's reports about its profiling runs, each exactly once; returns the acked pairs.
+
+    Called inside agent_reports_ingest's transaction. Each run's row is locked, and (lease_id, seq)
+    is unique, so a retried batch applies nothing twice.
+    """
+    acked: list[tuple[str, int]] = []
+    ended = False
+    by_run: dict[UUID, list[Any]] = defaultdict(list)
+    for r in reports:
+        by_run[r.lease_id].append(r)
+    for lease_id in sorted(by_run, key=str):
+        run = (
+            ProfilingRun.objects.select_for_update(of=("self",))
+            .select_related("workload", "server")
+            .get(pk=runs[lease_id].pk)
+        )
+        for r in sorted(by_run[lease_id], key=lambda r: r.seq):
+            _, created = ProfilingReport.objects.get_or_create(
+                lease_id=r.lease_id,
+                seq=r.seq,
+                defaults={"run": run, "kind": r.kind, "at": r.at, "data": r.data},
+            )
+            acked.append((str(r.lease_id), r.seq))
+            if not created or run.status != ProfilingRunStatus.RUNNING or run.lease_id != lease_id:
+                continue  # seen before, or the run ended (a late point) or was requeued meanwhile
+            ended |= _apply_profiling_report(run, r)
+    if ended:
+        from scheduler_app.services.rounds import scheduling_round_request_on_commit
+
+        scheduling_round_request_on_commit(trigger="profiled")
+    return acked
+
+
+def _apply_profiling_report(run: ProfilingRun, r: Any) -> bool:
+    """Apply one new report to a RUNNING run; True when the run ended."""
+    if r.kind == PROFILE_ERROR:
+        error = str(r.data.get("error") or "the agent could not measure a point")
+        profiling_run_fail(run=run, error=f"{error} (at {r.data.get('cpus')} cores)")
+        return True
+    if r.kind != PROFILE_POINT:
+        return False
+    point = _point(r.data)
+    if point is None:
+        profiling_run_fail(run=run, error=f"unusable point {r.data!r}")
+        return True
+    if not profiling_point_record(run=run, point=point):
+        return False
+    try:
+        profiling_run_succeed(run=run)
+    except optimistic.ProfilingError as exc:
+        profiling_run_fail(run=run, error=f"no profile from the points: {exc}")
+    return True
