@@ -8,6 +8,7 @@ Stable API (the opt allocator imports it too):
 - `RoundState(snapshot)`: free GPUs / cores / memory per server for one round, mutated as jobs are
   placed; `find_packed` / `find_first_fit` (or `find` / `find_uniform`) choose servers, `take`
   commits a plan, `adjust` gives back or claims cores and memory of a share already held.
+  `claim_current` / `remember_current` / `release` / `home_servers` / `home_plan`: stickiness (below).
 - `PlanBuilder`: one Decision per job, in input order.
 - `DemandCache(shape)`: per-call memo of each job's (capped) best case and fixed-demand point.
 
@@ -17,13 +18,25 @@ per-server proportional share (`state.prop_cpus`, `state.prop_mem_gb`) and fixed
 Cores are tracked as floats (a capped best case can be 4.8 cores per GPU); a share reports
 floor(cores) as its integer core count, so the sum of reported cores never exceeds what was free.
 GPU indices are taken lowest first, servers are named by their position in `snapshot.servers`.
+
+Stickiness (round mode re-decides every job, but a moved job is a real restart): after admission an
+allocator calls `state.claim_current(admitted_jobs)`; each job whose `current` placement is valid
+on the snapshot then *claims* those GPU indices and *reserves* the cores and memory it held, and
+`find*` / `take` take `owner=job_id`. A claimant goes back to exactly its GPUs (and, while its
+demand is unchanged, exactly its shares) whenever they still hold its demand. Every placement
+otherwise follows the strategy's own rule, stage by stage, first over unclaimed GPUs with
+unreserved cores/memory, then over unclaimed GPUs with any free cores/memory, then over everything
+free (taking unclaimed indices first, and from the fewest, smallest claimants; a claimant that
+loses a GPU drops all its claims, since it has to move anyway). Each `find` fails exactly when
+the plain rule would on the same state, so claims change no operating-point or admission rule,
+only where jobs go; with no claims every choice is the plain rule's.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import insort
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.throughput import OperatingPoint, ServerShape, best_case, relative_speed
@@ -122,7 +135,9 @@ class RoundState:
     """Free resources of one round, per server position; mutated as jobs are placed.
 
     Servers are also bucketed by their free GPU count, so "the server with the fewest free GPUs
-    that fits" is found without scanning full servers.
+    that fits" is found without scanning full servers. Once jobs claim their current placements
+    (`claim_current`), servers are bucketed by their unclaimed free GPU count too, and the cores
+    and memory not reserved by a claimant are tracked beside the free ones.
     """
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
@@ -145,6 +160,19 @@ class RoundState:
             self._buckets[n].append(i)
         self._uniform: dict[float, list[float]] = {}
         self._failed: dict[tuple[float, float], int] = {}  # (c, m) -> fewest GPUs that did not fit
+        # Stickiness, set up by claim_current (until then `_claimed` is None and every choice is the
+        # plain rule). `_home`: job id -> its valid current placement as (server position, GPU
+        # indices, cores, GB) per share; `_claimants`: the jobs whose claims still stand.
+        self._home: dict[int, list[tuple[int, tuple[int, ...], float, float]]] = {}
+        self._home_plan: dict[int, Plan] = {}  # job id -> its home as a plan (returned as is)
+        self._claimants: set[int] = set()
+        self._claimed: list[dict[int, int]] | None = None  # per server: claimed GPU index -> job id
+        self.num_unclaimed: list[int] = []
+        self.reserved_cpus: list[float] = []
+        self.reserved_mem_gb: list[float] = []
+        self.unreserved_cpus: list[float] = []  # free minus reserved, kept up to date for the hot loops
+        self.unreserved_mem_gb: list[float] = []
+        self._ubuckets: list[list[int]] = []
 
     # -- demand vectors ------------------------------------------------------------------------
     def uniform(self, value: float) -> list[float]:
@@ -160,6 +188,163 @@ class RoundState:
         dc = self.prop_cpus if c is None else self.uniform(float(c))
         dm = self.prop_mem_gb if m is None else self.uniform(float(m))
         return dc, dm
+
+    # -- stickiness ----------------------------------------------------------------------------
+    def claim_current(self, jobs: Iterable[JobView]) -> None:
+        """Let each job's `current` placement claim its GPUs and reserve the cores and memory it held.
+
+        Call once, before placing anything, with the jobs expected to run this round (the admitted
+        ones): a claim that will not be used would only push newcomers aside for nothing. A
+        placement claims nothing unless it is valid on this snapshot: the job's GPU count, known
+        servers (each once), GPUs that are free here and not claimed by an earlier job of `jobs`.
+        """
+        self._register(jobs, claim=True)
+
+    def remember_current(self, jobs: Iterable[JobView]) -> None:
+        """Note current placements without claiming them (jobs that may run but are not expected to):
+        such a job still goes back to its old GPUs if nobody claimed or took them (after claim_current)."""
+        self._register(jobs, claim=False)
+
+    def _register(self, jobs: Iterable[JobView], *, claim: bool) -> None:
+        # Runs for every running job every round: kept to plain loops and local names.
+        pos_of = {sid: i for i, sid in enumerate(self.server_ids)}
+        free_sets: list[set[int]] | None = None
+        homes, home_plans, claimants = self._home, self._home_plan, self._claimants
+        claimed = self._claimed
+        for job in jobs:
+            cur = job.current
+            if cur is None:
+                continue
+            job_id = job.job_id
+            if job_id in homes:
+                continue
+            if free_sets is None:
+                free_sets = [set(x) for x in self.free_idx]
+                self._start_claims()
+                claimed = self._claimed
+            assert claimed is not None
+            home: list[tuple[int, tuple[int, ...], float, float]] = []
+            num_gpus = 0
+            valid = True
+            for share in cur.shares:
+                i = pos_of.get(share.server_id)
+                idx = share.gpu_indices
+                if i is None or not idx or any(h[0] == i for h in home):
+                    valid = False
+                    break
+                free, on = free_sets[i], claimed[i]
+                for g in idx:
+                    if g not in free or (claim and g in on):
+                        valid = False
+                        break
+                if not valid or (len(idx) > 1 and len(set(idx)) != len(idx)):
+                    valid = False
+                    break
+                num_gpus += len(idx)
+                home.append((i, idx, float(share.num_cpus), float(share.mem_gb)))
+            if not valid or num_gpus != job.num_gpus:
+                continue
+            homes[job_id] = home
+            home_plans[job_id] = [(i, len(idx)) for i, idx, _, _ in home]
+            if not claim:
+                continue
+            claimants.add(job_id)
+            for i, idx, cpus, mem_gb in home:
+                on = claimed[i]
+                for g in idx:
+                    on[g] = job_id
+                self.reserved_cpus[i] += cpus
+                self.reserved_mem_gb[i] += mem_gb
+                self.unreserved_cpus[i] -= cpus
+                self.unreserved_mem_gb[i] -= mem_gb
+        if claim and claimed is not None:
+            # Bucketed once here rather than per claim: a round claims for most of its jobs.
+            self.num_unclaimed = [n - len(on) for n, on in zip(self.num_free, claimed, strict=True)]
+            self._ubuckets = [[] for _ in self._buckets]
+            for i, n in enumerate(self.num_unclaimed):
+                self._ubuckets[n].append(i)
+
+    def release(self, job_id: int) -> None:
+        """Drop a job's claims and reservations: it was placed, left pending, or lost a GPU."""
+        if job_id not in self._claimants:
+            return
+        self._claimants.discard(job_id)
+        claimed = self._claimed
+        assert claimed is not None
+        for i, idx, cpus, mem_gb in self._home[job_id]:
+            on = claimed[i]
+            for g in idx:
+                if on.get(g) == job_id:
+                    del on[g]
+            self._reserve(i, -cpus, -mem_gb)
+            self._refresh_unclaimed(i)
+
+    def home_servers(self, owner: int) -> Plan | None:
+        """The owner's current servers with its GPU count on each, if it can still get that many GPUs
+        there without taking another claimant's (its own while it claims them, else unclaimed ones)."""
+        home = self._home.get(owner)
+        if home is None:
+            return None
+        if owner not in self._claimants and any(self.num_unclaimed[i] < len(idx) for i, idx, _, _ in home):
+            return None
+        return self._home_plan[owner]
+
+    def home_plan(self, owner: int, dc: Sequence[float], dm: Sequence[float], *, strict: bool) -> Plan | None:
+        """`home_servers` if they also hold the demand (dc, dm); `take` then returns its own GPUs.
+
+        Strict: the demand must also fit beside what the other claimants there reserved, unless the
+        job asks no more than it held (keeping its own is never pushing a neighbour out). Lenient:
+        only what is free counts; used once no other server has unclaimed room.
+        """
+        home = self._home.get(owner)
+        if home is None:
+            return None
+        holds = owner in self._claimants
+        free_cpus, free_mem = self.free_cpus, self.free_mem_gb
+        for i, idx, held_cpus, held_mem_gb in home:
+            k = len(idx)
+            if not holds and self.num_unclaimed[i] < k:
+                return None
+            need_cpus, need_mem_gb = k * dc[i], k * dm[i]
+            if need_cpus > free_cpus[i] + EPS or need_mem_gb > free_mem[i] + EPS:
+                return None
+            if strict:
+                own_cpus, own_mem_gb = (held_cpus, held_mem_gb) if holds else (0.0, 0.0)
+                beside = (
+                    need_cpus <= self.unreserved_cpus[i] + own_cpus + EPS
+                    and need_mem_gb <= self.unreserved_mem_gb[i] + own_mem_gb + EPS
+                )
+                # Shares report floor(cores), so "no more than held" compares floors.
+                no_more = holds and int(need_cpus + EPS) <= held_cpus and need_mem_gb <= held_mem_gb + EPS
+                if not (beside or no_more):
+                    return None
+        return self._home_plan[owner]
+
+    def _start_claims(self) -> None:
+        if self._claimed is not None:
+            return
+        self._claimed = [{} for _ in range(self.num_servers)]
+        self.num_unclaimed = list(self.num_free)
+        self.reserved_cpus = [0.0] * self.num_servers
+        self.reserved_mem_gb = [0.0] * self.num_servers
+        self.unreserved_cpus = list(self.free_cpus)
+        self.unreserved_mem_gb = list(self.free_mem_gb)
+        self._ubuckets = [list(b) for b in self._buckets]
+
+    def _reserve(self, i: int, cpus: float, mem_gb: float) -> None:
+        self.reserved_cpus[i] += cpus
+        self.reserved_mem_gb[i] += mem_gb
+        self.unreserved_cpus[i] -= cpus
+        self.unreserved_mem_gb[i] -= mem_gb
+
+    def _refresh_unclaimed(self, i: int) -> None:
+        assert self._claimed is not None
+        new = self.num_free[i] - len(self._claimed[i])
+        old = self.num_unclaimed[i]
+        if new != old:
+            self._ubuckets[old].remove(i)
+            insort(self._ubuckets[new], i)
+            self.num_unclaimed[i] = new
 
     # -- queries -------------------------------------------------------------------------------
     def gpus_fitting(self, i: int, c: float, m: float) -> int:
@@ -186,18 +371,73 @@ class RoundState:
         whole vector (ties: lowest position); otherwise (and always for a single GPU) it is spread
         GPU by GPU from the servers with the fewest free GPUs, as the reference's min-heap does:
         that heap drains the emptiest fitting server before moving to the next, so we take as many
-        GPUs as fit from each server in ascending (free GPUs, position) order.
+        GPUs as fit from each server in ascending (free GPUs, position) order. Claims are ignored
+        (`find` is the claim-aware entry point).
         """
-        buckets = self._buckets
-        free_cpus, free_mem = self.free_cpus, self.free_mem_gb
+        return self._packed(num_gpus, dc, dm, self._buckets, self.free_cpus, self.free_mem_gb)
+
+    def find_first_fit(self, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
+        """Synergy's first fit (resources/cluster.py `_top_synergy_gpus`, the reference's default).
+
+        Scan the free GPUs in cluster order (server by server, lowest index first) and take a GPU
+        whenever its server still has the per-GPU share, holding resources during the scan. Claims
+        are ignored (`find` is the claim-aware entry point).
+        """
+        return self._first_fit(num_gpus, dc, dm, self.num_free, self.free_cpus, self.free_mem_gb)
+
+    def _packed(
+        self,
+        num_gpus: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        buckets: list[list[int]],
+        free_cpus: list[float],
+        free_mem: list[float],
+    ) -> Plan | None:
+        """find_packed over the given availability: bucket b holds the servers with b usable GPUs."""
         if num_gpus > 1:
-            for b in range(num_gpus, len(buckets)):
-                for i in buckets[b]:
-                    if (
-                        free_cpus[i] + EPS >= num_gpus * dc[i]
-                        and free_mem[i] + EPS >= num_gpus * dm[i]
-                    ):
+            plan = self._packed_whole(num_gpus, dc, dm, buckets, free_cpus, free_mem, None)
+            if plan is not None:
+                return plan
+        return self._packed_spread(num_gpus, dc, dm, buckets, free_cpus, free_mem)
+
+    def _packed_whole(
+        self,
+        num_gpus: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        buckets: list[list[int]],
+        free_cpus: list[float],
+        free_mem: list[float],
+        unclaimed: list[int] | None,
+    ) -> Plan | None:
+        """Packed's first stage: the whole job on the fitting server with the fewest usable GPUs.
+
+        With `unclaimed`, among the fitting servers of the fewest free GPUs the one where the fewest
+        claimed GPUs must be taken wins (ties: lowest position).
+        """
+        for b in range(num_gpus, len(buckets)):
+            pick = -1
+            for i in buckets[b]:
+                if free_cpus[i] + EPS >= num_gpus * dc[i] and free_mem[i] + EPS >= num_gpus * dm[i]:
+                    if unclaimed is None or unclaimed[i] >= num_gpus:
                         return [(i, num_gpus)]
+                    if pick < 0 or unclaimed[i] > unclaimed[pick]:
+                        pick = i
+            if pick >= 0:
+                return [(pick, num_gpus)]
+        return None
+
+    def _packed_spread(
+        self,
+        num_gpus: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        buckets: list[list[int]],
+        free_cpus: list[float],
+        free_mem: list[float],
+    ) -> Plan | None:
+        """Packed's second stage: as many GPUs as fit from each server, fewest usable GPUs first."""
         plan: Plan = []
         need = num_gpus
         for b in range(1, len(buckets)):
@@ -223,18 +463,21 @@ class RoundState:
                 need -= k
         return None
 
-    def find_first_fit(self, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
-        """Synergy's first fit (resources/cluster.py `_top_synergy_gpus`, the reference's default).
-
-        Scan the free GPUs in cluster order (server by server, lowest index first) and take a GPU
-        whenever its server still has the per-GPU share, holding resources during the scan.
-        """
+    def _first_fit(
+        self,
+        num_gpus: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        num_free: list[int],
+        free_cpus: list[float],
+        free_mem: list[float],
+    ) -> Plan | None:
+        """find_first_fit over the given availability (usable GPUs, cores and GB per server)."""
         plan: Plan = []
         need = num_gpus
-        num_free, free_cpus, free_mem = self.num_free, self.free_cpus, self.free_mem_gb
         for i in range(self.num_servers):
             k = num_free[i]
-            if k == 0:
+            if k <= 0:
                 continue
             # gpus_fitting, inlined: this loop is the allocators' hot path.
             c = dc[i]
@@ -256,48 +499,241 @@ class RoundState:
             need -= k
         return None
 
-    def find(self, strategy: str, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
-        """Dispatch on the placement strategy name (`packed` or `first_fit`)."""
-        if strategy == PACKED:
-            return self.find_packed(num_gpus, dc, dm)
-        return self.find_first_fit(num_gpus, dc, dm)
+    def find(
+        self,
+        strategy: str,
+        num_gpus: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        owner: int | None = None,
+    ) -> Plan | None:
+        """Servers for `num_gpus` GPUs at demand (dc, dm) under `strategy` (`packed` or `first_fit`).
 
-    def find_uniform(self, strategy: str, num_gpus: int, c: float, m: float) -> Plan | None:
+        Without claims this is the strategy's rule. With claims, the owner's home first
+        (`home_plan`, strict), then each stage of the rule (packed: a whole server, then the spread;
+        first fit: its one scan) over, in turn: unclaimed GPUs with unreserved cores/memory, so that
+        nobody is pushed off what it held; unclaimed GPUs with all free cores/memory (a GPU taken
+        is a claimant moved, while reserved cores are only last round's demand, which may shrink);
+        everything free. The owner's home, lenient, comes after the first of those. The stages keep
+        the rule's order (packed never splits a job a server could hold whole), and the last try
+        fails exactly when the plain rule does, so claims never decide whether a demand fits, only
+        where it goes.
+        """
+        if self._claimed is None:
+            if strategy == PACKED:
+                return self._packed(num_gpus, dc, dm, self._buckets, self.free_cpus, self.free_mem_gb)
+            return self._first_fit(num_gpus, dc, dm, self.num_free, self.free_cpus, self.free_mem_gb)
+        at_home = owner is not None and owner in self._home
+        if at_home:
+            assert owner is not None
+            plan = self.home_plan(owner, dc, dm, strict=True)
+            if plan is not None:
+                return plan
+        claims = self.has_claims
+        stages = ("whole", "spread") if strategy == PACKED and num_gpus > 1 else ("spread",)
+        for stage in stages:
+            if claims:
+                plan = self._stage(strategy, stage, num_gpus, dc, dm, unclaimed=True, unreserved=True)
+                if plan is not None:
+                    return plan
+            if at_home:
+                assert owner is not None
+                at_home = False  # once is enough: the state has not changed since
+                plan = self.home_plan(owner, dc, dm, strict=False)
+                if plan is not None:
+                    return plan
+            if claims:
+                plan = self._stage(strategy, stage, num_gpus, dc, dm, unclaimed=True, unreserved=False)
+                if plan is not None:
+                    return plan
+            plan = self._stage(strategy, stage, num_gpus, dc, dm, unclaimed=False, unreserved=False)
+            if plan is not None:
+                return plan
+        return None
+
+    def _stage(
+        self,
+        strategy: str,
+        stage: str,
+        num_gpus: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        *,
+        unclaimed: bool,
+        unreserved: bool,
+    ) -> Plan | None:
+        """One stage of the strategy's rule over unclaimed (or all free) GPUs and unreserved (or
+        all free) cores/memory."""
+        cpus, mem = self.availability(unreserved)
+        if strategy != PACKED:
+            counts = self.num_unclaimed if unclaimed else self.num_free
+            return self._first_fit(num_gpus, dc, dm, counts, cpus, mem)
+        buckets = self._ubuckets if unclaimed else self._buckets
+        if stage == "whole":
+            # Over everything free, prefer the server where the fewest claimed GPUs must be taken.
+            tie_break = None if unclaimed or not self.has_claims else self.num_unclaimed
+            return self._packed_whole(num_gpus, dc, dm, buckets, cpus, mem, tie_break)
+        return self._packed_spread(num_gpus, dc, dm, buckets, cpus, mem)
+
+    @property
+    def has_claims(self) -> bool:
+        """True while some job still claims GPUs (then the unclaimed view differs from the free one)."""
+        return bool(self._claimants)
+
+    def find_unclaimed(
+        self, strategy: str, num_gpus: int, dc: Sequence[float], dm: Sequence[float], *, unreserved: bool
+    ) -> Plan | None:
+        """The strategy's rule over unclaimed GPUs only (claims set up), with only the unreserved
+        cores/memory if `unreserved`, else with all that is free."""
+        cpus, mem = self.availability(unreserved)
+        if strategy == PACKED:
+            return self._packed(num_gpus, dc, dm, self._ubuckets, cpus, mem)
+        return self._first_fit(num_gpus, dc, dm, self.num_unclaimed, cpus, mem)
+
+    def availability(self, unreserved: bool) -> tuple[list[float], list[float]]:
+        """Per-server cores and GB to place into: not reserved by claimants, or simply free."""
+        if unreserved:
+            return self.unreserved_cpus, self.unreserved_mem_gb
+        return self.free_cpus, self.free_mem_gb
+
+    def find_uniform(
+        self, strategy: str, num_gpus: int, c: float, m: float, owner: int | None = None
+    ) -> Plan | None:
         """`find` for the same per-GPU demand (c, m) on every server, with two shortcuts.
 
         Both strategies fail exactly when the servers together cannot hold `num_gpus` GPUs at
         (c, m) (the spread and the first fit take all they can from every server), a condition
         monotone in the GPU count that stays true while resources are only taken. So a failure
         is remembered per (c, m) until `adjust` frees something, and the free totals are
-        checked before any scan.
+        checked before any scan. (Claims change neither: `find`'s last step is the plain rule.)
         """
         failed_at = self._failed.get((c, m))
         if failed_at is not None and num_gpus >= failed_at:
             return None
         plan = None
         if self.totals_allow(num_gpus, c, m):
-            plan = self.find(strategy, num_gpus, self.uniform(c), self.uniform(m))
+            plan = self.find(strategy, num_gpus, self.uniform(c), self.uniform(m), owner)
         if plan is None and (failed_at is None or num_gpus < failed_at):
             self._failed[(c, m)] = num_gpus
         return plan
 
     # -- mutations -----------------------------------------------------------------------------
-    def take(self, plan: Plan, dc: Sequence[float], dm: Sequence[float]) -> list[HeldShare]:
-        """Commit a plan: take the lowest free GPU indices and the per-GPU cores/memory on each server."""
+    def take(
+        self, plan: Plan, dc: Sequence[float], dm: Sequence[float], owner: int | None = None
+    ) -> list[HeldShare]:
+        """Commit a plan: GPU indices and the per-GPU cores/memory on each server of it.
+
+        Indices: the owner's GPUs of last round first (while free and nobody else's claim), then
+        unclaimed ones, then other claimants' (lowest index first within each); a claimant losing
+        a GPU drops all its claims. The owner's claims end here (it is placed).
+        """
+        claimed = self._claimed
+        own: dict[int, tuple[int, ...]] = {}
+        home = self._home.get(owner) if claimed is not None and owner is not None else None
+        if home is not None:
+            assert owner is not None
+            if owner in self._claimants:
+                # The plan home_plan returned (the common case), or the same servers and counts.
+                if plan is self._home_plan[owner] or plan == self._home_plan[owner]:
+                    return self._take_home(owner, home, dc, dm)
+                self.release(owner)
+            own = {i: idx for i, idx, _, _ in home}
         shares = []
         for i, k in plan:
             idx = self.free_idx[i]
-            gpus = tuple(idx[:k])
-            del idx[:k]
+            if claimed is None or (not claimed[i] and i not in own):
+                gpus = tuple(idx[:k])
+                del idx[:k]
+            else:
+                gpus = self._pick(i, k, own.get(i, ()))
             cpus = k * dc[i]
             mem_gb = k * dm[i]
             self.free_cpus[i] -= cpus
             self.free_mem_gb[i] -= mem_gb
             self.total_free_cpus -= cpus
             self.total_free_mem_gb -= mem_gb
+            if claimed is not None:
+                self.unreserved_cpus[i] -= cpus
+                self.unreserved_mem_gb[i] -= mem_gb
             self._move(i, self.num_free[i] - k)
             shares.append(HeldShare(i, gpus, cpus, mem_gb))
         return shares
+
+    def _take_home(
+        self,
+        owner: int,
+        home: list[tuple[int, tuple[int, ...], float, float]],
+        dc: Sequence[float],
+        dm: Sequence[float],
+    ) -> list[HeldShare]:
+        """`take` of exactly the owner's claimed GPUs: the common case, so done without re-bucketing
+        the unclaimed counts (k fewer free and k fewer claimed GPUs leave them as they were)."""
+        self._claimants.discard(owner)
+        claimed = self._claimed
+        assert claimed is not None
+        free_cpus, free_mem, free_idx = self.free_cpus, self.free_mem_gb, self.free_idx
+        buckets, num_free = self._buckets, self.num_free
+        shares = []
+        for i, idx, held_cpus, held_mem_gb in home:
+            on, free = claimed[i], free_idx[i]
+            for g in idx:
+                del on[g]
+                free.remove(g)
+            k = len(idx)
+            cpus = k * dc[i]
+            mem_gb = k * dm[i]
+            free_cpus[i] -= cpus
+            free_mem[i] -= mem_gb
+            self.total_free_cpus -= cpus
+            self.total_free_mem_gb -= mem_gb
+            self.reserved_cpus[i] -= held_cpus
+            self.reserved_mem_gb[i] -= held_mem_gb
+            self.unreserved_cpus[i] += held_cpus - cpus
+            self.unreserved_mem_gb[i] += held_mem_gb - mem_gb
+            old = num_free[i]
+            buckets[old].remove(i)
+            insort(buckets[old - k], i)
+            num_free[i] = old - k
+            self.free_gpu_count -= k
+            shares.append(HeldShare(i, idx, cpus, mem_gb))
+        return shares
+
+    def _pick(self, i: int, k: int, mine: tuple[int, ...]) -> tuple[int, ...]:
+        """k free GPU indices of server i, removed from the free list (see `take` for the order)."""
+        idx = self.free_idx[i]
+        assert self._claimed is not None
+        on = self._claimed[i]
+        chosen = [g for g in mine if g not in on and g in idx][:k]
+        if len(chosen) < k:
+            taken = set(chosen)
+            for g in idx:
+                if g not in on and g not in taken:
+                    chosen.append(g)
+                    if len(chosen) == k:
+                        break
+        if len(chosen) < k:
+            # Someone must move: as few claimants as possible, and the smallest jobs, since a
+            # job that loses one GPU loses all of them.
+            by_claimant: dict[int, list[int]] = {}
+            for g in idx:
+                if g in on:
+                    by_claimant.setdefault(on[g], []).append(g)
+            while len(chosen) < k:
+                need = k - len(chosen)
+                job_id = min(by_claimant, key=lambda j: self._victim_key(j, len(by_claimant[j]), need))
+                chosen.extend(by_claimant.pop(job_id)[:need])
+                self.release(job_id)  # it cannot get its GPUs back: stop holding the others
+        for g in chosen:
+            idx.remove(g)
+        if len(mine) == k and len(chosen) == k and set(chosen) == set(mine):
+            return mine  # exactly the GPUs it held, in the order it held them
+        return tuple(sorted(chosen))
+
+    def _victim_key(self, job_id: int, here: int, need: int) -> tuple[bool, int, int]:
+        """Order of claimants to take GPUs from: those whose `here` GPUs cover `need` first, the
+        smallest job among them; else the most GPUs here; then the lowest job id (determinism)."""
+        size = sum(len(idx) for _, idx, _, _ in self._home[job_id])
+        return (here < need, size if here >= need else -here, job_id)
 
     def adjust(self, share: HeldShare, cpus: float, mem_gb: float) -> None:
         """Set a held share's cores and memory to new values, returning or claiming the difference."""
@@ -306,6 +742,9 @@ class RoundState:
         self.free_mem_gb[i] += share.mem_gb - mem_gb
         self.total_free_cpus += share.cpus - cpus
         self.total_free_mem_gb += share.mem_gb - mem_gb
+        if self._claimed is not None:
+            self.unreserved_cpus[i] += share.cpus - cpus
+            self.unreserved_mem_gb[i] += share.mem_gb - mem_gb
         if cpus < share.cpus or mem_gb < share.mem_gb:
             self._failed.clear()  # something was freed: remembered failures may fit now
         share.cpus = cpus
@@ -317,6 +756,8 @@ class RoundState:
         insort(self._buckets[new_free], i)
         self.num_free[i] = new_free
         self.free_gpu_count -= old - new_free
+        if self._claimed is not None:
+            self._refresh_unclaimed(i)
 
     # -- output --------------------------------------------------------------------------------
     def server_shares(self, held: Sequence[HeldShare]) -> tuple[ServerShare, ...]:

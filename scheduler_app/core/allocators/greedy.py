@@ -8,7 +8,9 @@ baseline that fragments the cluster (GPUs idle while cores or memory run out) an
 jobs starve. Best-case demands are capped at the server size as the reference caps them.
 
 Placement: first fit over the free GPUs in cluster order (the reference's default, and PAPERS.md
-section 3.3); `placement="packed"` selects the placement-sensitive variant.
+section 3.3); `placement="packed"` selects the placement-sensitive variant. Stickiness
+(_placement.py): the jobs that GPU-only admission would take claim the GPUs they held last round,
+so each keeps them when they still hold its demand and the others are placed around them.
 Reasons: `best_case`, `fixed_demand`; pending `insufficient_gpus` when fewer GPUs than the job
 needs were free at its turn, `fragmented` when the GPUs were free but not with its CPU/memory.
 """
@@ -24,6 +26,7 @@ from scheduler_app.core.allocators._placement import (
     DemandCache,
     PlanBuilder,
     RoundState,
+    gpu_admission,
     has_fixed_demand,
     infeasible_reasons,
     pending_reason,
@@ -47,6 +50,11 @@ class GreedyAllocator(Allocator):
         state = RoundState(snapshot)
         demands = DemandCache(cluster_shape(snapshot))
         infeasible = infeasible_reasons(ordered_jobs, snapshot)
+        # Greedy has no admission step; the jobs GPU-only admission would take are those likely to
+        # run, so only their current GPUs are worth keeping free for them.
+        likely = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count)
+        state.claim_current(job for pos, job in enumerate(ordered_jobs) if likely[pos])
+        state.remember_current(job for pos, job in enumerate(ordered_jobs) if not likely[pos])
         for pos, job in enumerate(ordered_jobs):
             why = infeasible[pos]
             if why is not None:
@@ -54,21 +62,25 @@ class GreedyAllocator(Allocator):
                 continue
             num_gpus = job.num_gpus
             if num_gpus > state.free_gpu_count:
+                state.release(job.job_id)
                 builder.pending(pos, reasons.INSUFFICIENT_GPUS)
                 continue
             if has_fixed_demand(job):
                 dc, dm = state.fixed_demand(job)
                 speed, reason = demands.fixed_point(job).speed, reasons.FIXED_DEMAND
-                plan = state.find(self.placement, num_gpus, dc, dm)
+                plan = state.find(self.placement, num_gpus, dc, dm, job.job_id)
             else:
                 best = demands.best(job)
                 dc, dm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
                 speed, reason = best.speed, reasons.BEST_CASE
-                plan = state.find_uniform(self.placement, num_gpus, best.cpus_per_gpu, best.mem_gb_per_gpu)
+                plan = state.find_uniform(
+                    self.placement, num_gpus, best.cpus_per_gpu, best.mem_gb_per_gpu, job.job_id
+                )
             if plan is None:
+                state.release(job.job_id)
                 builder.pending(pos, pending_reason(num_gpus, state.free_gpu_count))
                 continue
-            held = state.take(plan, dc, dm)
+            held = state.take(plan, dc, dm, job.job_id)
             speed = with_penalty(speed, job.profile, len(held))
             builder.placed(pos, state.server_shares(held), speed, reason)
         return builder.build()

@@ -44,6 +44,9 @@ Where we differ, and why:
   the reference's does not): a 4-GPU job asking for a whole server's cores would otherwise strand
   the server's other four GPUs.
 - Storage bandwidth is not modelled; cvxpy + GLPK become scipy's HiGHS (dual simplex).
+- Stickiness (_placement.py): a job is first offered the GPUs it held last round; the balanced
+  choice then looks at unclaimed GPUs and unreserved cores/memory before everything free, and
+  room is made on a job's own servers first. The LP and the rounding never see placements.
 The bound is guaranteed for servers of one shape (Synergy's assumption) whose free cores and memory
 go with their free GPUs, as in round mode: then proportional, tune and tune_matrix place every
 admitted job at a point of the LP's candidate set. On uneven servers the LP uses the cluster's
@@ -66,6 +69,7 @@ from scheduler_app.core.allocators._opt_lp import (
     solve_share_lp,
 )
 from scheduler_app.core.allocators._placement import (
+    PACKED,
     DemandCache,
     HeldShare,
     Plan,
@@ -174,6 +178,7 @@ class _OptRound:
                 builder.pending(pos, reasons.INSUFFICIENT_GPUS)
             else:
                 out.append(pos)
+        self.state.claim_current(jobs[pos] for pos in out)
         return out
 
     def solve_lp(self, admitted: Sequence[int]) -> ShareSolution:
@@ -260,20 +265,13 @@ class _OptRound:
     # -- step 3: one job -----------------------------------------------------------------------
     def place_job(self, pos: int) -> None:
         job, state = self.jobs[pos], self.state
-        num_gpus = job.num_gpus
         if has_fixed_demand(job):
             dc, dm = state.fixed_demand(job)
             fixed = self.demands.fixed_point(job)
             point = OperatingPoint(fixed.cpus_per_gpu, fixed.mem_gb_per_gpu, fixed.speed)
-            for attempt in range(2):
-                if attempt:
-                    self.take_back(num_gpus, dc, dm)
-                placed = self.try_place(
-                    pos, dc, dm, point, reasons.FIXED_DEMAND, revertible=False, per_server=True
-                )
-                if placed:
-                    return
-            self.builder.pending(pos, reasons.FRAGMENTED)
+            fixed_args = (pos, dc, dm, point, reasons.FIXED_DEMAND)
+            if not self.try_place(*fixed_args, revertible=False, per_server=True):
+                self.make_room_and_place(*fixed_args, revertible=False, per_server=True)
             return
         target = self.target[pos]
         fallback_is_target = False
@@ -298,9 +296,45 @@ class _OptRound:
             point, reason, revertible = None, reasons.PROPORTIONAL, False
             if self.try_place(pos, dc, dm, point, reason, revertible=revertible):
                 return
-        self.take_back(num_gpus, dc, dm)
-        if not self.try_place(pos, dc, dm, point, reason, revertible=revertible):
-            self.builder.pending(pos, reasons.FRAGMENTED)
+        self.make_room_and_place(pos, dc, dm, point, reason, revertible=revertible)
+
+    def make_room_and_place(
+        self,
+        pos: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        point: OperatingPoint | None,
+        reason: str,
+        *,
+        revertible: bool,
+        per_server: bool = False,
+    ) -> None:
+        """Take surplus back, then place; else pending. With claims, room is made on the job's own
+        servers first, then on servers chosen by unclaimed GPUs, then as without claims (as tune)."""
+        job, state = self.jobs[pos], self.state
+        home = state.home_servers(job.job_id)
+        tried: list[Plan] = []
+        for where in ("home", "unclaimed", "free"):
+            if where == "home":
+                if home is None:
+                    continue
+                servers = home
+            elif where == "unclaimed":
+                if not state.has_claims:
+                    continue
+                servers = self.room_servers(job.num_gpus, dc, dm, state.num_unclaimed)
+                if sum(k for _, k in servers) < job.num_gpus:
+                    continue
+            else:
+                servers = self.room_servers(job.num_gpus, dc, dm, state.num_free)
+            if servers in tried:
+                continue
+            tried.append(servers)
+            self.take_back(servers, dc, dm)
+            if self.try_place(pos, dc, dm, point, reason, revertible=revertible, per_server=per_server):
+                return
+        state.release(job.job_id)
+        self.builder.pending(pos, reasons.FRAGMENTED)
 
     def lower_points(self, pos: int, target: OperatingPoint) -> list[OperatingPoint]:
         """The job's points faster than proportional, slower than `target`, and no larger anywhere."""
@@ -329,17 +363,29 @@ class _OptRound:
     ) -> bool:
         """Place the job at demand (dc, dm) if some servers hold it; `point` None = proportional."""
         job, state = self.jobs[pos], self.state
-        num_gpus = job.num_gpus
+        num_gpus, owner = job.num_gpus, job.job_id
         if point is not None and not per_server:
             if not state.totals_allow(num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu):
                 return False
             may_split = job.profile.placement_penalty <= 1.0
-            plan = self.find_balanced(num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu, may_split)
+            c, m = point.cpus_per_gpu, point.mem_gb_per_gpu
+            # In RoundState.find's order: home, unclaimed room, home taking reserved room, unclaimed
+            # GPUs taking reserved room, anywhere.
+            claims = state.has_claims
+            plan = state.home_plan(owner, dc, dm, strict=True)
+            if plan is None and claims:
+                plan = self.find_balanced(num_gpus, c, m, may_split, unclaimed=True, unreserved=True)
+            if plan is None:
+                plan = state.home_plan(owner, dc, dm, strict=False)
+            if plan is None and claims:
+                plan = self.find_balanced(num_gpus, c, m, may_split, unclaimed=True, unreserved=False)
+            if plan is None:
+                plan = self.find_balanced(num_gpus, c, m, may_split)
         else:
-            plan = state.find_packed(num_gpus, dc, dm)
+            plan = state.find(PACKED, num_gpus, dc, dm, owner)
         if plan is None:
             return False
-        shares = state.take(plan, dc, dm)
+        shares = state.take(plan, dc, dm, owner)
         weight = float(num_gpus) if self.weight_by_gpus else 1.0
         held = _Held(job, pos, len(self.held), shares, point, reason, revertible, weight)
         if per_server:
@@ -349,7 +395,16 @@ class _OptRound:
             self.on_server[share.server_pos].append(held)
         return True
 
-    def find_balanced(self, num_gpus: int, c: float, m: float, may_split: bool) -> Plan | None:
+    def find_balanced(
+        self,
+        num_gpus: int,
+        c: float,
+        m: float,
+        may_split: bool,
+        *,
+        unclaimed: bool = False,
+        unreserved: bool = False,
+    ) -> Plan | None:
         """Servers for the job where the others can still get what the LP planned for them.
 
         A server's imbalance is the squared distance, in proportional shares, between its leftover
@@ -363,7 +418,8 @@ class _OptRound:
         each time, and that split wins if it is more balanced: a job asking for a whole server's
         cores on half its GPUs would otherwise strand the other half (the reference's LP2 splits
         jobs freely for the same reason). Otherwise jobs no single server holds are spread as
-        tune spreads them (`find_packed`).
+        tune spreads them (`find_packed`). `unclaimed`: count only unclaimed GPUs, and with
+        `unreserved` only unreserved cores/memory (the same choice among what nobody held).
         """
         state = self.state
         # Spread over every GPU still free after this job: when fewer GPUs are admitted than free,
@@ -371,7 +427,8 @@ class _OptRound:
         free_after = state.free_gpu_count - num_gpus
         rate_cpus = self.rest_cpus / free_after if free_after > 0 else 0.0
         rate_mem_gb = self.rest_mem_gb / free_after if free_after > 0 else 0.0
-        num_free, free_cpus, free_mem = state.num_free, state.free_cpus, state.free_mem_gb
+        num_free = state.num_unclaimed if unclaimed else state.num_free
+        free_cpus, free_mem = state.availability(unclaimed and unreserved)
         prop_cpus, prop_mem = state.prop_cpus, state.prop_mem_gb
 
         # Per dimension the imbalance term is (R / prop)^2 with R = free - n * rate; k more GPUs at
@@ -429,13 +486,17 @@ class _OptRound:
             return [(whole[2], num_gpus)]
         if num_gpus == 1:
             return None
+        if unclaimed:
+            return state.find_unclaimed(
+                PACKED, num_gpus, state.uniform(c), state.uniform(m), unreserved=unreserved
+            )
         return state.find_packed(num_gpus, state.uniform(c), state.uniform(m))
 
     # -- tune's step 5, choosing the cheapest peers --------------------------------------------
-    def take_back(self, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> None:
-        """Free cores/memory on servers with free GPUs by shrinking peers that hold more than proportional."""
+    def take_back(self, servers: Plan, dc: Sequence[float], dm: Sequence[float]) -> None:
+        """Free cores/memory on `servers` (k GPUs each), shrinking peers that hold more than proportional."""
         state = self.state
-        for i, k in self.room_servers(num_gpus, dc, dm):
+        for i, k in servers:
             need_cpus = k * dc[i] - state.free_cpus[i]
             need_mem_gb = k * dm[i] - state.free_mem_gb[i]
             if need_cpus <= EPS and need_mem_gb <= EPS:
@@ -448,11 +509,13 @@ class _OptRound:
                 need_cpus -= freed_cpus
                 need_mem_gb -= freed_mem_gb
 
-    def room_servers(self, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan:
+    def room_servers(
+        self, num_gpus: int, dc: Sequence[float], dm: Sequence[float], num_free: Sequence[int]
+    ) -> Plan:
         """Where the job will go once room is made: the server holding all its GPUs that lacks the
-        least (multi-GPU), else servers by fewest free GPUs (tune's choice)."""
+        least (multi-GPU), else servers by fewest free GPUs (tune's choice). `num_free`: the free
+        GPUs per server, or the unclaimed ones."""
         state = self.state
-        num_free = state.num_free
         if num_gpus > 1:
             whole = [
                 (

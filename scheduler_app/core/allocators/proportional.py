@@ -9,6 +9,8 @@ Placement: the reference's evaluated "+fair" configurations run without "+place"
 fit over the free GPUs in cluster order (`_top_synergy_gpus`), so that is our default;
 `placement="packed"` selects its placement-sensitive variant (fewest-free-GPU server first).
 Fixed-demand jobs (user overrides) get exactly their demand or stay pending (`fragmented`).
+Stickiness (_placement.py): an admitted job keeps the GPUs it held last round when they still
+hold its share, and the others are placed around them when they can be.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ProportionalAllocator(Allocator):
         demands = DemandCache(cluster_shape(snapshot))
         infeasible = infeasible_reasons(ordered_jobs, snapshot)
         admitted = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count)
+        state.claim_current(job for pos, job in enumerate(ordered_jobs) if admitted[pos])
         for pos, job in enumerate(ordered_jobs):
             why = infeasible[pos]
             if why is not None:
@@ -60,12 +63,13 @@ class ProportionalAllocator(Allocator):
             else:
                 dc, dm = state.prop_cpus, state.prop_mem_gb
                 speed, reason = 1.0, reasons.PROPORTIONAL
-            plan = state.find(self.placement, job.num_gpus, dc, dm)
+            plan = state.find(self.placement, job.num_gpus, dc, dm, job.job_id)
             if plan is None:
                 # Only possible when fixed demands (or uneven servers) ate other jobs' shares.
+                state.release(job.job_id)
                 builder.pending(pos, reasons.FRAGMENTED)
                 continue
-            held = state.take(plan, dc, dm)
+            held = state.take(plan, dc, dm, job.job_id)
             speed = with_penalty(speed, job.profile, len(held))
             builder.placed(pos, state.server_shares(held), speed, reason)
         return builder.build()

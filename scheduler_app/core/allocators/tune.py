@@ -19,6 +19,9 @@ resources/cluster.py `allocate_synergy_tune`, `_tune`, `_get_underutilized_serve
 With servers of one shape and no fixed demands, step 5 always succeeds, so every admitted job is
 placed: tune never idles a GPU that the proportional allocator would use, and never gives a job
 less than its proportional speed.
+Stickiness (_placement.py): every try of steps 3-5 first offers a job the GPUs it held last round,
+and places the others around them when it can; step 5 makes room on a job's own servers when its
+GPUs there are still free. Which operating point a job gets still follows steps 3-5 alone.
 
 Deliberate differences from the reference:
 - The reference's evaluated "+tune" runs use its first-fit GPU scan (no "+place"); PAPERS.md and
@@ -39,7 +42,7 @@ Deliberate differences from the reference:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators._placement import (
@@ -121,6 +124,7 @@ class TuneRound:
             else:
                 point = self.demands.fixed_point(job) if has_fixed_demand(job) else self.demands.best(job)
                 runnable.append((-job.num_gpus, -point.cpus_per_gpu, -point.mem_gb_per_gpu, pos))
+        self.state.claim_current(jobs[r[-1]] for r in runnable)
         # Per-GPU and total CPU/memory order alike within one GPU count; pos keeps policy order.
         runnable.sort()
         for *_, pos in runnable:
@@ -135,15 +139,12 @@ class TuneRound:
     def place_job(self, pos: int) -> None:
         job = self.jobs[pos]
         state = self.state
-        num_gpus = job.num_gpus
         if has_fixed_demand(job):
             dc, dm = state.fixed_demand(job)
             speed = self.demands.fixed_point(job).speed
             if self.try_place(pos, dc, dm, None, speed, reasons.FIXED_DEMAND):
                 return
-            self.take_back(num_gpus, dc, dm)
-            if not self.try_place(pos, dc, dm, None, speed, reasons.FIXED_DEMAND):
-                self.builder.pending(pos, reasons.FRAGMENTED)
+            self.make_room_and_place(pos, dc, dm, None, speed, reasons.FIXED_DEMAND)
             return
         best = self.demands.best(job)
         bc, bm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
@@ -160,9 +161,51 @@ class TuneRound:
         else:
             # It asks no more than proportional: the reference retries the same vector.
             dc, dm, point, speed, reason = bc, bm, best, best.speed, reasons.BEST_CASE
-        self.take_back(num_gpus, dc, dm)
-        if not self.try_place(pos, dc, dm, point, speed, reason):
-            self.builder.pending(pos, reasons.FRAGMENTED)
+        self.make_room_and_place(pos, dc, dm, point, speed, reason)
+
+    def make_room_and_place(
+        self,
+        pos: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        point: OperatingPoint | None,
+        speed: float,
+        reason: str,
+    ) -> None:
+        """Step 5: take surplus back, then place; pending (`fragmented`) if it still does not fit.
+
+        Without claims this is the reference's step 5. With claims, room is made first on the
+        job's own servers (when its GPUs there are free), then on servers chosen by their unclaimed
+        GPUs, and only then on the reference's servers, each try only if the one before did not
+        let the job in: making room where the free GPUs are someone's would just move them.
+        """
+        job = self.jobs[pos]
+        tried: list[Plan] = []
+        for servers in self.room_candidates(job):
+            if servers in tried:
+                continue
+            tried.append(servers)
+            self.take_back(servers, dc, dm)
+            if self.try_place(pos, dc, dm, point, speed, reason):
+                return
+        self.pending(pos)
+
+    def room_candidates(self, job: JobView) -> Iterator[Plan]:
+        """Where step 5 makes room, best first (computed lazily: each try changes the state)."""
+        state = self.state
+        home = state.home_servers(job.job_id)
+        if home is not None:
+            yield home
+        if state.has_claims:
+            servers = self.underutilized_servers(job.num_gpus, state.num_unclaimed)
+            if sum(k for _, k in servers) == job.num_gpus:
+                yield servers
+        yield self.underutilized_servers(job.num_gpus, state.num_free)
+
+    def pending(self, pos: int) -> None:
+        """Leave the job pending (`fragmented`) and drop its claim on its GPUs of last round."""
+        self.state.release(self.jobs[pos].job_id)
+        self.builder.pending(pos, reasons.FRAGMENTED)
 
     def try_intermediate(self, pos: int, job: JobView, best: OperatingPoint) -> bool:
         """Hook for tune_matrix: place between best case and proportional. Tune has no such step."""
@@ -177,15 +220,18 @@ class TuneRound:
         speed: float,
         reason: str,
     ) -> bool:
-        num_gpus = self.jobs[pos].num_gpus
+        job = self.jobs[pos]
+        num_gpus, owner = job.num_gpus, job.job_id
         state = self.state
         if point is not None:  # a uniform per-GPU demand (best case or a matrix point)
-            plan = state.find_uniform(self.placement, num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu)
+            plan = state.find_uniform(
+                self.placement, num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu, owner
+            )
         else:
-            plan = state.find(self.placement, num_gpus, dc, dm)
+            plan = state.find(self.placement, num_gpus, dc, dm, owner)
         if plan is None:
             return False
-        shares = state.take(plan, dc, dm)
+        shares = state.take(plan, dc, dm, owner)
         revertible = point is not None and reason != reasons.FIXED_DEMAND
         held = HeldJob(self.jobs[pos], pos, len(self.held), shares, point, speed, reason, revertible)
         self.held.append(held)
@@ -194,13 +240,13 @@ class TuneRound:
         return True
 
     # -- step 5: take surplus back from peers -------------------------------------------------
-    def underutilized_servers(self, num_gpus: int) -> Plan:
+    def underutilized_servers(self, num_gpus: int, num_free: Sequence[int]) -> Plan:
         """Servers whose free GPUs the job will use (resources/cluster.py `_get_underutilized_servers`).
 
         Multi-GPU: the first server (lowest position) with all the GPUs free. Otherwise servers
         by fewest free GPUs (the reference's min-heap), taking all their free GPUs until covered.
+        `num_free`: the free GPUs per server, or the unclaimed ones.
         """
-        num_free = self.state.num_free
         if num_gpus > 1:
             for i, n in enumerate(num_free):
                 if n >= num_gpus:
@@ -215,10 +261,10 @@ class TuneRound:
             need -= n
         return chosen
 
-    def take_back(self, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> None:
-        """Shrink peers on the chosen servers until each covers its part of the job's need."""
+    def take_back(self, servers: Plan, dc: Sequence[float], dm: Sequence[float]) -> None:
+        """Shrink peers on `servers` until each covers its part (k GPUs) of the job's need."""
         state = self.state
-        for i, k in self.underutilized_servers(num_gpus):
+        for i, k in servers:
             need_cpus = k * dc[i] - state.free_cpus[i]
             need_mem_gb = k * dm[i] - state.free_mem_gb[i]
             if need_cpus <= EPS and need_mem_gb <= EPS:

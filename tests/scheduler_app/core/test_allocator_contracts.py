@@ -1,12 +1,15 @@
 """Every registered allocator, under every policy, against the invariants of allocators/base.py.
 
 Hypothesis generates the clusters (uneven, partly busy servers) and the job mixes (catalog models,
-1-16 GPUs, some fixed demands, some impossible jobs). New allocators are picked up from the
-registry automatically; the Synergy ones are also held to "never below proportional speed".
+1-16 GPUs, some fixed demands, some impossible jobs), some of them holding a current placement
+from last round (on uneven clusters some of those are invalid here and must be ignored). New
+allocators are picked up from the registry automatically; the Synergy ones are also held to "never
+below proportional speed", and proportional and tune to "a job keeps its GPUs when it can".
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import pytest
@@ -18,12 +21,17 @@ from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import POLICIES
-from scheduler_app.core.types import ClusterSnapshot, JobView, Outcome, RoundPlan
+from scheduler_app.core.throughput import best_case, cluster_shape, intermediate_points
+from scheduler_app.core.types import ClusterSnapshot, JobView, Outcome, Placement, RoundPlan, ServerShare
 from tests.builders import make_cluster, make_job, make_server
 
 SYNERGY_ALLOCATORS = {"proportional", "greedy", "tune", "tune_matrix", "opt"}
 # Allocators that place every GPU-admitted job when servers are uniform and fully schedulable.
 PLACE_ALL_ADMITTED = {"proportional", "tune", "tune_matrix"}
+# A job back at the demand it held keeps exactly its current placement (uniform clusters, every
+# current placement valid): always, or whenever the other jobs' allocations leave room for it there.
+KEEPS_CURRENT = {"proportional"}
+KEEPS_CURRENT_IF_ROOM = {"proportional", "greedy", "tune", "tune_matrix"}
 MODELS = sorted(load_catalog())
 ALLOCATOR_NAMES = ALLOCATORS.names()
 POLICY_NAMES = POLICIES.names()
@@ -112,6 +120,78 @@ def job_mixes(draw: st.DrawFn, fixed_demands: bool = True) -> list[JobView]:
     return jobs
 
 
+@st.composite
+def rounds(
+    draw: st.DrawFn, uniform: bool = False, fixed_demands: bool = True
+) -> tuple[ClusterSnapshot, list[JobView]]:
+    """A cluster and a job mix in which about half the jobs hold a current placement.
+
+    Current placements take free GPUs no other job holds, a run of them in cluster order (so some
+    span servers), at the job's proportional share or its best case, and never more cores or
+    memory than its servers have free: what last round's plan could have been. On uneven
+    clusters some are also invalid (unknown server, busy or doubly held GPU, wrong GPU count).
+    """
+    cluster = draw(servers(uniform=uniform))
+    jobs = draw(job_mixes(fixed_demands=fixed_demands))
+    shape = cluster_shape(cluster)
+    by_id = {s.server_id: s for s in cluster.servers}
+    spare = [(s.server_id, g) for s in cluster.servers for g in sorted(s.free_gpus)]
+    cpus_left = {s.server_id: float(s.free_cpus) for s in cluster.servers}
+    mem_left = {s.server_id: s.free_mem_gb for s in cluster.servers}
+    out = []
+    for job in jobs:
+        if shape is None or not draw(st.booleans()):
+            out.append(job)
+            continue
+        if not uniform and draw(st.integers(0, 5)) == 0:
+            out.append(dataclasses.replace(job, current=draw(invalid_placement(job, cluster))))
+            continue
+        if job.num_gpus > len(spare):
+            out.append(job)
+            continue
+        start = draw(st.integers(0, len(spare) - job.num_gpus))
+        picked = spare[start : start + job.num_gpus]
+        gpus: dict[int, list[int]] = defaultdict(list)
+        for server_id, g in picked:
+            gpus[server_id].append(g)
+        best = best_case(job.profile, job.num_gpus, shape)
+        at_best = draw(st.booleans())
+        held = []  # (share, cores and GB as the plan held them: shares report floor(cores))
+        for server_id, idx in gpus.items():
+            server, k = by_id[server_id], len(idx)
+            if at_best:
+                c, m = best.cpus_per_gpu, best.mem_gb_per_gpu
+            else:
+                c, m = server.cpus_per_gpu, server.mem_gb_per_gpu
+            held.append((ServerShare(server_id, tuple(idx), int(k * c + 1e-6), k * m), k * c, k * m))
+        if any(c > cpus_left[sh.server_id] + TOL or m > mem_left[sh.server_id] + TOL for sh, c, m in held):
+            out.append(job)
+            continue
+        for sh, c, m in held:
+            cpus_left[sh.server_id] -= c
+            mem_left[sh.server_id] -= m
+        shares = [sh for sh, _, _ in held]
+        spare = spare[:start] + spare[start + job.num_gpus :]
+        out.append(dataclasses.replace(job, current=Placement(job.job_id, tuple(shares), 1.0)))
+    return cluster, out
+
+
+@st.composite
+def invalid_placement(draw: st.DrawFn, job: JobView, cluster: ClusterSnapshot) -> Placement:
+    """A placement last round's plan could not have left on this snapshot (allocators ignore it)."""
+    server = draw(st.sampled_from(cluster.servers))
+    kind = draw(st.sampled_from(["unknown_server", "busy_gpu", "wrong_count", "any_free"]))
+    if kind == "unknown_server":
+        share = ServerShare(999, tuple(range(job.num_gpus)), 1, 1.0)
+    elif kind == "busy_gpu":
+        share = ServerShare(server.server_id, (server.num_gpus,), 1, 1.0)  # no such GPU
+    elif kind == "wrong_count":
+        share = ServerShare(server.server_id, tuple(range(job.num_gpus + 1)), 1, 1.0)
+    else:  # free GPUs that another job may also hold
+        share = ServerShare(server.server_id, tuple(sorted(server.free_gpus))[: job.num_gpus], 1, 1.0)
+    return Placement(job.job_id, (share,), 1.0)
+
+
 def allocate(name: str, policy: str, jobs: list[JobView], cluster: ClusterSnapshot) -> tuple[list, RoundPlan]:
     ordered = POLICIES.get(policy)().order(jobs, cluster, 1000.0)
     return ordered, ALLOCATORS.get(name)().allocate(ordered, cluster)
@@ -169,6 +249,103 @@ def check_not_below_proportional(ordered: list[JobView], plan: RoundPlan) -> Non
         assert d.placement.speedup >= proportional - TOL, d
 
 
+def decided_demand(job: JobView, reason: str, cluster: ClusterSnapshot) -> tuple[float, float] | None:
+    """The per-GPU (cores, GB) a placed job got on a uniform cluster, when its reason says which."""
+    shape = cluster_shape(cluster)
+    assert shape is not None
+    if reason == reasons.PROPORTIONAL:
+        return shape.cpus_per_gpu, shape.mem_gb_per_gpu
+    if reason == reasons.BEST_CASE:
+        best = best_case(job.profile, job.num_gpus, shape)
+        return best.cpus_per_gpu, best.mem_gb_per_gpu
+    return None  # reverted or intermediate: placed at another demand than the one it ends with
+
+
+def most_held(job: JobView, reason: str, cluster: ClusterSnapshot) -> tuple[float, float] | None:
+    """The most per-GPU (cores, GB) a placed job can have held at any time in the round (uniform)."""
+    demand = decided_demand(job, reason, cluster)
+    if demand is not None:
+        return demand
+    shape = cluster_shape(cluster)
+    assert shape is not None
+    if reason in (reasons.REVERTED_TO_PROPORTIONAL, reasons.INTERMEDIATE):
+        # Placed at its best case or a matrix point (tune_matrix), then maybe shrunk: a point may
+        # ask more cores than the best case with less memory, so bound each dimension apart.
+        points = [
+            best_case(job.profile, job.num_gpus, shape),
+            *intermediate_points(job.profile, job.num_gpus, shape),
+        ]
+        return max(p.cpus_per_gpu for p in points), max(p.mem_gb_per_gpu for p in points)
+    return None
+
+
+def check_keeps_current(
+    cluster: ClusterSnapshot, ordered: list[JobView], plan: RoundPlan, *, strong: bool
+) -> None:
+    """A GPU-admitted job back at the demand it held keeps exactly its GPUs, cores and memory.
+
+    Uniform clusters: every current placement of the generator is valid, so every GPU-admitted
+    job claims its own (greedy may also place a job admission did not foresee; that one only goes
+    back if nobody claimed the room). Strong: always. Otherwise: whenever the others' allocations
+    leave room for it there (see `room_left`). Tune gives a job its best case wherever that fits,
+    so another job may then have to take an incumbent's GPU where proportional never would.
+    """
+    jobs = {j.job_id: j for j in ordered}
+    claimants = admitted_ids(ordered, cluster)
+    for d in plan.decisions:
+        job = jobs[d.job_id]
+        if d.placement is None or job.current is None or job.job_id not in claimants:
+            continue
+        demand = decided_demand(job, d.reason, cluster)
+        if demand is None:
+            continue
+        c, m = demand
+        current = job.current.shares
+        at_demand = tuple(
+            ServerShare(s.server_id, s.gpu_indices, int(k * c + 1e-6), k * m)
+            for s, k in ((s, len(s.gpu_indices)) for s in current)
+        )
+        if at_demand != current:
+            continue
+        if strong or room_left(cluster, jobs, plan, job.current, demand):
+            assert d.placement.same_resources(job.current), (d, job.current)
+
+
+def room_left(
+    cluster: ClusterSnapshot,
+    jobs: dict[int, JobView],
+    plan: RoundPlan,
+    current: Placement,
+    demand: tuple[float, float],
+) -> bool:
+    """Whether the other jobs leave `current` free at `demand`: none holds one of its GPUs, and on
+    each of its servers the most cores and memory the others can have held at any time this round
+    leave its share free (so it fitted there whenever its turn came)."""
+    servers = {srv.server_id: srv for srv in cluster.servers}
+    mine = {s.server_id: set(s.gpu_indices) for s in current.shares}
+    cpus: dict[int, float] = defaultdict(float)
+    mem_gb: dict[int, float] = defaultdict(float)
+    for d in plan.decisions:
+        if d.placement is None or d.job_id == current.job_id:
+            continue
+        most = most_held(jobs[d.job_id], d.reason, cluster)
+        for share in d.placement.shares:
+            if share.server_id not in mine:
+                continue
+            if mine[share.server_id] & set(share.gpu_indices) or most is None:
+                return False  # one of its GPUs is taken, or no bound is known (an LP share)
+            cpus[share.server_id] += len(share.gpu_indices) * most[0]
+            mem_gb[share.server_id] += len(share.gpu_indices) * most[1]
+    c, m = demand
+    for share in current.shares:
+        server, k = servers[share.server_id], len(share.gpu_indices)
+        if cpus[share.server_id] + k * c > server.free_cpus + TOL:
+            return False
+        if mem_gb[share.server_id] + k * m > server.free_mem_gb + TOL:
+            return False
+    return True
+
+
 def admitted_ids(ordered: list[JobView], cluster: ClusterSnapshot) -> set[int]:
     """Synergy's GPU-only admission, computed independently of the allocators."""
     left = cluster.free_gpu_count
@@ -183,8 +360,9 @@ def admitted_ids(ordered: list[JobView], cluster: ClusterSnapshot) -> set[int]:
 # -- the contract ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ALLOCATOR_NAMES)
 @HYPOTHESIS
-@given(cluster=servers(), jobs=job_mixes(), policy=POLICY)
-def test_invariants_hold_for_every_allocator(name, cluster, jobs, policy):
+@given(case=rounds(), policy=POLICY)
+def test_invariants_hold_for_every_allocator(name, case, policy):
+    cluster, jobs = case
     ordered, plan = allocate(name, policy, jobs, cluster)
     check_decisions_match_jobs(ordered, plan)
     check_no_over_commit(cluster, plan)
@@ -195,8 +373,9 @@ def test_invariants_hold_for_every_allocator(name, cluster, jobs, policy):
 
 @pytest.mark.parametrize("name", ALLOCATOR_NAMES)
 @HYPOTHESIS
-@given(cluster=servers(), jobs=job_mixes(), policy=POLICY)
-def test_same_inputs_same_plan(name, cluster, jobs, policy):
+@given(case=rounds(), policy=POLICY)
+def test_same_inputs_same_plan(name, case, policy):
+    cluster, jobs = case
     _, first = allocate(name, policy, jobs, cluster)
     _, second = allocate(name, policy, list(jobs), cluster)
     assert first == second
@@ -206,8 +385,9 @@ def test_same_inputs_same_plan(name, cluster, jobs, policy):
 
 @pytest.mark.parametrize("name", sorted(PLACE_ALL_ADMITTED & set(ALLOCATOR_NAMES)))
 @HYPOTHESIS
-@given(cluster=servers(uniform=True), jobs=job_mixes(fixed_demands=False), policy=POLICY)
-def test_every_gpu_admitted_job_is_placed(name, cluster, jobs, policy):
+@given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
+def test_every_gpu_admitted_job_is_placed(name, case, policy):
+    cluster, jobs = case
     ordered, plan = allocate(name, policy, jobs, cluster)
     placed = set(plan.placements())
     assert placed == admitted_ids(ordered, cluster)
@@ -215,11 +395,21 @@ def test_every_gpu_admitted_job_is_placed(name, cluster, jobs, policy):
 
 
 @HYPOTHESIS
-@given(cluster=servers(uniform=True), jobs=job_mixes(fixed_demands=False), policy=POLICY)
-def test_tune_uses_exactly_the_gpus_proportional_uses(cluster, jobs, policy):
+@given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
+def test_tune_uses_exactly_the_gpus_proportional_uses(case, policy):
+    cluster, jobs = case
     _, tune = allocate("tune", policy, jobs, cluster)
     _, proportional = allocate("proportional", policy, jobs, cluster)
     assert set(tune.placements()) == set(proportional.placements())
+
+
+@pytest.mark.parametrize("name", sorted(KEEPS_CURRENT_IF_ROOM & set(ALLOCATOR_NAMES)))
+@HYPOTHESIS
+@given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
+def test_a_job_back_at_its_demand_keeps_its_placement(name, case, policy):
+    cluster, jobs = case
+    ordered, plan = allocate(name, policy, jobs, cluster)
+    check_keeps_current(cluster, ordered, plan, strong=name in KEEPS_CURRENT)
 
 
 @pytest.mark.parametrize("name", ALLOCATOR_NAMES)

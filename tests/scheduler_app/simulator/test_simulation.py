@@ -8,7 +8,14 @@ import math
 import pytest
 
 from scheduler_app.core.registry import UnknownNameError
-from scheduler_app.simulator import ClusterSpec, TraceError, TraceJob, default_first_round_s, simulate
+from scheduler_app.simulator import (
+    ClusterSpec,
+    TraceError,
+    TraceJob,
+    default_first_round_s,
+    philly_derived_trace,
+    simulate,
+)
 from tests.scheduler_app.simulator.fakes import (
     FifoPolicy,
     LeastServicePolicy,
@@ -127,6 +134,16 @@ def test_unchanged_placement_continues_its_lease() -> None:
     result = run([TraceJob(0, "toy", 0.0, 450, 1)], restart_overhead_s=50.0)
     assert jcts(result)[0] == pytest.approx(450.0)
     assert result.records[0].preemptions == 0
+
+
+def test_real_allocator_keeps_running_jobs_where_they_are() -> None:
+    # FIFO, 1-GPU jobs at the proportional share, a queue most of the time: a running job stays
+    # admitted (everyone ahead of it arrived earlier), and the allocator hands it its GPU of last
+    # round every round, so nothing is ever preempted (627 moves before placements were sticky).
+    trace = philly_derived_trace(120, jobs_per_hour=30.0, seed=3)
+    result = simulate(trace, ClusterSpec(servers=2), policy="fifo", allocator="proportional")
+    assert result.finished_jobs == 120
+    assert result.to_dict()["preemptions"] == 0
 
 
 def test_idle_cluster_jumps_to_round_after_next_arrival() -> None:
