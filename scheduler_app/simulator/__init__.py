@@ -16,9 +16,13 @@ Pure Python (+numpy); never imports Django. Public API:
   (no header). Bad rows raise `TraceError` (a ValueError) naming the file and line.
 - `philly_derived_trace(num_jobs, *, jobs_per_hour=9.0, class_split=(20, 70, 10), multi_gpu=False,
   seed=42, static=False, assignment="overall")`: Synergy's Philly-derived workload generator.
+- `genie_trace(num_jobs, *, jobs_per_hour=6.0, ..., seed=42)`: GENIE's QoS workload (PAPERS.md §2.3):
+  Poisson arrivals, CNN-heavy mix, deadline = arrival + f x standalone best time, urgent bursts.
+  `TraceJob.deadline_s` (optional sixth trace column) reaches the core as `JobView.deadline_s`.
 - `SimulationResult`: `avg_jct_h`, `median_jct_h`, `p99_jct_h`, `makespan_h`, `gpu_alloc_pct`,
   `cpu_alloc_pct`, `mem_alloc_pct`, `cpu_util_pct`, `mem_util_pct`, `rounds`, `wall_s`, per-job
-  `records` (JobRecord) and the per-round `utilisation` series; `to_dict(include_records=True,
+  `records` (JobRecord), QoS figures `qos` (to_dict: `qos_jobs`, `qos_pct`, `tardiness_h`) and the
+  per-round `utilisation` series; `to_dict(include_records=True,
   include_series=True)` and `summary()` give JSON-ready dicts.
 """
 
@@ -39,7 +43,7 @@ from scheduler_app.simulator.trace import (
     read_trace,
     write_trace,
 )
-from scheduler_app.simulator.workloads import philly_derived_trace
+from scheduler_app.simulator.workloads import genie_trace, philly_derived_trace, standalone_best_s
 
 __all__ = [
     "ClusterSpec",
@@ -51,10 +55,12 @@ __all__ = [
     "UtilisationSeries",
     "default_first_round_s",
     "format_trace_line",
+    "genie_trace",
     "jct_stats",
     "parse_trace",
     "philly_derived_trace",
     "read_trace",
     "simulate",
+    "standalone_best_s",
     "write_trace",
 ]

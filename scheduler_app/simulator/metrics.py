@@ -15,7 +15,7 @@ class JobRecord:
     """What happened to one job. `start_s`/`finish_s`/`jct_s` are None while it never started/finished.
 
     `preemptions` counts the rounds in which the job, running in the previous round and not finished,
-    lost its resources or was moved to different ones.
+    lost its resources or was moved to different ones. `deadline_s` is set for QoS jobs (GENIE).
     """
 
     job_id: int
@@ -26,6 +26,7 @@ class JobRecord:
     finish_s: float | None
     jct_s: float | None
     preemptions: int
+    deadline_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -102,6 +103,38 @@ def jct_stats(jcts_s: list[float]) -> JctStats:
     hours = np.asarray(jcts_s, dtype=float) / SECONDS_PER_HOUR
     p50, p99, p999 = np.percentile(hours, [50.0, 99.0, 99.9])
     return JctStats(len(jcts_s), float(hours.mean()), float(p50), float(p99), float(p999))
+
+
+@dataclass(frozen=True, slots=True)
+class QosStats:
+    """QoS (GENIE) figures over the jobs with a deadline (PAPERS.md §5.8).
+
+    `met_pct` = percent of QoS jobs finished by their deadline (an unfinished job has missed it);
+    `tardiness_h` = mean max(0, finish - deadline) in hours over the QoS jobs that finished (NaN
+    when none did); `unfinished` = QoS jobs that never finished (left out of tardiness).
+    """
+
+    jobs: int
+    met: int
+    met_pct: float
+    tardiness_h: float
+    unfinished: int
+
+
+def qos_stats(records: list[JobRecord]) -> QosStats:
+    """QosStats of the records that carry a deadline."""
+    qos = [r for r in records if r.deadline_s is not None]
+    finished = [r for r in qos if r.finish_s is not None]
+    met = sum(1 for r in finished if r.finish_s <= r.deadline_s)  # type: ignore[operator]
+    late_s = [max(0.0, r.finish_s - r.deadline_s) for r in finished]  # type: ignore[operator]
+    nan = float("nan")
+    return QosStats(
+        jobs=len(qos),
+        met=met,
+        met_pct=100.0 * met / len(qos) if qos else nan,
+        tardiness_h=sum(late_s) / len(late_s) / SECONDS_PER_HOUR if late_s else nan,
+        unfinished=len(qos) - len(finished),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +220,15 @@ class SimulationResult:
         return _pct(self.totals.mem_gb_used_s, self.total_mem_gb * self.makespan_s)
 
     @property
+    def qos(self) -> QosStats:
+        """QoS figures over the measured jobs (`measured_job_ids`, all when None) with a deadline."""
+        records = self.records
+        if self.measured_job_ids is not None:
+            lo, hi = self.measured_job_ids
+            records = [r for r in records if lo <= r.job_id < hi]
+        return qos_stats(records)
+
+    @property
     def total_preemptions(self) -> int:
         return sum(r.preemptions for r in self.records)
 
@@ -200,6 +242,7 @@ class SimulationResult:
         def clean(value: float) -> float | None:
             return None if value != value else value  # NaN is not valid JSON
 
+        qos = self.qos
         out: dict[str, Any] = {
             "policy": self.policy,
             "allocator": self.allocator,
@@ -219,6 +262,9 @@ class SimulationResult:
             "cpu_util_pct": self.cpu_util_pct,
             "mem_util_pct": self.mem_util_pct,
             "preemptions": self.total_preemptions,
+            "qos_jobs": qos.jobs,
+            "qos_pct": clean(qos.met_pct),
+            "tardiness_h": clean(qos.tardiness_h),
             "wall_s": self.wall_s,
             "rounds": self.rounds,
             "finish_at_round_end": self.finish_at_round_end,

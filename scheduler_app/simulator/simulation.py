@@ -39,6 +39,7 @@ class _SimJob:
         "arrival_s",
         "attained_gpu_s",
         "current",
+        "deadline_s",
         "done_iters",
         "finish_s",
         "has_run",
@@ -60,6 +61,7 @@ class _SimJob:
         self.num_gpus = trace_job.num_gpus
         self.arrival_s = float(trace_job.arrival_s)
         self.total_iters = float(trace_job.total_iters)
+        self.deadline_s = None if trace_job.deadline_s is None else float(trace_job.deadline_s)
         self.profile = profile
         self.iter_time_s = profile.iter_time_s
         self.done_iters = 0.0
@@ -83,6 +85,7 @@ class _SimJob:
                 total_iters=self.total_iters,
                 done_iters=self.done_iters,
                 attained_service_gpu_s=self.attained_gpu_s,
+                deadline_s=self.deadline_s,
                 current=self.current,
             )
             self.view = view
@@ -99,6 +102,7 @@ class _SimJob:
             finish_s=self.finish_s,
             jct_s=jct_s,
             preemptions=self.preemptions,
+            deadline_s=self.deadline_s,
         )
 
 

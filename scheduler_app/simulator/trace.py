@@ -14,6 +14,7 @@ from scheduler_app.core.types import SensitivityProfile
 logger = logging.getLogger(__name__)
 
 NUM_COLUMNS = 5
+NUM_COLUMNS_WITH_DEADLINE = 6
 
 
 class TraceError(ValueError):
@@ -25,7 +26,9 @@ class TraceJob:
     """One job of a trace: `total_iters` iterations of `model` on `num_gpus` GPUs, arriving at `arrival_s`.
 
     `arrival_s` is seconds from the start of the trace. A job's work at the GPU-proportional point
-    takes `total_iters x profile.iter_time_s` seconds (the reference's convention).
+    takes `total_iters x profile.iter_time_s` seconds (the reference's convention). `deadline_s`
+    (optional, absolute seconds on the trace clock) makes it a QoS job (GENIE): it is met when the
+    job finishes by then. In the trace format it is an optional sixth column.
     """
 
     job_id: int
@@ -33,6 +36,7 @@ class TraceJob:
     arrival_s: float
     total_iters: int
     num_gpus: int
+    deadline_s: float | None = None
 
 
 def _format_number(value: float) -> str:
@@ -43,8 +47,11 @@ def _format_number(value: float) -> str:
 
 
 def format_trace_line(job: TraceJob) -> str:
-    """One line of the reference format, without the newline."""
-    return f"{job.job_id},{job.model},{_format_number(job.arrival_s)},{job.total_iters},{job.num_gpus}"
+    """One line of the reference format (plus a sixth deadline column for QoS jobs), without the newline."""
+    line = f"{job.job_id},{job.model},{_format_number(job.arrival_s)},{job.total_iters},{job.num_gpus}"
+    if job.deadline_s is not None:
+        line += f",{_format_number(job.deadline_s)}"
+    return line
 
 
 def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
@@ -70,12 +77,12 @@ def parse_trace_line(
 ) -> TraceJob:
     """Parse one non-blank line; `where` ("file:line") prefixes every error message."""
     fields = [f.strip() for f in line.split(",")]
-    if len(fields) != NUM_COLUMNS:
+    if len(fields) not in (NUM_COLUMNS, NUM_COLUMNS_WITH_DEADLINE):
         raise TraceError(
-            f"{where}: expected {NUM_COLUMNS} columns (job_id,model,arrival_s,total_iters,gpus), "
-            f"got {len(fields)}"
+            f"{where}: expected {NUM_COLUMNS} columns (job_id,model,arrival_s,total_iters,gpus) "
+            f"or {NUM_COLUMNS_WITH_DEADLINE} (...,deadline_s), got {len(fields)}"
         )
-    id_text, model, arrival_text, iters_text, gpus_text = fields
+    id_text, model, arrival_text, iters_text, gpus_text = fields[:NUM_COLUMNS]
     try:
         job_id = int(id_text)
     except ValueError:
@@ -94,8 +101,21 @@ def parse_trace_line(
         raise TraceError(f"{where}: arrival_s must be a finite number >= 0, got {arrival_text!r}")
     total_iters = _parse_int(iters_text, "total_iters", where)
     num_gpus = _parse_int(gpus_text, "gpus", where)
+    deadline_s: float | None = None
+    if len(fields) == NUM_COLUMNS_WITH_DEADLINE and fields[-1]:
+        try:
+            deadline_s = float(fields[-1])
+        except ValueError:
+            raise TraceError(f"{where}: deadline_s {fields[-1]!r} is not a number") from None
+        if not math.isfinite(deadline_s) or deadline_s < arrival_s:
+            raise TraceError(f"{where}: deadline_s must be finite and >= arrival_s, got {fields[-1]!r}")
     return TraceJob(
-        job_id=job_id, model=model, arrival_s=arrival_s, total_iters=total_iters, num_gpus=num_gpus
+        job_id=job_id,
+        model=model,
+        arrival_s=arrival_s,
+        total_iters=total_iters,
+        num_gpus=num_gpus,
+        deadline_s=deadline_s,
     )
 
 

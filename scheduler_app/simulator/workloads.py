@@ -1,4 +1,4 @@
-"""Synthetic workloads: the Philly-derived job generator of Synergy's evaluation (PAPERS.md §3.5)."""
+"""Synthetic workloads: Synergy's Philly-derived generator (PAPERS.md §3.5), GENIE's QoS workload (§2.3)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 
 from profiles_app.catalog import load_catalog
+from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, best_case, with_penalty
 from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.simulator.trace import TraceJob
 
@@ -137,4 +138,92 @@ def philly_derived_trace(
             arrival_s += math.ceil(rng.exponential(mean_gap_s))
         total_iters = max(1, int(duration_s / profiles[model].iter_time_s))
         jobs.append(TraceJob(job_id, model, float(arrival_s), total_iters, num_gpus))
+    return jobs
+
+
+# GENIE workload (PAPERS.md §2.3 "Setup", §5.9). CNN-heavy: GENIE characterised CNN tasks; the
+# catalog's image models are CNNs (and m5 is a 1-D CNN), language and speech models make up the rest.
+GENIE_CLASS_SPLIT: tuple[float, float, float] = (80, 10, 10)
+GENIE_QOS_FACTOR = (1.2, 4.0)  # L = f x standalone best execution time, f ~ U[1.2, 4]
+GENIE_URGENT_FACTOR = (1.05, 1.3)  # urgent ("emergency") jobs: f ~ U[1.05, 1.3]
+GENIE_BURST_PROBABILITY = 0.05  # chance that an arrival starts a burst of urgent jobs
+GENIE_BURST_SIZE = 4  # urgent jobs per burst (the arrival itself included)
+GENIE_BURST_GAP_S = 1.0  # seconds between the urgent jobs of a burst
+
+
+def standalone_best_s(
+    profile: SensitivityProfile, total_iters: float, num_gpus: int, shape: ServerShape = REFERENCE_SHAPE
+) -> float:
+    """Execution time alone on an empty cluster of `shape` servers, at the best placement.
+
+    Best placement: the fewest servers (consolidated) with the best-case CPU/memory, i.e.
+    total_iters x iter_time_s / best-case speed-up (divided by the placement penalty when the job
+    needs more than one server).
+    """
+    speed = best_case(profile, num_gpus, shape).speed
+    speed = with_penalty(speed, profile, -(-num_gpus // shape.num_gpus))
+    return total_iters * profile.iter_time_s / speed
+
+
+def genie_trace(
+    num_jobs: int,
+    *,
+    jobs_per_hour: float = 6.0,
+    class_split: tuple[float, float, float] = GENIE_CLASS_SPLIT,
+    multi_gpu: bool = True,
+    qos_factor: tuple[float, float] = GENIE_QOS_FACTOR,
+    urgent_factor: tuple[float, float] = GENIE_URGENT_FACTOR,
+    burst_probability: float = GENIE_BURST_PROBABILITY,
+    burst_size: int = GENIE_BURST_SIZE,
+    shape: ServerShape = REFERENCE_SHAPE,
+    seed: int = 42,
+    catalog: Mapping[str, SensitivityProfile] | None = None,
+) -> list[TraceJob]:
+    """GENIE's evaluation workload, reconstructed (PAPERS.md §2.3): every job is a QoS job.
+
+    - Arrivals: Poisson at `jobs_per_hour` (gaps rounded up to whole seconds, as philly_derived_trace).
+      With probability `burst_probability` an arrival starts a burst: it and the next
+      `burst_size - 1` jobs are urgent and arrive `GENIE_BURST_GAP_S` apart.
+    - Model: class drawn with `class_split` (image, language, speech) percent, model uniform within
+      the class; duration and GPU count as philly_derived_trace (1/2/4/8 GPUs when `multi_gpu`).
+    - QoS latency L = f x standalone_best_s (servers of `shape`), f ~ U[qos_factor] or, for urgent
+      jobs, U[urgent_factor]; deadline_s = arrival_s + L.
+    Same arguments, same jobs (numpy PCG64 seeded with `seed`).
+    """
+    if num_jobs <= 0:
+        raise ValueError(f"num_jobs must be positive, got {num_jobs}")
+    if not jobs_per_hour > 0:
+        raise ValueError(f"jobs_per_hour must be positive, got {jobs_per_hour}")
+    if not 0.0 <= burst_probability <= 1.0 or burst_size < 1:
+        raise ValueError("burst_probability must be in [0, 1] and burst_size >= 1")
+    for low, high in (qos_factor, urgent_factor):
+        if not 1.0 <= low <= high:
+            raise ValueError(f"QoS factors must satisfy 1 <= low <= high, got {(low, high)}")
+    profiles = load_catalog() if catalog is None else catalog
+    split = (float(class_split[0]), float(class_split[1]), float(class_split[2]))
+    assigner = _RandomSplitAssigner(split)
+    rng = np.random.default_rng(seed)
+    mean_gap_s = 3600.0 / jobs_per_hour
+    jobs: list[TraceJob] = []
+    arrival_s = 0.0
+    burst_left = 0
+    for job_id in range(num_jobs):
+        if burst_left > 0:
+            arrival_s += GENIE_BURST_GAP_S
+            burst_left -= 1
+            urgent = True
+        else:
+            arrival_s += math.ceil(rng.exponential(mean_gap_s))
+            urgent = bool(rng.random() < burst_probability)
+            if urgent:
+                burst_left = burst_size - 1
+        model = assigner.next(rng)
+        profile = profiles[model]
+        num_gpus = min(_draw_gpus(rng) if multi_gpu else 1, shape.num_gpus)
+        total_iters = max(1, int(_draw_duration_s(rng) / profile.iter_time_s))
+        low, high = urgent_factor if urgent else qos_factor
+        latency_s = float(rng.uniform(low, high)) * standalone_best_s(profile, total_iters, num_gpus, shape)
+        jobs.append(
+            TraceJob(job_id, model, float(arrival_s), total_iters, num_gpus, deadline_s=arrival_s + latency_s)
+        )
     return jobs

@@ -1,0 +1,48 @@
+"""SWAF: shortest waiting allowance first (GENIE's order, PAPERS.md §2.3 / §5.4).
+
+Waiting allowance WA = deadline_s - now - E_best, where E_best is the job's remaining execution time
+at the best case it could get on this cluster (_execution.best_execution_s: best-case Synergy
+speed-up, consolidated). The order, after a higher `priority` (GENIE's "emergency" flag):
+1. QoS jobs that can still make their deadline (WA >= 0), WA ascending (least slack first);
+2. QoS jobs that cannot (WA < 0): the best-effort tail, shortest E_best first;
+3. jobs without a deadline, by arrival.
+Ties everywhere: (arrival_s, job_id). Where jobs without a deadline go relative to the late QoS jobs
+is our choice (PAPERS says only "best-effort tail"): the late jobs were promised a latency, so they
+keep precedence over jobs that were promised none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler_app.core.policies._execution import best_execution_s, snapshot_shape
+from scheduler_app.core.policies.base import Policy, register_policy
+from scheduler_app.core.throughput import ServerShape
+from scheduler_app.core.types import ClusterSnapshot, JobView
+
+FEASIBLE, LATE, NO_DEADLINE = 0, 1, 2
+
+
+def waiting_allowance_s(job: JobView, now_s: float, shape: ServerShape | None) -> float | None:
+    """deadline - now - E_best, or None for a job without a deadline."""
+    if job.deadline_s is None:
+        return None
+    return job.deadline_s - now_s - best_execution_s(job, shape)
+
+
+@register_policy("swaf")
+class SwafPolicy(Policy):
+    """Least waiting allowance first; late jobs to a shortest-first tail; no-deadline jobs last."""
+
+    def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
+        shape = snapshot_shape(snapshot)
+
+        def key(j: JobView) -> tuple[int, int, float, float, int]:
+            wa = waiting_allowance_s(j, now_s, shape)
+            if wa is None:
+                return (-j.priority, NO_DEADLINE, 0.0, j.arrival_s, j.job_id)
+            if wa < 0:
+                return (-j.priority, LATE, best_execution_s(j, shape), j.arrival_s, j.job_id)
+            return (-j.priority, FEASIBLE, wa, j.arrival_s, j.job_id)
+
+        return sorted(jobs, key=key)
