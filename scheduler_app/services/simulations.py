@@ -13,10 +13,22 @@ from django.utils import timezone
 
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.policies import POLICIES
+from scheduler_app.core.throughput import ServerShape
 from scheduler_app.models import SimulationRun, SimulationStatus
-from scheduler_app.simulator import ClusterSpec, TraceJob, philly_derived_trace, read_trace, simulate
+from scheduler_app.simulator import (
+    ClusterSpec,
+    TraceJob,
+    genie_trace,
+    philly_derived_trace,
+    read_trace,
+    simulate,
+)
 
 BASELINE_ALLOCATOR = "proportional"
+WORKLOADS = (
+    "philly",
+    "genie",
+)  # Synergy's Philly-derived mix; GENIE's QoS workload (every job has a deadline)
 
 
 class SimulationRequestError(ValueError):
@@ -37,9 +49,10 @@ class SimulationRequest:
     finish_at_round_end: bool = False
     restart_overhead_s: float = 0.0
     trace_path: str | None = None
+    workload: str = "philly"
     num_jobs: int = 1000
     jobs_per_hour: float = 9.0
-    class_split: tuple[int, int, int] = (20, 70, 10)
+    class_split: tuple[int, int, int] | None = None  # None: the workload's own default mix
     multi_gpu: bool = False
     static: bool = False
     seed: int = 1
@@ -82,13 +95,15 @@ def simulation_request_validate(request: SimulationRequest) -> None:
             raise SimulationRequestError(
                 f"unknown allocator {name!r}; valid: {', '.join(ALLOCATORS.names())}"
             )
+    if request.workload not in WORKLOADS:
+        raise SimulationRequestError(f"unknown workload {request.workload!r}; valid: {', '.join(WORKLOADS)}")
     if request.trace_path is None:
         if request.num_jobs < 1:
             raise SimulationRequestError(f"the number of jobs must be at least 1, got {request.num_jobs}")
         if not request.static and not request.jobs_per_hour > 0:
             raise SimulationRequestError(f"load must be positive jobs per hour, got {request.jobs_per_hour}")
         split = request.class_split
-        if len(split) != 3 or any(p < 0 for p in split) or sum(split) <= 0:
+        if split is not None and (len(split) != 3 or any(p < 0 for p in split) or sum(split) <= 0):
             raise SimulationRequestError(
                 f"split must be three non-negative percentages (image,language,speech), got {split}"
             )
@@ -100,10 +115,22 @@ def simulation_trace_build(request: SimulationRequest) -> list[TraceJob]:
     """The request's trace: read from its file (TraceError names file and line) or generated."""
     if request.trace_path is not None:
         return read_trace(request.trace_path)
+    split = {"class_split": request.class_split} if request.class_split is not None else {}
+    if request.workload == "genie":
+        cluster = request.cluster
+        shape = ServerShape(cluster.gpus_per_server, cluster.cpus_per_server, cluster.mem_gb_per_server)
+        return genie_trace(
+            request.num_jobs,
+            jobs_per_hour=request.jobs_per_hour,
+            multi_gpu=request.multi_gpu,
+            seed=request.seed,
+            shape=shape,
+            **split,
+        )
     return philly_derived_trace(
         request.num_jobs,
         jobs_per_hour=request.jobs_per_hour,
-        class_split=request.class_split,
+        **split,
         multi_gpu=request.multi_gpu,
         seed=request.seed,
         static=request.static,
@@ -166,7 +193,8 @@ def simulation_run_execute(*, run: SimulationRun, trace: list[TraceJob] | None =
     """Run a stored simulation, saving progress as it goes and the results (or the error) at the end."""
     params = dict(run.parameters)
     for key in ("policies", "allocators", "class_split"):
-        params[key] = tuple(params[key])
+        if params.get(key) is not None:
+            params[key] = tuple(params[key])
     if params.get("measured_job_ids") is not None:
         params["measured_job_ids"] = tuple(params["measured_job_ids"])
     request = SimulationRequest(**params)

@@ -161,3 +161,44 @@ OUR_OPTIONS = {
     "store",
     "quiet",
 }
+
+
+def test_genie_workload_reports_qos_keys(tmp_path: Path):
+    out_file = tmp_path / "genie.json"
+    text = run(
+        "--servers",
+        "2",
+        "--workload",
+        "genie",
+        "--jobs",
+        "25",
+        "--load",
+        "6",
+        "--seed",
+        "2",
+        "--quiet",
+        "--policy",
+        "swaf,fifo",
+        "--allocator",
+        "proportional,tune",
+        "--json",
+        str(out_file),
+    )
+    runs = json.loads(out_file.read_text())["runs"]
+    assert len(runs) == 4
+    for r in runs:
+        assert r["qos_jobs"] == 25  # every GENIE job carries a deadline
+        assert 0.0 <= r["qos_pct"] <= 100.0
+        assert r["tardiness_h"] is not None and r["tardiness_h"] >= 0.0
+    assert "QoS met %" in text
+
+
+def test_philly_workload_has_no_qos_jobs(tmp_path: Path):
+    out_file = tmp_path / "philly.json"
+    run(*SMALL, "--allocator", "tune", "--json", str(out_file))
+    assert json.loads(out_file.read_text())["runs"][0]["qos_jobs"] == 0
+
+
+def test_unknown_workload_is_refused():
+    with pytest.raises(CommandError, match="invalid choice: 'magic'"):
+        run("--quiet", "--workload", "magic")

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.services.simulations import (
+    WORKLOADS,
     SimulationRequest,
     SimulationRequestError,
     simulation_compare,
@@ -22,7 +23,7 @@ from scheduler_app.services.simulations import (
 )
 from scheduler_app.simulator import TraceError, write_trace
 
-GENERATOR_OPTIONS = ("jobs", "load", "split", "multi_gpu", "static", "seed")
+GENERATOR_OPTIONS = ("workload", "jobs", "load", "split", "multi_gpu", "static", "seed")
 
 
 def _comma_list(value: str) -> tuple[str, ...]:
@@ -70,12 +71,20 @@ class Command(BaseCommand):
             metavar="FILE",
             help="trace file, one job a line: job_id,model,arrival_s,total_iters,gpus",
         )
+        trace.add_argument(
+            "--workload",
+            choices=WORKLOADS,
+            help="generated: philly (Synergy's Philly-derived mix, the default) or genie (GENIE's CNN-heavy "
+            "mix where every job has a QoS deadline, with bursts of urgent jobs)",
+        )
         trace.add_argument("--jobs", type=int, help="generated: number of jobs (default 1000)")
         trace.add_argument(
             "--load", type=float, help="generated: arrivals in jobs per hour, Poisson (default 9)"
         )
         trace.add_argument(
-            "--split", help="generated: image,language,speech percentages of the job mix (default 20,70,10)"
+            "--split",
+            help="generated: image,language,speech percentages of the job mix (default 20,70,10 for philly, "
+            "80,10,10 for genie)",
         )
         trace.add_argument(
             "--multi-gpu",
@@ -166,7 +175,8 @@ class Command(BaseCommand):
             trace_path=opts["trace"],
             num_jobs=opts["jobs"] if opts["jobs"] is not None else 1000,
             jobs_per_hour=opts["load"] if opts["load"] is not None else 9.0,
-            class_split=_split(opts["split"]) if opts["split"] else (20, 70, 10),
+            workload=opts["workload"] or "philly",
+            class_split=_split(opts["split"]) if opts["split"] else None,
             multi_gpu=opts["multi_gpu"],
             static=opts["static"],
             seed=opts["seed"] if opts["seed"] is not None else 1,
@@ -196,9 +206,11 @@ class Command(BaseCommand):
         def fmt(value: float | None, spec: str) -> str:
             return "-" if value is None else format(value, spec)
 
+        qos = any(r.get("qos_jobs") for r in runs)
         header = (
             f"{'policy':<8} {'allocator':<13} {'jobs':>5} {'avg JCT h':>10} {'p99 JCT h':>10} "
             f"{'makespan h':>11} {'GPU alloc %':>11} {'speed-up':>9} {'wall s':>7}"
+            + (f" {'QoS met %':>9} {'tardiness h':>11}" if qos else "")
         )
         self.stdout.write(header)
         for r in runs:
@@ -207,4 +219,5 @@ class Command(BaseCommand):
                 f"{fmt(r['p99_jct_h'], '10.2f')} {fmt(r['makespan_h'], '11.2f')} "
                 f"{fmt(r['gpu_alloc_pct'], '11.1f')} "
                 f"{fmt(r['speedup_vs_proportional'], '8.2f')}x {fmt(r['wall_s'], '7.2f')}"
+                + (f" {fmt(r.get('qos_pct'), '9.1f')} {fmt(r.get('tardiness_h'), '11.2f')}" if qos else "")
             )
