@@ -174,6 +174,14 @@ class RoundPlan:
         """Job id -> placement, for the jobs placed this round."""
         return {d.job_id: d.placement for d in self.decisions if d.placement is not None}
 
+    def throughput(self, *, weight_by_gpus: bool = True) -> float:
+        """Total throughput in proportional units: sum of speed-ups of placed jobs, x GPUs if weighted."""
+        return sum(
+            d.placement.speedup * (d.placement.num_gpus if weight_by_gpus else 1)
+            for d in self.decisions
+            if d.placement is not None
+        )
+
     def decision_for(self, job_id: int) -> Decision:
         for d in self.decisions:
             if d.job_id == job_id:

@@ -95,11 +95,7 @@ class OptResult:
 
 def plan_throughput(plan: RoundPlan, *, weight_by_gpus: bool = True) -> float:
     """Total throughput of any allocator's plan in OPT's units: sum of speed-ups, times GPUs if weighted."""
-    total = 0.0
-    for d in plan.decisions:
-        if d.placement is not None:
-            total += d.placement.speedup * (d.placement.num_gpus if weight_by_gpus else 1)
-    return total
+    return plan.throughput(weight_by_gpus=weight_by_gpus)
 
 
 def opt_throughput_bound(

@@ -4,7 +4,10 @@ As PAPERS.md section 3.3 and the reference implement it (msr-fiddle/synergy, sim
 resources/cluster.py `allocate_synergy_tune`, `_tune`, `_get_underutilized_servers`,
 `_reallocate_peer`, `_make_fair_share`; schedulers/las_synergy_new.py for the runnable set):
 1. Runnable set: GPU-only admission in policy order (`gpu_admission`).
-2. Sort it by GPU demand desc, then best-case CPU, then memory (stable: ties keep policy order).
+2. Sort it by GPU demand, descending (stable: ties keep policy order). PAPERS.md notes that the
+   paper's text then sorts by CPU and memory demand; the reference code does not, and measuring
+   both (docs/reproduction.md) that secondary sort packs the CPU-hungriest jobs together, which
+   step 5 then has to revert: `order="demand"` keeps it as an option.
 3. Try the best-case vector (capped at the server size, throughput.best_case). Placement: a
    multi-GPU job goes whole onto the server with the fewest free GPUs that fits it, else is spread
    GPU by GPU from the servers with the fewest free GPUs; a split job gets CPU/memory proportional
@@ -22,6 +25,10 @@ less than its proportional speed.
 Stickiness (_placement.py): every try of steps 3-5 first offers a job the GPUs it held last round,
 and places the others around them when it can; step 5 makes room on a job's own servers when its
 GPUs there are still free. Which operating point a job gets still follows steps 3-5 alone.
+Keeping placements can cost packing: the round is then also planned without claims, and that plan
+wins when its throughput (sum of speed-ups x GPUs) beats the sticky one by more than
+`repack_gain` (default 5 %; None: always sticky), so stickiness saves restarts without costing
+throughput.
 
 Deliberate differences from the reference:
 - The reference's evaluated "+tune" runs use its first-fit GPU scan (no "+place"); PAPERS.md and
@@ -62,6 +69,10 @@ from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.throughput import OperatingPoint, cluster_shape, needs_downgrade, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
+ORDER_GPUS = "gpus"  # GPU demand, descending; ties keep policy order (the reference's code)
+ORDER_DEMAND = "demand"  # then best-case CPU and memory per GPU, descending (the paper's text)
+ORDERS = (ORDER_GPUS, ORDER_DEMAND)
+
 
 class HeldJob:
     """A job placed earlier in this round; peers may still shrink it, so it stays mutable."""
@@ -99,10 +110,20 @@ class HeldJob:
 class TuneRound:
     """One call of the tune allocator: the round's state and the steps of the algorithm."""
 
-    def __init__(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, placement: str) -> None:
+    def __init__(
+        self,
+        ordered_jobs: Sequence[JobView],
+        snapshot: ClusterSnapshot,
+        placement: str,
+        *,
+        order: str = ORDER_GPUS,
+        sticky: bool = True,
+    ) -> None:
         self.jobs = ordered_jobs
         self.snapshot = snapshot
         self.placement = placement
+        self.order = order
+        self.sticky = sticky
         self.state = RoundState(snapshot)
         self.shape = cluster_shape(snapshot)
         self.demands = DemandCache(self.shape)
@@ -121,10 +142,13 @@ class TuneRound:
                 builder.infeasible(pos, why)
             elif not admitted[pos]:
                 builder.pending(pos, reasons.INSUFFICIENT_GPUS)
-            else:
+            elif self.order == ORDER_DEMAND:
                 point = self.demands.fixed_point(job) if has_fixed_demand(job) else self.demands.best(job)
                 runnable.append((-job.num_gpus, -point.cpus_per_gpu, -point.mem_gb_per_gpu, pos))
-        self.state.claim_current(jobs[r[-1]] for r in runnable)
+            else:
+                runnable.append((-job.num_gpus, 0.0, 0.0, pos))
+        if self.sticky:
+            self.state.claim_current(jobs[r[-1]] for r in runnable)
         # Per-GPU and total CPU/memory order alike within one GPU count; pos keeps policy order.
         runnable.sort()
         for *_, pos in runnable:
@@ -318,10 +342,25 @@ class TuneAllocator(Allocator):
 
     round_class: type[TuneRound] = TuneRound
 
-    def __init__(self, placement: str = PACKED) -> None:
+    def __init__(
+        self, placement: str = PACKED, *, order: str = ORDER_GPUS, repack_gain: float | None = 0.05
+    ) -> None:
         if placement not in PLACEMENT_STRATEGIES:
             raise ValueError(f"placement must be one of {PLACEMENT_STRATEGIES}, got {placement!r}")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        if repack_gain is not None and repack_gain < 0:
+            raise ValueError(f"repack_gain must be >= 0 (None: never repack), got {repack_gain!r}")
         self.placement = placement
+        self.order = order
+        self.repack_gain = repack_gain
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
-        return self.round_class(ordered_jobs, snapshot, self.placement).run()
+        sticky = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order).run()
+        if self.repack_gain is None or not any(job.current is not None for job in ordered_jobs):
+            return sticky
+        fresh = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order, sticky=False).run()
+        if fresh.throughput() > sticky.throughput() * (1.0 + self.repack_gain):
+            return fresh
+        return sticky
+

@@ -32,6 +32,8 @@ PLACE_ALL_ADMITTED = {"proportional", "tune", "tune_matrix"}
 # current placement valid): always, or whenever the other jobs' allocations leave room for it there.
 KEEPS_CURRENT = {"proportional"}
 KEEPS_CURRENT_IF_ROOM = {"proportional", "greedy", "tune", "tune_matrix"}
+# Allocators that drop current placements when a plan without them is clearly faster (repack_gain).
+REPACKS = {"tune", "tune_matrix"}
 MODELS = sorted(load_catalog())
 ALLOCATOR_NAMES = ALLOCATORS.names()
 POLICY_NAMES = POLICIES.names()
@@ -192,9 +194,11 @@ def invalid_placement(draw: st.DrawFn, job: JobView, cluster: ClusterSnapshot) -
     return Placement(job.job_id, (share,), 1.0)
 
 
-def allocate(name: str, policy: str, jobs: list[JobView], cluster: ClusterSnapshot) -> tuple[list, RoundPlan]:
+def allocate(
+    name: str, policy: str, jobs: list[JobView], cluster: ClusterSnapshot, **options: object
+) -> tuple[list, RoundPlan]:
     ordered = POLICIES.get(policy)().order(jobs, cluster, 1000.0)
-    return ordered, ALLOCATORS.get(name)().allocate(ordered, cluster)
+    return ordered, ALLOCATORS.get(name)(**options).allocate(ordered, cluster)
 
 
 # -- invariant checks ------------------------------------------------------------------------
@@ -408,8 +412,26 @@ def test_tune_uses_exactly_the_gpus_proportional_uses(case, policy):
 @given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
 def test_a_job_back_at_its_demand_keeps_its_placement(name, case, policy):
     cluster, jobs = case
-    ordered, plan = allocate(name, policy, jobs, cluster)
+    # Tune's repacking (a fresh plan that is clearly faster) is checked on its own below.
+    options = {"repack_gain": None} if name in REPACKS else {}
+    ordered, plan = allocate(name, policy, jobs, cluster, **options)
     check_keeps_current(cluster, ordered, plan, strong=name in KEEPS_CURRENT)
+
+
+@pytest.mark.parametrize("name", sorted(REPACKS & set(ALLOCATOR_NAMES)))
+@HYPOTHESIS
+@given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
+def test_tune_leaves_placements_only_for_a_clearly_faster_plan(name, case, policy):
+    cluster, jobs = case
+    gain = 0.05
+    _, plan = allocate(name, policy, jobs, cluster, repack_gain=gain)
+    _, sticky = allocate(name, policy, jobs, cluster, repack_gain=None)
+    unclaimed = [dataclasses.replace(job, current=None) for job in jobs]
+    _, fresh = allocate(name, policy, unclaimed, cluster)
+    assert plan.throughput() >= sticky.throughput() - TOL
+    assert plan.throughput() * (1 + gain) >= fresh.throughput() - TOL
+    if plan != sticky:
+        assert fresh.throughput() > sticky.throughput() * (1 + gain)
 
 
 @pytest.mark.parametrize("name", ALLOCATOR_NAMES)

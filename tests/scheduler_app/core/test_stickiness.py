@@ -43,16 +43,16 @@ def test_first_fit_newcomer_ahead_in_order_leaves_the_incumbent_its_gpu():
 
 def test_tune_newcomer_sorted_first_leaves_the_incumbent_its_gpu_and_cores():
     # res18 (best case 9 cores) ran alone on s0 GPU 0. alexnet (12 cores) arrives and is placed
-    # first (tune sorts by CPU demand): it goes beside res18, not onto its GPU.
+    # first (tune with order="demand" sorts by CPU demand): it goes beside res18, not onto its GPU.
     cluster = make_cluster(2)
-    first = TuneAllocator().allocate([make_job(1, "res18")], cluster)
+    first = TuneAllocator(order="demand").allocate([make_job(1, "res18")], cluster)
     assert shares(first.decisions[0]) == [(0, (0,), 9, 62.5)]
     (res18,) = again([make_job(1, "res18")], first)
-    plan = TuneAllocator().allocate([res18, make_job(2, "alexnet")], cluster)
+    plan = TuneAllocator(order="demand").allocate([res18, make_job(2, "alexnet")], cluster)
     assert outcomes(plan) == [(1, "placed", "best_case"), (2, "placed", "best_case")]
     assert plan.decision_for(1).placement.same_resources(res18.current)
     assert shares(plan.decision_for(2)) == [(0, (1,), 12, 125.0)]
-    plain = TuneAllocator().allocate([make_job(1, "res18"), make_job(2, "alexnet")], cluster)
+    plain = TuneAllocator(order="demand").allocate([make_job(1, "res18"), make_job(2, "alexnet")], cluster)
     assert shares(plain.decision_for(2)) == [(0, (0,), 12, 125.0)]
 
 

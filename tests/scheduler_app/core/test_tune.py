@@ -10,10 +10,28 @@ from tests.builders import make_cluster, make_job, make_server
 from tests.scheduler_app.core.helpers import outcomes, shares
 
 
-def test_best_case_when_it_fits_decisions_in_input_order():
-    # Sorted by CPU demand alexnet (12) goes first, but decisions keep the policy order.
+def test_default_order_places_in_policy_order_within_a_gpu_count():
+    # One GPU each: res18 is placed first (policy order), alexnet beside it; both at best case.
     jobs = [make_job(1, "res18"), make_job(2, "alexnet")]
     plan = TuneAllocator().allocate(jobs, make_cluster(1))
+    assert outcomes(plan) == [(1, "placed", "best_case"), (2, "placed", "best_case")]
+    assert shares(plan.decisions[0]) == [(0, (0,), 9, 62.5)]
+    assert shares(plan.decisions[1]) == [(0, (1,), 12, 125.0)]
+
+
+def test_default_order_puts_more_gpus_first():
+    # 1-GPU res18 before a 4-GPU res50 in policy order; the 4-GPU job is placed first (GPU 0-3).
+    jobs = [make_job(1, "res18"), make_job(2, "res50", gpus=4)]
+    plan = TuneAllocator().allocate(jobs, make_cluster(1))
+    assert [s[1] for s in shares(plan.decisions[1])] == [(0, 1, 2, 3)]
+    assert [s[1] for s in shares(plan.decisions[0])] == [(4,)]
+
+
+def test_best_case_when_it_fits_decisions_in_input_order():
+    # order="demand" (the paper's text): sorted by CPU demand alexnet (12) goes first, but
+    # decisions keep the policy order.
+    jobs = [make_job(1, "res18"), make_job(2, "alexnet")]
+    plan = TuneAllocator(order="demand").allocate(jobs, make_cluster(1))
     assert outcomes(plan) == [(1, "placed", "best_case"), (2, "placed", "best_case")]
     assert shares(plan.decisions[1]) == [(0, (0,), 12, 125.0)]
     assert shares(plan.decisions[0]) == [(0, (1,), 9, 62.5)]
@@ -41,7 +59,8 @@ def test_downgrade_to_proportional_when_the_best_case_does_not_fit():
 
 
 def test_surplus_taken_back_from_peers_so_every_admitted_job_runs():
-    # Sorted by (GPUs, CPU, memory): alexnet, m5 (both 6 cores and 125 GB per GPU, capped), res18, lstm.
+    # order="demand", sorted by (GPUs, CPU, memory): alexnet, m5 (both 6 cores and 125 GB per GPU,
+    # capped), res18, lstm.
     # alexnet fills s0 (24 cores), m5 fills s1 (24 cores, 500 GB). res18 fits nowhere, even at
     # proportional: s0 (first server with 4 free GPUs) takes alexnet back to proportional, res18
     # goes there. lstm (1 core, 20 GB, no downgrade) then takes m5 back on s1.
@@ -52,7 +71,7 @@ def test_surplus_taken_back_from_peers_so_every_admitted_job_runs():
         make_job(4, "lstm", gpus=4),
         make_job(5, "res18", gpus=1),
     ]
-    plan = TuneAllocator().allocate(jobs, make_cluster(2))
+    plan = TuneAllocator(order="demand").allocate(jobs, make_cluster(2))
     assert outcomes(plan) == [
         (1, "placed", "proportional"),
         (2, "placed", "reverted_to_proportional"),

@@ -24,7 +24,7 @@ def test_intermediate_point_when_the_best_case_does_not_fit():
 
 
 def test_peers_step_down_instead_of_reverting_whole():
-    # As in tune's take-back test, but lstm needs only 4 cores and 80 GB from m5 on s1:
+    # As in tune's take-back test (order="demand"), but lstm needs only 4 cores and 80 GB from m5 on s1:
     # m5 (6 cores, 125 GB per GPU) steps down to (5, 62.5) at 1.4, which frees 4 cores and 250 GB.
     # alexnet still reverts whole: res18 needs 12 cores, more than any alexnet point frees.
     jobs = [
@@ -33,7 +33,7 @@ def test_peers_step_down_instead_of_reverting_whole():
         make_job(3, "m5", gpus=4),
         make_job(4, "lstm", gpus=4),
     ]
-    plan = TuneMatrixAllocator().allocate(jobs, make_cluster(2))
+    plan = TuneMatrixAllocator(order="demand").allocate(jobs, make_cluster(2))
     assert outcomes(plan) == [
         (1, "placed", "proportional"),
         (2, "placed", "reverted_to_proportional"),

@@ -84,3 +84,16 @@ def test_static_fifo_proportional_exact(policy, allocator) -> None:
     result = simulate(trace, PHYSICAL, policy=policy, allocator=allocator)
     expected = exact_fifo_fair_finish_s(trace, PHYSICAL.total_gpus, first_round_s=1.0)
     assert {r.job_id: r.finish_s for r in result.records} == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("finish_at_round_end", [False, True])
+def test_static_trace_tune_makespan_at_least_1_35x_shorter_than_proportional(finish_at_round_end) -> None:
+    # Issue 3's acceptance (the paper reports 1.4x on its testbed); FIFO, 300 s rounds, 4 x 8 GPUs.
+    trace = read_trace(SHARED / "static_100job.csv")
+    makespan_h = {
+        name: simulate(
+            trace, PHYSICAL, policy="fifo", allocator=name, finish_at_round_end=finish_at_round_end
+        ).makespan_h
+        for name in ("proportional", "tune")
+    }
+    assert makespan_h["proportional"] / makespan_h["tune"] >= 1.35
