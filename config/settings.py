@@ -148,6 +148,10 @@ ATTUNE_SCHEDULER = {
     "cancel_grace_s": env.int("ATTUNE_CANCEL_GRACE_S", default=10),
     "log_tail_lines": env.int("ATTUNE_LOG_TAIL_LINES", default=500),
     "agent_report_retention_days": env.int("ATTUNE_AGENT_REPORT_RETENTION_DAYS", default=7),
+    # Admission: refuse a submission whose QoS target the forecast says cannot be met (else accept
+    # it and say so); the forecast plays at most this many rounds forward.
+    "reject_unattainable_qos": env.bool("ATTUNE_REJECT_UNATTAINABLE_QOS", default=False),
+    "forecast_max_rounds": env.int("ATTUNE_FORECAST_MAX_ROUNDS", default=2016),
 }
 
 # Node agents and liveness; read only by cluster_app/conf.py.

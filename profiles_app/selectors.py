@@ -8,7 +8,7 @@ from uuid import UUID
 
 from cluster_app.models import Server
 from cluster_app.selectors import gpus_active
-from profiles_app.models import ProfilingRun, ProfilingRunStatus, Workload
+from profiles_app.models import ProfilingRun, ProfilingRunStatus, SpeedObservation, Workload
 from scheduler_app.core.types import SensitivityProfile
 
 
@@ -133,3 +133,16 @@ def profiling_commands(*, server: Server) -> list[dict[str, Any]]:
             }
         )
     return commands
+
+
+# ---------------------------------------------------------------------------------------------------
+# Speed observations
+# ---------------------------------------------------------------------------------------------------
+
+
+def speed_observations_by_allocation(*, allocation_ids: Iterable[int]) -> dict[int, SpeedObservation]:
+    """Allocation id -> its predicted-versus-measured speed row, in one query (absent: none reported)."""
+    ids = set(allocation_ids)
+    if not ids:
+        return {}
+    return {o.allocation_id: o for o in SpeedObservation.objects.filter(allocation_id__in=ids)}

@@ -18,6 +18,8 @@ class SchedulerConf:
     cancel_grace_s: int
     log_tail_lines: int
     agent_report_retention_days: int
+    reject_unattainable_qos: bool
+    forecast_max_rounds: int
     redis_url: str
 
 
@@ -34,5 +36,7 @@ def scheduler_conf() -> SchedulerConf:
         cancel_grace_s=int(raw.get("cancel_grace_s", 10)),
         log_tail_lines=int(raw.get("log_tail_lines", 500)),
         agent_report_retention_days=int(raw.get("agent_report_retention_days", 7)),
+        reject_unattainable_qos=bool(raw.get("reject_unattainable_qos", False)),
+        forecast_max_rounds=int(raw.get("forecast_max_rounds", 2016)),
         redis_url=settings.REDIS_URL,
     )

@@ -326,3 +326,39 @@ class SimulationRun(models.Model):
 
     def __str__(self) -> str:
         return f"simulation {self.id} ({self.status})"
+
+
+class AdmissionPrediction(models.Model):
+    """What Attune predicted at submission (start, finish, QoS attainable) and, later, what happened.
+
+    Written once by services/admission.py when the job is submitted; `actual_*` and the errors are
+    filled when the job ends, so predictions can be audited (dashboards, docs/genie.md).
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="admission_prediction")
+    created_at = models.DateTimeField(default=timezone.now)
+    policy = models.CharField(max_length=32)
+    allocator = models.CharField(max_length=32)
+    predicted_start_at = models.DateTimeField(null=True, blank=True)
+    predicted_finish_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="The QoS target as a time")
+    attainable = models.BooleanField(
+        null=True, blank=True, help_text="Predicted finish by the deadline; empty without a QoS target"
+    )
+    detail = models.CharField(max_length=200, blank=True, help_text="Why a time could not be predicted")
+    actual_start_at = models.DateTimeField(null=True, blank=True)
+    actual_finish_at = models.DateTimeField(null=True, blank=True)
+    met_deadline = models.BooleanField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["created_at"])]
+
+    def __str__(self) -> str:
+        return f"prediction for job {self.job_id}"
+
+    @property
+    def finish_error_s(self) -> float | None:
+        """Actual minus predicted finish (positive: later than predicted)."""
+        if self.actual_finish_at is None or self.predicted_finish_at is None:
+            return None
+        return (self.actual_finish_at - self.predicted_finish_at).total_seconds()

@@ -11,12 +11,18 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Prefetch, QuerySet, Sum
+from django.db.models import Case, Count, IntegerField, Prefetch, QuerySet, Sum, Value, When
 from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
 from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active
-from profiles_app.selectors import profiling_commands, profiling_holds, workload_launch, workload_profiles
+from profiles_app.selectors import (
+    profiling_commands,
+    profiling_holds,
+    speed_observations_by_allocation,
+    workload_launch,
+    workload_profiles,
+)
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, cluster_shape
@@ -285,7 +291,11 @@ def job_detail_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
         .prefetch_related(Prefetch("gpu_holds", queryset=holds))
         .order_by("started_at", "id")
     )
-    return job_list(user=user).prefetch_related(Prefetch("allocations", queryset=allocations), "events")
+    return (
+        job_list(user=user)
+        .select_related("admission_prediction")
+        .prefetch_related(Prefetch("allocations", queryset=allocations), "events")
+    )
 
 
 def job_log_tail(*, job: Job, lines: int = 200) -> list[str]:
@@ -521,3 +531,69 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     if server.state in (NodeState.DRAINING, NodeState.DRAINED):
         commands.append({"kind": "drain"})
     return commands
+
+
+# ---------------------------------------------------------------------------------------------------
+# Web pages: the queue and a job's speeds
+# ---------------------------------------------------------------------------------------------------
+
+
+def job_queue_page_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
+    """job_list in squeue's order (running, then pending, then finished; oldest first), each job with
+    its active leases (server, GPUs) prefetched into `active_allocations`: a page costs the same few
+    queries whatever its length."""
+    holds = AllocationGpu.objects.select_related("gpu").order_by("gpu__index")
+    active = (
+        Allocation.objects.filter(ended_at__isnull=True)
+        .select_related("server")
+        .prefetch_related(Prefetch("gpu_holds", queryset=holds))
+        .order_by("server__name", "id")
+    )
+    rank = Case(
+        When(state=JobState.RUNNING, then=Value(0)),
+        When(state=JobState.PENDING, then=Value(1)),
+        default=Value(2),
+        output_field=IntegerField(),
+    )
+    return (
+        job_list(user=user)
+        .prefetch_related(Prefetch("allocations", queryset=active, to_attr="active_allocations"))
+        .order_by(rank, "submitted_at", "id")
+    )
+
+
+@dataclass(frozen=True)
+class LeaseSpeed:
+    """One lease of a job with its predicted and measured speed, iterations per second (None: unknown).
+
+    Predicted: the profile's expectation for this allocation (its speed-up over the proportional share
+    divided by the workload's seconds per iteration there). Measured: the agent's last report. When a
+    SpeedObservation exists its pair wins, since it takes a fake node's time scale out of the measure.
+    """
+
+    allocation: Allocation
+    predicted_iters_per_s: float | None
+    measured_iters_per_s: float | None
+
+    @property
+    def measured_over_predicted(self) -> float | None:
+        if not self.predicted_iters_per_s or self.measured_iters_per_s is None:
+            return None
+        return self.measured_iters_per_s / self.predicted_iters_per_s
+
+
+def job_lease_speeds(*, job: Job) -> list[LeaseSpeed]:
+    """Every lease of `job` (from job_detail_queryset's prefetch) with predicted and measured speed."""
+    allocations = list(job.allocations.all())
+    observations = speed_observations_by_allocation(allocation_ids=[a.pk for a in allocations])
+    iter_time_s = job.workload.iter_time_s if job.workload is not None else None
+    out = []
+    for allocation in allocations:
+        obs = observations.get(allocation.pk)
+        if obs is not None:
+            predicted, measured = obs.predicted_iters_per_s, obs.measured_iters_per_s
+        else:
+            predicted = allocation.speedup / iter_time_s if iter_time_s else None
+            measured = allocation.iters_per_s
+        out.append(LeaseSpeed(allocation, predicted, measured))
+    return out

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from cluster_app.services import GpuSpec, GpuUsage, NodeInventory, UsageReport
 from profiles_app.models import Workload
-from scheduler_app.models import AgentReportKind, Allocation, Job, JobEvent, JobState, Team
+from scheduler_app.models import (
+    AdmissionPrediction,
+    AgentReportKind,
+    Allocation,
+    Job,
+    JobEvent,
+    JobState,
+    Team,
+)
 from scheduler_app.services.agents import LeaseReport
 from scheduler_app.services.jobs import JobRequest
 from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
@@ -298,14 +307,49 @@ class JobEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class AdmissionSerializer(serializers.ModelSerializer):
+    finish_error_s = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="Actual minus predicted finish, once the job has ended"
+    )
+
+    class Meta:
+        model = AdmissionPrediction
+        fields = [
+            "created_at",
+            "policy",
+            "allocator",
+            "predicted_start_at",
+            "predicted_finish_at",
+            "deadline_at",
+            "attainable",
+            "detail",
+            "actual_start_at",
+            "actual_finish_at",
+            "met_deadline",
+            "finish_error_s",
+        ]
+        read_only_fields = fields
+
+
 class JobDetailSerializer(JobSerializer):
     allocations = AllocationSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)
     log_tail = serializers.SerializerMethodField(help_text="The last lines of the job's output")
+    admission = serializers.SerializerMethodField(
+        help_text="Predicted at submission: start, finish, whether the QoS target is attainable"
+    )
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "allocations", "events", "log_tail"]
+        fields = [*JobSerializer.Meta.fields, "admission", "allocations", "events", "log_tail"]
         read_only_fields = fields
+
+    @extend_schema_field(AdmissionSerializer(allow_null=True))
+    def get_admission(self, job: Job) -> dict | None:
+        try:
+            prediction = job.admission_prediction
+        except AdmissionPrediction.DoesNotExist:
+            return None
+        return AdmissionSerializer(prediction).data
 
     def get_log_tail(self, job: Job) -> list[str]:
         lines: list[str] = []

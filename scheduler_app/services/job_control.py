@@ -22,6 +22,7 @@ from scheduler_app.models import (
     JobState,
     PendingReason,
 )
+from scheduler_app.services.admission import admission_outcome_record, admission_predict
 from scheduler_app.services.jobs import JobRequest, job_event, job_submit
 
 logger = logging.getLogger(__name__)
@@ -103,8 +104,10 @@ def _request_round(trigger: str) -> None:
 
 @transaction.atomic
 def job_enqueue(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
-    """Submit a job (validated by job_submit) and ask for an early round once it is committed."""
+    """Submit a job (validated by job_submit), predict its start and finish (admission feedback; may
+    refuse an unattainable QoS target, see services/admission.py) and ask for an early round."""
     job = job_submit(owner=owner, request=request)
+    admission_predict(job=job)
     _request_round("submit")
     return job
 
@@ -155,6 +158,7 @@ def job_finish(
         at=now,
     )
     logger.info("job %s: %s -> %s %s", job.pk, previous, state, reason)
+    admission_outcome_record(job=job)
     _request_round("job_end")
     return job
 

@@ -38,6 +38,7 @@ class _SimJob:
     __slots__ = (
         "arrival_s",
         "attained_gpu_s",
+        "cpus_per_gpu_override",
         "current",
         "deadline_s",
         "done_iters",
@@ -45,9 +46,11 @@ class _SimJob:
         "has_run",
         "iter_time_s",
         "job_id",
+        "mem_gb_per_gpu_override",
         "model",
         "num_gpus",
         "preemptions",
+        "priority",
         "profile",
         "resources",
         "start_s",
@@ -73,6 +76,25 @@ class _SimJob:
         self.finish_s: float | None = None
         self.has_run = False
         self.preemptions = 0
+        self.cpus_per_gpu_override: float | None = None
+        self.mem_gb_per_gpu_override: float | None = None
+        self.priority = 0
+
+    @classmethod
+    def from_view(cls, view: JobView, model: str = "") -> _SimJob:
+        """A live job as the core sees it (progress, service, overrides and placement kept)."""
+        job = cls(
+            TraceJob(view.job_id, model, view.arrival_s, 1, view.num_gpus, view.deadline_s), view.profile
+        )
+        job.total_iters = float(view.total_iters)
+        job.done_iters = float(view.done_iters)
+        job.attained_gpu_s = float(view.attained_service_gpu_s)
+        job.cpus_per_gpu_override = view.cpus_per_gpu_override
+        job.mem_gb_per_gpu_override = view.mem_gb_per_gpu_override
+        job.priority = view.priority
+        job.current = view.current
+        job.has_run = view.current is not None
+        return job
 
     def job_view(self) -> JobView:
         view = self.view
@@ -86,6 +108,9 @@ class _SimJob:
                 done_iters=self.done_iters,
                 attained_service_gpu_s=self.attained_gpu_s,
                 deadline_s=self.deadline_s,
+                cpus_per_gpu_override=self.cpus_per_gpu_override,
+                mem_gb_per_gpu_override=self.mem_gb_per_gpu_override,
+                priority=self.priority,
                 current=self.current,
             )
             self.view = view

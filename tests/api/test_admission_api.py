@@ -1,0 +1,105 @@
+"""Admission feedback: a submission is told its predicted start and finish and whether its QoS holds."""
+
+from datetime import datetime, timedelta
+
+import pytest
+from rest_framework.test import APIClient
+
+from scheduler_app.models import AdmissionPrediction, Job, JobState
+from scheduler_app.services.job_control import job_finish
+from tests.api.helpers import make_server, workload
+
+pytestmark = pytest.mark.django_db
+
+JOBS = "/api/v1/jobs/"
+
+
+@pytest.fixture(autouse=True)
+def scheduler(settings):
+    # Proportional: every job runs at speed 1, so finishes can be checked by hand.
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "fifo",
+        "allocator": "proportional",
+        "inline_rounds": False,
+        "round_s": 60,
+        "reject_unattainable_qos": False,
+    }
+
+
+@pytest.fixture
+def client(user):
+    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    workload("res18")
+    api = APIClient()
+    api.force_authenticate(user)
+    return api
+
+
+def post(client: APIClient, **body) -> dict:
+    response = client.post(JOBS, {"name": "j", "workload": "res18", **body}, format="json")
+    return {"status": response.status_code, **response.json()}
+
+
+def at(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def test_an_idle_cluster_starts_now_and_finishes_after_the_work(client):
+    iter_s = workload("res18").iter_time_s
+    body = post(client, num_gpus=2, total_iters=20000, qos_max_latency_s=3 * 3600)
+    assert body["status"] == 201, body
+    admission = body["admission"]
+    work_s = 20000 * iter_s
+    start, finish = at(admission["predicted_start_at"]), at(admission["predicted_finish_at"])
+    submitted = at(body["submitted_at"])
+    assert abs((start - submitted).total_seconds()) < 5  # no round yet: the next one is now
+    assert (finish - start).total_seconds() == pytest.approx(work_s)
+    assert at(admission["deadline_at"]) == submitted + timedelta(hours=3)
+    assert admission["attainable"] is (work_s <= 3 * 3600)
+    assert admission["policy"] == "fifo" and admission["allocator"] == "proportional"
+    assert admission["actual_finish_at"] is None and admission["finish_error_s"] is None
+
+
+def test_a_job_behind_a_long_one_is_told_its_target_cannot_be_met(client):
+    iter_s = workload("res18").iter_time_s
+    blocker = post(client, num_gpus=4, total_iters=int(4 * 3600 / iter_s))  # 4 h on every GPU
+    assert blocker["admission"]["attainable"] is None  # no QoS target
+    body = post(client, num_gpus=1, total_iters=1000, qos_max_latency_s=3600)
+    assert body["status"] == 201, body
+    admission = body["admission"]
+    start, finish = at(admission["predicted_start_at"]), at(admission["predicted_finish_at"])
+    blocker_finish = at(blocker["admission"]["predicted_finish_at"])
+    assert blocker_finish <= start <= blocker_finish + timedelta(seconds=60)  # the next round after it
+    assert finish > at(admission["deadline_at"])
+    assert admission["attainable"] is False
+    stored = AdmissionPrediction.objects.get(job_id=body["id"])
+    assert stored.attainable is False and stored.predicted_finish_at == finish
+
+
+def test_with_rejection_on_an_unattainable_target_is_refused_and_nothing_is_kept(client, settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "reject_unattainable_qos": True}
+    iter_s = workload("res18").iter_time_s
+    post(client, num_gpus=4, total_iters=int(4 * 3600 / iter_s))
+    body = post(client, num_gpus=1, total_iters=1000, qos_max_latency_s=3600)
+    assert body["status"] == 400
+    (message,) = body["qos_max_latency_s"]
+    assert "cannot be met" in message and "predicted finish" in message
+    assert Job.objects.count() == 1 and AdmissionPrediction.objects.count() == 1
+    accepted = post(client, num_gpus=1, total_iters=1000, qos_max_latency_s=6 * 3600)
+    assert accepted["status"] == 201 and accepted["admission"]["attainable"] is True
+
+
+def test_what_happened_is_stored_next_to_the_prediction(client, user):
+    body = post(client, num_gpus=1, total_iters=1000, qos_max_latency_s=3600)
+    job = Job.objects.get(pk=body["id"])
+    job.state = JobState.RUNNING
+    job.started_at = job.submitted_at + timedelta(seconds=30)
+    job.save()
+    finished_at = job.submitted_at + timedelta(seconds=600)
+    job_finish(job=job, state=JobState.COMPLETED, now=finished_at)
+    admission = client.get(f"{JOBS}{job.pk}/").json()["admission"]
+    assert at(admission["actual_finish_at"]) == finished_at
+    assert admission["met_deadline"] is True
+    predicted = at(admission["predicted_finish_at"])
+    assert admission["finish_error_s"] == pytest.approx((finished_at - predicted).total_seconds())

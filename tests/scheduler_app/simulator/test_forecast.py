@@ -1,0 +1,67 @@
+"""The forecast plays the queue forward with the core; checked by hand on one-GPU clusters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from profiles_app.catalog import load_catalog
+from scheduler_app.core.types import Placement, ServerShare
+from scheduler_app.simulator.forecast import forecast
+from tests.builders import make_cluster, make_job
+
+RES18_ITER_S = load_catalog()["res18"].iter_time_s
+
+
+def test_fifo_queue_on_one_gpu_runs_back_to_back_with_exact_finishes():
+    # One GPU, proportional: job 1 needs 100 s of work, job 2 (behind it) 50 s; rounds of 300 s.
+    # Job 1 runs in round 0 (t=1000) and ends at 1100; its GPU idles until the next round (1300).
+    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+    jobs = [
+        make_job(1, total_iters=100 / RES18_ITER_S, arrival_s=0.0),
+        make_job(2, total_iters=50 / RES18_ITER_S, arrival_s=10.0),
+    ]
+    out = forecast(cluster, jobs, policy="fifo", allocator="proportional", first_round_s=1000.0)
+    assert (out[1].start_s, out[1].finish_s) == (1000.0, pytest.approx(1100.0))
+    assert (out[2].start_s, out[2].finish_s) == (1300.0, pytest.approx(1350.0))
+
+
+def test_progress_and_real_start_of_a_running_job_are_kept():
+    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+    running = dataclasses.replace(
+        make_job(1, total_iters=1000 / RES18_ITER_S, done_iters=900 / RES18_ITER_S),
+        current=Placement(1, (ServerShare(0, (0,), 3, 62.5),), 1.0),
+    )
+    out = forecast(
+        cluster, [running], policy="fifo", allocator="proportional", first_round_s=500.0, started_s={1: 42.0}
+    )
+    assert out[1].start_s == 42.0 and out[1].finish_s == pytest.approx(600.0)
+
+
+def test_edf_lets_the_urgent_job_go_first_and_stops_once_the_target_is_done():
+    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+    relaxed = make_job(1, total_iters=600 / RES18_ITER_S, arrival_s=0.0, deadline_s=10_000.0)
+    urgent = make_job(2, total_iters=60 / RES18_ITER_S, arrival_s=5.0, deadline_s=400.0)
+    out = forecast(
+        cluster, [relaxed, urgent], policy="edf", allocator="proportional", first_round_s=0.0,
+        until_finished=[2],
+    )
+    assert out[2].start_s == 0.0 and out[2].finish_s == pytest.approx(60.0)
+    assert out[1] == dataclasses.replace(out[1], start_s=None, finish_s=None)  # stopped after job 2
+
+
+def test_a_job_that_never_fits_and_the_horizon_give_no_finish():
+    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+    too_big = make_job(1, gpus=2)
+    long = make_job(2, total_iters=10_000 / RES18_ITER_S)
+    out = forecast(
+        cluster, [too_big, long], policy="fifo", allocator="proportional", first_round_s=0.0, max_rounds=3
+    )
+    assert out[1] == dataclasses.replace(out[1], start_s=None, finish_s=None)
+    assert out[2].start_s == 0.0 and out[2].finish_s is None  # 900 s of 10,000 done in 3 rounds
+
+
+def test_bad_round_length_is_refused():
+    with pytest.raises(ValueError, match="round_s"):
+        forecast(make_cluster(1), [make_job(1)], policy="fifo", allocator="tune", first_round_s=0, round_s=0)
