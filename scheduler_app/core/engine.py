@@ -25,4 +25,4 @@ def schedule_round(
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
     allocator_obj = ALLOCATORS.get(allocator)() if isinstance(allocator, str) else allocator
     ordered = policy_obj.order(jobs, snapshot, now_s)
-    return allocator_obj.allocate(ordered, snapshot)
+    return allocator_obj.allocate_at(ordered, snapshot, now_s)

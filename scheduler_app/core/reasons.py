@@ -7,18 +7,32 @@ REVERTED_TO_PROPORTIONAL = "reverted_to_proportional"  # tune took its surplus b
 INTERMEDIATE = "intermediate"  # a matrix point between proportional and best case
 LP_SHARE = "lp_share"  # the share the OPT linear program chose
 FIXED_DEMAND = "fixed_demand"  # the user's explicit CPU/memory override
+QOS_FIT = "qos_fit"  # the smallest CPU/memory point that still meets its deadline (GENIE)
+BACKFILLED = "backfilled"  # placed ahead of a QoS job's reservation without delaying it (GENIE)
+LEFTOVER = "leftover"  # grown past its QoS fit with cores/memory nobody else was given (GENIE)
 
 # Pending: may fit in a later round.
 INSUFFICIENT_GPUS = "insufficient_gpus"  # not enough free GPUs after jobs ahead in policy order
 FRAGMENTED = "fragmented"  # enough GPUs in total, but not with the CPU/memory they need
 QOS_UNATTAINABLE = "qos_unattainable"  # its deadline can no longer be met (GENIE best-effort tail)
+RESERVED_FOR_QOS = "reserved_for_qos"  # would delay the reservation of a QoS job ahead of it (GENIE)
 
 # Infeasible: can never fit on this cluster as it is.
 EXCEEDS_CLUSTER_GPUS = "exceeds_cluster_gpus"
 EXCEEDS_SERVER_RESOURCES = "exceeds_server_resources"  # a fixed demand no server could ever hold
 
 PLACED_REASONS = frozenset(
-    {BEST_CASE, PROPORTIONAL, REVERTED_TO_PROPORTIONAL, INTERMEDIATE, LP_SHARE, FIXED_DEMAND}
+    {
+        BEST_CASE,
+        PROPORTIONAL,
+        REVERTED_TO_PROPORTIONAL,
+        INTERMEDIATE,
+        LP_SHARE,
+        FIXED_DEMAND,
+        QOS_FIT,
+        BACKFILLED,
+        LEFTOVER,
+    }
 )
-PENDING_REASONS = frozenset({INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE})
+PENDING_REASONS = frozenset({INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE, RESERVED_FOR_QOS})
 INFEASIBLE_REASONS = frozenset({EXCEEDS_CLUSTER_GPUS, EXCEEDS_SERVER_RESOURCES})

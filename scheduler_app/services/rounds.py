@@ -52,6 +52,7 @@ PENDING_REASON_OF = {
     reasons.INSUFFICIENT_GPUS: PendingReason.RESOURCES,
     reasons.FRAGMENTED: PendingReason.RESOURCES,
     reasons.QOS_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
+    reasons.RESERVED_FOR_QOS: PendingReason.PRIORITY,  # held back for a QoS job ahead of it
     reasons.EXCEEDS_CLUSTER_GPUS: PendingReason.INFEASIBLE,
     reasons.EXCEEDS_SERVER_RESOURCES: PendingReason.INFEASIBLE,
 }

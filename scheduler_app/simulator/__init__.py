@@ -4,12 +4,15 @@ Pure Python (+numpy); never imports Django. Public API:
 
 - `simulate(trace, cluster, *, policy, allocator, round_s=300, finish_at_round_end=False,
   restart_overhead_s=0.0, catalog=None, first_round_s=None, measured_job_ids=None,
-  stop_when_measured=False, max_time_s=None, progress=None) -> SimulationResult`
+  stop_when_measured=False, max_time_s=None, progress=None, mode="rounds") -> SimulationResult`
   Replays `trace` (a list of TraceJob) on `cluster` (ClusterSpec), calling
   `scheduler_app.core.engine.schedule_round` once per round. `policy`/`allocator` are registered names
   (unknown ones raise `scheduler_app.core.registry.UnknownNameError`, listing the valid names) or
   instances. `finish_at_round_end=True` reproduces the reference (msr-fiddle/synergy) simulator's
   convention; the default finishes jobs at the exact time inside the round. See docs/reference-synergy.md.
+  `mode="events"` decides at every arrival and completion (GENIE) instead of on the round grid.
+- `forecast(snapshot, jobs, *, policy, allocator, first_round_s, ...)` (simulator/forecast.py): the
+  live queue played forward with no arrivals: predicted start and finish per job (admission feedback).
 - `ClusterSpec(servers=16, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)`.
 - `TraceJob(job_id, model, arrival_s, total_iters, num_gpus)`; `read_trace(path)`, `write_trace(path,
   jobs)`, `parse_trace(lines, source=...)`: the reference format `job_id,model,arrival_s,total_iters,gpus`

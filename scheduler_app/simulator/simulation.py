@@ -24,6 +24,9 @@ from scheduler_app.simulator.trace import TraceError, TraceJob
 
 logger = logging.getLogger(__name__)
 
+ROUNDS = "rounds"  # decide on a fixed grid every round_s (Synergy, the reference simulator)
+EVENTS = "events"  # decide at every arrival and completion (GENIE), and at least every round_s
+MODES = (ROUNDS, EVENTS)
 # Reference static traces put job i at i ms, all under 1 s, and the reference starts their first round at 1 s.
 STATIC_TRACE_MAX_ARRIVAL_S = 1.0
 STATIC_FIRST_ROUND_S = 1.0
@@ -142,6 +145,23 @@ def _resolve(policy: str | Policy, allocator: str | Allocator) -> tuple[Policy, 
     return policy_obj, allocator_obj, policy_name, allocator_name
 
 
+def _first_finish_s(
+    plan: RoundPlan, active: Mapping[int, _SimJob], now_s: float, restart_overhead_s: float
+) -> float:
+    """When the first job placed by `plan` would finish if nothing changed (event mode's next event)."""
+    first = math.inf
+    for decision in plan.decisions:
+        placement = decision.placement
+        if placement is None:
+            continue
+        job = active[decision.job_id]
+        same = job.current is not None and placement.shares == job.current.shares
+        overhead_s = restart_overhead_s if (job.has_run and not same) else 0.0
+        need_s = (job.total_iters - job.done_iters) * job.iter_time_s / placement.speedup
+        first = min(first, now_s + overhead_s + need_s)
+    return first
+
+
 def default_first_round_s(arrivals_s: Sequence[float], round_s: float) -> float:
     """Where the round grid starts, as the reference does it (runner.py init_event_queue).
 
@@ -216,10 +236,14 @@ class _Run:
     def views(self) -> list[JobView]:
         return [job.view if job.view is not None else job.job_view() for job in self.active.values()]
 
-    def apply(self, plan: RoundPlan, now_s: float) -> tuple[int, list[_SimJob]]:
-        """Apply one round's plan; returns how many jobs were placed and those that finished."""
+    def apply(
+        self, plan: RoundPlan, now_s: float, interval_s: float | None = None
+    ) -> tuple[int, list[_SimJob]]:
+        """Apply one round's plan for `interval_s` (default: a round); returns how many jobs were
+        placed and those that finished."""
         active = self.active
-        round_s, round_end, restart_overhead_s = self.round_s, self.round_end, self.restart_overhead_s
+        round_end, restart_overhead_s = self.round_end, self.restart_overhead_s
+        round_s = self.round_s if interval_s is None else interval_s
         new_running: dict[int, _SimJob] = {}
         done_now: list[_SimJob] = []
         sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # this round's GPUs, cores, GB, useful cores, useful GB
@@ -318,8 +342,14 @@ def simulate(
     stop_when_measured: bool = False,
     max_time_s: float | None = None,
     progress: Callable[[float], None] | None = None,
+    mode: str = ROUNDS,
 ) -> SimulationResult:
     """Replay `trace` on `cluster` in rounds of `round_s` seconds and measure what happens.
+
+    `mode="events"` (GENIE's event-driven scheduling) decides again at every arrival and every
+    completion, and at the latest `round_s` after the last decision (a lease's renewal), instead of on
+    the fixed round grid; the first decision is at the first arrival. Not combinable with
+    `finish_at_round_end`.
 
     Each round starts at `first_round_s + k x round_s` (default: default_first_round_s). Jobs that have
     arrived by then and are unfinished are handed to schedule_round with an all-free snapshot; a job
@@ -343,6 +373,11 @@ def simulate(
         raise ValueError(f"round_s must be positive, got {round_s}")
     if not restart_overhead_s >= 0:
         raise ValueError(f"restart_overhead_s must be >= 0, got {restart_overhead_s}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == EVENTS and finish_at_round_end:
+        raise ValueError("finish_at_round_end applies to the round mode only")
+    events = mode == EVENTS
     if not trace:
         raise ValueError("empty trace")
     if measured_job_ids is not None and measured_job_ids[0] >= measured_job_ids[1]:
@@ -355,7 +390,9 @@ def simulate(
         measured = [j for j in sim_jobs if measured_job_ids[0] <= j.job_id < measured_job_ids[1]]
     measured_ids = {j.job_id for j in measured}
     measured_left = len(measured)
-    if first_round_s is None:
+    if first_round_s is None and events:
+        t0 = sim_jobs[0].arrival_s
+    elif first_round_s is None:
         t0 = default_first_round_s([j.arrival_s for j in sim_jobs], round_s)
     else:
         t0 = float(first_round_s)
@@ -373,8 +410,9 @@ def simulate(
         # The first round boundary at or after the next arrival (never the current round again).
         return max(k + 1, math.ceil((sim_jobs[next_idx].arrival_s - t0) / round_s))
 
+    event_now_s = t0
     while True:
-        now_s = t0 + k * round_s
+        now_s = event_now_s if events else t0 + k * round_s
         if max_time_s is not None and now_s > max_time_s:
             stopped_early = True
             logger.warning("stopped at max_time_s=%s with %d jobs unfinished", max_time_s, len(active))
@@ -386,12 +424,21 @@ def simulate(
         if not active:
             if next_idx >= num_jobs:
                 break
-            k = next_round_after_arrival()  # idle cluster
+            if events:
+                event_now_s = sim_jobs[next_idx].arrival_s
+            else:
+                k = next_round_after_arrival()  # idle cluster
             continue
 
         plan = schedule_round(snapshot, run.views(), policy=policy_obj, allocator=allocator_obj, now_s=now_s)
         rounds += 1
-        placed, done_now = run.apply(plan, now_s)
+        interval_s = None
+        if events:
+            next_arrival_s = sim_jobs[next_idx].arrival_s if next_idx < num_jobs else math.inf
+            first_finish_s = _first_finish_s(plan, active, now_s, restart_overhead_s)
+            interval_s = min(next_arrival_s, first_finish_s, now_s + round_s) - now_s
+            event_now_s = now_s + interval_s
+        placed, done_now = run.apply(plan, now_s, interval_s)
         finished += len(done_now)
         measured_left -= sum(1 for job in done_now if job.job_id in measured_ids)
         if progress is not None and done_now and (100 * finished) // num_jobs != last_reported:
@@ -405,6 +452,7 @@ def simulate(
         elif next_idx < num_jobs:
             # Nothing placed on an all-free cluster: no input changes until the next arrival.
             k = next_round_after_arrival()
+            event_now_s = sim_jobs[next_idx].arrival_s
         else:
             stopped_early = True
             logger.warning("no job can be placed and none will arrive; %d jobs left unfinished", len(active))

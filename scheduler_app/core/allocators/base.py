@@ -28,6 +28,13 @@ class Allocator(ABC):
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         """Decide every job of `ordered_jobs` for this round."""
 
+    def allocate_at(
+        self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> RoundPlan:
+        """Decide the round at `now_s` (the engine's entry point). Only QoS-aware allocators, which
+        compare deadlines with the clock, override this; the others do not read the time."""
+        return self.allocate(ordered_jobs, snapshot)
+
 
 ALLOCATORS: Registry[Allocator] = Registry("allocator")
 register_allocator = ALLOCATORS.register

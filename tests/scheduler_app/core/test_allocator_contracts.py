@@ -198,7 +198,7 @@ def allocate(
     name: str, policy: str, jobs: list[JobView], cluster: ClusterSnapshot, **options: object
 ) -> tuple[list, RoundPlan]:
     ordered = POLICIES.get(policy)().order(jobs, cluster, 1000.0)
-    return ordered, ALLOCATORS.get(name)(**options).allocate(ordered, cluster)
+    return ordered, ALLOCATORS.get(name)(**options).allocate_at(ordered, cluster, 1000.0)
 
 
 # -- invariant checks ------------------------------------------------------------------------
