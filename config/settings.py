@@ -82,7 +82,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+# The user pages' own login (the admin's refuses non-staff users).
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "web:queue"
+LOGOUT_REDIRECT_URL = "web:login"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env("TIME_ZONE", default="UTC")

@@ -1,4 +1,4 @@
-"""Top-level URL routes: home page, admin, health check, the REST API and its OpenAPI schema/docs."""
+"""Top-level URL routes: home page, user pages, admin, health check, the REST API and its schema/docs."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -9,6 +9,7 @@ from scheduler_app import views as scheduler_views
 urlpatterns = [
     path("", scheduler_views.home, name="home"),
     path("healthz", scheduler_views.healthz, name="healthz"),
+    path("", include("scheduler_app.web.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("scheduler_app.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

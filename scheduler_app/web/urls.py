@@ -1,0 +1,24 @@
+"""Routes of the user pages, mounted at the site root by config/urls.py."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from scheduler_app.web import views
+
+app_name = "web"
+
+urlpatterns = [
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("jobs/", views.queue, name="queue"),
+    path("jobs/new/", views.job_submit, name="submit"),
+    path("jobs/<int:pk>/", views.job_detail, name="job"),
+    path("jobs/<int:pk>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("cluster/", views.cluster, name="cluster"),
+    path("cluster/servers/<str:name>/drain/", views.server_drain, name="server-drain"),
+    path("cluster/servers/<str:name>/resume/", views.server_resume, name="server-resume"),
+]

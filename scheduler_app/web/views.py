@@ -1,0 +1,156 @@
+"""Thin views of the user pages: validate, call one service or selector, render."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from cluster_app.selectors import server_get_by_name
+from cluster_app.services import ServerStateError
+from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState
+from scheduler_app.selectors import (
+    cluster_overview,
+    job_detail_queryset,
+    job_lease_speeds,
+    job_list,
+    job_log_tail,
+    job_queue,
+    job_queue_page_queryset,
+)
+from scheduler_app.services.job_control import JobStateError, job_cancel, job_enqueue
+from scheduler_app.services.nodes import node_drain, node_resume
+from scheduler_app.web.forms import DEFAULT_QUEUE_STATES, JobSubmitForm, QueueFilter
+
+QUEUE_PAGE_SIZE = 100
+
+
+def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Logged in and staff; a logged-in non-staff user gets 403 (not a login loop)."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("staff only")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
+    """squeue in a page: the user's jobs (staff: everyone's), filtered, 100 a page."""
+    data = request.GET.copy()
+    if not data.getlist("state"):
+        data.setlist("state", list(DEFAULT_QUEUE_STATES))
+    jobs = QueueFilter(data, queryset=job_queue_page_queryset(user=request.user), request=request)
+    page = Paginator(jobs.qs, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
+    # Position and estimated start cost one pass over the pending jobs: only when the page shows one.
+    positions = job_queue() if any(j.state == JobState.PENDING for j in page) else {}
+    rows = [(job, positions.get(job.pk)) for job in page]
+    query = data.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "web/queue.html",
+        {"filter": jobs, "page": page, "rows": rows, "query": query.urlencode()},
+    )
+
+
+@login_required
+def job_submit(request: HttpRequest) -> HttpResponse:
+    """The submission form; a valid job goes to the queue (job_enqueue, as the API) and its page."""
+    form = JobSubmitForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = job_enqueue(owner=request.user, request=form.to_request())
+        except ValidationError as exc:
+            form.add_service_errors(exc)
+        else:
+            messages.success(request, f"Job {job.pk} ({job.name}) submitted.")
+            return redirect("web:job", pk=job.pk)
+    return render(request, "web/submit.html", {"form": form})
+
+
+def _admission_prediction(job: Job) -> Any:
+    """The job's stored admission prediction, or None (none yet, or no such model in this version)."""
+    try:
+        return getattr(job, "admission_prediction", None)
+    except ObjectDoesNotExist:
+        return None
+
+
+@login_required
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A job: where it stands, its prediction, timeline, leases with speeds, log tail, cancel."""
+    # Scoped to what the user may see: another user's job is a 404, not a 403 (no existence leak).
+    job = get_object_or_404(job_detail_queryset(user=request.user), pk=pk)
+    entry = job_queue().get(job.pk) if job.state == JobState.PENDING else None
+    context = {
+        "job": job,
+        "queue_entry": entry,
+        "prediction": _admission_prediction(job),
+        "speeds": job_lease_speeds(job=job),
+        "log_lines": job_log_tail(job=job),
+        "can_cancel": job.state not in TERMINAL_JOB_STATES,
+        "progress_pct": 100.0 * job.done_iters / job.total_iters if job.total_iters else 0.0,
+    }
+    return render(request, "web/job.html", context)
+
+
+@require_POST
+@login_required
+def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel a job the user owns (staff: any job); 404 for a job they may not see."""
+    job = get_object_or_404(job_list(user=request.user), pk=pk)
+    try:
+        job_cancel(job=job, by=request.user)
+    except JobStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Job {job.pk} cancelled.")
+    return redirect("web:job", pk=job.pk)
+
+
+@login_required
+def cluster(request: HttpRequest) -> HttpResponse:
+    """Every server: GPUs, cores and memory in use against capacity, state, last heartbeat."""
+    return render(request, "web/cluster.html", {"overview": cluster_overview()})
+
+
+def _server_change(
+    request: HttpRequest, name: str, change: Callable[..., Any], **kwargs: Any
+) -> HttpResponse:
+    """Apply a node service (drain, resume) to the named server; its refusal becomes a message."""
+    server = server_get_by_name(name=name)
+    if server is None:
+        raise Http404("no such server")
+    try:
+        server = change(server=server, **kwargs)
+    except ServerStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Server {server.name} is {server.state}.")
+    return redirect("web:cluster")
+
+
+@require_POST
+@staff_required
+def server_drain(request: HttpRequest, name: str) -> HttpResponse:
+    reason = request.POST.get("reason", "").strip()[:255]
+    return _server_change(request, name, node_drain, reason=reason)
+
+
+@require_POST
+@staff_required
+def server_resume(request: HttpRequest, name: str) -> HttpResponse:
+    return _server_change(request, name, node_resume)

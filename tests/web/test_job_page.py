@@ -1,0 +1,145 @@
+"""A job's page: permissions, schedule, timeline, leases with speeds, log tail, cancel."""
+
+import pytest
+from django.utils import timezone
+
+from profiles_app.models import SpeedObservation
+from scheduler_app.models import AdmissionPrediction, JobState
+from scheduler_app.services.jobs import job_event_append
+from scheduler_app.web import views
+from tests.factories import UserFactory
+from tests.web.conftest import pending_job, running_job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_another_users_job_is_a_404_to_see_and_to_cancel(user, client_of, cluster):
+    job = pending_job(UserFactory())
+    client = client_of(user)
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 404
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+
+
+def test_staff_see_and_cancel_anyones_job(staff_user, client_of, cluster):
+    job = pending_job(UserFactory())
+    client = client_of(staff_user)
+    assert client.get(f"/jobs/{job.pk}/").status_code == 200
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 302
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+
+
+def test_the_owner_cancels_with_a_post_only(
+    user, client_of, cluster, no_rounds, django_capture_on_commit_callbacks
+):
+    job = pending_job(user)
+    client = client_of(user)
+    assert client.get(f"/jobs/{job.pk}/cancel/").status_code == 405
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/jobs/{job.pk}/cancel/", follow=True)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and no_rounds == ["job_end"]
+    html = response.content.decode()
+    assert f"Job {job.pk} cancelled." in html
+    assert 'id="cancel-job"' not in html  # nothing left to cancel
+    again = client.post(f"/jobs/{job.pk}/cancel/", follow=True).content.decode()
+    assert "already CANCELLED" in again
+
+
+def test_the_cancel_form_carries_a_csrf_token(user, cluster):
+    from django.test import Client
+
+    job = pending_job(user)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'name="csrfmiddlewaretoken"' in html
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 403  # no token: refused
+
+
+def test_a_pending_job_shows_its_reason_position_and_estimated_start(user, client_of, cluster):
+    job = pending_job(user)
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert "<code>Priority</code>" in html
+    assert "<dt>Queue position</dt><dd>1</dd>" in html
+    assert '<dt>Estimated start</dt><dd id="predicted-start"><time' in html
+
+
+def test_a_stored_admission_prediction_is_shown(user, client_of, cluster):
+    job = pending_job(user, qos_max_latency_s=3600)
+    start = timezone.now() + timezone.timedelta(minutes=5)
+    AdmissionPrediction.objects.create(
+        job=job,
+        policy="fifo",
+        allocator="tune",
+        predicted_start_at=start,
+        predicted_finish_at=start + timezone.timedelta(hours=2),
+        deadline_at=job.submitted_at + timezone.timedelta(hours=1),
+        attainable=False,
+    )
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert f'<dd id="predicted-start"><time datetime="{start:%Y-%m-%dT%H:%M:%S}' in html
+    assert 'id="predicted-finish"><time' in html
+    assert '<dd id="qos-attainable"><span class="bad">not attainable</span>' in html
+    assert "<dt>Estimated start</dt>" not in html  # the stored prediction replaces the rough estimate
+
+
+def test_without_a_prediction_the_helper_gives_none(user, cluster):
+    job = pending_job(user)
+    assert views._admission_prediction(job) is None
+
+
+def test_timeline_leases_speeds_and_log_tail(user, client_of, cluster):
+    job, allocation = running_job(user, cluster, gpus=2, done_iters=100)
+    job_event_append(job=job, kind="submitted", to_state=JobState.PENDING)
+    job_event_append(
+        job=job, kind="started", from_state=JobState.PENDING, to_state=JobState.RUNNING, reason="placed"
+    )
+    allocation.iters_per_s = 3.0
+    allocation.speedup = 1.5
+    allocation.log_tail = "epoch 1\nepoch 2 loss=0.5"
+    allocation.save()
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert html.index("<strong>submitted</strong>") < html.index("<strong>started</strong>")
+    assert "PENDING → RUNNING" in html and "<code>placed</code>" in html
+    assert "<strong>gpu01</strong> GPU 0,1 · 6 cores · 125 GB" in html
+    predicted = 1.5 / job.workload.iter_time_s
+    assert f"<td>{predicted:.3f}</td>" in html and "<td>3.000</td>" in html
+    assert f"<td>{3.0 / predicted:.2f}</td>" in html
+    assert "epoch 1\nepoch 2 loss=0.5" in html
+
+
+def test_a_speed_observation_wins_over_the_raw_measure(user, client_of, cluster):
+    job, allocation = running_job(user, cluster)
+    allocation.iters_per_s = 99.0
+    allocation.save()
+    now = timezone.now()
+    SpeedObservation.objects.create(
+        workload=job.workload,
+        job=job,
+        allocation=allocation,
+        cpus_per_gpu=3,
+        mem_gb_per_gpu=62.5,
+        predicted_iters_per_s=2.0,
+        measured_iters_per_s=1.0,
+        first_at=now,
+        at=now,
+    )
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert "<td>2.000</td>" in html and "<td>1.000</td>" in html and "<td>0.50</td>" in html
+    assert "99.000" not in html
+
+
+def test_the_job_page_costs_a_bounded_number_of_queries(
+    user, client_of, cluster, django_assert_max_num_queries
+):
+    job, _ = running_job(user, cluster, gpus=2)
+    for i in range(30):
+        job_event_append(job=job, kind=f"e{i}")
+    client = client_of(user)
+    client.get(f"/jobs/{job.pk}/")
+    # session, user, job, leases, GPU holds, events, speed observations, log tail, admission prediction
+    with django_assert_max_num_queries(10):
+        client.get(f"/jobs/{job.pk}/")

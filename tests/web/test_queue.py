@@ -1,0 +1,98 @@
+"""The queue page: who sees which jobs, filters, squeue's columns, and a constant number of queries."""
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from scheduler_app.models import JobState
+from tests.api.helpers import make_server
+from tests.factories import TeamFactory, UserFactory
+from tests.web.conftest import pending_job, running_job
+
+pytestmark = pytest.mark.django_db
+
+URL = "/jobs/"
+
+
+def job_ids(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<tr id="job-(\d+)"', html)]
+
+
+def test_a_user_sees_only_their_own_jobs_and_staff_see_all(user, staff_user, client_of, cluster):
+    mine = pending_job(user)
+    theirs = pending_job(UserFactory())
+    assert job_ids(client_of(user).get(URL).content.decode()) == [mine.pk]
+    assert job_ids(client_of(staff_user).get(URL).content.decode()) == [mine.pk, theirs.pk]
+
+
+def test_running_then_pending_with_position_reason_estimate_and_allocation(user, client_of, cluster):
+    first = pending_job(user)
+    second = pending_job(user, num_gpus=4)
+    running, _ = running_job(user, cluster, gpus=2, done_iters=250)
+    html = client_of(user).get(URL).content.decode()
+    assert job_ids(html) == [running.pk, first.pk, second.pk]
+    row = html.split(f'<tr id="job-{first.pk}"')[1].split("</tr>")[0]
+    cells = re.findall(r"<td>(.*?)</td>", row, re.S)
+    assert "PENDING" in cells[3] and cells[4] == "1" and "Priority" in cells[5] and "<time" in cells[6]
+    row = html.split(f'<tr id="job-{second.pk}"')[1].split("</tr>")[0]
+    assert re.findall(r"<td>(.*?)</td>", row, re.S)[4] == "2"
+    row = html.split(f'<tr id="job-{running.pk}"')[1].split("</tr>")[0]
+    assert "<strong>gpu01</strong> GPU 0,1 · 6 cores · 125 GB" in row
+    assert 'value="250"' in row and "25%" in row
+
+
+def test_by_default_only_pending_and_running_jobs_are_listed(user, client_of, cluster):
+    pending = pending_job(user)
+    done = pending_job(user, state=JobState.COMPLETED)
+    assert job_ids(client_of(user).get(URL).content.decode()) == [pending.pk]
+    html = client_of(user).get(URL, {"state": "COMPLETED"}).content.decode()
+    assert job_ids(html) == [done.pk]
+    assert re.search(r'value="COMPLETED"[^>]*checked', html)
+
+
+def test_filter_by_team_and_user(staff_user, client_of, cluster):
+    alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
+    vision = TeamFactory(name="vision")
+    a = pending_job(alice, team=vision)
+    b = pending_job(bob)
+    client = client_of(staff_user)
+    assert job_ids(client.get(URL, {"team": "vision"}).content.decode()) == [a.pk]
+    assert job_ids(client.get(URL, {"owner": "bob"}).content.decode()) == [b.pk]
+    assert job_ids(client.get(URL, {"owner": "bob", "team": "vision"}).content.decode()) == []
+
+
+def test_the_queue_is_paginated_by_100(user, client_of, cluster):
+    jobs = [pending_job(user) for _ in range(105)]
+    client = client_of(user)
+    first = client.get(URL, {"state": "PENDING"}).content.decode()
+    assert len(job_ids(first)) == 100 and "Page 1 of 2" in first
+    assert 'href="?state=PENDING&amp;page=2"' in first
+    second = client.get(URL, {"state": "PENDING", "page": 2}).content.decode()
+    assert job_ids(second) == [j.pk for j in jobs[100:]]
+
+
+def test_the_queue_costs_the_same_queries_for_3_or_150_jobs(
+    staff_user, client_of, cluster, django_assert_max_num_queries
+):
+    # Several owners and teams, so that a missing select_related or prefetch would show as N+1.
+    owners = [UserFactory() for _ in range(4)]
+    teams = [TeamFactory(), TeamFactory(), None]
+    big = make_server("gpu02", gpus=8)
+    client = client_of(staff_user)
+
+    def add(pending: int, running: int) -> None:
+        for i in range(pending):
+            pending_job(owners[i % 4], team=teams[i % 3])
+        for i in range(running):
+            running_job(owners[i % 4], big, gpus=2, team=teams[i % 3])
+
+    add(pending=2, running=1)
+    client.get(URL)  # warm the session
+    with CaptureQueriesContext(connection) as few:
+        client.get(URL)
+    add(pending=140, running=3)
+    with django_assert_max_num_queries(len(few)):
+        html = client.get(URL).content.decode()
+    assert len(job_ids(html)) == 100

@@ -1,0 +1,139 @@
+"""The submission form: labels, server-side validation next to each field, typed values kept."""
+
+import re
+
+import pytest
+from django.utils import timezone
+
+from scheduler_app.models import Job, JobState
+from scheduler_app.web.forms import JobSubmitForm
+from tests.factories import TeamFactory
+
+pytestmark = pytest.mark.django_db
+
+URL = "/jobs/new/"
+
+
+def field_errors(html: str, field: str) -> list[str]:
+    """The error messages rendered right after `field`'s input (its .field block)."""
+    block = re.search(rf'<div class="field[^"]*" id="field-{field}">(.*?)</div>', html, re.S)
+    assert block, f"no block for {field}"
+    return re.findall(r"<li>(.*?)</li>", block.group(1))
+
+
+def test_every_field_has_a_label(user, client_of, cluster):
+    html = client_of(user).get(URL).content.decode()
+    form = JobSubmitForm(user=user)
+    for name, field in form.fields.items():
+        assert f'<label for="id_{name}">{field.label}</label>' in html, name
+    assert '<option value="res18">res18</option>' in html
+
+
+def test_a_catalog_job_is_queued_and_the_user_sent_to_its_page(
+    user, client_of, cluster, no_rounds, django_capture_on_commit_callbacks
+):
+    team = TeamFactory(name="vision")
+    team.members.add(user)
+    deadline = (timezone.now() + timezone.timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M")
+    client = client_of(user)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            URL,
+            {
+                "name": "res18-a",
+                "workload": "res18",
+                "num_gpus": "2",
+                "total_iters": "5000",
+                "cpus_per_gpu": "4",
+                "team": "vision",
+                "qos_deadline_at": deadline,
+            },
+        )
+    job = Job.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
+    assert (job.owner, job.workload.name, job.num_gpus, job.total_iters) == (user, "res18", 2, 5000)
+    assert job.cpus_per_gpu == 4.0 and job.mem_gb_per_gpu is None and job.team == team
+    assert job.qos_deadline_at.strftime("%Y-%m-%dT%H:%M") == deadline
+    assert job.state == JobState.PENDING
+    assert job.events.get().kind == "submitted"
+    # job_enqueue, like the API: an early round is asked for once the submission commits.
+    assert no_rounds == ["submit"]
+
+
+def test_an_own_command_job_is_queued(user, client_of, cluster):
+    response = client_of(user).post(
+        URL, {"name": "mine", "command": "python train.py", "num_gpus": "1", "total_iters": "100"}
+    )
+    job = Job.objects.get()
+    assert response.status_code == 302
+    assert job.workload is None and job.command == "python train.py"
+
+
+def test_a_service_error_shows_next_to_its_field_and_keeps_what_was_typed(user, client_of, cluster):
+    response = client_of(user).post(
+        URL,
+        {
+            "name": "too-big",
+            "workload": "res18",
+            "num_gpus": "64",
+            "total_iters": "777",
+            "mem_gb_per_gpu": "9",
+        },
+    )
+    html = response.content.decode()
+    assert response.status_code == 200 and not Job.objects.exists()
+    assert field_errors(html, "num_gpus") == ["The cluster has only 4 GPUs."]
+    assert field_errors(html, "total_iters") == []
+    for name, value in [
+        ("name", "too-big"),
+        ("num_gpus", "64"),
+        ("total_iters", "777"),
+        ("mem_gb_per_gpu", "9"),
+    ]:
+        assert re.search(rf'name="{name}" value="{value}"', html), name
+    assert '<option value="res18" selected>res18</option>' in html
+    assert 'aria-invalid="true"' in html
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({}, "workload", "Choose a catalog workload or give a command to run."),
+        ({"workload": "res18", "command": "x"}, "command", "not both"),
+        ({"workload": "res18", "cpus_per_gpu": "0"}, "cpus_per_gpu", "CPU cores per GPU must be positive."),
+        ({"workload": "res18", "mem_gb_per_gpu": "-1"}, "mem_gb_per_gpu", "Memory per GPU must be positive."),
+        ({"workload": "res18", "num_gpus": "0"}, "num_gpus", "greater than or equal to 1"),
+        ({"workload": "res18", "total_iters": "abc"}, "total_iters", "Enter a whole number."),
+        (
+            {"workload": "res18", "qos_deadline_at": "2030-01-01T10:00", "qos_max_latency_s": "60"},
+            "qos_max_latency_s",
+            "Give either a deadline or a maximum latency, not both.",
+        ),
+        ({"workload": "res18", "qos_max_latency_s": "-5"}, "qos_max_latency_s", "must be positive"),
+        ({"workload": "res18", "team": "other"}, "team", "Select a valid choice"),
+        ({"workload": "nope"}, "workload", "Select a valid choice"),
+    ],
+)
+def test_validation_errors_are_placed_on_their_field(user, client_of, cluster, data, field, message):
+    TeamFactory(name="other")  # exists, but the user is no member: not offered, refused if forced
+    body = {"name": "j", "num_gpus": "1", "total_iters": "10", **data}
+    html = client_of(user).post(URL, body).content.decode()
+    assert not Job.objects.exists()
+    assert any(message in e for e in field_errors(html, field)), field_errors(html, field)
+
+
+def test_the_team_list_offers_only_the_users_teams(user, client_of, cluster):
+    TeamFactory(name="other")
+    mine = TeamFactory(name="mine")
+    mine.members.add(user)
+    html = client_of(user).get(URL).content.decode()
+    assert '<option value="mine">mine</option>' in html and "other" not in html
+
+
+def test_a_service_error_on_an_unknown_field_goes_above_the_form(user):
+    from django.core.exceptions import ValidationError
+
+    form = JobSubmitForm({"name": "j", "num_gpus": "1", "total_iters": "1", "command": "x"}, user=user)
+    assert form.is_valid()
+    form.add_service_errors(ValidationError({"priority": ["Nope."], "num_gpus": ["Too many."]}))
+    assert form.non_field_errors() == ["Nope."] and form.errors["num_gpus"] == ["Too many."]
