@@ -7,7 +7,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/attune
 REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint migrate clean
+.PHONY: venv demo test lint migrate clean browser
 
 venv: $(VENV)/.installed
 
@@ -27,8 +27,17 @@ demo: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 
-test: venv lint
+test: venv lint browser
 	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+# The browser tests drive Debian's chromium (playwright's own download needs the internet). Installed
+# here when missing and apt-get can run (root); otherwise those tests are skipped, saying why.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing chromium for the browser tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+		|| (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null); \
+	fi
 
 clean:
 	rm -rf $(VENV) var/*.sqlite3 .pytest_cache .ruff_cache
