@@ -1,0 +1,154 @@
+"""Reproduce GENIE's comparison (PAPERS.md §2.3, §6 rows 10-11) with Attune's simulator, as Markdown tables.
+
+GENIE = the SWAF policy with QoS-aware placement (allocator `genie`); baselines FIFO, EDF and SJF with
+a GPU-proportional placement (and with tune's CPU/memory, our stronger baseline); the combined mode
+neither paper has = SWAF ordering with tune's allocation. Workload: simulator.genie_trace (every job
+has a QoS latency, CNN-heavy, urgent bursts) on the Synergy testbed shape, 4 x (8 GPUs, 24 cores,
+500 GB), several arrival rates and seeds. Run: `python -m bench.reproduce_genie` (`--quick`, `--json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler_app.simulator import ClusterSpec, genie_trace, simulate
+
+CLUSTER = ClusterSpec(servers=4, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    label: str
+    policy: str
+    allocator: str
+    mode: str = "rounds"
+
+
+BASELINES = (
+    Scheduler("FIFO", "fifo", "proportional"),
+    Scheduler("EDF", "edf", "proportional"),
+    Scheduler("SJF", "sjf", "proportional"),
+    Scheduler("FIFO+tune", "fifo", "tune"),
+    Scheduler("EDF+tune", "edf", "tune"),
+    Scheduler("SJF+tune", "sjf", "tune"),
+)
+SWAF_FAMILY = (
+    Scheduler("SWAF", "swaf", "proportional"),
+    Scheduler("combined SWAF+tune", "swaf", "tune"),
+    Scheduler("GENIE (SWAF+genie)", "swaf", "genie"),
+    Scheduler("GENIE, event-driven", "swaf", "genie", "events"),
+)
+# Ablation: GENIE's placement under the baselines' orders (not in GENIE's comparison).
+ABLATION = (
+    Scheduler("FIFO+genie", "fifo", "genie"),
+    Scheduler("EDF+genie", "edf", "genie"),
+    Scheduler("SJF+genie", "sjf", "genie"),
+)
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def run_all(jobs: int, loads: list[float], seeds: list[int], schedulers: tuple[Scheduler, ...]) -> list[dict]:
+    rows = []
+    for load in loads:
+        for seed in seeds:
+            trace = genie_trace(jobs, jobs_per_hour=load, seed=seed)
+            for s in schedulers:
+                r = simulate(trace, CLUSTER, policy=s.policy, allocator=s.allocator, mode=s.mode)
+                rows.append(
+                    {
+                        "scheduler": s.label,
+                        "load": load,
+                        "seed": seed,
+                        "qos_pct": r.qos.met_pct,
+                        "makespan_h": r.makespan_h,
+                        "avg_jct_h": r.avg_jct_h,
+                        "tardiness_h": r.qos.tardiness_h,
+                        "wall_s": r.wall_s,
+                    }
+                )
+            log(f"  load {load:g} seed {seed}: {len(schedulers)} schedulers done")
+    return rows
+
+
+def mean_of(rows: list[dict], label: str, load: float, key: str) -> float:
+    return statistics.fmean(r[key] for r in rows if r["scheduler"] == label and r["load"] == load)
+
+
+def table(rows: list[dict], loads: list[float], labels: list[str]) -> str:
+    out = [
+        "| jobs/h | scheduler | QoS met % | makespan h | avg JCT h | tardiness h |",
+        "|---|---|---|---|---|---|",
+    ]
+    for load in loads:
+        best_qos = max(mean_of(rows, lab, load, "qos_pct") for lab in labels)
+        for lab in labels:
+            qos = mean_of(rows, lab, load, "qos_pct")
+            mark = " **(best)**" if qos == best_qos else ""
+            makespan_h, jct_h, tardy_h = (
+                mean_of(rows, lab, load, key) for key in ("makespan_h", "avg_jct_h", "tardiness_h")
+            )
+            out.append(
+                f"| {load:g} | {lab} | {qos:.1f}{mark} | {makespan_h:.1f} | {jct_h:.1f} | {tardy_h:.1f} |"
+            )
+    return "\n".join(out)
+
+
+def gains_table(rows: list[dict], loads: list[float], ours: str, baselines: list[str]) -> str:
+    out = [
+        f"| jobs/h | {ours} vs | QoS met, points | QoS met, relative | makespan change |",
+        "|---|---|---|---|---|",
+    ]
+    for load in loads:
+        q0, m0 = mean_of(rows, ours, load, "qos_pct"), mean_of(rows, ours, load, "makespan_h")
+        for b in baselines:
+            qb, mb = mean_of(rows, b, load, "qos_pct"), mean_of(rows, b, load, "makespan_h")
+            rel = f"{100 * (q0 - qb) / qb:+.1f} %" if qb > 0 else "-"
+            out.append(f"| {load:g} | {b} | {q0 - qb:+.1f} | {rel} | {100 * (m0 - mb) / mb:+.1f} % |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer jobs, loads and seeds (a minute)")
+    parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    args = parser.parse_args()
+    logging.getLogger("scheduler_app").setLevel(logging.WARNING)
+    jobs, loads, seeds = (100, [1.0, 3.0], [1]) if args.quick else (300, [1.0, 2.0, 3.0, 4.0], [1, 2, 3])
+    started = time.perf_counter()
+    schedulers = BASELINES + SWAF_FAMILY + ABLATION
+    rows = run_all(jobs, loads, seeds, schedulers)
+    command = "python -m bench.reproduce_genie" + (" --quick" if args.quick else "")
+    print(
+        f"### GENIE workload, {jobs} jobs, {CLUSTER.servers} x {CLUSTER.gpus_per_server} GPUs, "
+        f"seeds {','.join(map(str, seeds))} (means)\n\nCommand: `{command}`\n"
+    )
+    main_labels = [s.label for s in BASELINES + SWAF_FAMILY]
+    print(table(rows, loads, main_labels))
+    print("\n**GENIE against each baseline** (positive QoS and negative makespan are improvements)\n")
+    print(gains_table(rows, loads, "GENIE (SWAF+genie)", [s.label for s in BASELINES[:3]]))
+    print("\n**Combined SWAF+tune against each baseline and against GENIE**\n")
+    print(
+        gains_table(
+            rows, loads, "combined SWAF+tune", [s.label for s in BASELINES] + ["GENIE (SWAF+genie)"]
+        )
+    )
+    print("\n**Ablation: GENIE's placement under the baselines' orders**\n")
+    print(table(rows, loads, [s.label for s in ABLATION] + ["GENIE (SWAF+genie)"]))
+    print(f"\n(total wall time {time.perf_counter() - started:.0f} s)")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
