@@ -23,6 +23,7 @@ from scheduler_app.simulator import (
     read_trace,
     simulate,
 )
+from scheduler_app.simulator.simulation import MODES
 
 BASELINE_ALLOCATOR = "proportional"
 WORKLOADS = (
@@ -48,6 +49,7 @@ class SimulationRequest:
     round_s: float = 300.0
     finish_at_round_end: bool = False
     restart_overhead_s: float = 0.0
+    mode: str = "rounds"  # or "events": decide at arrivals and completions (simulator MODES)
     trace_path: str | None = None
     workload: str = "philly"
     num_jobs: int = 1000
@@ -83,6 +85,10 @@ def simulation_request_validate(request: SimulationRequest) -> None:
     ):
         if not value > 0:
             raise SimulationRequestError(f"{label} must be positive, got {value}")
+    if request.mode not in MODES:
+        raise SimulationRequestError(f"unknown mode {request.mode!r}; valid: {', '.join(MODES)}")
+    if request.mode == "events" and request.finish_at_round_end:
+        raise SimulationRequestError("finish at round end applies to the rounds mode only")
     if request.restart_overhead_s < 0:
         raise SimulationRequestError(f"restart overhead must be >= 0 s, got {request.restart_overhead_s}")
     if not request.policies or not request.allocators:
@@ -169,6 +175,7 @@ def simulation_compare(
                 restart_overhead_s=request.restart_overhead_s,
                 measured_job_ids=request.measured_job_ids,
                 progress=on_progress,
+                mode=request.mode,
             )
             runs.append(result.summary())
     _add_speedups(runs)

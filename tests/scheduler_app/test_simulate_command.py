@@ -202,3 +202,19 @@ def test_philly_workload_has_no_qos_jobs(tmp_path: Path):
 def test_unknown_workload_is_refused():
     with pytest.raises(CommandError, match="invalid choice: 'magic'"):
         run("--quiet", "--workload", "magic")
+
+
+def test_event_mode_and_the_genie_allocator_from_the_command_line(tmp_path: Path):
+    out_file = tmp_path / "out.json"
+    run(
+        "--servers", "2", "--workload", "genie", "--jobs", "30", "--load", "4", "--quiet",
+        "--policy", "swaf", "--allocator", "tune,genie", "--mode", "events", "--json", str(out_file),
+    )
+    runs = json.loads(out_file.read_text())["runs"]
+    assert [r["allocator"] for r in runs] == ["tune", "genie"]
+    assert all(r["qos_jobs"] == 30 and 0 <= r["qos_pct"] <= 100 for r in runs)
+
+
+def test_event_mode_refuses_round_end_finishing():
+    with pytest.raises(CommandError, match="rounds mode only"):
+        run(*SMALL, "--mode", "events", "--finish-at-round-end")

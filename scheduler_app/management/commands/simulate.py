@@ -116,6 +116,13 @@ class Command(BaseCommand):
             help="jobs finish at the end of the round they complete in, as the reference simulator counts",
         )
         grid.add_argument(
+            "--mode",
+            default="rounds",
+            choices=["rounds", "events"],
+            help="rounds: decide every --round-s (Synergy); events: also at every arrival and "
+            "completion (GENIE). Default rounds",
+        )
+        grid.add_argument(
             "--restart-overhead-s",
             type=float,
             default=0.0,
@@ -171,6 +178,7 @@ class Command(BaseCommand):
             allocators=_comma_list(opts["allocator"]),
             round_s=opts["round_s"],
             finish_at_round_end=opts["finish_at_round_end"],
+            mode=opts["mode"],
             restart_overhead_s=opts["restart_overhead_s"],
             trace_path=opts["trace"],
             num_jobs=opts["jobs"] if opts["jobs"] is not None else 1000,
