@@ -155,6 +155,7 @@ ATTUNE_SCHEDULER = {
     # it and say so); the forecast plays at most this many rounds forward.
     "reject_unattainable_qos": env.bool("ATTUNE_REJECT_UNATTAINABLE_QOS", default=False),
     "forecast_max_rounds": env.int("ATTUNE_FORECAST_MAX_ROUNDS", default=2016),
+    "forecast_time_budget_s": env.float("ATTUNE_FORECAST_TIME_BUDGET_S", default=2.0),
 }
 
 # Node agents and liveness; read only by cluster_app/conf.py.

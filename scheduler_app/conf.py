@@ -20,6 +20,7 @@ class SchedulerConf:
     agent_report_retention_days: int
     reject_unattainable_qos: bool
     forecast_max_rounds: int
+    forecast_time_budget_s: float
     redis_url: str
 
 
@@ -38,5 +39,6 @@ def scheduler_conf() -> SchedulerConf:
         agent_report_retention_days=int(raw.get("agent_report_retention_days", 7)),
         reject_unattainable_qos=bool(raw.get("reject_unattainable_qos", False)),
         forecast_max_rounds=int(raw.get("forecast_max_rounds", 2016)),
+        forecast_time_budget_s=float(raw.get("forecast_time_budget_s", 2.0)),
         redis_url=settings.REDIS_URL,
     )

@@ -84,14 +84,16 @@ def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPred
             started_s=started_s,
             until_finished=[job.pk],
             max_rounds=conf.forecast_max_rounds,
+            time_budget_s=conf.forecast_time_budget_s,
         )[job.pk]
         prediction.predicted_start_at = _at(predicted.start_s)
         prediction.predicted_finish_at = _at(predicted.finish_s)
         if predicted.finish_s is None:
             horizon_h = conf.forecast_max_rounds * conf.round_s / 3600
+            what = "started" if predicted.start_s is None else "finished"
             prediction.detail = (
-                f"not started within the forecast's {horizon_h:g} h" if predicted.start_s is None
-                else f"not finished within the forecast's {horizon_h:g} h"
+                f"not {what} within the forecast's horizon ({horizon_h:g} h, "
+                f"{conf.forecast_time_budget_s:g} s of computing)"
             )
     if deadline_at is not None:
         finish = prediction.predicted_finish_at

@@ -10,6 +10,7 @@ profiles; the service stores each prediction and compares it with what happened.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ def forecast(
     started_s: dict[int, float] | None = None,
     until_finished: Iterable[int] | None = None,
     max_rounds: int = 2016,
+    time_budget_s: float | None = None,
 ) -> dict[int, JobForecast]:
     """Run rounds from `first_round_s` on `snapshot` (the live round's input: every resource free that
     the round re-decides, anything held outside it subtracted) until every job of
@@ -50,7 +52,10 @@ def forecast(
     (2016 rounds of 300 s: one week). Jobs finish at their exact time inside a round.
 
     `started_s`: real start times of jobs already running (their forecast keeps them).
+    `time_budget_s`: stop after this much wall time (a web request's patience); jobs not finished by
+    then get no finish time, like those beyond `max_rounds`.
     """
+    wall_start = time.perf_counter()
     if not round_s > 0:
         raise ValueError(f"round_s must be positive, got {round_s}")
     policy_obj, allocator_obj, _, _ = _resolve(policy, allocator)
@@ -67,6 +72,8 @@ def forecast(
     waiting_for = set(sim_jobs if until_finished is None else until_finished) & set(sim_jobs)
     for k in range(max_rounds):
         if not waiting_for or not run.active:
+            break
+        if time_budget_s is not None and time.perf_counter() - wall_start > time_budget_s:
             break
         now_s = first_round_s + k * round_s
         plan = schedule_round(snapshot, run.views(), policy=policy_obj, allocator=allocator_obj, now_s=now_s)

@@ -65,3 +65,12 @@ def test_a_job_that_never_fits_and_the_horizon_give_no_finish():
 def test_bad_round_length_is_refused():
     with pytest.raises(ValueError, match="round_s"):
         forecast(make_cluster(1), [make_job(1)], policy="fifo", allocator="tune", first_round_s=0, round_s=0)
+
+
+def test_the_time_budget_stops_the_forecast():
+    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+    jobs = [make_job(i, total_iters=10 / RES18_ITER_S) for i in range(1, 4)]
+    out = forecast(
+        cluster, jobs, policy="fifo", allocator="proportional", first_round_s=0.0, time_budget_s=0.0
+    )
+    assert all(f.finish_s is None for f in out.values())  # stopped before the first round
