@@ -443,13 +443,17 @@ def opt_section(command: str, jobs: int, every: int, workloads: Sequence[tuple[s
         sampler = RoundSampler(make_allocator("tune"), every)
         simulate(trace, BIG_CLUSTER, policy="fifo", allocator=sampler, finish_at_round_end=True)
         ratios: dict[str, list[float]] = {a: [] for a in labels}
+        totals: dict[str, float] = {a: 0.0 for a in labels}
+        total_bound = 0.0
         contended: list[bool] = []
         for jobs_, snapshot in sampler.samples:
             bound = opt_throughput_bound(jobs_, snapshot)
+            total_bound += bound
             tputs = {a: plan_throughput(make_allocator(a).allocate(jobs_, snapshot)) for a in labels}
             contended.append(bound > tputs["proportional"] * 1.01)
             for a in labels:
                 ratios[a].append(tputs[a] / bound if bound > 0 else 1.0)
+                totals[a] += tputs[a]
         n_cont = sum(contended)
         log(f"  {label}: {len(sampler.samples)} sampled rounds, {n_cont} contended")
         for a in labels:
@@ -460,6 +464,7 @@ def opt_section(command: str, jobs: int, every: int, workloads: Sequence[tuple[s
                     label,
                     ALLOCATOR_LABELS[a],
                     f"{len(allr)}",
+                    f"{totals[a] / total_bound:.3f}" if total_bound > 0 else "-",
                     f"{statistics.fmean(allr):.3f}",
                     f"{min(allr):.3f}",
                     f"{100 * sum(r >= 0.9 for r in allr) / len(allr):.0f} %",
@@ -475,6 +480,7 @@ def opt_section(command: str, jobs: int, every: int, workloads: Sequence[tuple[s
                 "workload",
                 "allocator",
                 "rounds",
+                "total / total bound",
                 "mean / bound",
                 "min",
                 "within 10 %",
