@@ -46,3 +46,12 @@ def workload_profile_task(self, profiling_run_id: int) -> str:
     if status == "busy":
         raise self.retry(countdown=1)
     return status
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def simulation_run_task(run_id: int) -> str | None:
+    """Run a queued what-if simulation (dashboards); returns its final status, None if already claimed."""
+    from scheduler_app.dashboards.services import whatif_run_execute
+
+    run = whatif_run_execute(run_id=run_id)
+    return run.status if run is not None else None

@@ -1,0 +1,331 @@
+"""Page speed of the web UI and the dashboards' JSON on a week of history, against /healthz in the same run.
+
+Run: `python -m bench.web_pages [--servers 16] [--jobs 1000] [--days 7] [--repeats 7]`. Creates a
+fresh PostgreSQL database (`attune_bench_web`, dropped at the end, also on error), 16 servers x 8
+GPUs, the workload catalog, 1,000 jobs in mixed states submitted over the week (with their events,
+allocations on recorded rounds, QoS targets and teams), a round every 5 minutes and one usage sample
+per server and per GPU per minute (16 x 7 x 1,440 = 161,280 server rows and 1,290,240 GPU rows,
+written by INSERT ... SELECT generate_series on the server side). Then, through the Django test client
+logged in as staff (persistent connection, no HTTP), times every page and dashboard endpoint: the
+first request after the cache is cleared ("cold": the dashboards cache closed usage buckets, see
+docs/dashboards.md), then the median of `--repeats` requests after it, and the query count.
+Baseline in the same run: `GET /healthz` (one `SELECT 1`); `x healthz` = page median / healthz
+median. User pages of the web app (queue, job, cluster, submit) are included when their URL names
+resolve. Exits 1 if any median
+is at or above the budget (500 ms) or any request fails; a cold request over it is shown, not failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+from bench.common import print_table
+from bench.live_common import bench_database, django_setup, logger, logging_setup
+
+BUDGET_MS = 500.0
+STATE_MIX = (  # share of the jobs in each state
+    ("COMPLETED", 0.62),
+    ("RUNNING", 0.06),
+    ("PENDING", 0.22),
+    ("FAILED", 0.05),
+    ("CANCELLED", 0.05),
+)
+GPU_MIX = ((1, 0.55), (2, 0.25), (4, 0.15), (8, 0.05))
+
+
+def seed_usage(days: int) -> tuple[int, int]:
+    """One sample per server and per GPU per minute over `days` days, generated inside PostgreSQL."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO cluster_app_usagesample (server_id, sampled_at, cpu_util_pct, mem_used_gb)
+            SELECT s.id, ts, 20 + 70 * random(), s.mem_gb * (0.2 + 0.6 * random())
+            FROM cluster_app_server s,
+                 generate_series(date_trunc('minute', now()) - %s * interval '1 day',
+                                 date_trunc('minute', now()), interval '1 minute') ts
+            """,
+            [days],
+        )
+        server_rows = cursor.rowcount
+        cursor.execute(
+            """
+            INSERT INTO cluster_app_gpuusagesample (gpu_id, sampled_at, util_pct, mem_used_mb)
+            SELECT g.id, ts, 100 * random(), 16000 * random()
+            FROM cluster_app_gpu g,
+                 generate_series(date_trunc('minute', now()) - %s * interval '1 day',
+                                 date_trunc('minute', now()), interval '1 minute') ts
+            """,
+            [days],
+        )
+        gpu_rows = cursor.rowcount
+        cursor.execute("ANALYZE")
+    return server_rows, gpu_rows
+
+
+def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
+    """Servers, catalog, teams, rounds and jobs with their events and allocations (bulk inserts)."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from cluster_app.models import Gpu
+    from cluster_app.services import GpuSpec, server_create
+    from profiles_app.models import Workload
+    from profiles_app.services import workload_catalog_load
+    from scheduler_app.models import (
+        Allocation,
+        AllocationGpu,
+        Job,
+        JobEvent,
+        SchedulingRound,
+        SimulationRun,
+        SimulationStatus,
+        Team,
+    )
+
+    rng = random.Random(seed)
+    now = timezone.now()
+    servers = [
+        server_create(
+            name=f"gpu{i:02d}",
+            num_cpus=24,
+            mem_gb=500.0,
+            gpus=[GpuSpec(index=g, uuid=f"GPU-web-{i:02d}-{g}", model="V100") for g in range(8)],
+            gpu_model="V100",
+        )
+        for i in range(num_servers)
+    ]
+    gpus_by_server = {s.pk: list(Gpu.objects.filter(server=s).order_by("index")) for s in servers}
+    workload_catalog_load()
+    workloads = list(Workload.objects.order_by("name"))
+    owners = [get_user_model().objects.create_user(f"user{i}", password=None) for i in range(20)]
+    teams = [Team.objects.create(name=f"team{i}") for i in range(4)]
+    rounds = SchedulingRound.objects.bulk_create(
+        SchedulingRound(
+            started_at=now - timedelta(minutes=5 * k),
+            policy="las" if k % 3 == 0 else "fifo",
+            allocator="tune",
+            num_runnable=200,
+            num_placed=rng.randint(40, 90),
+            num_pending=rng.randint(0, 150),
+            num_infeasible=rng.randint(0, 3),
+        )
+        for k in range(days * 24 * 12)
+    )
+    states, weights = zip(*STATE_MIX, strict=True)
+    sizes, size_weights = zip(*GPU_MIX, strict=True)
+    jobs: list[Job] = []
+    for n in range(num_jobs):
+        state = rng.choices(states, weights)[0]
+        submitted = now - timedelta(seconds=rng.uniform(0, days * 86400))
+        started = finished = None
+        if state != "PENDING":
+            started = min(now, submitted + timedelta(seconds=rng.expovariate(1 / 1800)))
+        if state in ("COMPLETED", "FAILED", "CANCELLED"):
+            finished = min(now, started + timedelta(seconds=rng.expovariate(1 / 20000)))
+        qos = rng.random()
+        jobs.append(
+            Job(
+                owner=rng.choice(owners),
+                team=rng.choice(teams),
+                name=f"web-{n}",
+                workload=rng.choice(workloads),
+                num_gpus=rng.choices(sizes, size_weights)[0] if state != "RUNNING" else 1,
+                total_iters=rng.randint(2_000, 200_000),
+                state=state,
+                pending_reason="Priority" if state == "PENDING" else "None",
+                submitted_at=submitted,
+                started_at=started,
+                finished_at=finished,
+                qos_deadline_at=submitted + timedelta(hours=rng.uniform(2, 30)) if qos < 0.15 else None,
+                qos_max_latency_s=rng.uniform(3600, 80000) if 0.15 <= qos < 0.3 else None,
+            )
+        )
+    jobs = Job.objects.bulk_create(jobs)
+    events = []
+    for job in jobs:
+        events.append(JobEvent(job=job, at=job.submitted_at, kind="submitted", to_state="PENDING"))
+        if job.started_at:
+            events.append(
+                JobEvent(job=job, at=job.started_at, kind="started", from_state="PENDING", to_state="RUNNING")
+            )
+        if job.finished_at:
+            events.append(
+                JobEvent(
+                    job=job, at=job.finished_at, kind="finished", from_state="RUNNING", to_state=job.state
+                )
+            )
+    JobEvent.objects.bulk_create(events)
+    # Allocations: one per started job, on a round near its start; running jobs hold a free GPU each.
+    free = [(s.pk, g) for s in servers for g in gpus_by_server[s.pk]]
+    rng.shuffle(free)
+    allocations, holds = [], []
+    for job in jobs:
+        if job.started_at is None:
+            continue
+        running = job.finished_at is None
+        if running and not free:
+            continue
+        if running:
+            server_id, gpu = free.pop()
+            chosen = [gpu]
+        else:
+            server_id = rng.choice(servers).pk
+            chosen = rng.sample(gpus_by_server[server_id], min(job.num_gpus, 8))
+        k = min(len(rounds) - 1, int((now - job.started_at).total_seconds() // 300))
+        allocation = Allocation(
+            job=job,
+            round=rounds[k],
+            server_id=server_id,
+            num_cpus=3 * len(chosen),
+            mem_gb=62.5 * len(chosen),
+            started_at=job.started_at,
+            ended_at=job.finished_at,
+            end_reason="" if running else "finished",
+        )
+        allocations.append(allocation)
+        holds.append((allocation, chosen, job.finished_at))
+    Allocation.objects.bulk_create(allocations)
+    AllocationGpu.objects.bulk_create(
+        AllocationGpu(allocation=a, gpu=g, released_at=released)
+        for a, chosen, released in holds
+        for g in chosen
+    )
+    # A finished what-if run, for its page and JSON.
+    SimulationRun.objects.create(
+        status=SimulationStatus.SUCCEEDED,
+        progress=1.0,
+        parameters={
+            "policies": ["fifo"],
+            "allocators": ["proportional", "tune"],
+            "num_jobs": 200,
+            "servers": 16,
+        },
+        results={
+            "runs": [{"policy": "fifo", "allocator": a, "avg_jct_h": 2.0} for a in ("proportional", "tune")]
+        },
+    )
+    logger.info(
+        "%d servers, %d jobs, %d events, %d allocations, %d rounds",
+        len(servers),
+        len(jobs),
+        len(events),
+        len(allocations),
+        len(rounds),
+    )
+
+
+def targets() -> list[tuple[str, str]]:
+    """(label, path) of every page to time; user pages only where their URL names resolve."""
+    from django.urls import NoReverseMatch, reverse
+
+    from scheduler_app.models import Job, SimulationRun
+
+    job_id = Job.objects.filter(state="RUNNING").values_list("pk", flat=True).first()
+    run_id = SimulationRun.objects.values_list("pk", flat=True).first()
+    out: list[tuple[str, str]] = []
+    for label, name, kwargs in (
+        ("user: home", "home", {}),
+        ("user: queue", "web:queue", {}),
+        ("user: job page", "web:job_detail", {"pk": job_id}),
+        ("user: job page", "web:job", {"pk": job_id}),
+        ("user: cluster", "web:cluster", {}),
+        ("user: submit form", "web:submit", {}),
+    ):
+        try:
+            path = reverse(name, kwargs=kwargs)
+        except NoReverseMatch:
+            continue
+        if all(p != path for _, p in out):
+            out.append((label, path))
+    for name in ("index", "utilisation", "jobs", "qos", "queue", "whatif"):
+        out.append((f"dashboard page: {name}", reverse(f"dashboards:{name}")))
+    out.append(("what-if run page", reverse("dashboards:whatif_run", args=[run_id])))
+    out.append(("what-if run json", reverse("dashboards:api_whatif_run", args=[run_id])))
+    for name in ("utilisation", "jct", "qos", "queue"):
+        for days in (1, 7, 30):
+            out.append((f"json {name} days={days}", reverse(f"dashboards:api_{name}") + f"?days={days}"))
+    return out
+
+
+def time_get(client: Any, path: str, repeats: int) -> tuple[float, float, float, int, int]:
+    """Cold ms (after a warm-up request, with an empty cache), then median and best ms of GET `path`
+    over `repeats` after it; status and query count."""
+    from django.core.cache import cache
+    from django.db import connection
+
+    client.get(path)  # imports, template compilation: once per process, not what is measured
+    cache.clear()  # the dashboards keep closed usage buckets in the cache: time a read without them
+    start = time.perf_counter()
+    response = client.get(path)
+    cold_ms = 1000 * (time.perf_counter() - start)
+    queries: list[str] = []
+    # Counted with an execute wrapper: Django clears its own query log when a request starts.
+    with connection.execute_wrapper(lambda execute, sql, *rest: queries.append(sql) or execute(sql, *rest)):
+        client.get(path)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        response = client.get(path)
+        samples.append(1000 * (time.perf_counter() - start))
+    return cold_ms, statistics.median(samples), min(samples), response.status_code, len(queries)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args()
+    logging_setup()
+    with bench_database("attune_bench_web", keep=args.keep) as url:
+        django_setup(url, DEBUG="0")
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        start = time.perf_counter()
+        seed_work(args.servers, args.jobs, args.days, args.seed)
+        server_rows, gpu_rows = seed_usage(args.days)
+        logger.info(
+            "seeded in %.1f s: %d server and %d GPU usage samples",
+            time.perf_counter() - start,
+            server_rows,
+            gpu_rows,
+        )
+        staff = get_user_model().objects.create_user("staff", password=None, is_staff=True, is_superuser=True)
+        client = Client()
+        client.force_login(staff)
+        base_cold, base_ms, base_best, _, base_queries = time_get(client, "/healthz", args.repeats)
+        rows: list[list[Any]] = [
+            ["GET /healthz (baseline)", 200, base_queries, base_cold, base_ms, base_best, 1.0, "ok"]
+        ]
+        slow = []
+        for label, path in targets():
+            cold_ms, median_ms, best_ms, status, queries = time_get(client, path, args.repeats)
+            ok = status == 200 and median_ms < BUDGET_MS
+            if not ok:
+                slow.append(label)
+            verdict = "ok" if ok else "SLOW"
+            if ok and cold_ms >= BUDGET_MS:
+                verdict = "ok (cold over)"
+            rows.append([label, status, queries, cold_ms, median_ms, best_ms, median_ms / base_ms, verdict])
+        headers = ["request", "status", "queries", "cold ms", "median ms", "best ms", "x healthz", "verdict"]
+        print_table(headers, rows)
+    if slow:
+        print(f"over budget or failed: {', '.join(slow)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

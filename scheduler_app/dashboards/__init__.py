@@ -1,0 +1,1 @@
+"""Staff dashboards: Plotly charts of utilisation, JCT, QoS and the queue, and the what-if simulator page."""

@@ -1,0 +1,124 @@
+"""Thin dashboard views: staff only; pages render a shell, charts fetch their JSON and redraw."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+
+from scheduler_app.dashboards import selectors
+from scheduler_app.dashboards.buckets import MAX_DAYS, Window, window_for
+from scheduler_app.dashboards.forms import WhatIfForm
+from scheduler_app.dashboards.services import whatif_run_create, whatif_run_dispatch
+from scheduler_app.models import SimulationRun
+
+DAY_CHOICES = (1, 7, 30, 90)
+DEFAULT_DAYS = 7
+REFRESH_S = 30
+
+
+def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Anonymous users go to the login page; signed-in users who are not staff get 403."""
+
+    @wraps(view)
+    @login_required
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("dashboards are for staff")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _page(request: HttpRequest, template: str, **context: Any) -> HttpResponse:
+    return render(
+        request,
+        f"dashboards/{template}",
+        {"day_choices": DAY_CHOICES, "default_days": DEFAULT_DAYS, "refresh_s": REFRESH_S, **context},
+    )
+
+
+@staff_required
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    return _page(request, "index.html")
+
+
+@staff_required
+@require_GET
+def utilisation(request: HttpRequest) -> HttpResponse:
+    return _page(request, "utilisation.html")
+
+
+@staff_required
+@require_GET
+def jobs(request: HttpRequest) -> HttpResponse:
+    return _page(request, "jobs.html")
+
+
+@staff_required
+@require_GET
+def qos(request: HttpRequest) -> HttpResponse:
+    return _page(request, "qos.html")
+
+
+@staff_required
+@require_GET
+def queue(request: HttpRequest) -> HttpResponse:
+    return _page(request, "queue.html")
+
+
+def _series_endpoint(build: Callable[..., dict[str, Any]]) -> Callable[[HttpRequest], HttpResponse]:
+    """A JSON endpoint over `?days=N` (0 < N <= MAX_DAYS, default 7): `build(window=...)` as JSON."""
+
+    @staff_required
+    @require_GET
+    def endpoint(request: HttpRequest) -> HttpResponse:
+        try:
+            days = float(request.GET.get("days", DEFAULT_DAYS))
+        except ValueError:
+            days = -1.0
+        if not 0 < days <= MAX_DAYS:
+            return JsonResponse({"error": f"days must be a number in (0, {MAX_DAYS}]"}, status=400)
+        window: Window = window_for(days=days, now=timezone.now())
+        return JsonResponse(build(window=window))
+
+    return endpoint
+
+
+utilisation_json = _series_endpoint(selectors.utilisation_series)
+jct_json = _series_endpoint(selectors.jct_series)
+qos_json = _series_endpoint(selectors.qos_series)
+queue_json = _series_endpoint(selectors.queue_series)
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def whatif(request: HttpRequest) -> HttpResponse:
+    form = WhatIfForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        run = whatif_run_create(request=form.request, history=form.history, created_by=request.user)
+        whatif_run_dispatch(run=run)
+        return redirect("dashboards:whatif_run", run_id=run.pk)
+    return _page(request, "whatif.html", form=form, runs=selectors.simulation_runs_recent())
+
+
+@staff_required
+@require_GET
+def whatif_run(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(SimulationRun, pk=run_id)
+    return _page(request, "whatif_run.html", run=run, summary=selectors.simulation_run_view(run))
+
+
+@staff_required
+@require_GET
+def whatif_run_json(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(SimulationRun, pk=run_id)
+    return JsonResponse(selectors.simulation_run_view(run))

@@ -1,0 +1,108 @@
+"""Dashboard pages and JSON endpoints: staff only, bounded queries, answers shaped for the charts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from cluster_app.models import GpuUsageSample, UsageSample
+from scheduler_app.models import SchedulingRound
+from tests.dashboards.conftest import completed_job
+from tests.factories import AllocationFactory, ServerFactory
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["index", "utilisation", "jobs", "qos", "queue", "whatif"]
+ENDPOINTS = ["api_utilisation", "api_jct", "api_qos", "api_queue"]
+
+
+@pytest.mark.parametrize("name", PAGES + ENDPOINTS)
+def test_anonymous_users_are_sent_to_log_in(client, name):
+    response = client.get(reverse(f"dashboards:{name}"))
+    assert response.status_code == 302
+    assert "next=" in response["Location"]
+
+
+@pytest.mark.parametrize("name", PAGES + ENDPOINTS)
+def test_users_who_are_not_staff_are_refused(plain_client, name):
+    assert plain_client.get(reverse(f"dashboards:{name}")).status_code == 403
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_staff_see_the_pages_with_local_plotly(staff_client, name):
+    response = staff_client.get(reverse(f"dashboards:{name}"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "/static/dashboards/plotly.min.js" in html
+    sources = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', html)
+    assert sources and all(src.startswith("/static/") for src in sources)  # nothing from a CDN
+
+
+def test_plotly_is_served_locally(staff_client):
+    response = staff_client.get("/static/dashboards/plotly.min.js")
+    assert response.status_code == 200
+
+
+def seed_a_little():
+    server = ServerFactory()
+    now = timezone.now()
+    gpu = server.gpus.first()
+    for minutes in range(0, 120, 5):
+        at = now - timezone.timedelta(minutes=minutes)
+        UsageSample.objects.create(server=server, sampled_at=at, cpu_util_pct=40, mem_used_gb=100)
+        GpuUsageSample.objects.create(gpu=gpu, sampled_at=at, util_pct=80, mem_used_mb=1000)
+        SchedulingRound.objects.create(started_at=at, policy="fifo", allocator="tune", num_pending=2)
+    for i in range(5):
+        job = completed_job(submitted_h=0, finished_h=1)
+        job.submitted_at = now - timezone.timedelta(hours=i + 2)  # each took 2 h
+        job.finished_at = now - timezone.timedelta(hours=i)
+        job.save()
+        AllocationFactory(job=job, server=server, started_at=job.submitted_at, ended_at=job.finished_at)
+
+
+@pytest.mark.parametrize("name", ENDPOINTS)
+def test_endpoints_answer_json_in_a_bounded_number_of_queries(
+    staff_client, django_assert_max_num_queries, name
+):
+    seed_a_little()
+    # Session and user, then at most four reads whatever the amount of data.
+    with django_assert_max_num_queries(6):
+        response = staff_client.get(reverse(f"dashboards:{name}"), {"days": "1"})
+    assert response.status_code == 200
+    data = response.json()
+    assert data["bucket_s"] == 300 and "start" in data and "end" in data
+    if "t" in data:
+        assert 0 < len(data["t"]) <= 500
+
+
+def test_the_endpoints_see_the_seeded_data(staff_client):
+    seed_a_little()
+    util = staff_client.get(reverse("dashboards:api_utilisation"), {"days": "1"}).json()
+    assert 80.0 in util["gpu"]["measured_pct"]
+    assert 40.0 in util["cpu"]["measured_pct"]
+    jct = staff_client.get(reverse("dashboards:api_jct"), {"days": "1"}).json()
+    assert jct["jobs"] == 5 and jct["avg_jct_h"] == pytest.approx(2.0)
+    queue = staff_client.get(reverse("dashboards:api_queue"), {"days": "1"}).json()
+    assert 2.0 in queue["avg_waiting"]
+
+
+@pytest.mark.parametrize("days", ["0", "-1", "abc", "400", "nan"])
+def test_bad_windows_are_refused(staff_client, days):
+    response = staff_client.get(reverse("dashboards:api_jct"), {"days": days})
+    assert response.status_code == 400
+    assert "days" in response.json()["error"]
+
+
+def test_a_refresh_sees_new_samples_in_the_open_bucket(staff_client):
+    server = ServerFactory()
+    url = reverse("dashboards:api_utilisation")
+    before = staff_client.get(url, {"days": "1"}).json()
+    assert before["gpu"]["measured_pct"][-2:] == [None, None]
+    GpuUsageSample.objects.create(
+        gpu=server.gpus.first(), sampled_at=timezone.now(), util_pct=42, mem_used_mb=1
+    )
+    after = staff_client.get(url, {"days": "1"}).json()
+    assert 42.0 in after["gpu"]["measured_pct"][-2:]  # the last bucket, or the one before at a boundary

@@ -1,0 +1,154 @@
+"""The what-if page: form validation, a run through the Celery task to completion, the history trace."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from scheduler_app import tasks
+from scheduler_app.dashboards.history import HistoryTrace, history_trace
+from scheduler_app.dashboards.services import whatif_run_create, whatif_run_execute
+from scheduler_app.models import SimulationRun, SimulationStatus
+from scheduler_app.services.simulations import SimulationRequest
+from scheduler_app.simulator import TraceJob
+from tests.dashboards.conftest import completed_job
+from tests.factories import JobFactory, WorkloadFactory
+
+pytestmark = pytest.mark.django_db
+
+VALID = {
+    "policies": ["fifo"],
+    "allocators": ["proportional", "tune"],
+    "trace_source": "generated",
+    "workload": "philly",
+    "num_jobs": "20",
+    "jobs_per_hour": "9",
+    "split_image_pct": "",
+    "split_language_pct": "",
+    "split_speech_pct": "",
+    "seed": "3",
+    "servers": "2",
+    "gpus_per_server": "8",
+    "cpus_per_server": "24",
+    "mem_gb_per_server": "500",
+    "round_s": "300",
+}
+
+
+def post(client, **changes):
+    return client.post(reverse("dashboards:whatif"), {**VALID, **changes})
+
+
+def test_the_form_offers_every_registered_policy_and_allocator(staff_client):
+    html = staff_client.get(reverse("dashboards:whatif")).content.decode()
+    for name in ("fifo", "srtf", "las", "proportional", "tune", "greedy"):
+        assert f'value="{name}"' in html
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"policies": []}, "policies"),
+        ({"allocators": ["nope"]}, "allocators"),
+        ({"num_jobs": "0"}, "num_jobs"),
+        ({"num_jobs": "many"}, "num_jobs"),
+        ({"jobs_per_hour": "-2"}, "jobs_per_hour"),
+        ({"servers": "0"}, "servers"),
+        ({"split_image_pct": "50"}, "split_image_pct"),
+        ({"split_image_pct": "0", "split_language_pct": "0", "split_speech_pct": "0"}, "split_image_pct"),
+    ],
+)
+def test_bad_values_give_field_errors_and_keep_what_was_typed(staff_client, changes, field):
+    response = post(staff_client, **changes)
+    assert response.status_code == 200
+    assert not SimulationRun.objects.exists()
+    assert response.context["form"].errors[field]
+    html = response.content.decode()
+    assert f'id="id_{field}_errors"' in html
+    assert 'value="3"' in html  # the seed typed before is still there
+
+
+def test_too_big_a_grid_is_refused_as_a_whole(staff_client):
+    response = post(
+        staff_client,
+        num_jobs="5000",
+        policies=["fifo", "srtf", "las"],
+        allocators=["tune", "greedy", "proportional"],
+    )
+    assert "too much for one run" in str(response.context["form"].non_field_errors())
+
+
+def test_history_needs_recorded_jobs(staff_client):
+    response = post(staff_client, trace_source="history")
+    assert "no completed catalog job" in str(response.context["form"].errors["trace_source"])
+
+
+def test_a_run_goes_through_the_task_to_its_results(
+    staff_client, settings, django_capture_on_commit_callbacks
+):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # the task runs in-process once the run is committed
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(staff_client)
+    run = SimulationRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "dashboards:whatif_run", args=[run.pk]
+    )
+    run.refresh_from_db()
+    assert run.status == SimulationStatus.SUCCEEDED, run.error
+    assert run.progress == 1.0
+    data = staff_client.get(reverse("dashboards:api_whatif_run", args=[run.pk])).json()
+    assert data["status"] == "SUCCEEDED" and data["jobs"] == 20 and data["actual"] is None
+    assert [(r["policy"], r["allocator"]) for r in data["runs"]] == [
+        ("fifo", "proportional"),
+        ("fifo", "tune"),
+    ]
+    assert all(r["finished_jobs"] == 20 and r["avg_jct_h"] > 0 for r in data["runs"])
+    page = staff_client.get(reverse("dashboards:whatif_run", args=[run.pk]))
+    assert page.status_code == 200 and b'data-metric="avg_jct_h"' in page.content
+
+
+def test_the_task_runs_a_queued_run_once():
+    run = whatif_run_create(request=SimulationRequest(servers=1, num_jobs=5, allocators=("tune",)))
+    assert tasks.simulation_run_task.apply(args=(run.pk,)).get() == SimulationStatus.SUCCEEDED
+    assert tasks.simulation_run_task.apply(args=(run.pk,)).get() is None  # redelivered: already claimed
+
+
+def test_a_history_run_replays_the_recorded_jobs_beside_what_happened():
+    res18 = WorkloadFactory(name="res18")
+    completed_job(submitted_h=0, finished_h=2, workload=res18, num_gpus=1, total_iters=500)
+    completed_job(submitted_h=1, finished_h=5, workload=res18, num_gpus=2, total_iters=800)
+    JobFactory(workload=None, command="./train.sh", state="COMPLETED", finished_at=None)  # not finished
+    custom = WorkloadFactory(name="my-model")
+    completed_job(submitted_h=0, finished_h=1, workload=custom)  # not in the catalog: skipped
+    history = history_trace(max_jobs=10)
+    assert [(j.model, j.arrival_s, j.total_iters, j.num_gpus) for j in history.jobs] == [
+        ("res18", 0.0, 500, 1),
+        ("res18", 3600.0, 800, 2),
+    ]
+    assert history.skipped == 1
+    assert history.actual["avg_jct_h"] == 3.0 and history.actual["makespan_h"] == 5.0
+    run = whatif_run_create(request=SimulationRequest(servers=1, allocators=("tune",)), history=history)
+    run = whatif_run_execute(run_id=run.pk)
+    assert run.status == SimulationStatus.SUCCEEDED
+    (result,) = run.results["runs"]
+    assert result["jobs"] == 2 and result["finished_jobs"] == 2
+    assert run.parameters["extra"]["actual"]["makespan_h"] == 5.0
+
+
+def test_a_failing_run_records_its_error_for_the_page(staff_client):
+    history = HistoryTrace(jobs=[TraceJob(1, "no-such-model", 0.0, 100, 1)], skipped=0, actual={"jobs": 1})
+    run = whatif_run_create(request=SimulationRequest(servers=1, allocators=("tune",)), history=history)
+    with pytest.raises(ValueError, match="no-such-model"):
+        whatif_run_execute(run_id=run.pk)
+    data = staff_client.get(reverse("dashboards:api_whatif_run", args=[run.pk])).json()
+    assert data["status"] == "FAILED" and "no-such-model" in data["error"]
+
+
+def test_an_unreadable_stored_trace_fails_the_run():
+    run = whatif_run_create(request=SimulationRequest(servers=1, allocators=("tune",)))
+    run.parameters["extra"] = {"trace_source": "history", "history_trace": [["x"]]}
+    run.save()
+    with pytest.raises(ValueError):
+        whatif_run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == SimulationStatus.FAILED and "unreadable" in run.error
