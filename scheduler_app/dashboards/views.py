@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -18,23 +15,11 @@ from scheduler_app.dashboards.buckets import MAX_DAYS, Window, window_for
 from scheduler_app.dashboards.forms import WhatIfForm
 from scheduler_app.dashboards.services import whatif_run_create, whatif_run_dispatch
 from scheduler_app.models import SimulationRun
+from scheduler_app.web.access import staff_required
 
 DAY_CHOICES = (1, 7, 30, 90)
 DEFAULT_DAYS = 7
 REFRESH_S = 30
-
-
-def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Anonymous users go to the login page; signed-in users who are not staff get 403."""
-
-    @wraps(view)
-    @login_required
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("dashboards are for staff")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _page(request: HttpRequest, template: str, **context: Any) -> HttpResponse:

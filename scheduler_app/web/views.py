@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -28,22 +27,10 @@ from scheduler_app.selectors import (
 )
 from scheduler_app.services.job_control import JobStateError, job_cancel, job_enqueue
 from scheduler_app.services.nodes import node_drain, node_resume
+from scheduler_app.web.access import staff_required
 from scheduler_app.web.forms import DEFAULT_QUEUE_STATES, JobSubmitForm, QueueFilter
 
 QUEUE_PAGE_SIZE = 100
-
-
-def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Logged in and staff; a logged-in non-staff user gets 403 (not a login loop)."""
-
-    @login_required
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("staff only")
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 @login_required
