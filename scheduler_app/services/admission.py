@@ -92,7 +92,7 @@ def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPred
             horizon_h = conf.forecast_max_rounds * conf.round_s / 3600
             what = "started" if predicted.start_s is None else "finished"
             prediction.detail = (
-                f"not {what} within the forecast's horizon ({horizon_h:g} h, "
+                f"not {what} within the forecast's limits ({horizon_h:g} h ahead, "
                 f"{conf.forecast_time_budget_s:g} s of computing)"
             )
     if deadline_at is not None:

@@ -10,6 +10,7 @@ profiles; the service stores each prediction and compares it with what happened.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from scheduler_app.core.allocators import Allocator
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import Policy
-from scheduler_app.core.types import ClusterSnapshot, JobView
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 from scheduler_app.simulator.simulation import _resolve, _Run, _SimJob
 
 
@@ -53,34 +54,75 @@ def forecast(
 
     `started_s`: real start times of jobs already running (their forecast keeps them).
     `time_budget_s`: stop after this much wall time (a web request's patience); jobs not finished by
-    then get no finish time, like those beyond `max_rounds`.
+    then get no finish time, like those beyond `max_rounds`. Under a static order (FIFO) with
+    `until_finished`, jobs ordered after the last target are left out of the forecast and the result.
     """
     wall_start = time.perf_counter()
     if not round_s > 0:
         raise ValueError(f"round_s must be positive, got {round_s}")
     policy_obj, allocator_obj, _, _ = _resolve(policy, allocator)
     started_s = started_s or {}
+    views = list(jobs)
+    targets = {v.job_id for v in views} if until_finished is None else set(until_finished)
+    if policy_obj.static_order and until_finished is not None:
+        # The order never changes, so jobs behind the last target can only take what is left:
+        # they do not move its start (GPU admission is in policy order) and are not simulated.
+        ordered = policy_obj.order(views, snapshot, first_round_s)
+        positions = [i for i, v in enumerate(ordered) if v.job_id in targets]
+        if positions:
+            views = ordered[: max(positions) + 1]
+    # With a static order and an allocator that ignores progress, a plan that repeats keeps
+    # repeating until a job finishes: those rounds are skipped in one step.
+    can_skip = policy_obj.static_order and not allocator_obj.reads_progress
     run = _Run(round_s=round_s, round_end=False, restart_overhead_s=0.0)
     sim_jobs: dict[int, _SimJob] = {}
-    for view in sorted(jobs, key=lambda v: (v.arrival_s, v.job_id)):
+    for view in sorted(views, key=lambda v: (v.arrival_s, v.job_id)):
         job = _SimJob.from_view(view)
         job.start_s = started_s.get(view.job_id)
         sim_jobs[view.job_id] = job
         run.active[view.job_id] = job
         if view.current is not None:
             run.running[view.job_id] = job
-    waiting_for = set(sim_jobs if until_finished is None else until_finished) & set(sim_jobs)
-    for k in range(max_rounds):
-        if not waiting_for or not run.active:
-            break
+    waiting_for = targets & set(sim_jobs)
+    previous: RoundPlan | None = None
+    k = 0
+    while k < max_rounds and waiting_for and run.active:
         if time_budget_s is not None and time.perf_counter() - wall_start > time_budget_s:
             break
-        now_s = first_round_s + k * round_s
-        plan = schedule_round(snapshot, run.views(), policy=policy_obj, allocator=allocator_obj, now_s=now_s)
-        placed, _ = run.apply(plan, now_s)
+        plan = schedule_round(
+            snapshot,
+            run.views(),
+            policy=policy_obj,
+            allocator=allocator_obj,
+            now_s=first_round_s + k * round_s,
+        )
+        if can_skip and previous is not None and plan.decisions == previous.decisions:
+            k += _skip_steady_rounds(plan, run.active, round_s, max_rounds - 1 - k)
+        placed, _ = run.apply(plan, first_round_s + k * round_s)
         waiting_for.intersection_update(run.active.keys())  # finished or dropped as infeasible: done
         if not placed:
             break  # nothing fits and nothing will change: no arrivals in a forecast
-    return {
-        job_id: JobForecast(job_id, job.start_s, job.finish_s) for job_id, job in sim_jobs.items()
-    }
+        previous = plan
+        k += 1
+    return {job_id: JobForecast(job_id, job.start_s, job.finish_s) for job_id, job in sim_jobs.items()}
+
+
+def _skip_steady_rounds(plan: RoundPlan, active: dict[int, _SimJob], round_s: float, most: int) -> int:
+    """Run every placed job through the whole rounds before the first of them finishes; return how many.
+
+    Only called when the plan repeats and nothing else can change it (see `forecast`), so these
+    rounds would all have been this plan.
+    """
+    placed = [(active[d.job_id], d.placement) for d in plan.decisions if d.placement is not None]
+    if not placed:
+        return 0
+    rounds_left = min(
+        math.ceil((job.total_iters - job.done_iters) * job.iter_time_s / placement.speedup / round_s)
+        for job, placement in placed
+    )
+    skip = max(0, min(rounds_left - 1, most))
+    for job, placement in placed:
+        job.done_iters += skip * round_s * placement.speedup / job.iter_time_s
+        job.attained_gpu_s += skip * round_s * job.num_gpus
+        job.view = None
+    return skip

@@ -23,6 +23,9 @@ class Allocator(ABC):
     """
 
     name: ClassVar[str]
+    # True when decisions depend on jobs' progress or on the clock (QoS deadlines), not only on
+    # which jobs there are and where they ran: a forecast cannot skip rounds for such an allocator.
+    reads_progress: ClassVar[bool] = False
 
     @abstractmethod
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:

@@ -303,6 +303,8 @@ class GenieRound:
 class GenieAllocator(Allocator):
     """QoS-aware placement: the fewest cores and memory per GPU that meet each deadline (see above)."""
 
+    reads_progress = True
+
     def __init__(self, slack: float = 0.8, *, work_conserving: bool = True) -> None:
         if not 0 < slack <= 1:
             raise ValueError(f"slack must be in (0, 1], got {slack!r}")

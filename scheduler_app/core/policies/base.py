@@ -19,6 +19,10 @@ class Policy(ABC):
     """
 
     name: ClassVar[str]
+    # True when the order depends only on each job's own fixed attributes (priority, arrival, id),
+    # never on progress, service, the clock or the other jobs: a forecast may then drop the jobs
+    # ordered after the one it predicts, and skip rounds in which nothing changes.
+    static_order: ClassVar[bool] = False
 
     @abstractmethod
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:

@@ -17,5 +17,7 @@ from scheduler_app.core.types import ClusterSnapshot, JobView
 class FifoPolicy(Policy):
     """Earliest arrival first."""
 
+    static_order = True
+
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         return sorted(jobs, key=lambda j: (-j.priority, j.arrival_s, j.job_id))

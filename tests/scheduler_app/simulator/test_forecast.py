@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 
 from profiles_app.catalog import load_catalog
+from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.policies.fifo import FifoPolicy
 from scheduler_app.core.types import Placement, ServerShare
 from scheduler_app.simulator.forecast import forecast
 from tests.builders import make_cluster, make_job
@@ -44,7 +46,11 @@ def test_edf_lets_the_urgent_job_go_first_and_stops_once_the_target_is_done():
     relaxed = make_job(1, total_iters=600 / RES18_ITER_S, arrival_s=0.0, deadline_s=10_000.0)
     urgent = make_job(2, total_iters=60 / RES18_ITER_S, arrival_s=5.0, deadline_s=400.0)
     out = forecast(
-        cluster, [relaxed, urgent], policy="edf", allocator="proportional", first_round_s=0.0,
+        cluster,
+        [relaxed, urgent],
+        policy="edf",
+        allocator="proportional",
+        first_round_s=0.0,
         until_finished=[2],
     )
     assert out[2].start_s == 0.0 and out[2].finish_s == pytest.approx(60.0)
@@ -74,3 +80,50 @@ def test_the_time_budget_stops_the_forecast():
         cluster, jobs, policy="fifo", allocator="proportional", first_round_s=0.0, time_budget_s=0.0
     )
     assert all(f.finish_s is None for f in out.values())  # stopped before the first round
+
+
+class FifoWithoutShortcuts(FifoPolicy):
+    """FIFO's order, but claiming it may change: the forecast then simulates every round and job."""
+
+    static_order = False
+
+
+def queue_of(n: int) -> list:
+    models = ["res18", "alexnet", "lstm", "m5", "res50"]
+    return [
+        make_job(i, models[i % 5], gpus=1 + (i % 3 == 0) * 3, arrival_s=float(i), total_iters=500.0 + 137 * i)
+        for i in range(1, n + 1)
+    ]
+
+
+@pytest.mark.parametrize("allocator", ["proportional", "tune"])
+def test_skipping_steady_rounds_changes_nothing(allocator, monkeypatch):
+    calls: list[float] = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["now_s"])
+        return schedule_round(*args, **kwargs)
+
+    monkeypatch.setattr("scheduler_app.simulator.forecast.schedule_round", counted)
+    cluster = make_cluster(2, gpus=4, cpus=12, mem_gb=250.0)
+    jobs = queue_of(24)
+    fast = forecast(cluster, jobs, policy="fifo", allocator=allocator, first_round_s=0.0)
+    fast_rounds = len(calls)
+    slow = forecast(cluster, jobs, policy=FifoWithoutShortcuts(), allocator=allocator, first_round_s=0.0)
+    assert fast_rounds < len(calls) - fast_rounds  # rounds were skipped
+    assert {j: (f.start_s, pytest.approx(f.finish_s)) for j, f in fast.items()} == {
+        j: (f.start_s, f.finish_s) for j, f in slow.items()
+    }
+
+
+def test_jobs_behind_the_target_are_left_out_without_moving_its_times():
+    cluster = make_cluster(2, gpus=4, cpus=12, mem_gb=250.0)
+    jobs = queue_of(24)
+    target = 12
+    fast = forecast(
+        cluster, jobs, policy="fifo", allocator="proportional", first_round_s=0.0, until_finished=[target]
+    )
+    slow = forecast(cluster, jobs, policy=FifoWithoutShortcuts(), allocator="proportional", first_round_s=0.0)
+    assert set(fast) == set(range(1, target + 1))
+    assert fast[target].start_s == slow[target].start_s
+    assert fast[target].finish_s == pytest.approx(slow[target].finish_s)
