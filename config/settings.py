@@ -152,10 +152,12 @@ ATTUNE_SCHEDULER = {
     "log_tail_lines": env.int("ATTUNE_LOG_TAIL_LINES", default=500),
     "agent_report_retention_days": env.int("ATTUNE_AGENT_REPORT_RETENTION_DAYS", default=7),
     # Admission: refuse a submission whose QoS target the forecast says cannot be met (else accept
-    # it and say so); the forecast plays at most this many rounds forward.
+    # it and say so). The forecast looks this far ahead, with this much computing at submission; a
+    # worker finishes longer ones with the background budget.
     "reject_unattainable_qos": env.bool("ATTUNE_REJECT_UNATTAINABLE_QOS", default=False),
-    "forecast_max_rounds": env.int("ATTUNE_FORECAST_MAX_ROUNDS", default=2016),
+    "forecast_horizon_h": env.float("ATTUNE_FORECAST_HORIZON_H", default=168.0),
     "forecast_time_budget_s": env.float("ATTUNE_FORECAST_TIME_BUDGET_S", default=2.0),
+    "forecast_background_budget_s": env.float("ATTUNE_FORECAST_BACKGROUND_BUDGET_S", default=120.0),
 }
 
 # Node agents and liveness; read only by cluster_app/conf.py.

@@ -19,8 +19,9 @@ class SchedulerConf:
     log_tail_lines: int
     agent_report_retention_days: int
     reject_unattainable_qos: bool
-    forecast_max_rounds: int
+    forecast_horizon_h: float
     forecast_time_budget_s: float
+    forecast_background_budget_s: float
     redis_url: str
 
 
@@ -38,7 +39,8 @@ def scheduler_conf() -> SchedulerConf:
         log_tail_lines=int(raw.get("log_tail_lines", 500)),
         agent_report_retention_days=int(raw.get("agent_report_retention_days", 7)),
         reject_unattainable_qos=bool(raw.get("reject_unattainable_qos", False)),
-        forecast_max_rounds=int(raw.get("forecast_max_rounds", 2016)),
+        forecast_horizon_h=float(raw.get("forecast_horizon_h", 168)),
         forecast_time_budget_s=float(raw.get("forecast_time_budget_s", 2.0)),
+        forecast_background_budget_s=float(raw.get("forecast_background_budget_s", 120.0)),
         redis_url=settings.REDIS_URL,
     )

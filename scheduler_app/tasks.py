@@ -55,3 +55,11 @@ def simulation_run_task(run_id: int) -> str | None:
 
     run = whatif_run_execute(run_id=run_id)
     return run.status if run is not None else None
+
+
+@shared_task(ignore_result=True)
+def admission_forecast_task(job_id: int) -> None:
+    """Finish an admission prediction that ran out of time at submission (services/admission.py)."""
+    from scheduler_app.services.admission import admission_forecast_complete
+
+    admission_forecast_complete(job_id=job_id)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.utils import timezone
 
 from cluster_app.models import Server
@@ -51,68 +53,121 @@ def _at(seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.get_current_timezone())
 
 
-def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPrediction:
-    """Forecast `job` (just submitted, PENDING) against the current queue and store the prediction.
-
-    Raises QosUnattainableError, before storing anything, when the target is predicted to be missed
-    and `reject_unattainable_qos` is set; the caller's transaction then drops the submission.
-    """
+def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, budget_s: float) -> bool:
+    """Fill the prediction's times from a forecast of the current queue; False if out of time."""
     conf = scheduler_conf()
-    now = now or timezone.now()
     servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
     jobs = list(Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("workload"))
     if job.pk not in {j.pk for j in jobs}:
         jobs.append(job)
     inputs = round_inputs(servers=servers, jobs=jobs)
+    if job.pk not in inputs.jobs:
+        prediction.detail = "the job's servers are not schedulable"
+        return True
+    started_s = {
+        j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
+    }
+    wall_start = time.perf_counter()
+    predicted = forecast(
+        inputs.snapshot,
+        inputs.views,
+        policy=conf.policy,
+        allocator=conf.allocator,
+        first_round_s=next_round_at(now, conf.round_s).timestamp(),
+        round_s=conf.round_s,
+        started_s=started_s,
+        until_finished=[job.pk],
+        max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
+        time_budget_s=budget_s,
+    )[job.pk]
+    prediction.predicted_start_at = _at(predicted.start_s)
+    prediction.predicted_finish_at = _at(predicted.finish_s)
+    prediction.detail = ""
+    if predicted.finish_s is not None:
+        return True
+    what = "started" if predicted.start_s is None else "finished"
+    if time.perf_counter() - wall_start >= budget_s:
+        prediction.detail = f"not {what} within {budget_s:g} s of forecasting"
+        return False
+    prediction.detail = f"not {what} within the forecast's {conf.forecast_horizon_h:g} h"
+    return True
+
+
+def _judge(prediction: AdmissionPrediction) -> None:
+    if prediction.deadline_at is not None:
+        finish = prediction.predicted_finish_at
+        prediction.attainable = finish is not None and finish <= prediction.deadline_at
+
+
+def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPrediction:
+    """Forecast `job` (just submitted, PENDING) against the current queue and store the prediction.
+
+    The forecast gets `forecast_time_budget_s` here; when that is not enough (a very long queue) the
+    prediction is stored as unknown and, with a Celery worker, a task finishes it with
+    `forecast_background_budget_s` (admission_forecast_complete). Raises QosUnattainableError, before
+    storing anything, when the target is predicted to be missed and `reject_unattainable_qos` is set;
+    the caller's transaction then drops the submission (only a finished forecast can refuse).
+    """
+    conf = scheduler_conf()
+    now = now or timezone.now()
     deadline_at = job_deadline_at(job)
     prediction = AdmissionPrediction(
         job=job, created_at=now, policy=conf.policy, allocator=conf.allocator, deadline_at=deadline_at
     )
-    if job.pk not in inputs.jobs:
-        prediction.detail = "the job's servers are not schedulable"
-    else:
-        started_s = {
-            j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
-        }
-        predicted = forecast(
-            inputs.snapshot,
-            inputs.views,
-            policy=conf.policy,
-            allocator=conf.allocator,
-            first_round_s=next_round_at(now, conf.round_s).timestamp(),
-            round_s=conf.round_s,
-            started_s=started_s,
-            until_finished=[job.pk],
-            max_rounds=conf.forecast_max_rounds,
-            time_budget_s=conf.forecast_time_budget_s,
-        )[job.pk]
-        prediction.predicted_start_at = _at(predicted.start_s)
-        prediction.predicted_finish_at = _at(predicted.finish_s)
-        if predicted.finish_s is None:
-            horizon_h = conf.forecast_max_rounds * conf.round_s / 3600
-            what = "started" if predicted.start_s is None else "finished"
-            prediction.detail = (
-                f"not {what} within the forecast's limits ({horizon_h:g} h ahead, "
-                f"{conf.forecast_time_budget_s:g} s of computing)"
-            )
-    if deadline_at is not None:
+    finished = _forecast_into(prediction, job, now, conf.forecast_time_budget_s)
+    if finished:
+        _judge(prediction)
+    elif not conf.inline_rounds:
+        prediction.detail += "; a worker is finishing the forecast"
+        transaction.on_commit(lambda: _request_completion(job.pk))
+    if prediction.attainable is False and conf.reject_unattainable_qos:
         finish = prediction.predicted_finish_at
-        prediction.attainable = finish is not None and finish <= deadline_at
-        if not prediction.attainable and conf.reject_unattainable_qos:
-            when = finish.isoformat() if finish is not None else prediction.detail
-            raise QosUnattainableError(
-                {
-                    "qos_deadline_at" if job.qos_deadline_at is not None else "qos_max_latency_s": (
-                        f"This QoS target cannot be met: the predicted finish is {when}, "
-                        f"after the target {deadline_at.isoformat()}."
-                    )
-                }
-            )
+        when = finish.isoformat() if finish is not None else prediction.detail
+        raise QosUnattainableError(
+            {
+                "qos_deadline_at" if job.qos_deadline_at is not None else "qos_max_latency_s": (
+                    f"This QoS target cannot be met: the predicted finish is {when}, "
+                    f"after the target {deadline_at.isoformat() if deadline_at else ''}."
+                )
+            }
+        )
     prediction.save()
     logger.info(
-        "job %s admission: start %s finish %s attainable %s",
-        job.pk, prediction.predicted_start_at, prediction.predicted_finish_at, prediction.attainable,
+        "job %s admission: start %s finish %s attainable %s %s",
+        job.pk,
+        prediction.predicted_start_at,
+        prediction.predicted_finish_at,
+        prediction.attainable,
+        prediction.detail,
     )
+    return prediction
+
+
+def _request_completion(job_id: int) -> None:
+    from scheduler_app.tasks import admission_forecast_task
+
+    try:
+        admission_forecast_task.delay(job_id)
+    except Exception:  # a broker outage leaves the prediction unknown; it must not fail the submission
+        logger.warning("could not queue the forecast of job %s", job_id, exc_info=True)
+
+
+def admission_forecast_complete(*, job_id: int) -> AdmissionPrediction | None:
+    """Finish a prediction that ran out of time at submission, with the background budget.
+
+    Predicts from the queue as it is now (the job may have moved up). Nothing to do once the job
+    has started or ended, or when its prediction is already known.
+    """
+    conf = scheduler_conf()
+    prediction = AdmissionPrediction.objects.select_related("job").filter(job_id=job_id).first()
+    if prediction is None or prediction.predicted_finish_at is not None:
+        return prediction
+    job = prediction.job
+    if job.state != JobState.PENDING:
+        return prediction
+    _forecast_into(prediction, job, timezone.now(), conf.forecast_background_budget_s)
+    _judge(prediction)
+    prediction.save(update_fields=["predicted_start_at", "predicted_finish_at", "attainable", "detail"])
     return prediction
 
 

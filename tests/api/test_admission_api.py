@@ -6,6 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduler_app.models import AdmissionPrediction, Job, JobState
+from scheduler_app.services.admission import admission_forecast_complete
 from scheduler_app.services.job_control import job_finish
 from tests.api.helpers import make_server, workload
 
@@ -103,3 +104,26 @@ def test_what_happened_is_stored_next_to_the_prediction(client, user):
     assert admission["met_deadline"] is True
     predicted = at(admission["predicted_finish_at"])
     assert admission["finish_error_s"] == pytest.approx((finished_at - predicted).total_seconds())
+
+
+def test_a_forecast_out_of_time_is_finished_by_a_worker(
+    client, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "forecast_time_budget_s": 0.0,
+        "forecast_background_budget_s": 30.0,
+    }
+    queued: list[int] = []
+    monkeypatch.setattr("scheduler_app.services.admission._request_completion", queued.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        body = post(client, num_gpus=1, total_iters=1000, qos_max_latency_s=3600)
+    assert body["status"] == 201
+    admission = body["admission"]
+    assert admission["predicted_finish_at"] is None and admission["attainable"] is None  # not known yet
+    assert "worker is finishing the forecast" in admission["detail"]
+    assert queued == [body["id"]]
+    admission_forecast_complete(job_id=body["id"])
+    admission = client.get(f"{JOBS}{body['id']}/").json()["admission"]
+    assert admission["predicted_finish_at"] is not None and admission["attainable"] is True
+    assert admission["detail"] == ""

@@ -66,7 +66,13 @@ from scheduler_app.core.allocators._placement import (
     infeasible_reasons,
 )
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.throughput import OperatingPoint, cluster_shape, needs_downgrade, with_penalty
+from scheduler_app.core.throughput import (
+    OperatingPoint,
+    best_case,
+    cluster_shape,
+    needs_downgrade,
+    with_penalty,
+)
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 ORDER_GPUS = "gpus"  # GPU demand, descending; ties keep policy order (the reference's code)
@@ -359,8 +365,31 @@ class TuneAllocator(Allocator):
         sticky = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order).run()
         if self.repack_gain is None or not any(job.current is not None for job in ordered_jobs):
             return sticky
+        threshold = sticky.throughput() * (1.0 + self.repack_gain)
+        if best_case_throughput(ordered_jobs, sticky, snapshot) <= threshold:
+            return sticky  # not even every admitted job at its best case would be enough faster
         fresh = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order, sticky=False).run()
-        if fresh.throughput() > sticky.throughput() * (1.0 + self.repack_gain):
+        if fresh.throughput() > threshold:
             return fresh
         return sticky
+
+
+def best_case_throughput(
+    ordered_jobs: Sequence[JobView], plan: RoundPlan, snapshot: ClusterSnapshot
+) -> float:
+    """An upper bound on the throughput of any tune plan for the same round: every job that GPU
+    admission takes (placed in `plan`, or left `fragmented`) at its best-case speed."""
+    shape = cluster_shape(snapshot)
+    if shape is None:
+        return 0.0
+    by_id = {job.job_id: job for job in ordered_jobs}
+    total = 0.0
+    for d in plan.decisions:
+        if d.placement is not None or d.reason == reasons.FRAGMENTED:
+            job = by_id[d.job_id]
+            if has_fixed_demand(job):
+                total += DemandCache(shape).fixed_point(job).speed * job.num_gpus
+            else:
+                total += best_case(job.profile, job.num_gpus, shape).speed * job.num_gpus
+    return total
 
