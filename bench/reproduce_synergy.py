@@ -9,7 +9,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,7 @@ class Workload:
 _TRACES: dict[Workload, list[TraceJob]] = {}
 _RUNS: dict[tuple[Any, ...], dict[tuple[int, int], float]] = {}
 _RAW: list[dict[str, Any]] = []
+_PROGRESS_FILE: Path | None = None
 
 
 def trace_for(w: Workload) -> list[TraceJob]:
@@ -165,21 +166,28 @@ def run_windows(
             f"  {policy}/{label} load {w.load} split {w.split} multi {w.multi_gpu} seed {w.seed}: "
             f"{result.wall_s:.1f} s, {result.rounds} rounds"
         )
-        _RAW.append(
-            {
-                "workload": w.__dict__,
-                "policy": policy,
-                "allocator": label,
-                "windows": {f"{a}:{b}": v for (a, b), v in _RUNS[key].items()},
-                "wall_s": result.wall_s,
-            }
-        )
+        entry = {
+            "workload": w.__dict__,
+            "policy": policy,
+            "allocator": label,
+            "windows": {f"{a}:{b}": v for (a, b), v in _RUNS[key].items()},
+            "wall_s": result.wall_s,
+        }
+        _RAW.append(entry)
+        if _PROGRESS_FILE is not None:  # one JSON line a run, so a long sweep can be resumed
+            with _PROGRESS_FILE.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
     return _RUNS[key]
 
 
 def preload(path: Path) -> None:
-    """Fill the run cache from a --json file, so tables can be printed again without simulating."""
-    for entry in json.loads(path.read_text()):
+    """Fill the run cache from a --json file or a --progress file (one JSON object a line), so
+    tables can be printed again, or a sweep resumed, without simulating again."""
+    text = path.read_text()
+    entries = (
+        json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x]
+    )
+    for entry in entries:
         wd = entry["workload"]
         w = Workload(wd["jobs"], wd["load"], tuple(wd["split"]), wd["multi_gpu"], wd["seed"])
         windows = {tuple(int(x) for x in k.split(":")): v for k, v in entry["windows"].items()}
@@ -522,8 +530,8 @@ FULL = Config(
     window=(4000, 5000),
     position_windows=((1000, 2000), (2000, 3000), (3000, 4000), (4000, 5000)),
     sweeps=(
-        Sweep("fifo", "20,70,10", False, HEADLINE_LOADS, (1, 2, 3), THREE_WAY),
-        Sweep("fifo", "50,0,50", False, IMAGE_LOADS, (1, 2, 3), TWO_WAY),
+        Sweep("fifo", "20,70,10", False, HEADLINE_LOADS, (1, 2, 3), TWO_WAY),
+        Sweep("fifo", "50,0,50", False, IMAGE_LOADS, (1,), TWO_WAY),
         Sweep("srtf", "20,70,10", False, SINGLE_LOADS, (1,), TWO_WAY),
         Sweep("srtf", "50,0,50", False, IMAGE_LOADS, (1,), TWO_WAY),
         Sweep("las", "20,70,10", False, (8.0, 10.0, 12.0, 14.0), (1,), TWO_WAY),
@@ -559,10 +567,26 @@ def main() -> None:
     parser.add_argument(
         "--reuse", type=Path, help="a --json file of an earlier run: its simulations are not repeated"
     )
+    parser.add_argument(
+        "--progress", type=Path, help="append every run here as it finishes (JSON lines; resume with --reuse)"
+    )
+    parser.add_argument(
+        "--sweeps",
+        help="only these load sweeps, a comma list of policy:split (e.g. fifo:20,70,10 is 'fifo:20-70-10')",
+    )
     args = parser.parse_args()
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)  # no per-run INFO lines
 
     cfg = QUICK if args.quick else FULL
+    if args.sweeps:
+        wanted_sweeps = set(args.sweeps.split(","))
+        cfg = replace(
+            cfg,
+            sweeps=tuple(x for x in cfg.sweeps if f"{x.policy}:{x.split.replace(',', '-')}" in wanted_sweeps),
+            position_sweep=cfg.position_sweep if "fifo:20-70-10" in wanted_sweeps else None,
+        )
+    global _PROGRESS_FILE
+    _PROGRESS_FILE = args.progress
     if args.reuse:
         preload(args.reuse)
     wanted = set(args.sections.split(","))
