@@ -1,11 +1,15 @@
 """Page speed of the web UI and the dashboards' JSON on a week of history, against /healthz in the same run.
 
-Run: `python -m bench.web_pages [--servers 16] [--jobs 1000] [--days 7] [--repeats 7]`. Creates a
-fresh PostgreSQL database (`attune_bench_web`, dropped at the end, also on error), 16 servers x 8
-GPUs, the workload catalog, 1,000 jobs in mixed states submitted over the week (with their events,
-allocations on recorded rounds, QoS targets and teams), a round every 5 minutes and one usage sample
-per server and per GPU per minute (16 x 7 x 1,440 = 161,280 server rows and 1,290,240 GPU rows,
-written by INSERT ... SELECT generate_series on the server side). Then, through the Django test client
+Run: `python -m bench.web_pages [--servers 16] [--jobs 1000] [--days 7] [--repeats 7]
+[--raw-interval-s 60] [--raw-days 2]`. Creates a fresh PostgreSQL database (`attune_bench_web`,
+dropped at the end, also on error), 16 servers x 8 GPUs, the workload catalog, 1,000 jobs in mixed
+states submitted over the week (with their events, allocations on recorded rounds, QoS targets and
+teams), a round every 5 minutes and one usage sample per server and per GPU per minute (16 x 7 x
+1,440 = 161,280 server rows and 1,290,240 GPU rows, written by INSERT ... SELECT generate_series on
+the server side); with `--raw-interval-s 5`, one every 5 s over the last `--raw-days` (what
+production holds before the roll-up: 12x the rows there). The per-minute cluster sums the dashboards
+read are then built by the rebuild service, and the per-sample aggregation they replaced is timed
+once for comparison (logged). Then, through the Django test client
 logged in as staff (persistent connection, no HTTP), times every page and dashboard endpoint: the
 first request after the cache is cleared ("cold": the dashboards cache closed usage buckets, see
 docs/dashboards.md), then the median of `--repeats` requests after it, and the query count.
@@ -39,35 +43,92 @@ STATE_MIX = (  # share of the jobs in each state
 GPU_MIX = ((1, 0.55), (2, 0.25), (4, 0.15), (8, 0.05))
 
 
-def seed_usage(days: int) -> tuple[int, int]:
-    """One sample per server and per GPU per minute over `days` days, generated inside PostgreSQL."""
+def seed_usage(days: int, raw_days: float, raw_interval_s: int) -> tuple[int, int]:
+    """Usage samples generated inside PostgreSQL: one per server and per GPU every `raw_interval_s`
+    over the last `raw_days` days (raw samples, not rolled up yet), one a minute before that (rolled up).
+    """
     from django.db import connection
 
+    raw_s = int(raw_days * 86400)
+    # (start offset s, end offset s, step s) before the current minute: rolled-up history, then raw.
+    spans = [(days * 86400, raw_s, 60), (raw_s, 0, raw_interval_s)] if raw_s else [(days * 86400, 0, 60)]
+    counts = []
+    for table, columns, values, source in (
+        (
+            "cluster_app_usagesample",
+            "server_id, sampled_at, cpu_util_pct, mem_used_gb",
+            "s.id, ts, 20 + 70 * random(), s.mem_gb * (0.2 + 0.6 * random())",
+            "cluster_app_server s",
+        ),
+        (
+            "cluster_app_gpuusagesample",
+            "gpu_id, sampled_at, util_pct, mem_used_mb",
+            "g.id, ts, 100 * random(), 16000 * random()",
+            "cluster_app_gpu g",
+        ),
+    ):
+        rows = 0
+        with connection.cursor() as cursor:
+            for first_s, last_s, step_s in spans:
+                # The raw span ends at the current minute inclusive; the rolled-up one just before it.
+                cursor.execute(
+                    f"""
+                    INSERT INTO {table} ({columns})
+                    SELECT {values}
+                    FROM {source},
+                         generate_series(date_trunc('minute', now()) - %s * interval '1 second',
+                                         date_trunc('minute', now()) - %s * interval '1 second',
+                                         %s * interval '1 second') ts
+                    WHERE ts < date_trunc('minute', now()) - %s * interval '1 second' OR %s = 0
+                    """,
+                    [first_s, last_s, step_s, last_s, last_s],
+                )
+                rows += cursor.rowcount
+        counts.append(rows)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return counts[0], counts[1]
+
+
+def seed_usage_minutes() -> int:
+    """The per-minute cluster sums the dashboards read, built from the samples by the rebuild service."""
+    from django.db import connection
+
+    from cluster_app.services import cluster_usage_minutes_rebuild
+
+    rows = cluster_usage_minutes_rebuild()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE cluster_app_clusterusageminute")
+    return rows
+
+
+def time_raw_measured(days: int) -> float:
+    """ms of the per-sample aggregation the utilisation endpoint ran before the per-minute sums (once,
+    GPU and server queries together), for comparison."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from scheduler_app.dashboards.buckets import window_for
+
+    window = window_for(days=days, now=timezone.now())
+    width = window.bucket_s
+    start = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            INSERT INTO cluster_app_usagesample (server_id, sampled_at, cpu_util_pct, mem_used_gb)
-            SELECT s.id, ts, 20 + 70 * random(), s.mem_gb * (0.2 + 0.6 * random())
-            FROM cluster_app_server s,
-                 generate_series(date_trunc('minute', now()) - %s * interval '1 day',
-                                 date_trunc('minute', now()), interval '1 minute') ts
-            """,
-            [days],
+            f"SELECT FLOOR(date_part('epoch', sampled_at) / {width})::bigint b, AVG(util_pct) "
+            "FROM cluster_app_gpuusagesample WHERE sampled_at >= %s AND sampled_at < %s GROUP BY b",
+            [window.start, window.end],
         )
-        server_rows = cursor.rowcount
+        cursor.fetchall()
         cursor.execute(
-            """
-            INSERT INTO cluster_app_gpuusagesample (gpu_id, sampled_at, util_pct, mem_used_mb)
-            SELECT g.id, ts, 100 * random(), 16000 * random()
-            FROM cluster_app_gpu g,
-                 generate_series(date_trunc('minute', now()) - %s * interval '1 day',
-                                 date_trunc('minute', now()), interval '1 minute') ts
-            """,
-            [days],
+            f"SELECT FLOOR(date_part('epoch', u.sampled_at) / {width})::bigint b, "
+            "SUM(u.cpu_util_pct * s.num_cpus), SUM(s.num_cpus), SUM(u.mem_used_gb), SUM(s.mem_gb) "
+            "FROM cluster_app_usagesample u JOIN cluster_app_server s ON s.id = u.server_id "
+            "WHERE u.sampled_at >= %s AND u.sampled_at < %s GROUP BY b",
+            [window.start, window.end],
         )
-        gpu_rows = cursor.rowcount
-        cursor.execute("ANALYZE")
-    return server_rows, gpu_rows
+        cursor.fetchall()
+    return 1000 * (time.perf_counter() - start)
 
 
 def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
@@ -285,6 +346,13 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--raw-interval-s",
+        type=int,
+        default=60,
+        help="seconds between samples over the last --raw-days (production agents: 5); older: one a minute",
+    )
+    parser.add_argument("--raw-days", type=float, default=2.0, help="days of raw samples (retention: 2)")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
     logging_setup()
@@ -295,13 +363,20 @@ def main() -> int:
 
         start = time.perf_counter()
         seed_work(args.servers, args.jobs, args.days, args.seed)
-        server_rows, gpu_rows = seed_usage(args.days)
+        raw_days = min(args.raw_days, args.days) if args.raw_interval_s != 60 else 0
+        server_rows, gpu_rows = seed_usage(args.days, raw_days, args.raw_interval_s)
+        seeded_s = time.perf_counter() - start
+        minute_rows = seed_usage_minutes()
         logger.info(
-            "seeded in %.1f s: %d server and %d GPU usage samples",
-            time.perf_counter() - start,
+            "seeded in %.1f s: %d server and %d GPU usage samples; %d per-minute rows rebuilt in %.1f s",
+            seeded_s,
             server_rows,
             gpu_rows,
+            minute_rows,
+            time.perf_counter() - start - seeded_s,
         )
+        for days in (1, 7):
+            logger.info("per-sample aggregation (before), days=%d: %.0f ms", days, time_raw_measured(days))
         staff = get_user_model().objects.create_user("staff", password=None, is_staff=True, is_superuser=True)
         client = Client()
         client.force_login(staff)

@@ -2,7 +2,7 @@
 
 from django.contrib import admin, messages
 
-from cluster_app.models import AgentCredential, Gpu, GpuUsageSample, Server, UsageSample
+from cluster_app.models import AgentCredential, ClusterUsageMinute, Gpu, GpuUsageSample, Server, UsageSample
 from cluster_app.services import ServerStateError, agent_credential_issue, agent_credential_revoke
 
 
@@ -97,3 +97,17 @@ class GpuUsageSampleAdmin(admin.ModelAdmin):
     list_display = ("gpu", "sampled_at", "util_pct", "mem_used_mb")
     list_filter = ("gpu__server",)
     date_hierarchy = "sampled_at"
+
+
+@admin.register(ClusterUsageMinute)
+class ClusterUsageMinuteAdmin(admin.ModelAdmin):
+    """Read-only: the rows are sums of the samples (rebuild with `manage.py usage_minutes_rebuild`)."""
+
+    list_display = ("minute", "servers_sampled", "gpu_samples", "gpu_util_pct_sum", "cpu_cores_sum")
+    date_hierarchy = "minute"
+
+    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False

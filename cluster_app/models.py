@@ -128,3 +128,37 @@ class GpuUsageSample(models.Model):
 
     def __str__(self) -> str:
         return f"gpu {self.gpu_id} @ {self.sampled_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ClusterUsageMinute(models.Model):
+    """Cluster-wide sums and counts of the usage samples of one minute, what the dashboards read.
+
+    Written at ingestion (cluster_app.usage_minutes: one UPSERT per stored heartbeat, adding only the
+    samples actually inserted) and rebuilt from the sample tables by `cluster_usage_minutes_rebuild`
+    (the roll-up does so for the minutes it folds). Per bucket of minutes, the dashboards' formulas:
+    - GPU % = sum(gpu_util_pct_sum) / sum(gpu_samples)            (mean over GPU samples);
+    - CPU % = sum(cpu_util_pct_cores_sum) / sum(cpu_cores_sum)    (core-weighted mean);
+    - memory % = 100 x sum(mem_used_gb_sum) / sum(mem_capacity_gb_sum).
+    Cores and GB are the server's at the time its sample was added.
+    """
+
+    minute = models.DateTimeField(unique=True, help_text="start of the minute, UTC")
+    servers_sampled = models.IntegerField(default=0, help_text="UsageSample rows in the minute")
+    cpu_util_pct_cores_sum = models.FloatField(default=0, help_text="sum of cpu_util_pct x server cores")
+    cpu_cores_sum = models.BigIntegerField(default=0, help_text="sum of the sampled servers' cores")
+    mem_used_gb_sum = models.FloatField(default=0)
+    mem_capacity_gb_sum = models.FloatField(default=0, help_text="sum of the sampled servers' mem_gb")
+    gpu_samples = models.IntegerField(default=0, help_text="GpuUsageSample rows in the minute")
+    gpu_util_pct_sum = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["minute"]
+        constraints = [
+            models.CheckConstraint(condition=Q(servers_sampled__gte=0), name="usage_minute_servers_nonneg"),
+            models.CheckConstraint(condition=Q(cpu_cores_sum__gte=0), name="usage_minute_cores_nonneg"),
+            models.CheckConstraint(condition=Q(mem_capacity_gb_sum__gte=0), name="usage_minute_mem_nonneg"),
+            models.CheckConstraint(condition=Q(gpu_samples__gte=0), name="usage_minute_gpu_samples_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage {self.minute:%Y-%m-%d %H:%M}"

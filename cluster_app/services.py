@@ -9,13 +9,29 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Avg, F, Min, Model
+from django.db.models import Avg, F, Max, Min, Model
 from django.db.models.deletion import ProtectedError
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from cluster_app.conf import node_conf
-from cluster_app.models import AgentCredential, Gpu, GpuUsageSample, NodeState, Server, UsageSample
+from cluster_app.models import (
+    AgentCredential,
+    ClusterUsageMinute,
+    Gpu,
+    GpuUsageSample,
+    NodeState,
+    Server,
+    UsageSample,
+)
+from cluster_app.usage_minutes import (
+    MinuteSums,
+    insert_new,
+    minute_add,
+    minute_of,
+    minute_sums_from_samples,
+    minutes_lock_for_rebuild,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +43,8 @@ CREDENTIAL_TOUCH_EVERY = timedelta(seconds=60)
 WATCHED_STATES = (NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED, NodeState.DRAINING)
 OCCUPANCY_STATES = (NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED)
 UNRESPONSIVE_STATES = (NodeState.NOT_RESPONDING, NodeState.DOWN)
+# The per-minute usage sums are rebuilt this much history at a time.
+REBUILD_CHUNK = timedelta(days=7)
 
 
 class GpuConflictError(Exception):
@@ -241,34 +259,48 @@ def node_heartbeat(
 ) -> Server:
     """Mark the server alive and store its usage; a repeated `sampled_at` is stored once."""
     now = now or timezone.now()
-    # Insert-or-ignore on the (server, sampled_at) unique constraints makes a retried beat a no-op.
-    UsageSample.objects.bulk_create(
+    # Insert-or-ignore on the (server, sampled_at) unique constraints makes a retried beat a no-op;
+    # what did go in is added to the minute's cluster-wide sums (last, below).
+    added = MinuteSums()
+    stored = insert_new(
+        UsageSample,
+        ("server", "sampled_at"),
         [
-            UsageSample(
-                server=server,
-                sampled_at=usage.sampled_at,
-                cpu_util_pct=usage.cpu_util_pct,
-                mem_used_gb=usage.mem_used_gb,
-            )
+            {
+                "server_id": server.pk,
+                "sampled_at": usage.sampled_at,
+                "cpu_util_pct": usage.cpu_util_pct,
+                "mem_used_gb": usage.mem_used_gb,
+            }
         ],
-        ignore_conflicts=True,
+        ("cpu_util_pct", "mem_used_gb"),
     )
+    for cpu_util_pct, mem_used_gb in stored:
+        added.servers_sampled += 1
+        added.cpu_util_pct_cores_sum += cpu_util_pct * server.num_cpus
+        added.cpu_cores_sum += server.num_cpus
+        added.mem_used_gb_sum += mem_used_gb
+        added.mem_capacity_gb_sum += server.mem_gb
     gpu_ids = dict(
         Gpu.objects.filter(server=server, uuid__in=[g.uuid for g in usage.gpus]).values_list("uuid", "id")
     )
-    GpuUsageSample.objects.bulk_create(
+    stored_gpus = insert_new(
+        GpuUsageSample,
+        ("gpu", "sampled_at"),
         [
-            GpuUsageSample(
-                gpu_id=gpu_ids[g.uuid],
-                sampled_at=usage.sampled_at,
-                util_pct=g.util_pct,
-                mem_used_mb=g.mem_used_mb,
-            )
+            {
+                "gpu_id": gpu_ids[g.uuid],
+                "sampled_at": usage.sampled_at,
+                "util_pct": g.util_pct,
+                "mem_used_mb": g.mem_used_mb,
+            }
             for g in usage.gpus
             if g.uuid in gpu_ids
         ],
-        ignore_conflicts=True,
+        ("util_pct",),
     )
+    added.gpu_samples = len(stored_gpus)
+    added.gpu_util_pct_sum = sum(util_pct for (util_pct,) in stored_gpus)
     fields = {"last_heartbeat_at": now}
     if server.state in UNRESPONSIVE_STATES:
         # Re-read under lock: the liveness sweep may be moving this very server to DOWN right now.
@@ -277,6 +309,9 @@ def node_heartbeat(
         fields.update(state=server.state, state_reason=server.state_reason)
     Server.objects.filter(pk=server.pk).update(**fields)
     server.last_heartbeat_at = now
+    # Last: every heartbeat of this minute, from every server, waits on this row's lock until its
+    # transaction commits, so it is taken after the other writes to keep that wait short.
+    minute_add(minute=minute_of(usage.sampled_at), sums=added)
     return server
 
 
@@ -361,11 +396,14 @@ def server_resume(*, server: Server, busy_gpus: int) -> Server:
     return server
 
 
-def _rollup(model: type[Model], key: str, fields: Sequence[str], before: datetime) -> int:
+def _rollup(
+    model: type[Model], key: str, fields: Sequence[str], before: datetime
+) -> tuple[int, datetime | None]:
     """Replace the raw samples of `model` older than `before` by one averaged row per (key, minute).
 
     Rows already rolled up sit exactly on a minute, so each run starts at the first minute that still
-    holds a raw sample and never rewrites older history. Returns how many rows were removed net.
+    holds a raw sample and never rewrites older history. Returns how many rows were removed net, and
+    that first minute (None when there was nothing to do).
     """
     before = before.replace(second=0, microsecond=0)
     old = model.objects.filter(sampled_at__lt=before).annotate(
@@ -373,7 +411,7 @@ def _rollup(model: type[Model], key: str, fields: Sequence[str], before: datetim
     )
     since = old.exclude(sampled_at=F("minute")).aggregate(first=Min("minute"))["first"]
     if since is None:
-        return 0
+        return 0, None
     if timezone.is_naive(since):  # an aggregate over the annotation comes back without its zone (UTC)
         since = since.replace(tzinfo=UTC)
     window = old.filter(sampled_at__gte=since)
@@ -388,7 +426,7 @@ def _rollup(model: type[Model], key: str, fields: Sequence[str], before: datetim
         ],
         batch_size=2000,
     )
-    return deleted - len(averages)
+    return deleted - len(averages), since
 
 
 @transaction.atomic
@@ -401,8 +439,58 @@ def usage_samples_rollup(*, now: datetime | None = None) -> int:
     """
     now = now or timezone.now()
     before = now - timedelta(days=node_conf().usage_raw_retention_days)
-    removed = _rollup(UsageSample, "server_id", ("cpu_util_pct", "mem_used_gb"), before)
-    removed += _rollup(GpuUsageSample, "gpu_id", ("util_pct", "mem_used_mb"), before)
+    removed, since_servers = _rollup(UsageSample, "server_id", ("cpu_util_pct", "mem_used_gb"), before)
+    removed_gpus, since_gpus = _rollup(GpuUsageSample, "gpu_id", ("util_pct", "mem_used_mb"), before)
+    removed += removed_gpus
+    starts = [t for t in (since_servers, since_gpus) if t is not None]
+    if starts:
+        # A folded minute now holds one averaged sample per server / GPU instead of many: its
+        # cluster-wide sums change, so they are recomputed from the rows that replaced the raw ones.
+        cluster_usage_minutes_rebuild(start=min(starts), end=before.replace(second=0, microsecond=0))
     if removed:
         logger.info("usage roll-up: %d raw samples folded into per-minute averages", removed)
     return removed
+
+
+@transaction.atomic
+def cluster_usage_minutes_rebuild(*, start: datetime | None = None, end: datetime | None = None) -> int:
+    """Recompute the ClusterUsageMinute rows of [start, end) from the usage samples; idempotent.
+
+    For an installation that had samples before the aggregate existed, after a manual change to the
+    sample tables, and for the minutes the roll-up folds. Bounds are widened to whole minutes;
+    missing ones mean from the first sample or stored minute / to after the last. Returns the number
+    of minute rows written.
+
+    Safe beside live heartbeats: additions to the table wait while it runs (minutes_lock_for_rebuild).
+    """
+    if start is None or end is None:
+        # Stored minutes count too: one left by samples deleted since (a removed server) is rebuilt away.
+        bounds = [
+            UsageSample.objects.aggregate(first=Min("sampled_at"), last=Max("sampled_at")),
+            GpuUsageSample.objects.aggregate(first=Min("sampled_at"), last=Max("sampled_at")),
+            ClusterUsageMinute.objects.aggregate(first=Min("minute"), last=Max("minute")),
+        ]
+        firsts = [b["first"] for b in bounds if b["first"] is not None]
+        lasts = [b["last"] for b in bounds if b["last"] is not None]
+        if start is None:
+            start = min(firsts) if firsts else timezone.now()
+        if end is None:
+            end = max(lasts) + timedelta(minutes=1) if lasts else start
+    start = minute_of(start)
+    end_minute = minute_of(end)
+    end = end_minute if end_minute == end else end_minute + timedelta(minutes=1)
+    minutes_lock_for_rebuild()
+    ClusterUsageMinute.objects.filter(minute__gte=start, minute__lt=end).delete()
+    written = 0
+    # A week at a time: memory stays at about 10,000 minutes whatever the range (a year is 527,040).
+    lo = start
+    while lo < end:
+        hi = min(lo + REBUILD_CHUNK, end)
+        sums = minute_sums_from_samples(start=lo, end=hi)
+        ClusterUsageMinute.objects.bulk_create(
+            [ClusterUsageMinute(minute=minute, **vars(row)) for minute, row in sorted(sums.items())],
+            batch_size=2000,
+        )
+        written += len(sums)
+        lo = hi
+    return written

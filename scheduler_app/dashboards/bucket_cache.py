@@ -1,15 +1,16 @@
-"""Per-bucket aggregates of the usage-sample tables, kept in Django's cache once a bucket has closed.
+"""Per-bucket aggregates of the per-minute usage sums, kept in Django's cache once a bucket has closed.
 
-A week of samples is over a million GPU rows; aggregating them all takes PostgreSQL 0.2 to 0.7 s on
-the 2-core dev machine, on every 30-second refresh of every open dashboard. But a bucket that ended
-a while ago no longer changes, so each series keeps its closed buckets (one cache entry per series
-and bucket width, a dict index -> value) and asks the database only for the buckets it lacks,
-which after the first request is the open one at the end: an index range scan over minutes.
+The measured utilisation reads ClusterUsageMinute, one row per minute: a cold week is tens of ms, but
+a year is half a million rows (about a second on the 2-core dev machine), on every 30-second refresh
+of every open dashboard. A bucket that ended a while ago no longer changes, so each series keeps its
+closed buckets (one cache entry per series and bucket width, a dict index -> value) and asks the
+database only for the buckets it lacks, which after the first request is the open one at the end:
+an index range scan over a few minutes.
 
 Two things may still change a closed bucket: an agent that was cut off sends its spooled samples
 late, and the hourly roll-up folds raw samples older than the retention period into per-minute
-averages. Hence a bucket counts as closed only SETTLE_S after its end, and a cached value is read
-again from the database after REFRESH_S.
+averages (and recomputes those minutes' sums). Hence a bucket counts as closed only SETTLE_S after
+its end, and a cached value is read again from the database after REFRESH_S.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, TruncWeek
 
-from cluster_app.models import GpuUsageSample, Server, UsageSample
+from cluster_app.models import ClusterUsageMinute, Server
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.dashboards.bucket_cache import bucket_values
 from scheduler_app.dashboards.buckets import MAX_POINTS, EpochBucket, Window
@@ -84,36 +84,33 @@ def _allocated_seconds(window: Window) -> dict[str, list[float]]:
     return totals
 
 
-def _gpu_util_by_bucket(bucket_s: int, start: datetime, end: datetime) -> dict[int, float]:
-    """Epoch bucket index -> mean GPU utilisation (%) of the GPU samples in [start, end)."""
-    rows = (
-        GpuUsageSample.objects.filter(sampled_at__gte=start, sampled_at__lt=end)
-        .annotate(bucket=EpochBucket("sampled_at", bucket_s))
-        .values("bucket")
-        .annotate(util=Avg("util_pct"))
-        .order_by("bucket")
-    )
-    return {row["bucket"]: row["util"] for row in rows}
-
-
-def _server_util_by_bucket(
+def _measured_by_bucket(
     bucket_s: int, start: datetime, end: datetime
-) -> dict[int, tuple[float | None, float | None]]:
-    """Epoch bucket index -> (core-weighted CPU %, memory % of the sampled servers) in [start, end)."""
+) -> dict[int, tuple[float | None, float | None, float | None]]:
+    """Epoch bucket index -> (GPU %, CPU %, memory %) measured in the minutes of [start, end).
+
+    Reads the per-minute cluster sums (cluster_app's ClusterUsageMinute: a week is 10,080 rows, not
+    the millions of samples) and reproduces the per-sample formulas exactly, as sums of sums:
+    GPU = sum(util) / GPU samples; CPU = sum(util x cores) / sum(cores) over the server samples;
+    memory = sum(used GB) / sum(the sampled servers' GB). Bucket widths are whole minutes.
+    """
     rows = (
-        UsageSample.objects.filter(sampled_at__gte=start, sampled_at__lt=end)
-        .annotate(bucket=EpochBucket("sampled_at", bucket_s))
+        ClusterUsageMinute.objects.filter(minute__gte=start, minute__lt=end)
+        .annotate(bucket=EpochBucket("minute", bucket_s))
         .values("bucket")
         .annotate(
-            cpu_weighted=Sum(F("cpu_util_pct") * F("server__num_cpus")),
-            cpus=Sum("server__num_cpus"),
-            mem_used_gb=Sum("mem_used_gb"),
-            mem_gb=Sum("server__mem_gb"),
+            gpu_samples=Sum("gpu_samples"),
+            gpu_util=Sum("gpu_util_pct_sum"),
+            cpu_weighted=Sum("cpu_util_pct_cores_sum"),
+            cpus=Sum("cpu_cores_sum"),
+            mem_used_gb=Sum("mem_used_gb_sum"),
+            mem_gb=Sum("mem_capacity_gb_sum"),
         )
         .order_by("bucket")
     )
     return {
         row["bucket"]: (
+            row["gpu_util"] / row["gpu_samples"] if row["gpu_samples"] else None,
             row["cpu_weighted"] / row["cpus"] if row["cpus"] else None,
             _pct(row["mem_used_gb"], row["mem_gb"]),
         )
@@ -128,14 +125,15 @@ def utilisation_series(*, window: Window) -> dict[str, Any]:
     - measured GPU: mean NVML utilisation over the GPU samples in the bucket;
     - measured CPU: core-weighted mean of the servers' CPU utilisation samples;
     - measured memory: sum of used GB over sum of the sampled servers' GB, over the bucket's samples.
+    The measured values come from the per-minute cluster sums (_measured_by_bucket), not the samples.
     Buckets without samples are null (a gap in the chart, not a zero). Measured values of closed
-    buckets come from the bucket cache (bucket_cache.py): a refresh reads only the newest samples.
+    buckets come from the bucket cache (bucket_cache.py): a refresh reads only the newest minutes.
     """
     capacity = _capacity()
-    gpu_measured = bucket_values("gpu_util", window, partial(_gpu_util_by_bucket, window.bucket_s))
-    server_measured = bucket_values("server_util", window, partial(_server_util_by_bucket, window.bucket_s))
-    cpu_measured = {pos: v[0] for pos, v in server_measured.items()}
-    mem_measured = {pos: v[1] for pos, v in server_measured.items()}
+    measured = bucket_values("measured", window, partial(_measured_by_bucket, window.bucket_s))
+    gpu_measured = {pos: v[0] for pos, v in measured.items()}
+    cpu_measured = {pos: v[1] for pos, v in measured.items()}
+    mem_measured = {pos: v[2] for pos, v in measured.items()}
     held = _allocated_seconds(window)
     n = window.num_buckets
     spans = [window.bucket_span_s(i) for i in range(n)]

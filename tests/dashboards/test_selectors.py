@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
+from django.db.models import Avg, F, Sum
 
 from cluster_app.models import GpuUsageSample, UsageSample
+from cluster_app.services import GpuUsage, UsageReport, cluster_usage_minutes_rebuild, node_heartbeat
 from scheduler_app.dashboards import selectors
-from scheduler_app.dashboards.buckets import BUCKET_LADDER_S, MAX_POINTS, Window, window_for
+from scheduler_app.dashboards.buckets import BUCKET_LADDER_S, MAX_POINTS, EpochBucket, Window, window_for
 from scheduler_app.models import AllocationGpu, JobState, SchedulingRound
 from tests.dashboards.conftest import T0, at, completed_job
 from tests.factories import AllocationFactory, JobFactory, ServerFactory, TeamFactory
@@ -59,6 +62,7 @@ def test_utilisation_allocated_and_measured():
             UsageSample(server=b, sampled_at=at(0.25), cpu_util_pct=100, mem_used_gb=50),
         ]
     )
+    cluster_usage_minutes_rebuild()  # the samples bypassed ingestion: build the per-minute sums
     data = selectors.utilisation_series(window=hourly(2))
     assert data["t"] == [T0.isoformat(), at(1).isoformat()]
     assert data["capacity"] == {"gpus": 16, "cpus": 32, "mem_gb": 600}
@@ -154,3 +158,69 @@ def test_queue_length_per_bucket_from_the_rounds():
     assert data["max_waiting"] == [4.0, None]
     assert data["avg_running"] == [3.0, None]
     assert data["rounds"] == [2, 0]
+
+
+def _raw_measured(bucket_s: int, start, end) -> dict[int, tuple]:
+    """The per-sample computation the dashboards did before the per-minute sums: the reference."""
+    gpu = dict(
+        GpuUsageSample.objects.filter(sampled_at__gte=start, sampled_at__lt=end)
+        .annotate(bucket=EpochBucket("sampled_at", bucket_s))
+        .values("bucket")
+        .annotate(util=Avg("util_pct"))
+        .order_by("bucket")
+        .values_list("bucket", "util")
+    )
+    rows = (
+        UsageSample.objects.filter(sampled_at__gte=start, sampled_at__lt=end)
+        .annotate(bucket=EpochBucket("sampled_at", bucket_s))
+        .values("bucket")
+        .annotate(
+            cpu_weighted=Sum(F("cpu_util_pct") * F("server__num_cpus")),
+            cpus=Sum("server__num_cpus"),
+            mem_used_gb=Sum("mem_used_gb"),
+            mem_gb=Sum("server__mem_gb"),
+        )
+    )
+    server = {
+        r["bucket"]: (r["cpu_weighted"] / r["cpus"], selectors._pct(r["mem_used_gb"], r["mem_gb"]))
+        for r in rows
+    }
+    return {b: (gpu.get(b), *server.get(b, (None, None))) for b in sorted(set(gpu) | set(server))}
+
+
+def test_measured_from_minute_sums_equals_the_per_sample_computation():
+    rng = random.Random(7)
+    shapes = ((2, 24, 500), (1, 8, 96), (3, 64, 1000))  # GPUs, cores, GB
+    servers = [ServerFactory(num_gpus=g, num_cpus=c, mem_gb=m) for g, c, m in shapes]
+    for server in servers:
+        # Heartbeats every 5 to 40 s for an hour, a gap in the middle; some retried.
+        when = T0 + timedelta(seconds=rng.uniform(0, 30))
+        while when < at(1):
+            if not at(0.45) <= when < at(0.55):
+                usage = UsageReport(
+                    sampled_at=when,
+                    cpu_util_pct=rng.uniform(0, 100),
+                    mem_used_gb=rng.uniform(0, server.mem_gb),
+                    gpus=[
+                        GpuUsage(uuid=g.uuid, util_pct=rng.uniform(0, 100), mem_used_mb=1)
+                        for g in server.gpus.all()
+                        if rng.random() < 0.9  # a GPU missing from a reading now and then
+                    ],
+                )
+                for _ in range(1 + (rng.random() < 0.1)):
+                    node_heartbeat(server=server, usage=usage)
+            when += timedelta(seconds=rng.choice((5, 5, 5, 12, 40)))
+    for bucket_s in (60, 300, 900):
+        window = Window(start=T0, end=at(1), bucket_s=bucket_s)
+        want = _raw_measured(bucket_s, window.start, window.end)
+        got = selectors._measured_by_bucket(bucket_s, window.start, window.end)
+        assert sorted(got) == sorted(want) and len(got) >= 2
+        for bucket, values in want.items():
+            assert got[bucket] == pytest.approx(values, rel=1e-12)
+        # And the JSON the page draws: the very same rounded numbers, nulls in the same places.
+        data = selectors.utilisation_series(window=window)
+        for i, series in enumerate(("gpu", "cpu", "mem")):
+            expected = [
+                want.get(window.first_index + pos, (None,) * 3)[i] for pos in range(window.num_buckets)
+            ]
+            assert data[series]["measured_pct"] == [None if v is None else round(v, 3) for v in expected]

@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from cluster_app.models import GpuUsageSample, UsageSample
+from cluster_app.services import cluster_usage_minutes_rebuild
 from scheduler_app.models import SchedulingRound
 from tests.dashboards.conftest import completed_job
 from tests.factories import AllocationFactory, ServerFactory
@@ -55,6 +56,7 @@ def seed_a_little():
         UsageSample.objects.create(server=server, sampled_at=at, cpu_util_pct=40, mem_used_gb=100)
         GpuUsageSample.objects.create(gpu=gpu, sampled_at=at, util_pct=80, mem_used_mb=1000)
         SchedulingRound.objects.create(started_at=at, policy="fifo", allocator="tune", num_pending=2)
+    cluster_usage_minutes_rebuild()  # the samples bypassed ingestion: build the per-minute sums
     for i in range(5):
         job = completed_job(submitted_h=0, finished_h=1)
         job.submitted_at = now - timezone.timedelta(hours=i + 2)  # each took 2 h
@@ -104,5 +106,6 @@ def test_a_refresh_sees_new_samples_in_the_open_bucket(staff_client):
     GpuUsageSample.objects.create(
         gpu=server.gpus.first(), sampled_at=timezone.now(), util_pct=42, mem_used_mb=1
     )
+    cluster_usage_minutes_rebuild()
     after = staff_client.get(url, {"days": "1"}).json()
     assert 42.0 in after["gpu"]["measured_pct"][-2:]  # the last bucket, or the one before at a boundary

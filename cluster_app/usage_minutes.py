@@ -1,0 +1,163 @@
+"""The per-minute cluster usage aggregate: new-sample inserts, the atomic minute UPSERT, sums from samples."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count, F, Model, Sum
+from django.db.models.functions import Trunc
+from django.utils import timezone
+
+from cluster_app.models import ClusterUsageMinute, GpuUsageSample, UsageSample
+
+# Columns of ClusterUsageMinute that the UPSERT adds to (everything but `minute`).
+SUM_FIELDS = (
+    "servers_sampled",
+    "cpu_util_pct_cores_sum",
+    "cpu_cores_sum",
+    "mem_used_gb_sum",
+    "mem_capacity_gb_sum",
+    "gpu_samples",
+    "gpu_util_pct_sum",
+)
+
+
+@dataclass
+class MinuteSums:
+    """One minute's contribution (or total): the ClusterUsageMinute columns but `minute`."""
+
+    servers_sampled: int = 0
+    cpu_util_pct_cores_sum: float = 0.0
+    cpu_cores_sum: int = 0
+    mem_used_gb_sum: float = 0.0
+    mem_capacity_gb_sum: float = 0.0
+    gpu_samples: int = 0
+    gpu_util_pct_sum: float = 0.0
+
+    def is_empty(self) -> bool:
+        return self.servers_sampled == 0 and self.gpu_samples == 0
+
+
+def minute_of(at: datetime) -> datetime:
+    """The UTC minute that `at` falls in (naive datetimes are taken as UTC)."""
+    if timezone.is_naive(at):
+        at = at.replace(tzinfo=UTC)
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def insert_new(
+    model: type[Model], conflict: Sequence[str], rows: Sequence[dict[str, Any]], returning: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """INSERT `rows` into `model`'s table, skipping those that clash on `conflict`; returns the
+    `returning` columns of the rows actually inserted.
+
+    ON CONFLICT DO NOTHING RETURNING is PostgreSQL's and SQLite's (3.35+) alike, and it is what tells a
+    retried report (nothing inserted) from a new one, even when both arrive at once: the second waits
+    on the unique index and then inserts nothing. Django's bulk_create(ignore_conflicts=True) does not
+    say which rows went in.
+    """
+    if not rows:
+        return []
+    meta, qn = model._meta, connection.ops.quote_name
+    names = list(rows[0])
+    fields = [meta.get_field(name) for name in names]  # attnames ("server_id") resolve too
+    columns = ", ".join(qn(f.column) for f in fields)
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    pairs = list(zip(names, fields, strict=True))
+    params = [f.get_db_prep_save(row[name], connection) for row in rows for name, f in pairs]
+    sql = (
+        f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES {', '.join([one] * len(rows))} "
+        f"ON CONFLICT ({', '.join(qn(meta.get_field(c).column) for c in conflict)}) DO NOTHING "
+        f"RETURNING {', '.join(qn(meta.get_field(c).column) for c in returning)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def minute_add(*, minute: datetime, sums: MinuteSums) -> None:
+    """Add `sums` to the minute's row, creating it if missing: one atomic statement, no lost update.
+
+    INSERT ... ON CONFLICT (minute) DO UPDATE SET x = x + EXCLUDED.x: concurrent heartbeats of the same
+    minute queue on the row lock and each adds to the committed total (PostgreSQL re-reads the row
+    after the wait; SQLite has one writer at a time). The row stays locked until the caller's
+    transaction commits, so callers add last, after their other writes.
+    """
+    if sums.is_empty():
+        return
+    meta, qn = ClusterUsageMinute._meta, connection.ops.quote_name
+    table = qn(meta.db_table)
+    columns = [qn(meta.get_field(name).column) for name in SUM_FIELDS]
+    minute_field = meta.get_field("minute")
+    params = [minute_field.get_db_prep_save(minute, connection)] + [getattr(sums, n) for n in SUM_FIELDS]
+    updates = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in columns)
+    sql = (
+        f"INSERT INTO {table} ({qn(minute_field.column)}, {', '.join(columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(params))}) "
+        f"ON CONFLICT ({qn(minute_field.column)}) DO UPDATE SET {updates}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def minutes_lock_for_rebuild() -> None:
+    """Hold off new additions to ClusterUsageMinute until the caller's transaction ends (PostgreSQL).
+
+    A rebuild reads the samples and writes their sums; a heartbeat adding to a minute meanwhile could
+    be counted twice (its sample seen by the rebuild, its UPSERT kept) or clash with the rebuilt row.
+    SHARE ROW EXCLUSIVE waits for heartbeats that already added (so the rebuild sees their samples,
+    committed) and makes later ones wait at their UPSERT, which then adds to the rebuilt row a sample
+    the rebuild could not see. Heartbeats stall for the rebuild's length: short for the roll-up's hour.
+    SQLite needs nothing: it has one writer at a time.
+    """
+    if connection.vendor != "postgresql":
+        return
+    table = connection.ops.quote_name(ClusterUsageMinute._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
+
+
+def minute_sums_from_samples(*, start: datetime, end: datetime) -> dict[datetime, MinuteSums]:
+    """Minute -> sums of the UsageSample and GpuUsageSample rows in [start, end), grouped in the database.
+
+    Cores and GB are the servers' current ones (what the samples' servers hold now).
+    """
+    out: dict[datetime, MinuteSums] = {}
+
+    def entry(minute: datetime) -> MinuteSums:
+        if timezone.is_naive(minute):  # SQLite gives the truncated value back without its zone
+            minute = minute.replace(tzinfo=UTC)
+        return out.setdefault(minute, MinuteSums())
+
+    servers = (
+        UsageSample.objects.filter(sampled_at__gte=start, sampled_at__lt=end)
+        .annotate(m=Trunc("sampled_at", "minute", tzinfo=UTC))
+        .values("m")
+        .annotate(
+            n=Count("id"),
+            cpu=Sum(F("cpu_util_pct") * F("server__num_cpus")),
+            cores=Sum("server__num_cpus"),
+            mem_used=Sum("mem_used_gb"),
+            mem_cap=Sum("server__mem_gb"),
+        )
+        .order_by()
+    )
+    for row in servers:
+        e = entry(row["m"])
+        e.servers_sampled, e.cpu_util_pct_cores_sum, e.cpu_cores_sum = row["n"], row["cpu"], row["cores"]
+        e.mem_used_gb_sum, e.mem_capacity_gb_sum = row["mem_used"], row["mem_cap"]
+    gpus = (
+        GpuUsageSample.objects.filter(sampled_at__gte=start, sampled_at__lt=end)
+        .annotate(m=Trunc("sampled_at", "minute", tzinfo=UTC))
+        .values("m")
+        .annotate(n=Count("id"), util=Sum("util_pct"))
+        .order_by()
+    )
+    for row in gpus:
+        e = entry(row["m"])
+        e.gpu_samples, e.gpu_util_pct_sum = row["n"], row["util"]
+    return out
