@@ -151,6 +151,8 @@ ATTUNE_SCHEDULER = {
     "cancel_grace_s": env.int("ATTUNE_CANCEL_GRACE_S", default=10),
     "log_tail_lines": env.int("ATTUNE_LOG_TAIL_LINES", default=500),
     "agent_report_retention_days": env.int("ATTUNE_AGENT_REPORT_RETENTION_DAYS", default=7),
+    # Per-job decisions of each round (1,000 jobs x 1,440 rounds a day add up); rounds themselves stay.
+    "round_decision_retention_days": env.int("ATTUNE_ROUND_DECISION_RETENTION_DAYS", default=7),
     # Admission: refuse a submission whose QoS target the forecast says cannot be met (else accept
     # it and say so). The forecast looks this far ahead, with this much computing at submission; a
     # worker finishes longer ones with the background budget.

@@ -18,6 +18,7 @@ class SchedulerConf:
     cancel_grace_s: int
     log_tail_lines: int
     agent_report_retention_days: int
+    round_decision_retention_days: int
     reject_unattainable_qos: bool
     forecast_horizon_h: float
     forecast_time_budget_s: float
@@ -38,6 +39,7 @@ def scheduler_conf() -> SchedulerConf:
         cancel_grace_s=int(raw.get("cancel_grace_s", 10)),
         log_tail_lines=int(raw.get("log_tail_lines", 500)),
         agent_report_retention_days=int(raw.get("agent_report_retention_days", 7)),
+        round_decision_retention_days=int(raw.get("round_decision_retention_days", 7)),
         reject_unattainable_qos=bool(raw.get("reject_unattainable_qos", False)),
         forecast_horizon_h=float(raw.get("forecast_horizon_h", 168)),
         forecast_time_budget_s=float(raw.get("forecast_time_budget_s", 2.0)),

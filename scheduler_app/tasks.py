@@ -8,7 +8,11 @@ from cluster_app.services import usage_samples_rollup
 from scheduler_app.services.agents import agent_reports_prune
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
-from scheduler_app.services.rounds import scheduling_round_request_clear, scheduling_round_run
+from scheduler_app.services.rounds import (
+    round_decisions_prune,
+    scheduling_round_request_clear,
+    scheduling_round_run,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +35,13 @@ def node_liveness_sweep_task() -> dict[str, list[str]]:
 
 @shared_task(ignore_result=True)
 def usage_rollup_task() -> dict[str, int]:
-    """Hourly: fold old raw usage samples into per-minute averages; drop stale agent reports."""
-    return {"usage_rows_removed": usage_samples_rollup(), "agent_reports_removed": agent_reports_prune()}
+    """Hourly: fold old raw usage samples into per-minute averages; drop stale agent reports and
+    round decisions."""
+    return {
+        "usage_rows_removed": usage_samples_rollup(),
+        "agent_reports_removed": agent_reports_prune(),
+        "round_decisions_removed": round_decisions_prune(),
+    }
 
 
 @shared_task(bind=True, ignore_result=True, max_retries=20)

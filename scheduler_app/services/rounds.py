@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 
 from django.db import connection, transaction
@@ -417,3 +417,15 @@ def scheduling_round_request_clear() -> None:
         _redis(conf.redis_url).delete(EARLY_ROUND_KEY)
     except Exception:
         logger.warning("could not clear the early-round key", exc_info=True)
+
+
+def round_decisions_prune(*, now: datetime | None = None) -> int:
+    """Delete the per-job decisions of rounds older than the retention period; returns how many.
+
+    The rounds themselves (counts, policy, allocator, timings) are kept for the dashboards; what a
+    job holds is in its allocations and its history in its events, both kept.
+    """
+    now = now or timezone.now()
+    before = now - timedelta(days=scheduler_conf().round_decision_retention_days)
+    deleted, _ = RoundDecision.objects.filter(round__started_at__lt=before).delete()
+    return deleted

@@ -3,6 +3,7 @@
 import random
 import threading
 from collections import defaultdict
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -256,3 +257,18 @@ def test_a_lease_never_ends_before_it_started(user, fifo_tune):
     )
     lease.refresh_from_db()
     assert lease.ended_at == lease.started_at
+
+
+def test_decisions_of_old_rounds_are_pruned_and_the_rounds_kept(user, fifo_tune, settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "round_decision_retention_days": 7}
+    make_server("n1")
+    submit(user, gpus=1, name="a")
+    submit(user, gpus=2, name="b")
+    old = scheduling_round_run(trigger="test")
+    recent = scheduling_round_run(trigger="test")
+    SchedulingRound.objects.filter(pk=old.pk).update(started_at=timezone.now() - timedelta(days=8))
+    assert rounds.round_decisions_prune() == 2
+    assert not RoundDecision.objects.filter(round=old).exists()
+    assert RoundDecision.objects.filter(round=recent).count() == 2
+    assert SchedulingRound.objects.filter(pk=old.pk).exists()
+    assert rounds.round_decisions_prune() == 0

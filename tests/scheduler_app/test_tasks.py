@@ -31,7 +31,11 @@ def test_tasks_call_their_services(user, settings):
     round_id = tasks.scheduling_round_task.apply(kwargs={"trigger": "beat"}).get()
     assert SchedulingRound.objects.get(pk=round_id).trigger == "beat"
     assert tasks.node_liveness_sweep_task.apply().get() == {"not_responding": [], "down": []}
-    assert tasks.usage_rollup_task.apply().get() == {"usage_rows_removed": 0, "agent_reports_removed": 0}
+    assert tasks.usage_rollup_task.apply().get() == {
+        "usage_rows_removed": 0,
+        "agent_reports_removed": 0,
+        "round_decisions_removed": 0,
+    }
 
 
 def test_inline_mode_runs_the_early_round_after_commit(user, settings, django_capture_on_commit_callbacks):
