@@ -25,6 +25,8 @@ from scheduler_app.simulator.forecast import forecast
 
 logger = logging.getLogger(__name__)
 
+OWN_COMMAND_UNKNOWN = "own command without a time limit: its finish cannot be predicted"
+
 
 class QosUnattainableError(ValidationError):
     """The job's QoS target cannot be met and the cluster is set to refuse such submissions."""
@@ -83,6 +85,17 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
     prediction.predicted_start_at = _at(predicted.start_s)
     prediction.predicted_finish_at = _at(predicted.finish_s)
     prediction.detail = ""
+    start = prediction.predicted_start_at
+    if job.workload_id is None and start is not None:
+        # An own command has no profile, so its length is unknown; a time limit bounds it (what
+        # Slurm's backfill assumes too). The forecast only placed it with a guessed speed.
+        if job.time_limit_s:
+            prediction.predicted_finish_at = start + timedelta(seconds=job.time_limit_s)
+            prediction.detail = "own command: finish = start + its time limit"
+        else:
+            prediction.predicted_finish_at = None
+            prediction.detail = OWN_COMMAND_UNKNOWN
+        return True
     if predicted.finish_s is not None:
         return True
     what = "started" if predicted.start_s is None else "finished"
@@ -94,9 +107,10 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
 
 
 def _judge(prediction: AdmissionPrediction) -> None:
-    if prediction.deadline_at is not None:
-        finish = prediction.predicted_finish_at
-        prediction.attainable = finish is not None and finish <= prediction.deadline_at
+    if prediction.deadline_at is None or prediction.detail == OWN_COMMAND_UNKNOWN:
+        return  # no target, or nothing to compare it with
+    finish = prediction.predicted_finish_at
+    prediction.attainable = finish is not None and finish <= prediction.deadline_at
 
 
 def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPrediction:

@@ -127,3 +127,34 @@ def test_a_forecast_out_of_time_is_finished_by_a_worker(
     admission = client.get(f"{JOBS}{body['id']}/").json()["admission"]
     assert admission["predicted_finish_at"] is not None and admission["attainable"] is True
     assert admission["detail"] == ""
+
+
+def test_an_own_command_gets_a_start_and_a_finish_only_from_its_time_limit(client):
+    body = client.post(
+        JOBS,
+        {
+            "name": "mine",
+            "command": "python train.py",
+            "num_gpus": 1,
+            "total_iters": 10,
+            "qos_max_latency_s": 600,
+        },
+        format="json",
+    ).json()
+    admission = body["admission"]
+    assert admission["predicted_start_at"] is not None and admission["predicted_finish_at"] is None
+    assert admission["attainable"] is None and "time limit" in admission["detail"]
+    limited = client.post(
+        JOBS,
+        {
+            "name": "mine",
+            "command": "python train.py",
+            "num_gpus": 1,
+            "total_iters": 10,
+            "time_limit_s": 3600,
+            "qos_max_latency_s": 600,
+        },
+        format="json",
+    ).json()["admission"]
+    start, finish = at(limited["predicted_start_at"]), at(limited["predicted_finish_at"])
+    assert finish - start == timedelta(hours=1) and limited["attainable"] is False
