@@ -272,3 +272,25 @@ def test_decisions_of_old_rounds_are_pruned_and_the_rounds_kept(user, fifo_tune,
     assert RoundDecision.objects.filter(round=recent).count() == 2
     assert SchedulingRound.objects.filter(pk=old.pk).exists()
     assert rounds.round_decisions_prune() == 0
+
+
+def test_the_live_round_runs_genie_with_deadlines_on_the_round_clock(user, settings):
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "swaf",
+        "allocator": "genie",
+        "inline_rounds": False,
+    }
+    make_server("n1", gpus=2, cpus=6, mem_gb=125)
+    narrow = submit(user, gpus=1, iters=100, name="narrow", qos_max_latency_s=24 * 3600)
+    late = submit(user, gpus=1, iters=10**9, name="late", qos_max_latency_s=60)  # far too much work
+    # Two GPUs capped on a 6-core server: the slowest best case, so the least waiting allowance.
+    wide = submit(user, gpus=2, iters=100, name="wide", qos_max_latency_s=24 * 3600)
+    sround = scheduling_round_run(trigger="test")
+    decisions = {d.job_id: d for d in RoundDecision.objects.filter(round=sround)}
+    assert [decisions[j.pk].position for j in (wide, narrow, late)] == [0, 1, 2]
+    assert decisions[wide.pk].outcome == "placed" and decisions[wide.pk].reason in ("qos_fit", "leftover")
+    assert (decisions[narrow.pk].outcome, decisions[narrow.pk].reason) == ("pending", "insufficient_gpus")
+    assert (decisions[late.pk].outcome, decisions[late.pk].reason) == ("pending", "qos_unattainable")
+    late.refresh_from_db()
+    assert late.state == JobState.PENDING and late.pending_reason == PendingReason.QOS_UNATTAINABLE
