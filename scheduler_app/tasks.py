@@ -6,6 +6,7 @@ from celery import shared_task
 
 from cluster_app.services import usage_samples_rollup
 from scheduler_app.services.agents import agent_reports_prune
+from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
 from scheduler_app.services.rounds import (
@@ -28,9 +29,14 @@ def scheduling_round_task(trigger: str = "beat") -> int | None:
 
 
 @shared_task(ignore_result=True)
-def node_liveness_sweep_task() -> dict[str, list[str]]:
+def node_liveness_sweep_task() -> dict[str, list]:
+    """Every few seconds: mark silent nodes, and end jobs past their time limit (TIMEOUT)."""
     sweep = node_liveness_sweep_run()
-    return {"not_responding": sweep.not_responding, "down": sweep.down}
+    return {
+        "not_responding": sweep.not_responding,
+        "down": sweep.down,
+        "timed_out": jobs_time_limit_enforce(),
+    }
 
 
 @shared_task(ignore_result=True)

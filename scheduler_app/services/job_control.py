@@ -198,3 +198,39 @@ def job_cancel(*, job: Job, by: AbstractBaseUser | None = None) -> Job:
         reason="cancelled_by_user",
         message=f"cancelled by {by_name}" if by_name else "cancelled",
     )
+
+
+def job_run_time_s(job: Job, *, now: datetime) -> float:
+    """Seconds the job has held its resources, over all its leases (a job spanning servers has one
+    lease per server for the same interval, counted once); from prefetched `allocations`."""
+    intervals = {(a.started_at, a.ended_at or now) for a in job.allocations.all()}
+    return sum(max(0.0, (end - start).total_seconds()) for start, end in intervals)
+
+
+def jobs_time_limit_enforce(*, now: datetime | None = None) -> list[int]:
+    """End RUNNING jobs whose run time has reached their `time_limit_s` (TIMEOUT, as Slurm does).
+
+    Run time counts only the time the job held resources, so a job paused by preemption is not
+    charged for waiting. Their leases end here; agents stop the processes on their next poll, as for
+    a cancel. Returns the ids of the jobs ended.
+    """
+    now = now or timezone.now()
+    running = Job.objects.filter(state=JobState.RUNNING, time_limit_s__isnull=False).prefetch_related(
+        "allocations"
+    )
+    over = [job.pk for job in running if job_run_time_s(job, now=now) >= job.time_limit_s]
+    ended = []
+    for job_id in over:
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if job.state != JobState.RUNNING:
+                continue  # it ended or was requeued meanwhile
+            job_finish(
+                job=job,
+                state=JobState.TIMEOUT,
+                now=now,
+                reason="time_limit",
+                message=f"time limit of {job.time_limit_s} s reached",
+            )
+            ended.append(job_id)
+    return ended

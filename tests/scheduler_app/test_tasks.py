@@ -30,7 +30,7 @@ def test_tasks_call_their_services(user, settings):
     make_server("gpu01")
     round_id = tasks.scheduling_round_task.apply(kwargs={"trigger": "beat"}).get()
     assert SchedulingRound.objects.get(pk=round_id).trigger == "beat"
-    assert tasks.node_liveness_sweep_task.apply().get() == {"not_responding": [], "down": []}
+    assert tasks.node_liveness_sweep_task.apply().get() == {"not_responding": [], "down": [], "timed_out": []}
     assert tasks.usage_rollup_task.apply().get() == {
         "usage_rows_removed": 0,
         "agent_reports_removed": 0,
