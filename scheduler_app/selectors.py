@@ -41,6 +41,7 @@ from scheduler_app.models import (
     JobState,
     PendingReason,
     SchedulingRound,
+    Team,
 )
 
 # Lease end reasons after which a still-running process is stopped gracefully (checkpoint) rather
@@ -258,6 +259,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
                 deadline_s=_deadline_s(job),
                 priority=job.priority,
                 current=current,
+                team_id=job.team_id,
             )
         )
     return RoundInputs(
@@ -268,6 +270,16 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
         gpu_ids=gpu_ids,
         frozen_job_ids=frozen,
     )
+
+
+def team_quotas_left(*, jobs: list[Job], frozen_job_ids: set[int]) -> dict[int, int]:
+    """Team id -> GPUs its jobs in this round may hold: its quota minus what its frozen jobs (leases
+    on servers the round cannot touch) keep. Teams without a quota are not listed (no cap)."""
+    quotas = dict(Team.objects.filter(gpu_quota__isnull=False).values_list("id", "gpu_quota"))
+    for job in jobs:
+        if job.pk in frozen_job_ids and job.team_id in quotas:
+            quotas[job.team_id] = max(0, quotas[job.team_id] - job.num_gpus)
+    return quotas
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.policies import POLICIES, Policy
-from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, RoundPlan
 
 
 def schedule_round(
@@ -16,13 +17,47 @@ def schedule_round(
     policy: str | Policy,
     allocator: str | Allocator,
     now_s: float,
+    team_quota_gpus: Mapping[int, int] | None = None,
 ) -> RoundPlan:
     """Decide one round: every job in `jobs` gets exactly one Decision in the returned plan.
 
     `policy` and `allocator` are registered names or ready instances (for non-default options).
-    Unknown names raise UnknownNameError listing the valid ones. Pure: same inputs, same plan.
+    Unknown names raise UnknownNameError listing the valid ones. `team_quota_gpus`: team id -> GPUs
+    its jobs may hold at once (teams not listed are unlimited); see `within_team_quotas`. Pure: same
+    inputs, same plan.
     """
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
     allocator_obj = ALLOCATORS.get(allocator)() if isinstance(allocator, str) else allocator
     ordered = policy_obj.order(jobs, snapshot, now_s)
-    return allocator_obj.allocate_at(ordered, snapshot, now_s)
+    if not team_quota_gpus:
+        return allocator_obj.allocate_at(ordered, snapshot, now_s)
+    admitted, held_back = within_team_quotas(ordered, team_quota_gpus)
+    plan = allocator_obj.allocate_at(admitted, snapshot, now_s)
+    by_id = {d.job_id: d for d in plan.decisions}
+    for job_id in held_back:
+        by_id[job_id] = Decision(job_id, Outcome.PENDING, reasons.QUOTA_EXCEEDED)
+    return RoundPlan(tuple(by_id[job.job_id] for job in ordered))
+
+
+def within_team_quotas(
+    ordered: Sequence[JobView], team_quota_gpus: Mapping[int, int]
+) -> tuple[list[JobView], set[int]]:
+    """Kueue-style quota admission, before any placement: walk the jobs in policy order and hold back
+    each whose GPUs would take its team over its quota; a later, smaller job of the team may still fit.
+
+    Returns the jobs the allocator sees (policy order kept) and the ids held back. Held-back jobs
+    free nothing for others of their team, and do not count against the quota.
+    """
+    used: dict[int, int] = {}
+    admitted: list[JobView] = []
+    held_back: set[int] = set()
+    for job in ordered:
+        team = job.team_id
+        quota = team_quota_gpus.get(team) if team is not None else None
+        if quota is not None and used.get(team, 0) + job.num_gpus > quota:
+            held_back.add(job.job_id)
+            continue
+        if team is not None:
+            used[team] = used.get(team, 0) + job.num_gpus
+        admitted.append(job)
+    return admitted, held_back

@@ -16,6 +16,7 @@ INSUFFICIENT_GPUS = "insufficient_gpus"  # not enough free GPUs after jobs ahead
 FRAGMENTED = "fragmented"  # enough GPUs in total, but not with the CPU/memory they need
 QOS_UNATTAINABLE = "qos_unattainable"  # its deadline can no longer be met (GENIE best-effort tail)
 RESERVED_FOR_QOS = "reserved_for_qos"  # would delay the reservation of a QoS job ahead of it (GENIE)
+QUOTA_EXCEEDED = "quota_exceeded"  # its team's GPU quota is used by jobs ahead of it (or held)
 
 # Infeasible: can never fit on this cluster as it is.
 EXCEEDS_CLUSTER_GPUS = "exceeds_cluster_gpus"
@@ -34,5 +35,7 @@ PLACED_REASONS = frozenset(
         LEFTOVER,
     }
 )
-PENDING_REASONS = frozenset({INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE, RESERVED_FOR_QOS})
+PENDING_REASONS = frozenset(
+    {INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE, RESERVED_FOR_QOS, QUOTA_EXCEEDED}
+)
 INFEASIBLE_REASONS = frozenset({EXCEEDS_CLUSTER_GPUS, EXCEEDS_SERVER_RESOURCES})

@@ -140,6 +140,7 @@ class JobView:
     deadline_s: float | None = None
     priority: int = 0
     current: Placement | None = field(default=None, compare=False)
+    team_id: int | None = None  # for GPU quotas (engine.schedule_round's team_quota_gpus)
 
     @property
     def remaining_iters(self) -> float:

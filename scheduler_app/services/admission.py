@@ -20,7 +20,7 @@ from cluster_app.models import Server
 from cluster_app.selectors import SCHEDULABLE_STATES
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AdmissionPrediction, Job, JobState, SchedulingRound
-from scheduler_app.selectors import round_inputs
+from scheduler_app.selectors import round_inputs, team_quotas_left
 from scheduler_app.simulator.forecast import forecast
 
 logger = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
         until_finished=[job.pk],
         max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
         time_budget_s=budget_s,
+        team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
     )[job.pk]
     prediction.predicted_start_at = _at(predicted.start_s)
     prediction.predicted_finish_at = _at(predicted.finish_s)

@@ -33,7 +33,13 @@ from scheduler_app.models import (
     RoundDecision,
     SchedulingRound,
 )
-from scheduler_app.selectors import ActiveLease, RoundInputs, round_inputs, server_busy_gpus
+from scheduler_app.selectors import (
+    ActiveLease,
+    RoundInputs,
+    round_inputs,
+    server_busy_gpus,
+    team_quotas_left,
+)
 from scheduler_app.services.job_control import allocations_end, job_interruption_events
 from scheduler_app.services.jobs import job_event
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
@@ -53,6 +59,7 @@ PENDING_REASON_OF = {
     reasons.FRAGMENTED: PendingReason.RESOURCES,
     reasons.QOS_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
     reasons.RESERVED_FOR_QOS: PendingReason.PRIORITY,  # held back for a QoS job ahead of it
+    reasons.QUOTA_EXCEEDED: PendingReason.QUOTA,
     reasons.EXCEEDS_CLUSTER_GPUS: PendingReason.INFEASIBLE,
     reasons.EXCEEDS_SERVER_RESOURCES: PendingReason.INFEASIBLE,
 }
@@ -151,7 +158,12 @@ def _round(trigger: str) -> SchedulingRound:
     profiling_runs_dispatch(now=now)
     inputs = round_inputs(servers=servers, jobs=jobs)
     plan = schedule_round(
-        inputs.snapshot, inputs.views, policy=conf.policy, allocator=conf.allocator, now_s=now.timestamp()
+        inputs.snapshot,
+        inputs.views,
+        policy=conf.policy,
+        allocator=conf.allocator,
+        now_s=now.timestamp(),
+        team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
     )
     sround = SchedulingRound.objects.create(
         started_at=now,
@@ -429,3 +441,4 @@ def round_decisions_prune(*, now: datetime | None = None) -> int:
     before = now - timedelta(days=scheduler_conf().round_decision_retention_days)
     deleted, _ = RoundDecision.objects.filter(round__started_at__lt=before).delete()
     return deleted
+

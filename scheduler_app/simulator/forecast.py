@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler_app.core.allocators import Allocator
@@ -46,6 +46,7 @@ def forecast(
     until_finished: Iterable[int] | None = None,
     max_rounds: int = 2016,
     time_budget_s: float | None = None,
+    team_quota_gpus: Mapping[int, int] | None = None,
 ) -> dict[int, JobForecast]:
     """Run rounds from `first_round_s` on `snapshot` (the live round's input: every resource free that
     the round re-decides, anything held outside it subtracted) until every job of
@@ -56,6 +57,7 @@ def forecast(
     `time_budget_s`: stop after this much wall time (a web request's patience); jobs not finished by
     then get no finish time, like those beyond `max_rounds`. Under a static order (FIFO) with
     `until_finished`, jobs ordered after the last target are left out of the forecast and the result.
+    `team_quota_gpus`: as in schedule_round.
     """
     wall_start = time.perf_counter()
     if not round_s > 0:
@@ -95,6 +97,7 @@ def forecast(
             policy=policy_obj,
             allocator=allocator_obj,
             now_s=first_round_s + k * round_s,
+            team_quota_gpus=team_quota_gpus,
         )
         if can_skip and previous is not None and plan.decisions == previous.decisions:
             k += _skip_steady_rounds(plan, run.active, round_s, max_rounds - 1 - k)

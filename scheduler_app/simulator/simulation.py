@@ -57,6 +57,7 @@ class _SimJob:
         "profile",
         "resources",
         "start_s",
+        "team_id",
         "total_iters",
         "view",
     )
@@ -82,6 +83,7 @@ class _SimJob:
         self.cpus_per_gpu_override: float | None = None
         self.mem_gb_per_gpu_override: float | None = None
         self.priority = 0
+        self.team_id: int | None = None
 
     @classmethod
     def from_view(cls, view: JobView, model: str = "") -> _SimJob:
@@ -95,6 +97,7 @@ class _SimJob:
         job.cpus_per_gpu_override = view.cpus_per_gpu_override
         job.mem_gb_per_gpu_override = view.mem_gb_per_gpu_override
         job.priority = view.priority
+        job.team_id = view.team_id
         job.current = view.current
         job.has_run = view.current is not None
         return job
@@ -115,6 +118,7 @@ class _SimJob:
                 mem_gb_per_gpu_override=self.mem_gb_per_gpu_override,
                 priority=self.priority,
                 current=self.current,
+                team_id=self.team_id,
             )
             self.view = view
         return view

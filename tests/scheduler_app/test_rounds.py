@@ -294,3 +294,24 @@ def test_the_live_round_runs_genie_with_deadlines_on_the_round_clock(user, setti
     assert (decisions[late.pk].outcome, decisions[late.pk].reason) == ("pending", "qos_unattainable")
     late.refresh_from_db()
     assert late.state == JobState.PENDING and late.pending_reason == PendingReason.QOS_UNATTAINABLE
+
+
+def test_a_team_at_its_gpu_quota_waits_with_reason_quota(user, fifo_tune):
+    from tests.factories import TeamFactory
+
+    make_server("n1", gpus=8)
+    vision = TeamFactory(name="vision-q", gpu_quota=3)
+    vision.members.add(user)
+    first = submit(user, gpus=2, name="v1", team=vision)
+    second = submit(user, gpus=2, name="v2", team=vision)
+    other = submit(user, gpus=4, name="free")
+    scheduling_round_run(trigger="test")
+    for job in (first, second, other):
+        job.refresh_from_db()
+    assert first.state == JobState.RUNNING and other.state == JobState.RUNNING
+    assert second.state == JobState.PENDING and second.pending_reason == PendingReason.QUOTA
+    vision.gpu_quota = 4
+    vision.save()
+    scheduling_round_run(trigger="test")
+    second.refresh_from_db()
+    assert second.state == JobState.RUNNING
