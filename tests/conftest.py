@@ -25,3 +25,14 @@ def staff_user(db):
     from tests.factories import UserFactory
 
     return UserFactory(is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def fifo_tune(settings):
+    """The live driver with FIFO + tune, rounds asked for but not run inline (tests run them)."""
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "fifo",
+        "allocator": "tune",
+        "inline_rounds": False,
+    }

@@ -30,16 +30,6 @@ from tests.factories import AllocationFactory, JobFactory, hold_gpus
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def fifo_tune(settings):
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "tune",
-        "inline_rounds": False,
-    }
-
-
 def kinds(job: Job) -> list[tuple[str, str, str]]:
     return list(
         JobEvent.objects.filter(job=job).order_by("at", "id").values_list("kind", "from_state", "to_state")

@@ -10,17 +10,7 @@ from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import active, make_server, submit
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fifo_tune(settings):
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "tune",
-        "inline_rounds": False,
-    }
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_tune")]
 
 
 def started_ago(job: Job, seconds: float) -> None:
