@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from pathlib import Path
 
 import pytest
 
@@ -17,15 +16,12 @@ from profiles_app.catalog import load_catalog
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.simulator import ClusterSpec, TraceJob, read_trace, simulate
+from tests.reference_data import SYNERGY_TRACES
 from tests.scheduler_app.simulator.fakes import FifoPolicy, StickyProportionalAllocator
 
-SHARED = Path("/work/shared/data/synergy")
 CATALOG = load_catalog()
 PHYSICAL = ClusterSpec(servers=4, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)
 ROUND_S = 300.0
-
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="reference traces not available")
-
 
 def reference_fifo_fair_finish_s(trace: list[TraceJob], gpus: int, first_round_s: float) -> dict[int, float]:
     """Finish times under the reference's conventions (single-GPU jobs, all arrived by the first round)."""
@@ -70,7 +66,7 @@ def round_end_cases() -> list[tuple[str, object, object]]:
 
 @pytest.mark.parametrize(("trace_name", "policy", "allocator"), round_end_cases())
 def test_static_fifo_proportional_round_end_matches_reference(trace_name, policy, allocator) -> None:
-    trace = read_trace(SHARED / trace_name)
+    trace = read_trace(SYNERGY_TRACES / trace_name)
     cluster = PHYSICAL if trace_name.startswith("static_100") else ClusterSpec()
     result = simulate(trace, cluster, policy=policy, allocator=allocator, finish_at_round_end=True)
     expected = reference_fifo_fair_finish_s(trace, cluster.total_gpus, first_round_s=1.0)
@@ -80,7 +76,7 @@ def test_static_fifo_proportional_round_end_matches_reference(trace_name, policy
 
 @pytest.mark.parametrize(("policy", "allocator"), allocators_to_check())
 def test_static_fifo_proportional_exact(policy, allocator) -> None:
-    trace = read_trace(SHARED / "static_100job.csv")
+    trace = read_trace(SYNERGY_TRACES / "static_100job.csv")
     result = simulate(trace, PHYSICAL, policy=policy, allocator=allocator)
     expected = exact_fifo_fair_finish_s(trace, PHYSICAL.total_gpus, first_round_s=1.0)
     assert {r.job_id: r.finish_s for r in result.records} == pytest.approx(expected)
@@ -89,7 +85,7 @@ def test_static_fifo_proportional_exact(policy, allocator) -> None:
 @pytest.mark.parametrize("finish_at_round_end", [False, True])
 def test_static_trace_tune_makespan_at_least_1_35x_shorter_than_proportional(finish_at_round_end) -> None:
     # Issue 3's acceptance (the paper reports 1.4x on its testbed); FIFO, 300 s rounds, 4 x 8 GPUs.
-    trace = read_trace(SHARED / "static_100job.csv")
+    trace = read_trace(SYNERGY_TRACES / "static_100job.csv")
     makespan_h = {
         name: simulate(
             trace, PHYSICAL, policy="fifo", allocator=name, finish_at_round_end=finish_at_round_end

@@ -8,8 +8,8 @@ import pytest
 
 from scheduler_app.simulator import TraceError, TraceJob, philly_derived_trace, read_trace, write_trace
 from scheduler_app.simulator.trace import format_trace_line
+from tests.reference_data import SYNERGY_TRACES
 
-SHARED = Path("/work/shared/data/synergy")
 GOOD = "0,alexnet,0.0,3349,1\n1,gnmt,126,26435,2\n"
 
 
@@ -85,9 +85,8 @@ def test_round_trip_keeps_fractional_arrivals_exact(tmp_path: Path) -> None:
     assert format_trace_line(jobs[2]) == "2,m5,12,9,2"
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="reference traces not available")
 def test_reference_trace_round_trips_byte_for_byte(tmp_path: Path) -> None:
-    source = SHARED / "philly1gpu_l9_n1000_s42.csv"
+    source = SYNERGY_TRACES / "philly1gpu_l9_n1000_s42.csv"
     jobs = read_trace(source)
     assert len(jobs) == 1000
     out = tmp_path / "copy.csv"

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from profiles_app.catalog import WORKLOAD_CLASSES, load_catalog
 from scheduler_app.simulator import philly_derived_trace, read_trace
+from tests.reference_data import SYNERGY_TRACES
 
-SHARED = Path("/work/shared/data/synergy")
 CATALOG = load_catalog()
 
 
@@ -73,11 +72,10 @@ def test_static_arrivals_are_milliseconds_apart() -> None:
     assert jobs[-1].arrival_s == 0.499
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="reference traces not available")
 def test_model_sequence_matches_the_reference_generator() -> None:
     # The reference assigns models deterministically (class furthest below its share, round-robin inside
     # the class), so our sequence equals the one in the trace its own generator wrote.
-    reference = read_trace(SHARED / "philly1gpu_l9_n1000_s42.csv")
+    reference = read_trace(SYNERGY_TRACES / "philly1gpu_l9_n1000_s42.csv")
     ours = philly_derived_trace(1000, jobs_per_hour=9.0, class_split=(20, 70, 10), seed=42)
     assert [j.model for j in ours] == [j.model for j in reference]
 
