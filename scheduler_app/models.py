@@ -1,6 +1,7 @@
 """The work: teams, jobs and their history, allocations, scheduling rounds and simulation runs."""
 
 import uuid
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -127,6 +128,25 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id}:{self.name}"
+
+    @property
+    def deadline_at(self) -> datetime | None:
+        """The QoS target as a time (None without one); see qos_deadline."""
+        return qos_deadline(self.submitted_at, self.qos_deadline_at, self.qos_max_latency_s)
+
+
+def qos_deadline(
+    submitted_at: datetime, qos_deadline_at: datetime | None, qos_max_latency_s: float | None
+) -> datetime | None:
+    """A job's QoS target as a time: its deadline, or submission plus its maximum latency.
+
+    A plain function of the three columns, so that code reading them with values_list uses it too.
+    """
+    if qos_deadline_at is not None:
+        return qos_deadline_at
+    if qos_max_latency_s is not None:
+        return submitted_at + timedelta(seconds=qos_max_latency_s)
+    return None
 
 
 class JobEvent(models.Model):

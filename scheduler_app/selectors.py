@@ -153,11 +153,14 @@ def proportional_profile(
 
 
 def _deadline_s(job: Job) -> float | None:
-    if job.qos_deadline_at is not None:
-        return job.qos_deadline_at.timestamp()
-    if job.qos_max_latency_s is not None:
-        return job.submitted_at.timestamp() + job.qos_max_latency_s
-    return None
+    deadline = job.deadline_at
+    return None if deadline is None else deadline.timestamp()
+
+
+def next_round_at(now: datetime, round_s: float) -> datetime:
+    """When the next live round runs: one round after the last one, and not before now."""
+    last = SchedulingRound.objects.order_by("-started_at").values_list("started_at", flat=True).first()
+    return now if last is None else max(now, last + timedelta(seconds=round_s))
 
 
 def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInputs:
@@ -349,9 +352,8 @@ def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
     policy = POLICIES.get(conf.policy)()
     ordered = policy.order(inputs.views, inputs.snapshot, now.timestamp())
 
-    last = SchedulingRound.objects.order_by("-started_at").values_list("started_at", flat=True).first()
     round_td = timedelta(seconds=conf.round_s)
-    next_round = max(now, last + round_td) if last is not None else now
+    next_round = next_round_at(now, conf.round_s)
 
     def align(t: datetime) -> datetime:
         if t <= next_round:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cluster_app.models import Server
 from profiles_app.catalog import load_catalog
-from scheduler_app.models import Job, JobState
+from scheduler_app.models import Job, JobState, qos_deadline
 from scheduler_app.simulator import TraceJob
 
 
@@ -68,11 +68,8 @@ def history_trace(*, max_jobs: int) -> HistoryTrace:
     jobs = []
     for job_id, model, submitted_at, _, total_iters, num_gpus, deadline_at, max_latency_s in replayable:
         arrival_s = (submitted_at - t0).total_seconds()
-        deadline_s: float | None = None
-        if deadline_at is not None:
-            deadline_s = (deadline_at - t0).total_seconds()
-        elif max_latency_s is not None:
-            deadline_s = arrival_s + max_latency_s
+        deadline = qos_deadline(submitted_at, deadline_at, max_latency_s)
+        deadline_s = None if deadline is None else (deadline - t0).total_seconds()
         jobs.append(TraceJob(job_id, model, arrival_s, total_iters, num_gpus, deadline_s))
     jct_h = sorted((r[3] - r[2]).total_seconds() / 3600 for r in replayable)
     makespan_h = (max(r[3] for r in replayable) - t0).total_seconds() / 3600

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -28,7 +28,7 @@ from cluster_app.models import ClusterUsageMinute, Server
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.dashboards.bucket_cache import bucket_values
 from scheduler_app.dashboards.buckets import MAX_POINTS, EpochBucket, Window
-from scheduler_app.models import Allocation, Job, JobState, SchedulingRound, SimulationRun
+from scheduler_app.models import Allocation, Job, JobState, SchedulingRound, SimulationRun, qos_deadline
 
 NO_TEAM = "(no team)"
 
@@ -267,7 +267,7 @@ def _qos_outcomes(*, window: Window) -> list[QosOutcome]:
     )
     outcomes = []
     for submitted_at, finished_at, state, deadline_at, max_latency_s, team in rows:
-        deadline = deadline_at or submitted_at + timedelta(seconds=max_latency_s)
+        deadline = qos_deadline(submitted_at, deadline_at, max_latency_s)
         if finished_at is not None and finished_at <= deadline:
             if state != JobState.COMPLETED:
                 continue

@@ -19,8 +19,8 @@ from django.utils import timezone
 from cluster_app.models import Server
 from cluster_app.selectors import SCHEDULABLE_STATES
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import AdmissionPrediction, Job, JobState, SchedulingRound
-from scheduler_app.selectors import round_inputs, team_quotas_left
+from scheduler_app.models import AdmissionPrediction, Job, JobState
+from scheduler_app.selectors import next_round_at, round_inputs, team_quotas_left
 from scheduler_app.simulator.forecast import forecast
 
 logger = logging.getLogger(__name__)
@@ -30,23 +30,6 @@ OWN_COMMAND_UNKNOWN = "own command without a time limit: its finish cannot be pr
 
 class QosUnattainableError(ValidationError):
     """The job's QoS target cannot be met and the cluster is set to refuse such submissions."""
-
-
-def job_deadline_at(job: Job) -> datetime | None:
-    """The job's QoS target as a time: the deadline, or submission plus the maximum latency."""
-    if job.qos_deadline_at is not None:
-        return job.qos_deadline_at
-    if job.qos_max_latency_s is not None:
-        return job.submitted_at + timedelta(seconds=job.qos_max_latency_s)
-    return None
-
-
-def next_round_at(now: datetime, round_s: float) -> datetime:
-    """When the next live round runs: one round after the last one, and not before now."""
-    last = SchedulingRound.objects.order_by("-started_at").values_list("started_at", flat=True).first()
-    if last is None:
-        return now
-    return max(now, last + timedelta(seconds=round_s))
 
 
 def _at(seconds: float | None) -> datetime | None:
@@ -125,7 +108,7 @@ def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPred
     """
     conf = scheduler_conf()
     now = now or timezone.now()
-    deadline_at = job_deadline_at(job)
+    deadline_at = job.deadline_at
     prediction = AdmissionPrediction(
         job=job, created_at=now, policy=conf.policy, allocator=conf.allocator, deadline_at=deadline_at
     )
@@ -188,7 +171,7 @@ def admission_forecast_complete(*, job_id: int) -> AdmissionPrediction | None:
 
 def admission_outcome_record(*, job: Job) -> None:
     """When a job ends, store what happened next to what was predicted (no-op without a prediction)."""
-    deadline_at = job_deadline_at(job)
+    deadline_at = job.deadline_at
     met = None
     if deadline_at is not None and job.finished_at is not None:
         met = job.state == JobState.COMPLETED and job.finished_at <= deadline_at
