@@ -30,34 +30,22 @@ def _page(request: HttpRequest, template: str, **context: Any) -> HttpResponse:
     )
 
 
-@staff_required
-@require_GET
-def index(request: HttpRequest) -> HttpResponse:
-    return _page(request, "index.html")
+def _page_view(template: str) -> Callable[[HttpRequest], HttpResponse]:
+    """A staff-only dashboard page: a shell whose charts fetch their own JSON."""
+
+    @staff_required
+    @require_GET
+    def page(request: HttpRequest) -> HttpResponse:
+        return _page(request, template)
+
+    return page
 
 
-@staff_required
-@require_GET
-def utilisation(request: HttpRequest) -> HttpResponse:
-    return _page(request, "utilisation.html")
-
-
-@staff_required
-@require_GET
-def jobs(request: HttpRequest) -> HttpResponse:
-    return _page(request, "jobs.html")
-
-
-@staff_required
-@require_GET
-def qos(request: HttpRequest) -> HttpResponse:
-    return _page(request, "qos.html")
-
-
-@staff_required
-@require_GET
-def queue(request: HttpRequest) -> HttpResponse:
-    return _page(request, "queue.html")
+index = _page_view("index.html")
+utilisation = _page_view("utilisation.html")
+jobs = _page_view("jobs.html")
+qos = _page_view("qos.html")
+queue = _page_view("queue.html")
 
 
 def _series_endpoint(build: Callable[..., dict[str, Any]]) -> Callable[[HttpRequest], HttpResponse]:

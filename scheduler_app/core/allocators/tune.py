@@ -68,7 +68,6 @@ from scheduler_app.core.allocators._placement import (
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.throughput import (
     OperatingPoint,
-    best_case,
     cluster_shape,
     needs_downgrade,
     with_penalty,
@@ -383,13 +382,12 @@ def best_case_throughput(
     if shape is None:
         return 0.0
     by_id = {job.job_id: job for job in ordered_jobs}
+    demands = DemandCache(shape)
     total = 0.0
     for d in plan.decisions:
         if d.placement is not None or d.reason == reasons.FRAGMENTED:
             job = by_id[d.job_id]
-            if has_fixed_demand(job):
-                total += DemandCache(shape).fixed_point(job).speed * job.num_gpus
-            else:
-                total += best_case(job.profile, job.num_gpus, shape).speed * job.num_gpus
+            point = demands.fixed_point(job) if has_fixed_demand(job) else demands.best(job)
+            total += point.speed * job.num_gpus
     return total
 
