@@ -127,3 +127,19 @@ def percentile(samples: Sequence[float], q: float) -> float:
     if len(samples) == 1:
         return float(samples[0])
     return statistics.quantiles(samples, n=100, method="inclusive")[max(0, min(98, round(q) - 1))]
+
+
+def servers_create(num_servers: int, *, uuid_tag: str) -> list:
+    """`num_servers` testbed-shaped servers (8 V100, 24 cores, 500 GB) through the cluster service."""
+    from cluster_app.services import GpuSpec, server_create
+
+    return [
+        server_create(
+            name=f"gpu{i:03d}",
+            num_cpus=24,
+            mem_gb=500.0,
+            gpus=[GpuSpec(index=g, uuid=f"GPU-{uuid_tag}-{i:03d}-{g}", model="V100") for g in range(8)],
+            gpu_model="V100",
+        )
+        for i in range(num_servers)
+    ]

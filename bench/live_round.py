@@ -21,7 +21,14 @@ from typing import Any
 from unittest import mock
 
 from bench.common import print_table, time_call
-from bench.live_common import bench_database, database_copy, django_setup, logger, logging_setup
+from bench.live_common import (
+    bench_database,
+    database_copy,
+    django_setup,
+    logger,
+    logging_setup,
+    servers_create,
+)
 
 GPU_MIX = ((1, 0.4), (2, 0.25), (4, 0.2), (8, 0.15))  # GPUs per job and its share of the jobs
 
@@ -30,20 +37,12 @@ def populate(num_servers: int, num_jobs: int, seed: int) -> None:
     """Servers, the catalog and PENDING jobs, all through the services."""
     from django.contrib.auth import get_user_model
 
-    from cluster_app.services import GpuSpec, server_create
     from profiles_app.models import Workload
     from profiles_app.services import workload_catalog_load
     from scheduler_app.services.jobs import JobRequest, job_submit
 
     start = time.perf_counter()
-    for i in range(num_servers):
-        server_create(
-            name=f"gpu{i:03d}",
-            num_cpus=24,
-            mem_gb=500.0,
-            gpus=[GpuSpec(index=g, uuid=f"GPU-bench-{i:03d}-{g}", model="V100") for g in range(8)],
-            gpu_model="V100",
-        )
+    servers_create(num_servers, uuid_tag="bench")
     workload_catalog_load()
     workloads = list(Workload.objects.order_by("name"))
     owner = get_user_model().objects.create_user("bench", password=None)

@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import print_table
-from bench.live_common import bench_database, django_setup, logger, logging_setup
+from bench.live_common import bench_database, django_setup, logger, logging_setup, servers_create
 
 BUDGET_MS = 500.0
 STATE_MIX = (  # share of the jobs in each state
@@ -137,7 +137,6 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
     from django.utils import timezone
 
     from cluster_app.models import Gpu
-    from cluster_app.services import GpuSpec, server_create
     from profiles_app.models import Workload
     from profiles_app.services import workload_catalog_load
     from scheduler_app.models import (
@@ -153,16 +152,7 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
 
     rng = random.Random(seed)
     now = timezone.now()
-    servers = [
-        server_create(
-            name=f"gpu{i:02d}",
-            num_cpus=24,
-            mem_gb=500.0,
-            gpus=[GpuSpec(index=g, uuid=f"GPU-web-{i:02d}-{g}", model="V100") for g in range(8)],
-            gpu_model="V100",
-        )
-        for i in range(num_servers)
-    ]
+    servers = servers_create(num_servers, uuid_tag="web")
     gpus_by_server = {s.pk: list(Gpu.objects.filter(server=s).order_by("index")) for s in servers}
     workload_catalog_load()
     workloads = list(Workload.objects.order_by("name"))
