@@ -36,6 +36,9 @@ from cluster_app.usage_minutes import (
 logger = logging.getLogger(__name__)
 
 AGENT_TOKEN_BYTES = 32
+# Every issued token starts with this: a leading "-" from token_urlsafe made `--token TOKEN` read as a
+# missing argument (one token in 64), and a fixed prefix lets secret scanners recognise a leaked token.
+AGENT_TOKEN_PREFIX = "att_"
 # Credentials are looked up on every agent call; their last use is written at most this often.
 CREDENTIAL_TOUCH_EVERY = timedelta(seconds=60)
 # States the liveness sweep watches. DRAINED servers are out of service on purpose (their agent may be
@@ -155,9 +158,12 @@ def server_create(
 
 def agent_credential_issue(*, server: Server) -> str:
     """Issue a new agent token for `server` and return it; only its digest is stored."""
-    token = secrets.token_urlsafe(AGENT_TOKEN_BYTES)
+    token = AGENT_TOKEN_PREFIX + secrets.token_urlsafe(AGENT_TOKEN_BYTES)
+    # The prefix shown to admins keeps 8 random characters after the fixed part.
     AgentCredential.objects.create(
-        server=server, token_digest=agent_token_digest(token), token_prefix=token[:8]
+        server=server,
+        token_digest=agent_token_digest(token),
+        token_prefix=token[: len(AGENT_TOKEN_PREFIX) + 8],
     )
     return token
 

@@ -57,3 +57,16 @@ def test_agent_credential_stores_only_a_digest():
     assert token not in (cred.token_digest, cred.token_prefix)
     assert cred.token_digest == agent_token_digest(token)
     assert len(token) >= 40
+
+
+def test_agent_token_never_reads_as_an_option_on_the_agents_command_line(monkeypatch):
+    # token_urlsafe starts with "-" one time in 64; `--token -x…` then failed as a missing argument.
+    from agent.cli import build_parser
+    from cluster_app import services
+
+    monkeypatch.setattr(services.secrets, "token_urlsafe", lambda n: "-" + "x" * 42)
+    token = agent_credential_issue(server=ServerFactory())
+    args = build_parser().parse_args(["--server", "http://attune:8000", "--token", token])
+    assert args.token == token
+    cred = AgentCredential.objects.get(token_digest=agent_token_digest(token))
+    assert cred.token_prefix == token[:12] and cred.token_prefix.startswith("att_")

@@ -130,8 +130,6 @@ class Agent:
             "agent",
             "--server",
             server_url,
-            "--token",
-            self.token,
             "--name",
             name,
             "--fake-gpus",
@@ -155,6 +153,7 @@ class Agent:
     def start(self) -> None:
         log = (self.dir / "agent.log").open("a")
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+        env["ATTUNE_AGENT_TOKEN"] = self.token  # as a node should: not in argv, where `ps` shows it
         self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

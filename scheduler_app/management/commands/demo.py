@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -84,8 +85,6 @@ class Command(BaseCommand):
                 "agent",
                 "--server",
                 url,
-                "--token",
-                token,
                 "--name",
                 name,
                 "--fake-gpus",
@@ -103,6 +102,8 @@ class Command(BaseCommand):
                 "--stop-leases-on-exit",
             ],
             cwd=settings.BASE_DIR,
+            # The token goes in the environment, not argv, where any user of the node could read it.
+            env={**os.environ, "ATTUNE_AGENT_TOKEN": token},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
