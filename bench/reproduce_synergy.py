@@ -22,6 +22,8 @@ from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.allocators._placement import FIRST_FIT, gpu_admission, infeasible_reasons
 from scheduler_app.core.allocators.opt import opt_throughput_bound, plan_throughput
 from scheduler_app.core.allocators.tune import TuneAllocator, TuneRound
+from scheduler_app.core.policies.base import Policy
+from scheduler_app.core.policies.srtf import SrtfPolicy
 from scheduler_app.core.throughput import ServerShape, best_case, relative_speed, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 from scheduler_app.simulator import (
@@ -37,10 +39,16 @@ from scheduler_app.simulator import (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared/data/synergy"
 STATIC_TRACE = "static_100job.csv"
+DYNAMIC_TRACE = "dynamic_100job.csv"
 BIG_CLUSTER = ClusterSpec(servers=16, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)
 TESTBED = ClusterSpec(servers=4, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)
 CAPACITY_JOBS = 100_000  # a long trace: its mean job size is close to the distribution's (16.8 GPU-hours)
-SPLITS: dict[str, tuple[int, int, int]] = {"20,70,10": (20, 70, 10), "50,0,50": (50, 0, 50)}
+# The reference's three splits (image, language, speech): default, equal, and image + speech only.
+SPLITS: dict[str, tuple[int, int, int]] = {
+    "20,70,10": (20, 70, 10),
+    "33,33,33": (33, 33, 33),
+    "50,0,50": (50, 0, 50),
+}
 TUNE_REF = "tune_ref"  # measurement-only: tune in policy order with first-fit placement (the reference's)
 TUNE_DEMAND = "tune_demand"  # tune sorting by best-case CPU and memory too, as the paper's text says
 ALLOCATOR_LABELS = {
@@ -226,13 +234,20 @@ def section(title: str, command: str) -> None:
 
 
 # -- a. static 100-job trace on the 32-GPU testbed ------------------------------------------------------
-def static_section(data_dir: Path, command: str) -> None:
-    path = data_dir / STATIC_TRACE
-    section("a. Static 100-job trace, 4 x 8 GPUs (24 cores, 500 GB each), FIFO, 300 s rounds", command)
+def testbed_trace(data_dir: Path, file_name: str, title: str, command: str) -> list[TraceJob] | None:
+    """Print the section's heading and read one of the reference's testbed traces (None: not there)."""
+    path = data_dir / file_name
+    section(f"{title}, 4 x 8 GPUs (24 cores, 500 GB each), 300 s rounds", command)
     if not path.is_file():
         print(f"(trace {path} not found: pass --data-dir)")
+        return None
+    return read_trace(path)
+
+
+def static_section(data_dir: Path, command: str) -> None:
+    trace = testbed_trace(data_dir, STATIC_TRACE, "a. Static 100-job trace, FIFO", command)
+    if trace is None:
         return
-    trace = read_trace(path)
     rows, base = [], {}
     for label in ("proportional", "greedy", "tune", "tune_matrix", "opt", TUNE_REF, TUNE_DEMAND):
         row: list[Any] = [ALLOCATOR_LABELS[label]]
@@ -263,7 +278,64 @@ def static_section(data_dir: Path, command: str) -> None:
     )
 
 
+def dynamic_section(data_dir: Path, command: str) -> None:
+    """The paper's second testbed experiment: the dynamic 100-job trace under SRTF (PAPERS 6, row 3)."""
+    trace = testbed_trace(data_dir, DYNAMIC_TRACE, "a'. Dynamic 100-job trace, SRTF", command)
+    if trace is None:
+        return
+    rows, base = [], {}
+    variants: list[tuple[str, str, Policy]] = [
+        (ALLOCATOR_LABELS[a], a, SrtfPolicy())
+        for a in ("proportional", "greedy", "tune", "tune_matrix", "opt", TUNE_REF)
+    ]
+    # The reference's Synergy mode orders SRTF by the remaining time at the best-case speed-up.
+    variants.append(("tune, SRTF by best-case remaining time", "tune", SrtfPolicy(speedup_aware=True)))
+    for name, label, policy in variants:
+        row: list[Any] = [name]
+        figures = []
+        for round_end in (False, True):
+            r = simulate(
+                trace, TESTBED, policy=policy, allocator=make_allocator(label), finish_at_round_end=round_end
+            )
+            figures.append((r.avg_jct_h, r.p99_jct_h, r.makespan_h))
+            if name == "proportional":
+                base[round_end] = r.avg_jct_h
+        (jct_x, p99_x, mk_x), (jct_r, _, _) = figures
+        row += [jct_x, jct_r, p99_x, mk_x, f"{base[False] / jct_x:.3f}x", f"{base[True] / jct_r:.3f}x"]
+        rows.append(row)
+    print(
+        md_table(
+            [
+                "allocator",
+                "avg JCT h (exact)",
+                "avg JCT h (round end)",
+                "p99 JCT h (exact)",
+                "makespan h (exact)",
+                "avg JCT gain (exact)",
+                "(round end)",
+            ],
+            rows,
+        )
+    )
+
+
 # -- capacity: where the 128-GPU cluster saturates --------------------------------------------------------
+def no_queueing_gain(trace: Sequence[TraceJob], cluster: ClusterSpec) -> float:
+    """Tune's mean-JCT gain over proportional if no job ever waited or shared: every job at its best case.
+
+    Mean of the jobs' proportional durations over the mean of their best-case durations. It is the limit
+    of the gain as the load goes to 0; any larger gain has to come from queueing (a shorter wait).
+    """
+    catalog = load_catalog()
+    shape = ServerShape(cluster.gpus_per_server, float(cluster.cpus_per_server), cluster.mem_gb_per_server)
+    at_proportional = at_best = 0.0
+    for t in trace:
+        duration_s = t.total_iters * catalog[t.model].iter_time_s
+        at_proportional += duration_s
+        at_best += duration_s / best_case(catalog[t.model], t.num_gpus, shape).speed
+    return at_proportional / at_best
+
+
 def fluid_capacity(trace: Sequence[TraceJob], cluster: ClusterSpec) -> tuple[float, float, float]:
     """Mean GPU-hours a job (at proportional), saturation jobs/h at proportional and at the best CPU/memory.
 
@@ -332,6 +404,7 @@ def capacity_section(command: str, jobs: int, seeds: Sequence[int]) -> None:
         "saturation jobs/h, proportional",
         "saturation jobs/h, best CPU/mem (fluid LP)",
         "ratio",
+        "tune's gain with no queueing (load -> 0)",
     ]
     rows = []
     for multi in (False, True):
@@ -345,7 +418,8 @@ def capacity_section(command: str, jobs: int, seeds: Sequence[int]) -> None:
                     n, jobs_per_hour=9.0, class_split=split, multi_gpu=multi, seed=seed
                 )
                 mean_work, sat_prop, sat_fluid = fluid_capacity(trace, BIG_CLUSTER)
-                rows.append([kind, name, label, mean_work, sat_prop, sat_fluid, sat_fluid / sat_prop])
+                gain = no_queueing_gain(trace, BIG_CLUSTER)
+                rows.append([kind, name, label, mean_work, sat_prop, sat_fluid, sat_fluid / sat_prop, gain])
     print(md_table(headers, rows))
 
 
@@ -358,6 +432,11 @@ class Sweep:
     loads: tuple[float, ...]
     seeds: tuple[int, ...]
     allocators: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """How --sweeps names it: policy:split with dashes, ':multi' for multi-GPU jobs."""
+        return f"{self.policy}:{self.split.replace(',', '-')}" + (":multi" if self.multi_gpu else "")
 
 
 def sweep_table(s: Sweep, jobs: int, window: tuple[int, int]) -> None:
@@ -384,7 +463,7 @@ def sweep_table(s: Sweep, jobs: int, window: tuple[int, int]) -> None:
     kind = "multi-GPU" if s.multi_gpu else "single-GPU"
     seeds = ",".join(str(x) for x in s.seeds)
     print(
-        f"\n**{s.policy.upper()}, {kind}, split ({s.split}), seeds {seeds}** "
+        f"\n**{s.policy.upper()}, {kind}, split ({s.split}), seeds {seeds}, {jobs:,} jobs** "
         f"(mean JCT of ids [{window[0]}, {window[1]}); mean (min-max) over seeds)\n"
     )
     print(md_table(headers, rows))
@@ -524,29 +603,41 @@ SINGLE_LOADS = (6.0, 7.0, 8.0, 9.0, 10.0, 11.0)
 HEADLINE_LOADS = (6.0, 7.0, 8.0, 8.5, 9.0, 10.0, 11.0)  # finer around saturation (about 7.5-9 jobs/h)
 # The image-heavy mix saturates the cluster at about 7.7 (proportional) and 7.9-8.4 jobs/h (tune).
 IMAGE_LOADS = (6.0, 7.0, 7.5, 8.0, 8.25, 8.5, 9.0)
+# The equal split saturates at about 7.7 (proportional) and 9.7 jobs/h (fluid LP).
+EQUAL_LOADS = (6.0, 7.0, 8.0, 9.0, 10.0)
 MULTI_LOADS = (3.0, 3.5, 4.0, 4.5, 5.0)
 TWO_WAY = ("proportional", "tune")
 THREE_WAY = ("proportional", "tune", "tune_matrix")
 FULL = Config(
-    # Arrivals go on after the measured window (ids 4000-4999) until it has finished, as the
-    # reference's unbounded stream does; this matters for SRTF and LAS, where later jobs overtake.
+    # Arrivals go on after the measured window (ids 4000-4999), up to job 7000; the reference's
+    # stream has no end. Past proportional's saturation point that matters for SRTF and LAS, where
+    # later jobs overtake: --jobs makes the stream longer (docs/reproduction.md, b2).
     jobs=7000,
     window=(4000, 5000),
     position_windows=((1000, 2000), (2000, 3000), (3000, 4000), (4000, 5000)),
     sweeps=(
         Sweep("fifo", "20,70,10", False, HEADLINE_LOADS, (1, 2, 3), TWO_WAY),
+        Sweep("fifo", "33,33,33", False, EQUAL_LOADS, (1, 2, 3), TWO_WAY),
         Sweep("fifo", "50,0,50", False, IMAGE_LOADS, (1,), TWO_WAY),
         Sweep("srtf", "20,70,10", False, SINGLE_LOADS, (1,), TWO_WAY),
+        Sweep("srtf", "33,33,33", False, EQUAL_LOADS, (1,), TWO_WAY),
         Sweep("srtf", "50,0,50", False, IMAGE_LOADS, (1,), TWO_WAY),
         Sweep("las", "20,70,10", False, (8.0, 10.0, 12.0, 14.0), (1,), TWO_WAY),
     ),
     position_sweep=Sweep("fifo", "20,70,10", False, HEADLINE_LOADS, (1, 2, 3), TWO_WAY),
     multi_sweeps=tuple(
-        Sweep(p, "20,70,10", True, MULTI_LOADS, (1,), TWO_WAY) for p in ("fifo", "srtf", "las")
+        Sweep(p, split, True, MULTI_LOADS, (1,), TWO_WAY)
+        for split in ("20,70,10", "33,33,33")
+        for p in ("fifo", "srtf", "las")
     ),
     opt_jobs=3000,
     opt_every=60,
-    opt_workloads=(("20,70,10", False, 9.0), ("50,0,50", False, 9.0), ("20,70,10", True, 4.5)),
+    opt_workloads=(
+        ("20,70,10", False, 9.0),
+        ("33,33,33", False, 9.0),
+        ("50,0,50", False, 9.0),
+        ("20,70,10", True, 4.5),
+    ),
 )
 QUICK = Config(
     jobs=3000,
@@ -559,7 +650,7 @@ QUICK = Config(
     opt_every=60,
     opt_workloads=(("20,70,10", False, 9.0), ("50,0,50", False, 9.0)),
 )
-SECTIONS = ("static", "capacity", "load", "multi", "opt")
+SECTIONS = ("static", "dynamic", "capacity", "load", "multi", "opt")
 
 
 def main() -> None:
@@ -576,18 +667,29 @@ def main() -> None:
     )
     parser.add_argument(
         "--sweeps",
-        help="only these load sweeps, a comma list of policy:split (e.g. fifo:20,70,10 is 'fifo:20-70-10')",
+        help="only these load sweeps, a comma list of policy:split[:multi] (fifo:20,70,10 is "
+        "'fifo:20-70-10'; the multi-GPU one 'fifo:20-70-10:multi')",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="jobs per generated sweep trace (default 7000); more keeps arrivals coming longer after it",
     )
     args = parser.parse_args()
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)  # no per-run INFO lines
 
     cfg = QUICK if args.quick else FULL
+    if args.jobs is not None:
+        if args.jobs < cfg.window[1]:
+            parser.error(f"--jobs must be at least {cfg.window[1]}, the end of the measured window")
+        cfg = replace(cfg, jobs=args.jobs)
     if args.sweeps:
         wanted_sweeps = set(args.sweeps.split(","))
         cfg = replace(
             cfg,
-            sweeps=tuple(x for x in cfg.sweeps if f"{x.policy}:{x.split.replace(',', '-')}" in wanted_sweeps),
+            sweeps=tuple(x for x in cfg.sweeps if x.key in wanted_sweeps),
             position_sweep=cfg.position_sweep if "fifo:20-70-10" in wanted_sweeps else None,
+            multi_sweeps=tuple(x for x in cfg.multi_sweeps if x.key in wanted_sweeps),
         )
     global _PROGRESS_FILE
     _PROGRESS_FILE = args.progress
@@ -600,9 +702,14 @@ def main() -> None:
     command = "python -m bench.reproduce_synergy" + (" --quick" if args.quick else "")
     if args.sections != ",".join(SECTIONS):
         command += f" --sections {args.sections}"
+    if args.sweeps:
+        command += f" --sweeps {args.sweeps}"
+    if args.jobs is not None:
+        command += f" --jobs {args.jobs}"
     started = time.perf_counter()
     steps: dict[str, Callable[[], None]] = {
         "static": lambda: static_section(args.data_dir, command),
+        "dynamic": lambda: dynamic_section(args.data_dir, command),
         "capacity": lambda: capacity_section(command, cfg.jobs, cfg.sweeps[0].seeds),
         "load": lambda: load_section(cfg, command),
         "multi": lambda: multi_section(cfg, command),
