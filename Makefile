@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The suite runs on the local PostgreSQL and Redis unless told otherwise (CI exports its own).
+# The suite runs on the local PostgreSQL and Redis unless told otherwise (CI exports its own); the
+# cache gets a Redis database of its own, since tests clear it.
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/attune
 REDIS_URL ?= redis://127.0.0.1:6379/15
+CACHE_URL ?= redis://127.0.0.1:6379/13
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test lint migrate clean browser
@@ -28,7 +30,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 test: venv lint browser
-	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 # The browser tests drive Debian's chromium (playwright's own download needs the internet). Installed
 # here when missing and apt-get can run (root); otherwise those tests are skipped, saying why.

@@ -106,6 +106,10 @@ STORAGES = {
 }
 
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Django's cache holds the dashboards' closed usage buckets (scheduler_app/dashboards/bucket_cache.py).
+# Local memory (one copy per process) for the embedded demo; a Redis database of its own in production
+# and CI, so every web worker shares it. Not the broker's database: clearing the cache flushes it.
+CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", default=REDIS_URL)
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
