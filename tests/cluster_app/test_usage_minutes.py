@@ -17,19 +17,11 @@ from cluster_app.services import (
     node_heartbeat,
     usage_samples_rollup,
 )
+from cluster_app.usage_minutes import SUM_FIELDS
 from tests.factories import ServerFactory
 
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-COLUMNS = (
-    "minute",
-    "servers_sampled",
-    "cpu_util_pct_cores_sum",
-    "cpu_cores_sum",
-    "mem_used_gb_sum",
-    "mem_capacity_gb_sum",
-    "gpu_samples",
-    "gpu_util_pct_sum",
-)
+COLUMNS = ("minute", *SUM_FIELDS)
 
 
 def report(server, at: datetime, cpu: float, mem_gb: float, gpu_utils: list[float]) -> UsageReport:

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from scheduler_app.core import reasons
+from scheduler_app.core.allocators._opt_lp import pareto_points
 from scheduler_app.core.allocators._placement import (
     PACKED,
     DemandCache,
@@ -60,21 +61,6 @@ from scheduler_app.core.throughput import (
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan, SensitivityProfile
 
 
-def dominates(q: OperatingPoint, p: OperatingPoint) -> bool:
-    """q is at least as fast as p with no more cores and memory, and strictly better somewhere."""
-    no_worse = (
-        q.speed >= p.speed - EPS
-        and q.cpus_per_gpu <= p.cpus_per_gpu + EPS
-        and q.mem_gb_per_gpu <= p.mem_gb_per_gpu + EPS
-    )
-    better = (
-        q.speed > p.speed + EPS
-        or q.cpus_per_gpu < p.cpus_per_gpu - EPS
-        or q.mem_gb_per_gpu < p.mem_gb_per_gpu - EPS
-    )
-    return no_worse and better
-
-
 @lru_cache(maxsize=4096)
 def points_by_cost(
     profile: SensitivityProfile, num_gpus: int, shape: ServerShape
@@ -97,7 +83,12 @@ def points_by_cost(
                 continue  # more per GPU than a whole server has
             candidates.setdefault((c, m), relative_speed(profile, num_gpus, shape, c, m))
     points = [OperatingPoint(c, m, v) for (c, m), v in candidates.items() if v > EPS]
-    efficient = [p for p in points if not any(dominates(q, p) for q in points)]
+    # opt's Pareto front (one definition of "dominated"); the candidates keep their order for ties.
+    front = pareto_points(
+        [p.cpus_per_gpu for p in points], [p.mem_gb_per_gpu for p in points], [p.speed for p in points]
+    )
+    kept = set(zip(front.cpus_per_gpu.tolist(), front.mem_gb_per_gpu.tolist(), strict=True))
+    efficient = [p for p in points if (p.cpus_per_gpu, p.mem_gb_per_gpu) in kept]
 
     def cost(p: OperatingPoint) -> tuple[float, float]:
         return (p.cpus_per_gpu / shape.cpus_per_gpu + p.mem_gb_per_gpu / shape.mem_gb_per_gpu, -p.speed)
