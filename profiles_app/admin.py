@@ -14,6 +14,8 @@ class WorkloadAdmin(admin.ModelAdmin):
         "best_mem_gb_per_gpu",
         "speedup",
         "iter_time_s",
+        "speed_correction",
+        "speed_correction_jobs",
         "source",
     )
     list_filter = ("workload_class",)

@@ -26,6 +26,10 @@ class Workload(models.Model):
     synthetic workload (`python -m agent.workload --model <name>`). `ground_truth` exists for demos and
     tests only: the true sensitivity a synthetic stand-in emulates, which the profiler must discover.
     The scheduler never reads it (only the process's environment carries it).
+
+    `speed_correction` is GENIE's feedback (PAPERS 5.6): when a job of this workload ends, r <- 0.8 r +
+    0.2 x (measured / predicted speed of its leases), and every estimate of this workload's time (the
+    core profile's seconds per iteration) is divided by r. A new profile starts again at 1.
     """
 
     name = models.SlugField(max_length=100, unique=True)
@@ -58,6 +62,13 @@ class Workload(models.Model):
     genie_t_cross_s = models.FloatField(null=True, blank=True, help_text="Cross-node comm. per log2 step")
     genie_startup_s = models.FloatField(null=True, blank=True)
     genie_fit_r2 = models.FloatField(null=True, blank=True)
+    speed_correction = models.FloatField(
+        default=1.0,
+        help_text="GENIE's EWMA of measured / predicted speed over finished jobs; estimates multiply by it",
+    )
+    speed_correction_jobs = models.PositiveIntegerField(
+        default=0, help_text="Finished jobs folded into speed_correction since the profile was stored"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -70,10 +81,19 @@ class Workload(models.Model):
             models.CheckConstraint(
                 condition=Q(placement_penalty__gte=1), name="workload_penalty_at_least_one"
             ),
+            models.CheckConstraint(
+                condition=Q(speed_correction__gt=0), name="workload_speed_correction_positive"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def estimated_iter_time_s(self) -> float:
+        """Seconds per iteration at the proportional point as estimates of time use them: the profile's,
+        divided by the speed correction learnt from finished jobs."""
+        return self.iter_time_s / self.speed_correction
 
 
 class ProfilingRunStatus(models.TextChoices):

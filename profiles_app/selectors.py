@@ -13,7 +13,12 @@ from scheduler_app.core.types import SensitivityProfile
 
 
 def workload_profile(workload: Workload) -> SensitivityProfile | None:
-    """The core profile of a catalog workload, or None when it has no sensitivity matrix yet."""
+    """The core profile of a catalog workload, or None when it has no sensitivity matrix yet.
+
+    Its seconds per iteration are the stored ones divided by the workload's `speed_correction` (GENIE's
+    EWMA of measured / predicted speed), so every estimate of time the core makes (SRTF and SWAF keys,
+    QoS fits, admission forecasts) learns from finished jobs. Relative speeds (the matrix) are as stored.
+    """
     grid_c = tuple(float(c) for c in workload.cpu_per_gpu_grid or ())
     grid_m = tuple(float(m) for m in workload.mem_gb_per_gpu_grid or ())
     tput = tuple(tuple(float(v) for v in row) for row in workload.tput_matrix or ())
@@ -28,7 +33,7 @@ def workload_profile(workload: Workload) -> SensitivityProfile | None:
         best_cpus_per_gpu=workload.best_cpus_per_gpu,
         best_mem_gb_per_gpu=workload.best_mem_gb_per_gpu,
         speedup=workload.speedup,
-        iter_time_s=workload.iter_time_s,
+        iter_time_s=workload.estimated_iter_time_s,
         placement_penalty=workload.placement_penalty,
     )
 

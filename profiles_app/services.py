@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from cluster_app.models import Server
@@ -215,6 +216,8 @@ def profiling_run_succeed(*, run: ProfilingRun, now: datetime | None = None) -> 
     workload.iter_time_s = derived.iter_time_s
     workload.working_set_gb = working_set_gb
     workload.source = f"profiled on {server_name} (run {run.pk})"[:255]
+    workload.speed_correction = 1.0  # the correction was of the old profile
+    workload.speed_correction_jobs = 0
     workload.save()
     run.status = ProfilingRunStatus.SUCCEEDED
     run.finished_at = now
@@ -313,3 +316,51 @@ def speed_observation_record(
     obs.at = max(obs.at, at)
     obs.save(update_fields=["measured_iters_per_s", "samples", "at"])
     return obs
+
+
+# GENIE's feedback (PAPERS 5.6): r <- (1 - weight) r + weight x observed / predicted.
+SPEED_CORRECTION_WEIGHT = 0.2
+# One job's ratio is clamped to this range: a broken report must not make every estimate absurd.
+SPEED_RATIO_RANGE = (0.1, 10.0)
+# A job with fewer progress reports than this ran too briefly (start-up, warm-up) to say anything.
+SPEED_MIN_REPORTS = 3
+
+
+def job_speed_ratio(*, job_id: int) -> float | None:
+    """Measured / predicted speed over a job's leases (each lease weighted by its report count), or None
+    when its leases were measured fewer than SPEED_MIN_REPORTS times in all."""
+    measured = predicted = 0.0
+    reports = 0
+    for obs in SpeedObservation.objects.filter(job_id=job_id, predicted_iters_per_s__gt=0):
+        measured += obs.measured_iters_per_s * obs.samples
+        predicted += obs.predicted_iters_per_s * obs.samples
+        reports += obs.samples
+    if reports < SPEED_MIN_REPORTS or predicted <= 0:
+        return None
+    low, high = SPEED_RATIO_RANGE
+    return min(high, max(low, measured / predicted))
+
+
+def speed_correction_fold(*, job_id: int, workload_id: int) -> float | None:
+    """Fold an ended job's measured / predicted speed into its workload's EWMA correction; the new
+    correction, or None when the job has no observation (nothing changes then).
+
+    One UPDATE with F() expressions, so jobs of one workload ending at the same time all count.
+    """
+    ratio = job_speed_ratio(job_id=job_id)
+    if ratio is None:
+        return None
+    w = SPEED_CORRECTION_WEIGHT
+    Workload.objects.filter(pk=workload_id).update(
+        speed_correction=F("speed_correction") * (1 - w) + w * ratio,
+        speed_correction_jobs=F("speed_correction_jobs") + 1,
+    )
+    correction = Workload.objects.values_list("speed_correction", flat=True).get(pk=workload_id)
+    logger.info(
+        "workload %s: speed ratio %.3f from job %s, correction now %.3f",
+        workload_id,
+        ratio,
+        job_id,
+        correction,
+    )
+    return correction

@@ -72,6 +72,7 @@ class ActiveLease:
     speedup: float
     gpu_ids: tuple[int, ...]
     gpu_indices: tuple[int, ...]
+    iters_per_s: float | None = None  # the agent's last measure of the job's speed on this lease
 
     def share(self) -> ServerShare:
         return ServerShare(self.server_id, self.gpu_indices, self.num_cpus, self.mem_gb)
@@ -101,9 +102,9 @@ def active_leases() -> list[ActiveLease]:
     ):
         gpus[allocation_id].append((index, gpu_id))
     leases = []
-    for alloc_id, job_id, server_id, cpus, mem_gb, speedup in Allocation.objects.filter(
+    for alloc_id, job_id, server_id, cpus, mem_gb, speedup, ips in Allocation.objects.filter(
         ended_at__isnull=True
-    ).values_list("id", "job_id", "server_id", "num_cpus", "mem_gb", "speedup"):
+    ).values_list("id", "job_id", "server_id", "num_cpus", "mem_gb", "speedup", "iters_per_s"):
         held = sorted(gpus.get(alloc_id, ()))
         leases.append(
             ActiveLease(
@@ -115,6 +116,7 @@ def active_leases() -> list[ActiveLease]:
                 speedup=speedup,
                 gpu_ids=tuple(g for _, g in held),
                 gpu_indices=tuple(i for i, _ in held),
+                iters_per_s=ips,
             )
         )
     return leases
@@ -150,6 +152,24 @@ def proportional_profile(
         speedup=1.0,
         iter_time_s=iter_time_s,
     )
+
+
+# What the core assumes for an own command that neither reports its speed nor has a time limit.
+OWN_COMMAND_GUESS_ITER_S = 1.0
+
+
+def own_command_iter_time_s(job: Job, measured_iters_per_s: Iterable[float | None] = ()) -> float | None:
+    """Seconds per iteration of an own command (it has no profile), or None when nothing tells.
+
+    Its running lease's measured speed when it reports progress; else its time limit spread over its
+    iterations (the length Slurm's backfill assumes: the job may stop earlier, never later).
+    """
+    measured = [ips for ips in measured_iters_per_s if ips]
+    if measured:
+        return 1.0 / max(measured)
+    if job.time_limit_s:
+        return job.time_limit_s / max(1, job.total_iters)
+    return None
 
 
 def _deadline_s(job: Job) -> float | None:
@@ -228,18 +248,17 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
     snapshot = ClusterSnapshot(servers=tuple(views_s))
 
     profiles = workload_profiles(ids={j.workload_id for j in jobs_by_id.values() if j.workload_id})
-    fallback = proportional_profile(cluster_shape(snapshot) or REFERENCE_SHAPE)
+    shape = cluster_shape(snapshot) or REFERENCE_SHAPE
     views = []
     for job in jobs_by_id.values():
-        profile = None
-        if job.workload_id is not None:
+        if job.workload_id is None:
+            measured = (lease.iters_per_s for lease in leases_by_job.get(job.id, ()))
+            iter_time_s = own_command_iter_time_s(job, measured) or OWN_COMMAND_GUESS_ITER_S
+            profile = proportional_profile(shape, iter_time_s=iter_time_s)
+        else:
             workload, profile = profiles[job.workload_id]
             if profile is None:
-                profile = proportional_profile(
-                    cluster_shape(snapshot) or REFERENCE_SHAPE,
-                    name=workload.name,
-                    iter_time_s=workload.iter_time_s,
-                )
+                profile = proportional_profile(shape, name=workload.name, iter_time_s=workload.iter_time_s)
         leases = leases_by_job.get(job.id)
         current = None
         if leases:
@@ -253,7 +272,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
                 job_id=job.id,
                 num_gpus=job.num_gpus,
                 arrival_s=job.submitted_at.timestamp(),
-                profile=profile or fallback,
+                profile=profile,
                 total_iters=float(job.total_iters),
                 done_iters=float(job.done_iters),
                 attained_service_gpu_s=job.attained_service_gpu_s,
@@ -339,8 +358,8 @@ def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
     round; otherwise running jobs are assumed to finish at their predicted time (remaining iterations
     at their measured or profiled speed) in finishing order, and the job starts at the first round
     after enough GPUs are freed. It ignores preemption, arrivals and CPU/memory fit; None when the
-    job is infeasible or the running jobs never free enough GPUs (e.g. own commands of unknown
-    length).
+    job is infeasible or the running jobs never free enough GPUs (e.g. own commands that report no
+    progress and have no time limit).
     """
     conf = scheduler_conf()
     now = now or timezone.now()
@@ -383,24 +402,44 @@ def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
 
 
 def _running_finish_times(*, now: datetime) -> list[tuple[datetime, int]]:
-    """(predicted end, GPUs) of each running job with a known length."""
+    """(predicted end, GPUs) of each running job with a known length: remaining iterations at its
+    measured speed, else its profiled speed with the learnt correction (catalog workloads) or
+    own_command_iter_time_s."""
     speeds: dict[int, list[tuple[float, float | None]]] = defaultdict(list)
     for job_id, speedup, ips in Allocation.objects.filter(
         ended_at__isnull=True, job__state=JobState.RUNNING
     ).values_list("job_id", "speedup", "iters_per_s"):
         speeds[job_id].append((speedup, ips))
     out = []
-    for job_id, gpus, total, done, iter_time_s in Job.objects.filter(
-        state=JobState.RUNNING, workload__isnull=False
-    ).values_list("id", "num_gpus", "total_iters", "done_iters", "workload__iter_time_s"):
-        leases = speeds.get(job_id)
+    for job in (
+        Job.objects.filter(state=JobState.RUNNING)
+        .select_related("workload")
+        .only(
+            "id",
+            "num_gpus",
+            "total_iters",
+            "done_iters",
+            "time_limit_s",
+            "workload__iter_time_s",
+            "workload__speed_correction",
+        )
+    ):
+        leases = speeds.get(job.pk)
         if not leases:
             continue
         measured = [ips for _, ips in leases if ips]
-        rate = max(measured) if measured else min(s for s, _ in leases) / iter_time_s
+        if measured:
+            rate = max(measured)
+        elif job.workload is not None:
+            rate = min(s for s, _ in leases) / job.workload.estimated_iter_time_s
+        else:
+            iter_time_s = own_command_iter_time_s(job)
+            if iter_time_s is None:
+                continue  # an own command of unknown length
+            rate = 1.0 / iter_time_s
         if rate <= 0:
             continue
-        out.append((now + timedelta(seconds=max(0, total - done) / rate), gpus))
+        out.append((now + timedelta(seconds=max(0, job.total_iters - job.done_iters) / rate), job.num_gpus))
     return out
 
 

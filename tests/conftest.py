@@ -10,6 +10,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"attune database: {db['ENGINE'].rsplit('.', 1)[-1]} ({where})",
         f"attune redis: {settings.REDIS_URL}",
+        f"attune cache: {settings.CACHES['default']['BACKEND'].rsplit('.', 2)[-2]} "
+        f"({settings.CACHES['default'].get('LOCATION') or 'in process'})",
     ]
 
 
@@ -35,4 +37,18 @@ def fifo_tune(settings):
         "policy": "fifo",
         "allocator": "tune",
         "inline_rounds": False,
+    }
+
+
+@pytest.fixture
+def fifo_proportional_minute_rounds(settings):
+    """FIFO + proportional, 60 s rounds, rounds not run inline, no QoS rejection: every job runs at
+    speed 1 on an idle cluster, so forecast starts and finishes can be checked by hand."""
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "fifo",
+        "allocator": "proportional",
+        "inline_rounds": False,
+        "round_s": 60,
+        "reject_unattainable_qos": False,
     }

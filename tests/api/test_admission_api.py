@@ -10,22 +10,9 @@ from scheduler_app.services.admission import admission_forecast_complete
 from scheduler_app.services.job_control import job_finish
 from tests.api.helpers import make_server, workload
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
 
 JOBS = "/api/v1/jobs/"
-
-
-@pytest.fixture(autouse=True)
-def scheduler(settings):
-    # Proportional: every job runs at speed 1, so finishes can be checked by hand.
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "proportional",
-        "inline_rounds": False,
-        "round_s": 60,
-        "reject_unattainable_qos": False,
-    }
 
 
 @pytest.fixture

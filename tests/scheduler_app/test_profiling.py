@@ -14,7 +14,13 @@ from django.utils import timezone
 
 from cluster_app.models import NodeState
 from profiles_app.catalog import load_catalog
-from profiles_app.models import ProfilingReport, ProfilingRun, ProfilingRunStatus, SpeedObservation
+from profiles_app.models import (
+    ProfilingReport,
+    ProfilingRun,
+    ProfilingRunStatus,
+    SpeedObservation,
+    Workload,
+)
 from profiles_app.optimistic import interpolate_seconds, relative_error
 from profiles_app.services import profiling_run_queue, workload_register
 from scheduler_app.models import JobEvent, JobState, PendingReason, RoundDecision
@@ -125,10 +131,13 @@ def test_a_job_of_an_unprofiled_workload_waits_is_profiled_then_runs_with_its_pr
     assert job.pending_reason == PendingReason.PROFILING
     assert JobEvent.objects.filter(job=job, kind="profiling").count() == 1
 
+    # A correction learnt for an earlier profile must not carry over to the new one.
+    Workload.objects.filter(pk=wl.pk).update(speed_correction=0.5, speed_correction_jobs=3)
     measured = act_as_agent(client, "alexnet")
     run.refresh_from_db()
     wl.refresh_from_db()
     assert run.status == ProfilingRunStatus.SUCCEEDED, run.error
+    assert (wl.speed_correction, wl.speed_correction_jobs) == (1.0, 0)
     assert len(run.measured_points) == len(measured) <= 9
     assert run.cost_gpu_s >= 0 and run.finished_at is not None and run.host["disk_mbps"] == 300.0
     assert wl.source.startswith("profiled on n1")

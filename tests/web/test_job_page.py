@@ -3,7 +3,7 @@
 import pytest
 from django.utils import timezone
 
-from profiles_app.models import SpeedObservation
+from profiles_app.models import SpeedObservation, Workload
 from scheduler_app.models import AdmissionPrediction, JobState
 from scheduler_app.services.jobs import job_event_append
 from scheduler_app.web import views
@@ -143,3 +143,12 @@ def test_the_job_page_costs_a_bounded_number_of_queries(
     # session, user, job, leases, GPU holds, events, speed observations, log tail, admission prediction
     with django_assert_max_num_queries(10):
         client.get(f"/jobs/{job.pk}/")
+
+
+def test_the_workloads_learnt_speed_correction_is_shown(user, client_of, cluster):
+    job, _ = running_job(user, cluster)
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="speed-correction"' not in html  # nothing learnt yet
+    Workload.objects.filter(pk=job.workload_id).update(speed_correction=0.82, speed_correction_jobs=2)
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert "speed correction of\n  0.82" in html and "2 finished jobs" in html
