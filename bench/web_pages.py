@@ -140,6 +140,7 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
     from profiles_app.models import Workload
     from profiles_app.services import workload_catalog_load
     from scheduler_app.models import (
+        AdmissionPrediction,
         Allocation,
         AllocationGpu,
         Job,
@@ -200,6 +201,24 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
             )
         )
     jobs = Job.objects.bulk_create(jobs)
+    # Every job was forecast at submission; finished ones have the outcome next to it.
+    AdmissionPrediction.objects.bulk_create(
+        AdmissionPrediction(
+            job=job,
+            created_at=job.submitted_at,
+            policy="fifo",
+            allocator="tune",
+            predicted_start_at=job.submitted_at,
+            predicted_finish_at=job.submitted_at + timedelta(seconds=rng.expovariate(1 / 20000)),
+            attainable=rng.random() < 0.8 if job.qos_deadline_at or job.qos_max_latency_s else None,
+            actual_start_at=job.started_at,
+            actual_finish_at=job.finished_at,
+            met_deadline=(rng.random() < 0.7)
+            if job.finished_at and (job.qos_deadline_at or job.qos_max_latency_s)
+            else None,
+        )
+        for job in jobs
+    )
     events = []
     for job in jobs:
         events.append(JobEvent(job=job, at=job.submitted_at, kind="submitted", to_state="PENDING"))
@@ -300,7 +319,7 @@ def targets() -> list[tuple[str, str]]:
         out.append((f"dashboard page: {name}", reverse(f"dashboards:{name}")))
     out.append(("what-if run page", reverse("dashboards:whatif_run", args=[run_id])))
     out.append(("what-if run json", reverse("dashboards:api_whatif_run", args=[run_id])))
-    for name in ("utilisation", "jct", "qos", "queue"):
+    for name in ("utilisation", "jct", "qos", "admission", "queue"):
         for days in (1, 7, 30):
             out.append((f"json {name} days={days}", reverse(f"dashboards:api_{name}") + f"?days={days}"))
     return out

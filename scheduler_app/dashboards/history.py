@@ -1,29 +1,40 @@
-"""The cluster's own recorded job history as a simulator trace, with what really happened to those jobs."""
+"""The cluster's own recorded job history as a simulator trace, with what really happened to those jobs.
+
+The jobs replay with the cluster's own profiles (profiles_app.selectors.workload_profile: profiled
+user workloads too, each with its learnt speed correction), stored with the run so that it replays
+the same way later.
+"""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cluster_app.models import Server
-from profiles_app.catalog import load_catalog
+from profiles_app.selectors import workload_profiles
+from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.models import Job, JobState, qos_deadline
-from scheduler_app.simulator import TraceJob
+from scheduler_app.simulator import TraceJob, jct_stats
 
 
 @dataclass(frozen=True)
 class HistoryTrace:
     """Completed jobs as a trace (arrival 0 = the first one's submission) and their real outcome.
 
-    `skipped`: completed jobs the simulator cannot replay (their own command, or a workload that is
-    not in the catalog); `actual` covers the replayed jobs only, so that both sides compare the same set.
+    `skipped`: completed jobs the simulator cannot replay (their own command, or a workload without a
+    profile); `actual` covers the replayed jobs only, so that both sides compare the same set.
+    `profiles`: model name -> the profile its jobs replay with (empty: the shipped catalog's).
     """
 
     jobs: list[TraceJob]
     skipped: int
     actual: dict[str, Any]
+    profiles: dict[str, SensitivityProfile] = field(default_factory=dict)
+
+    def profiles_json(self) -> dict[str, dict[str, Any]]:
+        """JSON-ready profiles (the inverse of profiles_from_json)."""
+        return {name: asdict(profile) for name, profile in self.profiles.items()}
 
     def rows(self) -> list[list[Any]]:
         """JSON-ready rows: job_id, model, arrival_s, total_iters, num_gpus, deadline_s."""
@@ -35,17 +46,23 @@ def trace_from_rows(rows: list[list[Any]]) -> list[TraceJob]:
     return [TraceJob(int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5]) for r in rows]
 
 
-def _percentile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    pos = q * (len(sorted_values) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+def profiles_from_json(data: dict[str, dict[str, Any]]) -> dict[str, SensitivityProfile]:
+    """The inverse of HistoryTrace.profiles_json (a stored run's profiles)."""
+    out = {}
+    for name, p in data.items():
+        out[name] = SensitivityProfile(
+            **{
+                **p,
+                "cpu_per_gpu_grid": tuple(float(c) for c in p["cpu_per_gpu_grid"]),
+                "mem_gb_per_gpu_grid": tuple(float(m) for m in p["mem_gb_per_gpu_grid"]),
+                "tput": tuple(tuple(float(v) for v in row) for row in p["tput"]),
+            }
+        )
+    return out
 
 
 def history_trace(*, max_jobs: int) -> HistoryTrace:
     """The `max_jobs` most recently submitted COMPLETED jobs, oldest first, as a trace."""
-    catalog = load_catalog()
     rows = list(
         Job.objects.filter(state=JobState.COMPLETED, finished_at__isnull=False)
         .order_by("-submitted_at", "-id")
@@ -58,9 +75,12 @@ def history_trace(*, max_jobs: int) -> HistoryTrace:
             "num_gpus",
             "qos_deadline_at",
             "qos_max_latency_s",
+            "workload_id",
         )[:max_jobs]
     )
-    replayable = [r for r in rows if r[1] in catalog]
+    by_id = workload_profiles(ids={r[8] for r in rows if r[8] is not None})
+    profiles = {w.name: p for w, p in by_id.values() if p is not None}
+    replayable = [r[:8] for r in rows if r[1] in profiles]
     replayable.reverse()
     if not replayable:
         return HistoryTrace(jobs=[], skipped=len(rows), actual={"jobs": 0})
@@ -71,20 +91,26 @@ def history_trace(*, max_jobs: int) -> HistoryTrace:
         deadline = qos_deadline(submitted_at, deadline_at, max_latency_s)
         deadline_s = None if deadline is None else (deadline - t0).total_seconds()
         jobs.append(TraceJob(job_id, model, arrival_s, total_iters, num_gpus, deadline_s))
-    jct_h = sorted((r[3] - r[2]).total_seconds() / 3600 for r in replayable)
+    jct = jct_stats([(r[3] - r[2]).total_seconds() for r in replayable])  # the simulator's own figures
     makespan_h = (max(r[3] for r in replayable) - t0).total_seconds() / 3600
     qos = [(j, r[3]) for j, r in zip(jobs, replayable, strict=True) if j.deadline_s is not None]
     met = sum((finished - t0).total_seconds() <= j.deadline_s for j, finished in qos)
     actual = {
         "jobs": len(jobs),
-        "avg_jct_h": sum(jct_h) / len(jct_h),
-        "median_jct_h": _percentile(jct_h, 0.5),
-        "p99_jct_h": _percentile(jct_h, 0.99),
+        "avg_jct_h": jct.avg_h,
+        "median_jct_h": jct.median_h,
+        "p99_jct_h": jct.p99_h,
         "makespan_h": makespan_h,
         "qos_jobs": len(qos),
         "qos_pct": 100.0 * met / len(qos) if qos else None,
     }
-    return HistoryTrace(jobs=jobs, skipped=len(rows) - len(replayable), actual=actual)
+    used = {j.model for j in jobs}
+    return HistoryTrace(
+        jobs=jobs,
+        skipped=len(rows) - len(replayable),
+        actual=actual,
+        profiles={name: p for name, p in profiles.items() if name in used},
+    )
 
 
 def live_cluster_shape() -> dict[str, float] | None:

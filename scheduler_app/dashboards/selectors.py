@@ -28,9 +28,18 @@ from cluster_app.models import ClusterUsageMinute, Server
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.dashboards.bucket_cache import bucket_values
 from scheduler_app.dashboards.buckets import MAX_POINTS, EpochBucket, Window
-from scheduler_app.models import Allocation, Job, JobState, SchedulingRound, SimulationRun, qos_deadline
+from scheduler_app.models import (
+    AdmissionPrediction,
+    Allocation,
+    Job,
+    JobState,
+    SchedulingRound,
+    SimulationRun,
+    qos_deadline,
+)
 
 NO_TEAM = "(no team)"
+OWN_COMMANDS = "(own commands)"
 
 
 def _pct(numerator: float | None, denominator: float | None) -> float | None:
@@ -308,6 +317,88 @@ def qos_series(*, window: Window) -> dict[str, Any]:
             "met": [teams[t][0] for t in team_names],
             "decided": [teams[t][1] for t in team_names],
             "rate_pct": [_pct(teams[t][0], teams[t][1]) for t in team_names],
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Admission accuracy
+# ---------------------------------------------------------------------------------------------------
+
+
+def _hours(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds / 3600, 4)
+
+
+def admission_accuracy_series(*, window: Window) -> dict[str, Any]:
+    """How right the admission forecasts were, for the jobs that completed inside the window.
+
+    Finish error = actual finish - predicted finish (positive: later than promised). Per bucket (of
+    the actual finish): the median absolute error and the mean signed error, in hours; per workload
+    (own commands together): the same and the workload's current speed correction. `verdicts`: of the
+    QoS jobs, how often "attainable" at submission matched whether the deadline was met.
+    """
+    rows = (
+        AdmissionPrediction.objects.filter(
+            job__state=JobState.COMPLETED,
+            predicted_finish_at__isnull=False,
+            actual_finish_at__gte=window.start,
+            actual_finish_at__lt=window.end,
+        )
+        .order_by()
+        .values_list(
+            "actual_finish_at",
+            "predicted_finish_at",
+            "attainable",
+            "met_deadline",
+            "job__workload__name",
+            "job__workload__speed_correction",
+        )
+    )
+    n = window.num_buckets
+    base_s = window.start.timestamp()
+    by_bucket: list[list[float]] = [[] for _ in range(n)]
+    by_workload: dict[str, list[float]] = defaultdict(list)
+    corrections: dict[str, float | None] = {}
+    verdicts = right = 0
+    for actual, predicted, attainable, met, workload, correction in rows:
+        error_s = (actual - predicted).total_seconds()
+        by_bucket[min(n - 1, int((actual.timestamp() - base_s) // window.bucket_s))].append(error_s)
+        name = workload or OWN_COMMANDS
+        by_workload[name].append(error_s)
+        corrections[name] = None if workload is None else round(correction, 4)
+        if attainable is not None and met is not None:
+            verdicts += 1
+            right += attainable == met
+
+    def median_abs_h(errors: list[float]) -> float | None:
+        return _hours(_quantile(sorted(abs(e) for e in errors), 0.5))
+
+    def mean_h(errors: list[float]) -> float | None:
+        return _hours(sum(errors) / len(errors)) if errors else None
+
+    every = [e for errors in by_bucket for e in errors]
+    names = sorted(by_workload)
+    return {
+        **window.as_json(),
+        "t": [t.isoformat() for t in window.bucket_starts()],
+        "jobs": [len(errors) for errors in by_bucket],
+        "median_abs_error_h": [median_abs_h(errors) for errors in by_bucket],
+        "mean_error_h": [mean_h(errors) for errors in by_bucket],
+        "overall": {
+            "jobs": len(every),
+            "median_abs_error_h": median_abs_h(every),
+            "p90_abs_error_h": _hours(_quantile(sorted(abs(e) for e in every), 0.9)),
+            "mean_error_h": mean_h(every),
+            "verdicts": verdicts,
+            "verdicts_right_pct": _pct(right, verdicts),
+        },
+        "workloads": {
+            "workload": names,
+            "jobs": [len(by_workload[w]) for w in names],
+            "median_abs_error_h": [median_abs_h(by_workload[w]) for w in names],
+            "mean_error_h": [mean_h(by_workload[w]) for w in names],
+            "speed_correction": [corrections[w] for w in names],
         },
     }
 

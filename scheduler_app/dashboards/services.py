@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.dashboards.history import HistoryTrace, trace_from_rows
+from scheduler_app.dashboards.history import HistoryTrace, profiles_from_json, trace_from_rows
 from scheduler_app.models import SimulationRun, SimulationStatus
 from scheduler_app.services.simulations import (
     SimulationRequest,
@@ -36,6 +36,7 @@ def whatif_run_create(
             "trace_source": TRACE_HISTORY,
             "history_trace": history.rows(),
             "history_skipped": history.skipped,
+            "history_profiles": history.profiles_json(),
             "actual": history.actual,
         }
     request = SimulationRequest(**{**request.to_json(), "extra": extra})
@@ -52,10 +53,12 @@ def whatif_run_execute(*, run_id: int) -> SimulationRun | None:
         return None
     run = SimulationRun.objects.get(pk=run_id)
     extra = run.parameters.get("extra") or {}
+    trace = catalog = None
     try:
-        trace = (
-            trace_from_rows(extra["history_trace"]) if extra.get("trace_source") == TRACE_HISTORY else None
-        )
+        if extra.get("trace_source") == TRACE_HISTORY:
+            trace = trace_from_rows(extra["history_trace"])
+            # Runs stored before profiles were stored with them replay on the shipped catalog.
+            catalog = profiles_from_json(extra["history_profiles"]) if extra.get("history_profiles") else None
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         # A stored trace that cannot be read must not leave the run RUNNING for ever.
         SimulationRun.objects.filter(pk=run_id).update(
@@ -64,7 +67,7 @@ def whatif_run_execute(*, run_id: int) -> SimulationRun | None:
             finished_at=timezone.now(),
         )
         raise
-    return simulation_run_execute(run=run, trace=trace)
+    return simulation_run_execute(run=run, trace=trace, catalog=catalog)
 
 
 def _execute_in_thread(run_id: int) -> None:

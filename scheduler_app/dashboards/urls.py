@@ -18,5 +18,6 @@ urlpatterns = [
     path("api/jct.json", views.jct_json, name="api_jct"),
     path("api/qos.json", views.qos_json, name="api_qos"),
     path("api/queue.json", views.queue_json, name="api_queue"),
+    path("api/admission.json", views.admission_json, name="api_admission"),
     path("api/whatif/<int:run_id>.json", views.whatif_run_json, name="api_whatif_run"),
 ]

@@ -70,6 +70,7 @@ utilisation_json = _series_endpoint(selectors.utilisation_series)
 jct_json = _series_endpoint(selectors.jct_series)
 qos_json = _series_endpoint(selectors.qos_series)
 queue_json = _series_endpoint(selectors.queue_series)
+admission_json = _series_endpoint(selectors.admission_accuracy_series)
 
 
 @staff_required

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from django.utils import timezone
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.throughput import ServerShape
+from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.models import SimulationRun, SimulationStatus
 from scheduler_app.simulator import (
     ClusterSpec,
@@ -147,9 +148,11 @@ def simulation_compare(
     request: SimulationRequest,
     *,
     trace: list[TraceJob] | None = None,
+    catalog: Mapping[str, SensitivityProfile] | None = None,
     progress: Callable[[str, str, float], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Simulate every (policy, allocator) pair on one trace; summaries in grid order.
+    """Simulate every (policy, allocator) pair on one trace; summaries in grid order. `catalog`: the
+    profiles of the trace's models (default: the shipped catalog).
 
     Each summary gains `speedup_vs_proportional` (the proportional run's average JCT divided by this
     run's, same policy) when the grid includes proportional. `progress(policy, allocator, fraction)`.
@@ -176,6 +179,7 @@ def simulation_compare(
                 measured_job_ids=request.measured_job_ids,
                 progress=on_progress,
                 mode=request.mode,
+                catalog=catalog,
             )
             runs.append(result.summary())
     _add_speedups(runs)
@@ -196,7 +200,12 @@ def simulation_run_create(*, request: SimulationRequest, created_by=None) -> Sim
     return SimulationRun.objects.create(created_by=created_by, parameters=request.to_json())
 
 
-def simulation_run_execute(*, run: SimulationRun, trace: list[TraceJob] | None = None) -> SimulationRun:
+def simulation_run_execute(
+    *,
+    run: SimulationRun,
+    trace: list[TraceJob] | None = None,
+    catalog: Mapping[str, SensitivityProfile] | None = None,
+) -> SimulationRun:
     """Run a stored simulation, saving progress as it goes and the results (or the error) at the end."""
     params = dict(run.parameters)
     for key in ("policies", "allocators", "class_split"):
@@ -218,7 +227,7 @@ def simulation_run_execute(*, run: SimulationRun, trace: list[TraceJob] | None =
             SimulationRun.objects.filter(pk=run.pk).update(progress=overall)
 
     try:
-        runs = simulation_compare(request, trace=trace, progress=on_progress)
+        runs = simulation_compare(request, trace=trace, catalog=catalog, progress=on_progress)
     except Exception as exc:  # the run records any failure; nothing is lost silently
         with transaction.atomic():
             SimulationRun.objects.filter(pk=run.pk).update(

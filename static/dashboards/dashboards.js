@@ -80,6 +80,31 @@
           t.team.length === 0),
       };
     },
+    "admission-time": function (d) {
+      var o = d.overall;
+      var title = "Finish error of admission forecasts (h)";
+      if (o.jobs) {
+        title += " (" + o.jobs + " jobs, median " + o.median_abs_error_h.toFixed(2) + " h" +
+          (o.verdicts_right_pct === null ? "" : ", verdict right " + o.verdicts_right_pct.toFixed(0) + "%") + ")";
+      }
+      return {
+        traces: [
+          { x: d.t, y: d.median_abs_error_h, customdata: d.jobs, name: "median |error|", type: "scatter", mode: "lines+markers",
+            hovertemplate: "%{y:.2f} h over %{customdata} jobs<extra></extra>" },
+          { x: d.t, y: d.mean_error_h, name: "mean error (late > 0)", type: "scatter", mode: "lines", line: { dash: "dot" } },
+        ],
+        layout: noData(layout(title, { yaxis: { zeroline: true } }), isEmpty(d.median_abs_error_h)),
+      };
+    },
+    "admission-workload": function (d) {
+      var w = d.workloads;
+      return {
+        traces: [{ x: w.workload, y: w.median_abs_error_h, type: "bar", name: "median |error|",
+          customdata: w.workload.map(function (_, i) { return [w.jobs[i], w.speed_correction[i] === null ? "-" : w.speed_correction[i].toFixed(2)]; }),
+          hovertemplate: "%{y:.2f} h over %{customdata[0]} jobs, speed correction %{customdata[1]}<extra></extra>" }],
+        layout: noData(layout("Median finish error per workload (h)", { xaxis: { type: "category" } }), w.workload.length === 0),
+      };
+    },
     "queue": function (d) {
       return {
         traces: [

@@ -39,6 +39,10 @@ def test_every_dashboard_draws_its_charts(browser_page, live_server, login, staf
         page.goto(f"{live_server.url}{reverse(f'dashboards:{name}')}")
         page.wait_for_function(ALL_CHARTS_DRAWN)
         expect(page.locator("#dash-status")).to_contain_text("updated")
+        if name == "qos":  # seed_a_little's five forecasts, each 30 min early, 3 of 5 verdicts right
+            expect(page.locator('[data-chart="admission-time"] .gtitle')).to_contain_text(
+                "5 jobs, median 0.50 h, verdict right 60%"
+            )
         assert (
             page.locator(".chart[data-endpoint] .main-svg").count()
             >= page.locator(".chart[data-endpoint]").count()

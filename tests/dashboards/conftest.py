@@ -35,7 +35,7 @@ def plain_client(db) -> Client:
 
 @pytest.fixture(autouse=True)
 def empty_bucket_cache():
-    """Closed buckets are cached per process: each test starts from the database alone."""
+    """Closed buckets are cached (Redis in CI, CACHE_URL): each test starts from the database alone."""
     cache.clear()
     yield
     cache.clear()

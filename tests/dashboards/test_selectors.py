@@ -10,11 +10,12 @@ from django.db.models import Avg, F, Sum
 
 from cluster_app.models import GpuUsageSample, UsageSample
 from cluster_app.services import GpuUsage, UsageReport, cluster_usage_minutes_rebuild, node_heartbeat
+from profiles_app.models import Workload
 from scheduler_app.dashboards import selectors
 from scheduler_app.dashboards.buckets import BUCKET_LADDER_S, MAX_POINTS, EpochBucket, Window, window_for
-from scheduler_app.models import AllocationGpu, JobState, SchedulingRound
+from scheduler_app.models import AdmissionPrediction, AllocationGpu, JobState, SchedulingRound
 from tests.dashboards.conftest import T0, at, completed_job
-from tests.factories import AllocationFactory, JobFactory, ServerFactory, TeamFactory
+from tests.factories import AllocationFactory, JobFactory, ServerFactory, TeamFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -140,6 +141,67 @@ def test_qos_rate_over_time_and_per_team():
     assert data["rate_pct"] == [50.0, 0.0]
     assert data["overall_pct"] == pytest.approx(33.333)
     assert data["teams"] == {"team": ["x", "y"], "met": [1, 0], "decided": [2, 1], "rate_pct": [50.0, 0.0]}
+
+
+def predicted(job, *, finish_h: float, attainable: bool | None = None, met: bool | None = None):
+    return AdmissionPrediction.objects.create(
+        job=job,
+        policy="fifo",
+        allocator="tune",
+        predicted_finish_at=at(finish_h),
+        attainable=attainable,
+        actual_finish_at=job.finished_at,
+        met_deadline=met,
+    )
+
+
+def test_admission_forecast_error_per_bucket_and_workload_and_verdicts():
+    res18 = WorkloadFactory(name="res18")
+    Workload.objects.filter(pk=res18.pk).update(speed_correction=0.8)
+    # Day 1: two res18 jobs, 2 h late and 1 h early; the first had a QoS verdict that came true.
+    predicted(
+        completed_job(submitted_h=0, finished_h=6, workload=res18), finish_h=4, attainable=True, met=True
+    )
+    predicted(completed_job(submitted_h=0, finished_h=8, workload=res18), finish_h=9)
+    # Day 2: an own command 3 h late, whose "attainable" verdict was wrong.
+    own = completed_job(submitted_h=20, finished_h=30, workload=None, command="python x.py")
+    predicted(own, finish_h=27, attainable=True, met=False)
+    # Left out: no predicted finish; cancelled; finished outside the window.
+    AdmissionPrediction.objects.create(
+        job=completed_job(submitted_h=1, finished_h=2),
+        policy="fifo",
+        allocator="tune",
+        actual_finish_at=at(2),
+    )
+    cancelled = JobFactory(state=JobState.CANCELLED, submitted_at=at(1), finished_at=at(2))
+    predicted(cancelled, finish_h=40)
+    predicted(completed_job(submitted_h=40, finished_h=50), finish_h=49)
+    window = Window(start=T0, end=at(48), bucket_s=86400)
+    data = selectors.admission_accuracy_series(window=window)
+    assert data["jobs"] == [2, 1]
+    assert data["median_abs_error_h"] == [1.5, 3.0]
+    assert data["mean_error_h"] == [0.5, 3.0]
+    assert data["overall"] == {
+        "jobs": 3,
+        "median_abs_error_h": 2.0,
+        "p90_abs_error_h": pytest.approx(2.8),
+        "mean_error_h": pytest.approx(4 / 3, abs=1e-4),
+        "verdicts": 2,
+        "verdicts_right_pct": 50.0,
+    }
+    assert data["workloads"] == {
+        "workload": ["(own commands)", "res18"],
+        "jobs": [1, 2],
+        "median_abs_error_h": [3.0, 1.5],
+        "mean_error_h": [3.0, 0.5],
+        "speed_correction": [None, 0.8],
+    }
+
+
+def test_admission_accuracy_of_an_empty_window_is_null_not_an_error():
+    data = selectors.admission_accuracy_series(window=Window(start=T0, end=at(48), bucket_s=86400))
+    assert data["jobs"] == [0, 0] and data["median_abs_error_h"] == [None, None]
+    assert data["overall"]["median_abs_error_h"] is None and data["overall"]["verdicts_right_pct"] is None
 
 
 def test_queue_length_per_bucket_from_the_rounds():

@@ -10,14 +10,14 @@ from django.utils import timezone
 
 from cluster_app.models import GpuUsageSample, UsageSample
 from cluster_app.services import cluster_usage_minutes_rebuild
-from scheduler_app.models import SchedulingRound
+from scheduler_app.models import AdmissionPrediction, SchedulingRound
 from tests.dashboards.conftest import completed_job
 from tests.factories import AllocationFactory, ServerFactory
 
 pytestmark = pytest.mark.django_db
 
 PAGES = ["index", "utilisation", "jobs", "qos", "queue", "whatif"]
-ENDPOINTS = ["api_utilisation", "api_jct", "api_qos", "api_queue"]
+ENDPOINTS = ["api_utilisation", "api_jct", "api_qos", "api_queue", "api_admission"]
 
 
 @pytest.mark.parametrize("name", PAGES + ENDPOINTS)
@@ -63,6 +63,15 @@ def seed_a_little():
         job.finished_at = now - timezone.timedelta(hours=i)
         job.save()
         AllocationFactory(job=job, server=server, started_at=job.submitted_at, ended_at=job.finished_at)
+        AdmissionPrediction.objects.create(  # promised 30 min earlier than it happened
+            job=job,
+            policy="fifo",
+            allocator="tune",
+            predicted_finish_at=job.finished_at - timezone.timedelta(minutes=30),
+            attainable=i % 2 == 0,
+            actual_finish_at=job.finished_at,
+            met_deadline=True,
+        )
 
 
 @pytest.mark.parametrize("name", ENDPOINTS)

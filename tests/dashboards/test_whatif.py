@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from profiles_app.models import Workload
 from scheduler_app import tasks
 from scheduler_app.dashboards.history import HistoryTrace, history_trace
 from scheduler_app.dashboards.services import whatif_run_create, whatif_run_execute
@@ -118,8 +119,8 @@ def test_a_history_run_replays_the_recorded_jobs_beside_what_happened():
     completed_job(submitted_h=0, finished_h=2, workload=res18, num_gpus=1, total_iters=500)
     completed_job(submitted_h=1, finished_h=5, workload=res18, num_gpus=2, total_iters=800)
     JobFactory(workload=None, command="./train.sh", state="COMPLETED", finished_at=None)  # not finished
-    custom = WorkloadFactory(name="my-model")
-    completed_job(submitted_h=0, finished_h=1, workload=custom)  # not in the catalog: skipped
+    unprofiled = WorkloadFactory(name="my-model", tput_matrix=[])
+    completed_job(submitted_h=0, finished_h=1, workload=unprofiled)  # no profile yet: skipped
     history = history_trace(max_jobs=10)
     assert [(j.model, j.arrival_s, j.total_iters, j.num_gpus) for j in history.jobs] == [
         ("res18", 0.0, 500, 1),
@@ -133,6 +134,37 @@ def test_a_history_run_replays_the_recorded_jobs_beside_what_happened():
     (result,) = run.results["runs"]
     assert result["jobs"] == 2 and result["finished_jobs"] == 2
     assert run.parameters["extra"]["actual"]["makespan_h"] == 5.0
+
+
+def test_history_replays_the_clusters_own_profiles_with_their_speed_correction():
+    """A workload profiled on this cluster (not in the shipped catalog) replays; so does its learnt
+    speed: measured at half its profile, its job takes twice as long in the replay. The profiles are
+    stored with the run, so a later change does not change what the run replays."""
+    mine = WorkloadFactory(name="users-cnn")  # res18's matrix under another name
+    completed_job(submitted_h=0, finished_h=2, workload=mine, num_gpus=1, total_iters=5000)
+
+    def replay() -> float:
+        history = history_trace(max_jobs=10)
+        assert [j.model for j in history.jobs] == ["users-cnn"] and history.skipped == 0
+        run = whatif_run_create(
+            request=SimulationRequest(servers=1, allocators=("proportional",)), history=history
+        )
+        run = whatif_run_execute(run_id=run.pk)
+        assert run.status == SimulationStatus.SUCCEEDED, run.error
+        return run.results["runs"][0]["avg_jct_h"]
+
+    as_profiled = replay()
+    assert as_profiled == pytest.approx(5000 * mine.iter_time_s / 3600, abs=300 / 3600)
+    Workload.objects.filter(pk=mine.pk).update(speed_correction=0.5)
+    history = history_trace(max_jobs=10)
+    assert history.profiles["users-cnn"].iter_time_s == pytest.approx(2 * mine.iter_time_s)
+    stored = whatif_run_create(
+        request=SimulationRequest(servers=1, allocators=("proportional",)), history=history
+    )
+    assert replay() == pytest.approx(2 * as_profiled, rel=0.1)
+    Workload.objects.filter(pk=mine.pk).update(speed_correction=1.0)  # changed after the run was asked for
+    stored = whatif_run_execute(run_id=stored.pk)
+    assert stored.results["runs"][0]["avg_jct_h"] == pytest.approx(2 * as_profiled, rel=0.1)
 
 
 def test_a_failing_run_records_its_error_for_the_page(staff_client):
