@@ -16,6 +16,8 @@ class WorkloadAdmin(admin.ModelAdmin):
         "iter_time_s",
         "speed_correction",
         "speed_correction_jobs",
+        "placement_penalty",
+        "placement_penalty_leases",
         "source",
     )
     list_filter = ("workload_class",)

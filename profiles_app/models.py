@@ -30,6 +30,11 @@ class Workload(models.Model):
     `speed_correction` is GENIE's feedback (PAPERS 5.6): when a job of this workload ends, r <- 0.8 r +
     0.2 x (measured / predicted speed of its leases), and every estimate of this workload's time (the
     core profile's seconds per iteration) is divided by r. A new profile starts again at 1.
+
+    `placement_penalty` is learnt the same way, from the leases' measured speeds on one server against
+    those spread over several (`core.predictor.fit_placement_penalty`): GENIE's cross-node term, which
+    the allocators and every estimate of a spread job's time then use. A new profile keeps it (it is a
+    property of the network, not of the CPU and memory sweep).
     """
 
     name = models.SlugField(max_length=100, unique=True)
@@ -55,7 +60,13 @@ class Workload(models.Model):
     best_cpus_per_gpu = models.FloatField()
     best_mem_gb_per_gpu = models.FloatField()
     speedup = models.FloatField(default=1.0, help_text="Throughput at the best-case demand / at proportional")
-    placement_penalty = models.FloatField(default=1.0)
+    placement_penalty = models.FloatField(
+        default=1.0, help_text="A job spread over servers runs this many times slower (>= 1)"
+    )
+    placement_penalty_leases = models.PositiveIntegerField(
+        default=0,
+        help_text="Leases (one server and spread) the learned placement_penalty rests on; 0: as shipped",
+    )
     genie_alpha_s = models.FloatField(null=True, blank=True, help_text="Compute seconds per sample")
     genie_beta_s = models.FloatField(null=True, blank=True, help_text="Fixed seconds per iteration")
     genie_t_intra_s = models.FloatField(null=True, blank=True, help_text="Intra-node comm. per log2 step")
@@ -208,6 +219,12 @@ class SpeedObservation(models.Model):
     )
     cpus_per_gpu = models.FloatField()
     mem_gb_per_gpu = models.FloatField()
+    num_servers = models.PositiveSmallIntegerField(
+        default=1, help_text="Servers the job spans in this lease's round"
+    )
+    placement_penalty = models.FloatField(
+        default=1.0, help_text="The penalty inside predicted_iters_per_s (1 on one server)"
+    )
     predicted_iters_per_s = models.FloatField()
     measured_iters_per_s = models.FloatField()
     samples = models.PositiveIntegerField(default=1)

@@ -24,6 +24,7 @@ from profiles_app.models import (
     Workload,
     WorkloadClass,
 )
+from scheduler_app.core.predictor import fit_placement_penalty
 
 logger = logging.getLogger(__name__)
 
@@ -35,20 +36,21 @@ def workload_catalog_load(*, profile_set: str = DEFAULT_PROFILE_SET) -> int:
     """Create or update a Workload row for every model of the shipped catalog; returns the count."""
     catalog = load_catalog(profile_set)
     for name, profile in catalog.items():
-        Workload.objects.update_or_create(
-            name=name,
-            defaults={
-                "workload_class": profile.workload_class,
-                "source": CATALOG_SOURCE,
-                "iter_time_s": profile.iter_time_s,
-                "cpu_per_gpu_grid": list(profile.cpu_per_gpu_grid),
-                "mem_gb_per_gpu_grid": list(profile.mem_gb_per_gpu_grid),
-                "tput_matrix": [list(row) for row in profile.tput],
-                "best_cpus_per_gpu": profile.best_cpus_per_gpu,
-                "best_mem_gb_per_gpu": profile.best_mem_gb_per_gpu,
-                "speedup": profile.speedup,
-                "placement_penalty": profile.placement_penalty,
-            },
+        fields = {
+            "workload_class": profile.workload_class,
+            "source": CATALOG_SOURCE,
+            "iter_time_s": profile.iter_time_s,
+            "cpu_per_gpu_grid": list(profile.cpu_per_gpu_grid),
+            "mem_gb_per_gpu_grid": list(profile.mem_gb_per_gpu_grid),
+            "tput_matrix": [list(row) for row in profile.tput],
+            "best_cpus_per_gpu": profile.best_cpus_per_gpu,
+            "best_mem_gb_per_gpu": profile.best_mem_gb_per_gpu,
+            "speedup": profile.speedup,
+        }
+        Workload.objects.update_or_create(name=name, defaults=fields)
+        # A penalty learnt on this cluster's network outlives a reload of the shipped one.
+        Workload.objects.filter(name=name, placement_penalty_leases=0).update(
+            placement_penalty=profile.placement_penalty
         )
     return len(catalog)
 
@@ -296,8 +298,14 @@ def speed_observation_record(
     predicted_iters_per_s: float,
     measured_iters_per_s: float,
     at: datetime,
+    num_servers: int = 1,
+    placement_penalty: float = 1.0,
 ) -> SpeedObservation:
-    """Record the latest measured speed of a lease next to what its profile predicted (one row per lease)."""
+    """Record the latest measured speed of a lease next to what its profile predicted (one row per lease).
+
+    `placement_penalty` is the penalty the prediction holds (1 on one server); the placement fit takes
+    it out again. Both are kept from the lease's first report.
+    """
     obs = SpeedObservation.objects.filter(allocation_id=allocation_id).first()
     if obs is None:
         return SpeedObservation.objects.create(
@@ -306,6 +314,8 @@ def speed_observation_record(
             allocation_id=allocation_id,
             cpus_per_gpu=cpus_per_gpu,
             mem_gb_per_gpu=mem_gb_per_gpu,
+            num_servers=num_servers,
+            placement_penalty=placement_penalty,
             predicted_iters_per_s=predicted_iters_per_s,
             measured_iters_per_s=measured_iters_per_s,
             first_at=at,
@@ -364,3 +374,41 @@ def speed_correction_fold(*, job_id: int, workload_id: int) -> float | None:
         correction,
     )
     return correction
+
+
+# The placement fit reads this many of a workload's latest measured leases of each kind: recent enough
+# to follow a network change, enough for a median.
+PLACEMENT_FIT_LEASES = 50
+
+
+def _unpenalised_ratios(workload_id: int, *, spread: bool) -> list[float]:
+    """Measured / predicted-without-penalty speed of the workload's latest leases of one kind."""
+    leases = SpeedObservation.objects.filter(
+        workload_id=workload_id, predicted_iters_per_s__gt=0, samples__gte=SPEED_MIN_REPORTS
+    )
+    leases = leases.filter(num_servers__gt=1) if spread else leases.filter(num_servers=1)
+    rows = leases.order_by("-at").values_list(
+        "measured_iters_per_s", "predicted_iters_per_s", "placement_penalty"
+    )[:PLACEMENT_FIT_LEASES]
+    return [measured / (predicted * max(1.0, penalty)) for measured, predicted, penalty in rows]
+
+
+def placement_penalty_refit(*, workload_id: int) -> float | None:
+    """Learn the workload's placement penalty from its measured leases (GENIE's cross-node cost); the
+    new penalty, or None while there are too few leases of either kind (nothing changes then)."""
+    single = _unpenalised_ratios(workload_id, spread=False)
+    spread = _unpenalised_ratios(workload_id, spread=True)
+    penalty = fit_placement_penalty(single, spread)
+    if penalty is None:
+        return None
+    Workload.objects.filter(pk=workload_id).update(
+        placement_penalty=penalty, placement_penalty_leases=len(single) + len(spread)
+    )
+    logger.info(
+        "workload %s: placement penalty %.3f from %d one-server and %d spread leases",
+        workload_id,
+        penalty,
+        len(single),
+        len(spread),
+    )
+    return penalty

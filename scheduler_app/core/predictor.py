@@ -14,7 +14,8 @@ more batch sizes (ordinary least squares for alpha, beta), runs on one server wi
 (t_intra = mean of (t - t_c(b)) / ceil(log2 k)) and runs on n >= 2 servers (t_cross = mean of
 (t - t_c(b) - ceil(log2 k)*t_intra) / log2 n). Missing multi-GPU or multi-server runs leave that
 coefficient at 0 (the job is then predicted not to slow down when it spreads) and are flagged on the
-fit. Pure: no I/O, no clock; frozen dataclasses.
+fit. `fit_placement_penalty` learns the cross-node cost online instead, from the measured speeds of a
+workload's leases on one server and spread over several. Pure: no I/O, no clock; frozen dataclasses.
 """
 
 from __future__ import annotations
@@ -183,3 +184,40 @@ def fit_predictor(samples: Sequence[ProfileSample], *, startup_s: float = 0.0) -
         has_intra=bool(intra),
         has_cross=bool(cross),
     )
+
+
+# A learned placement penalty rests on at least this many leases of each kind (one server, spread).
+PENALTY_MIN_LEASES = 3
+# Above this a spread job is not merely slow but broken (a wrong NIC, a hung peer): not a penalty.
+PENALTY_MAX = 10.0
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def fit_placement_penalty(
+    single_server_ratios: Sequence[float],
+    spread_ratios: Sequence[float],
+    *,
+    min_leases: int = PENALTY_MIN_LEASES,
+    max_penalty: float = PENALTY_MAX,
+) -> float | None:
+    """GENIE's cross-node cost of a workload, learnt online as the core's placement penalty.
+
+    Each ratio is one lease's measured speed over the speed its profile predicts without any penalty:
+    leases on one server in `single_server_ratios`, leases of jobs spread over servers in
+    `spread_ratios`. Whatever the profile gets wrong for every lease (a slower GPU, a different
+    dataset) is in both and cancels in median(single) / median(spread); what is left is what spreading
+    costs. Medians, so one odd lease (a noisy neighbour, a warm-up) does not move it. Clamped to
+    [1, max_penalty]: spreading never speeds a job up in this model. None with fewer than `min_leases`
+    positive ratios of either kind. Constant over the number of servers, as the core applies it
+    (GENIE's log2(n) t_cross grows with n; our clusters rarely spread a job over more than two).
+    """
+    single = [r for r in single_server_ratios if r > 0]
+    spread = [r for r in spread_ratios if r > 0]
+    if len(single) < min_leases or len(spread) < min_leases:
+        return None
+    return min(max_penalty, max(1.0, _median(single) / _median(spread)))

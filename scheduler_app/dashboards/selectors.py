@@ -353,6 +353,7 @@ def admission_accuracy_series(*, window: Window) -> dict[str, Any]:
             "met_deadline",
             "job__workload__name",
             "job__workload__speed_correction",
+            "job__workload__placement_penalty",
         )
     )
     n = window.num_buckets
@@ -360,13 +361,15 @@ def admission_accuracy_series(*, window: Window) -> dict[str, Any]:
     by_bucket: list[list[float]] = [[] for _ in range(n)]
     by_workload: dict[str, list[float]] = defaultdict(list)
     corrections: dict[str, float | None] = {}
+    penalties: dict[str, float | None] = {}
     verdicts = right = 0
-    for actual, predicted, attainable, met, workload, correction in rows:
+    for actual, predicted, attainable, met, workload, correction, penalty in rows:
         error_s = (actual - predicted).total_seconds()
         by_bucket[min(n - 1, int((actual.timestamp() - base_s) // window.bucket_s))].append(error_s)
         name = workload or OWN_COMMANDS
         by_workload[name].append(error_s)
         corrections[name] = None if workload is None else round(correction, 4)
+        penalties[name] = None if workload is None else round(penalty, 4)
         if attainable is not None and met is not None:
             verdicts += 1
             right += attainable == met
@@ -399,6 +402,7 @@ def admission_accuracy_series(*, window: Window) -> dict[str, Any]:
             "median_abs_error_h": [median_abs_h(by_workload[w]) for w in names],
             "mean_error_h": [mean_h(by_workload[w]) for w in names],
             "speed_correction": [corrections[w] for w in names],
+            "placement_penalty": [penalties[w] for w in names],
         },
     }
 

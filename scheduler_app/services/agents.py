@@ -11,7 +11,8 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from cluster_app.models import Server
@@ -171,9 +172,19 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
         .filter(pk__in=job_ids)
         .order_by("id")
     }
+    # A job spread over servers has one lease per server in the same round (GENIE's placement fit).
+    siblings = (
+        Allocation.objects.filter(job_id=OuterRef("job_id"), round_id=OuterRef("round_id"))
+        .order_by()
+        .values("job_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
     allocations = {
         a.lease_id: a
-        for a in Allocation.objects.filter(lease_id__in=lease_ids).annotate(num_gpus=Count("gpu_holds"))
+        for a in Allocation.objects.filter(lease_id__in=lease_ids).annotate(
+            num_gpus=Count("gpu_holds"), num_servers=Coalesce(Subquery(siblings), 1)
+        )
     }
     events: list[JobEvent] = []
     dirty_jobs: set[int] = set()
@@ -236,6 +247,7 @@ def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport) -> None:
     scale = r.data.get("time_scale")
     scale = float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0
     gpus = max(1, allocation.num_gpus)
+    spread = allocation.num_servers > 1
     speed_observation_record(
         workload_id=workload.pk,
         job_id=job.pk,
@@ -245,6 +257,9 @@ def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport) -> None:
         predicted_iters_per_s=allocation.speedup / workload.iter_time_s,
         measured_iters_per_s=float(ips) * scale,
         at=r.at,
+        num_servers=allocation.num_servers,
+        # The allocation's speed-up holds the penalty its round applied: today's, barring a refit since.
+        placement_penalty=workload.placement_penalty if spread else 1.0,
     )
 
 

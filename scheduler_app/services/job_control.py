@@ -13,7 +13,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from profiles_app.services import speed_correction_fold
+from profiles_app.services import placement_penalty_refit, speed_correction_fold
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
     Allocation,
@@ -160,7 +160,9 @@ def job_finish(
     )
     logger.info("job %s: %s -> %s %s", job.pk, previous, state, reason)
     if job.workload_id is not None:
-        speed_correction_fold(job_id=job.pk, workload_id=job.workload_id)
+        measured = speed_correction_fold(job_id=job.pk, workload_id=job.workload_id) is not None
+        if measured:  # only a job whose leases were measured adds to the placement fit
+            placement_penalty_refit(workload_id=job.workload_id)
     admission_outcome_record(job=job)
     _request_round("job_end")
     return job

@@ -100,8 +100,12 @@
       var w = d.workloads;
       return {
         traces: [{ x: w.workload, y: w.median_abs_error_h, type: "bar", name: "median |error|",
-          customdata: w.workload.map(function (_, i) { return [w.jobs[i], w.speed_correction[i] === null ? "-" : w.speed_correction[i].toFixed(2)]; }),
-          hovertemplate: "%{y:.2f} h over %{customdata[0]} jobs, speed correction %{customdata[1]}<extra></extra>" }],
+          customdata: w.workload.map(function (_, i) {
+            var fixed = function (v) { return v === null ? "-" : v.toFixed(2); };
+            return [w.jobs[i], fixed(w.speed_correction[i]), fixed(w.placement_penalty[i])];
+          }),
+          hovertemplate: "%{y:.2f} h over %{customdata[0]} jobs, speed correction %{customdata[1]}, " +
+            "placement penalty %{customdata[2]}<extra></extra>" }],
         layout: noData(layout("Median finish error per workload (h)", { xaxis: { type: "category" } }), w.workload.length === 0),
       };
     },

@@ -157,7 +157,7 @@ def predicted(job, *, finish_h: float, attainable: bool | None = None, met: bool
 
 def test_admission_forecast_error_per_bucket_and_workload_and_verdicts():
     res18 = WorkloadFactory(name="res18")
-    Workload.objects.filter(pk=res18.pk).update(speed_correction=0.8)
+    Workload.objects.filter(pk=res18.pk).update(speed_correction=0.8, placement_penalty=1.25)
     # Day 1: two res18 jobs, 2 h late and 1 h early; the first had a QoS verdict that came true.
     predicted(
         completed_job(submitted_h=0, finished_h=6, workload=res18), finish_h=4, attainable=True, met=True
@@ -195,6 +195,7 @@ def test_admission_forecast_error_per_bucket_and_workload_and_verdicts():
         "median_abs_error_h": [3.0, 1.5],
         "mean_error_h": [3.0, 0.5],
         "speed_correction": [None, 0.8],
+        "placement_penalty": [None, 1.25],
     }
 
 

@@ -152,3 +152,12 @@ def test_the_workloads_learnt_speed_correction_is_shown(user, client_of, cluster
     Workload.objects.filter(pk=job.workload_id).update(speed_correction=0.82, speed_correction_jobs=2)
     html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
     assert "speed correction of\n  0.82" in html and "2 finished jobs" in html
+
+
+def test_the_workloads_learnt_placement_penalty_is_shown(user, client_of, cluster):
+    job, _ = running_job(user, cluster)
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="placement-penalty"' not in html  # the shipped penalty: nothing learnt
+    Workload.objects.filter(pk=job.workload_id).update(placement_penalty=1.37, placement_penalty_leases=9)
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert "runs\n  1.37x slower" in html and "9 leases on one" in html

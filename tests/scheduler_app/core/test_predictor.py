@@ -8,8 +8,10 @@ import random
 import pytest
 
 from scheduler_app.core.predictor import (
+    PENALTY_MAX,
     Predictor,
     ProfileSample,
+    fit_placement_penalty,
     fit_predictor,
     response_latency_s,
 )
@@ -102,3 +104,22 @@ def test_held_out_configurations_within_10_percent(seed):
         e_pred = fit.predictor.execution_time_s(1e6, n, k, b)
         assert abs(e_pred - e_true) / e_true < 0.10
     assert math.isfinite(fit.predictor.rate(4, 8, 256))
+
+
+def test_placement_penalty_is_the_ratio_of_the_median_one_server_and_spread_speeds():
+    # The profile overstates every lease by 20 % (ratios near 0.8); spreading costs a further 1.25x.
+    single = [0.8, 0.82, 0.78, 0.8, 0.5]  # one lease behind a noisy neighbour: the median ignores it
+    spread = [0.64, 0.6, 0.66, 0.64]
+    assert fit_placement_penalty(single, spread) == pytest.approx(0.8 / 0.64)
+
+
+def test_placement_penalty_needs_three_leases_of_each_kind():
+    assert fit_placement_penalty([1.0] * 10, [0.5, 0.5]) is None
+    assert fit_placement_penalty([1.0, 1.0], [0.5] * 10) is None
+    assert fit_placement_penalty([1.0, 1.0, 1.0], [0.5, 0.5, 0.0, -1.0]) is None  # no speed: not a lease
+    assert fit_placement_penalty([1.0] * 3, [0.5] * 3) == pytest.approx(2.0)
+
+
+def test_placement_penalty_stays_within_one_and_its_maximum():
+    assert fit_placement_penalty([1.0] * 3, [1.1] * 3) == 1.0  # spread faster: noise, not a speed-up
+    assert fit_placement_penalty([1.0] * 3, [0.001] * 3) == PENALTY_MAX  # a broken network
