@@ -62,7 +62,8 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ("state", "pending_reason", "team", "workload")
     search_fields = ("name", "owner__username", "command")
     date_hierarchy = "submitted_at"
-    raw_id_fields = ("owner",)
+    # Raw ids: a select of every user or job would render the whole table into the page.
+    raw_id_fields = ("owner", "depends_on")
     inlines = [AllocationInline, JobEventInline]
 
 

@@ -59,6 +59,11 @@ class PendingReason(models.TextChoices):
     PROFILING = "Profiling", "its workload is being profiled"
     QOS_UNATTAINABLE = "QoSUnattainable", "its QoS target can no longer be met"
     QUOTA = "QuotaExceeded", "its team is at its GPU quota"
+    DEPENDENCY = "Dependency", "it waits for the jobs it depends on to complete"
+    DEPENDENCY_NEVER_SATISFIED = (
+        "DependencyNeverSatisfied",
+        "a job it depends on ended without completing: cancel it or resubmit",
+    )
     INFEASIBLE = "Infeasible", "it can never fit on this cluster"
 
 
@@ -82,6 +87,13 @@ class Job(models.Model):
     )
     priority = models.SmallIntegerField(default=0)
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
+    depends_on = models.ManyToManyField(
+        "self",
+        symmetrical=False,
+        blank=True,
+        related_name="dependents",
+        help_text="Jobs that must complete before this one may start (Slurm's afterok)",
+    )
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     pending_reason = models.CharField(
         max_length=32, choices=PendingReason.choices, default=PendingReason.NONE

@@ -35,6 +35,7 @@ from scheduler_app.core.types import (
     ServerView,
 )
 from scheduler_app.models import (
+    TERMINAL_JOB_STATES,
     Allocation,
     AllocationGpu,
     Job,
@@ -317,6 +318,26 @@ def job_list(*, user: AbstractBaseUser) -> QuerySet[Job]:
     return qs
 
 
+def dependency_waits(*, job_ids: Iterable[int]) -> dict[int, dict[int, str]]:
+    """For each of `job_ids` with a dependency that has not COMPLETED: dependency id -> its state."""
+    waits: dict[int, dict[int, str]] = defaultdict(dict)
+    for job_id, dep_id, state in (
+        Job.depends_on.through.objects.filter(from_job_id__in=list(job_ids))
+        .exclude(to_job__state=JobState.COMPLETED)
+        .values_list("from_job_id", "to_job_id", "to_job__state")
+    ):
+        waits[job_id][dep_id] = state
+    return dict(waits)
+
+
+def dependency_pending_reason(dependency_states: Iterable[str]) -> str:
+    """Dependency while every unfinished dependency may still complete; DependencyNeverSatisfied
+    once one has ended otherwise (Slurm's reasons for afterok)."""
+    if any(state in TERMINAL_JOB_STATES for state in dependency_states):
+        return PendingReason.DEPENDENCY_NEVER_SATISFIED
+    return PendingReason.DEPENDENCY
+
+
 def job_detail_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
     """job_list with each job's allocations (server, GPUs) and events prefetched."""
     holds = AllocationGpu.objects.select_related("gpu").order_by("gpu__index")
@@ -358,8 +379,8 @@ def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
     round; otherwise running jobs are assumed to finish at their predicted time (remaining iterations
     at their measured or profiled speed) in finishing order, and the job starts at the first round
     after enough GPUs are freed. It ignores preemption, arrivals and CPU/memory fit; None when the
-    job is infeasible or the running jobs never free enough GPUs (e.g. own commands that report no
-    progress and have no time limit).
+    job is infeasible, waits for its dependencies (the admission forecast follows those) or the
+    running jobs never free enough GPUs (e.g. own commands that report no progress and no time limit).
     """
     conf = scheduler_conf()
     now = now or timezone.now()
@@ -380,13 +401,18 @@ def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
         return next_round + math.ceil((t - next_round) / round_td) * round_td
 
     finishes = sorted(_running_finish_times(now=now))
+    waiting = dependency_waits(job_ids=inputs.jobs)
     free = inputs.snapshot.free_gpu_count
     need = freed = k = 0
     last_finish: datetime | None = None
     result: dict[int, QueueEntry] = {}
     for pos, view in enumerate(ordered, start=1):
         job = inputs.jobs[view.job_id]
-        if job.pending_reason == PendingReason.INFEASIBLE or view.num_gpus > inputs.snapshot.total_gpus:
+        if (
+            job.pending_reason == PendingReason.INFEASIBLE
+            or view.num_gpus > inputs.snapshot.total_gpus
+            or job.id in waiting  # it starts after its dependencies, which this estimate does not follow
+        ):
             result[job.id] = QueueEntry(pos, None)
             continue
         need += view.num_gpus

@@ -19,7 +19,7 @@ from scheduler_app.models import (
     Team,
 )
 from scheduler_app.services.agents import LeaseReport
-from scheduler_app.services.jobs import JobRequest
+from scheduler_app.services.jobs import MAX_DEPENDENCIES, JobRequest
 from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
 
 # ---------------------------------------------------------------------------------------------------
@@ -206,6 +206,13 @@ class JobSubmitSerializer(serializers.Serializer):
     qos_max_latency_s = serializers.FloatField(required=False, allow_null=True)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
     time_limit_s = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    depends_on = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        default=list,
+        max_length=MAX_DEPENDENCIES,
+        help_text="Ids of jobs that must complete before this one starts (Slurm's afterok)",
+    )
 
     def validate_priority(self, value: int) -> int:
         request = self.context.get("request")
@@ -214,7 +221,7 @@ class JobSubmitSerializer(serializers.Serializer):
         return value
 
     def to_request(self) -> JobRequest:
-        return JobRequest(**self.validated_data)
+        return JobRequest(**{**self.validated_data, "depends_on": tuple(self.validated_data["depends_on"])})
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -223,6 +230,9 @@ class JobSerializer(serializers.ModelSerializer):
     workload = serializers.CharField(source="workload.name", read_only=True, allow_null=True, default=None)
     queue_position = serializers.SerializerMethodField(help_text="1-based place among PENDING jobs")
     estimated_start_at = serializers.SerializerMethodField(help_text="Rough estimate; see docs/rest-api.md")
+    depends_on = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True, help_text="Jobs that must complete before this one starts"
+    )
 
     class Meta:
         model = Job
@@ -243,6 +253,7 @@ class JobSerializer(serializers.ModelSerializer):
             "qos_deadline_at",
             "qos_max_latency_s",
             "time_limit_s",
+            "depends_on",
             "state",
             "pending_reason",
             "queue_position",

@@ -51,8 +51,8 @@ class JobViewSet(
         if getattr(self, "swagger_fake_view", False):
             return Job.objects.none()
         if self.action == "list":
-            return job_list(user=self.request.user)
-        return job_detail_queryset(user=self.request.user)
+            return job_list(user=self.request.user).prefetch_related("depends_on")
+        return job_detail_queryset(user=self.request.user).prefetch_related("depends_on")
 
     def get_serializer_class(self):
         if self.action == "create":

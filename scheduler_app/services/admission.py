@@ -19,13 +19,20 @@ from django.utils import timezone
 from cluster_app.models import Server
 from cluster_app.selectors import SCHEDULABLE_STATES
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import AdmissionPrediction, Job, JobState
-from scheduler_app.selectors import next_round_at, round_inputs, team_quotas_left
+from scheduler_app.models import AdmissionPrediction, Job, JobState, PendingReason
+from scheduler_app.selectors import (
+    dependency_pending_reason,
+    dependency_waits,
+    next_round_at,
+    round_inputs,
+    team_quotas_left,
+)
 from scheduler_app.simulator.forecast import forecast
 
 logger = logging.getLogger(__name__)
 
 OWN_COMMAND_UNKNOWN = "own command without a time limit: its finish cannot be predicted"
+NEVER_STARTS = "a job it depends on ended without completing: it will not start"
 
 
 class QosUnattainableError(ValidationError):
@@ -45,6 +52,18 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
     jobs = list(Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("workload"))
     if job.pk not in {j.pk for j in jobs}:
         jobs.append(job)
+    # Jobs after others (afterok) join the forecast's queue when those finish in it; a job after one
+    # that ended without completing never runs, so it is left out.
+    waits = dependency_waits(job_ids=[j.pk for j in jobs if j.state == JobState.PENDING])
+    never = {
+        job_id
+        for job_id, deps in waits.items()
+        if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
+    }
+    if job.pk in never:
+        prediction.detail = NEVER_STARTS
+        return True
+    jobs = [j for j in jobs if j.pk not in never]
     inputs = round_inputs(servers=servers, jobs=jobs)
     if job.pk not in inputs.jobs:
         prediction.detail = "the job's servers are not schedulable"
@@ -65,6 +84,7 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
         max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
         time_budget_s=budget_s,
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
+        after={job_id: deps.keys() for job_id, deps in waits.items() if job_id not in never},
     )[job.pk]
     prediction.predicted_start_at = _at(predicted.start_s)
     prediction.predicted_finish_at = _at(predicted.finish_s)

@@ -1,5 +1,7 @@
 """Job services: submission and the append-only event history."""
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,7 +13,8 @@ from django.utils import timezone
 
 from cluster_app.selectors import cluster_capacity
 from profiles_app.models import Workload
-from scheduler_app.models import Job, JobEvent, JobState, PendingReason, Team
+from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobEvent, JobState, PendingReason, Team
+from scheduler_app.selectors import dependency_pending_reason, dependency_waits, job_list
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,25 @@ class JobRequest:
     qos_max_latency_s: float | None = None
     priority: int = 0
     time_limit_s: int | None = None
+    depends_on: tuple[int, ...] = ()  # ids of jobs that must complete first (Slurm's afterok)
+
+
+# More would be a workflow engine's job, not a queue's; Slurm users chain a few steps.
+MAX_DEPENDENCIES = 64
+
+
+def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) -> None:
+    ids = set(request.depends_on)
+    if len(ids) > MAX_DEPENDENCIES:
+        add("depends_on", f"A job may wait for at most {MAX_DEPENDENCIES} jobs.")
+        return
+    found = dict(job_list(user=owner).filter(pk__in=ids).values_list("pk", "state"))
+    missing = sorted(ids - found.keys())
+    if missing:
+        add("depends_on", f"No job {', '.join(map(str, missing))} that you can see.")
+    for job_id, state in sorted(found.items()):
+        if state in TERMINAL_JOB_STATES and state != JobState.COMPLETED:
+            add("depends_on", f"Job {job_id} ended {state}: a job after it could never start.")
 
 
 def _validate(request: JobRequest, owner: AbstractBaseUser) -> None:
@@ -61,6 +83,8 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> None:
         add("qos_max_latency_s", "The maximum latency must be positive.")
     if request.team is not None and not request.team.members.filter(pk=owner.pk).exists():
         add("team", f"You are not a member of team {request.team.name}.")
+    if request.depends_on:
+        _validate_dependencies(request, owner, add)
     if errors:
         raise ValidationError(errors)
 
@@ -129,5 +153,45 @@ def job_submit(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
         state=JobState.PENDING,
         pending_reason=PendingReason.PRIORITY,
     )
-    job_event_append(job=job, kind="submitted", to_state=JobState.PENDING, at=job.submitted_at)
+    data = {}
+    if request.depends_on:
+        job.depends_on.set(sorted(set(request.depends_on)))
+        data["depends_on"] = sorted(set(request.depends_on))
+        if dependency_waits(job_ids=[job.pk]):
+            job.pending_reason = PendingReason.DEPENDENCY
+            job.save(update_fields=["pending_reason"])
+    job_event_append(job=job, kind="submitted", to_state=JobState.PENDING, at=job.submitted_at, data=data)
     return job
+
+
+def job_dependencies_hold(*, jobs: Sequence[Job], now: datetime) -> set[int]:
+    """Round hook: the ids of PENDING jobs that wait for a dependency to complete (leave them out).
+
+    Each gets the pending reason Dependency, or DependencyNeverSatisfied once a dependency has ended
+    without completing (it then stays in the queue, as with Slurm, until its owner cancels it); the
+    change to the latter is recorded as an event naming the dependency.
+    """
+    pending = {job.pk: job for job in jobs if job.state == JobState.PENDING}
+    waits = dependency_waits(job_ids=pending)
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    events = []
+    for job_id, dependencies in waits.items():
+        job = pending[job_id]
+        reason = dependency_pending_reason(dependencies.values())
+        if job.pending_reason == reason:
+            continue
+        by_reason[reason].append(job_id)
+        job.pending_reason = reason
+        if reason == PendingReason.DEPENDENCY_NEVER_SATISFIED:
+            message = ", ".join(
+                f"job {dep} ended {state}"
+                for dep, state in sorted(dependencies.items())
+                if state in TERMINAL_JOB_STATES
+            )
+            events.append(
+                job_event(job, "dependency_never_satisfied", reason=reason, message=message, at=now)
+            )
+    for reason, ids in by_reason.items():
+        Job.objects.filter(pk__in=ids).update(pending_reason=reason)
+    JobEvent.objects.bulk_create(events)
+    return set(waits)

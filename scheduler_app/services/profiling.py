@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -63,8 +63,13 @@ PROFILING_REPORT_KINDS = (PROFILE_POINT, PROFILE_ERROR)
 # ---------------------------------------------------------------------------------------------------
 
 
-def profiling_jobs_hold(*, jobs: Sequence[Job], servers: Sequence[Server], now: datetime) -> set[int]:
+def profiling_jobs_hold(
+    *, jobs: Sequence[Job], servers: Sequence[Server], now: datetime, held_otherwise: Iterable[int] = ()
+) -> set[int]:
     """Round hook: the ids of PENDING jobs that wait for their workload's profile (leave them out).
+
+    Jobs in `held_otherwise` (waiting for their dependencies) get their workload profiled meanwhile,
+    as on arrival, but keep the reason they already have.
 
     Called by the round with its lock held and `servers` then `jobs` locked. Queues a run for every
     unprofiled workload that has no active run and never failed one; restarts runs whose server is
@@ -109,6 +114,8 @@ def profiling_jobs_hold(*, jobs: Sequence[Job], servers: Sequence[Server], now: 
         run = active.get(job.workload_id)
         if run is None:
             continue  # its workload's profiling failed: scheduled at the proportional share
+        if job.pk in held_otherwise:
+            continue
         held.add(job.pk)
         if job.pending_reason != PendingReason.PROFILING:
             events.append(

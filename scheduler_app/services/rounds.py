@@ -41,7 +41,7 @@ from scheduler_app.selectors import (
     team_quotas_left,
 )
 from scheduler_app.services.job_control import allocations_end, job_interruption_events
-from scheduler_app.services.jobs import job_event
+from scheduler_app.services.jobs import job_dependencies_hold, job_event
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,9 @@ def _round(trigger: str) -> SchedulingRound:
     )
     # Jobs whose workload is being profiled wait out of the round. Synergy profiles on arrival, so
     # queued runs take what running leases leave free before this round places anything new.
-    held = profiling_jobs_hold(jobs=jobs, servers=servers, now=now)
+    # Jobs waiting for their dependencies (afterok) are out too; their workloads are profiled meanwhile.
+    waiting = job_dependencies_hold(jobs=jobs, now=now)
+    held = waiting | profiling_jobs_hold(jobs=jobs, servers=servers, now=now, held_otherwise=waiting)
     jobs = [job for job in jobs if job.pk not in held]
     profiling_runs_dispatch(now=now)
     inputs = round_inputs(servers=servers, jobs=jobs)

@@ -47,6 +47,7 @@ def forecast(
     max_rounds: int = 2016,
     time_budget_s: float | None = None,
     team_quota_gpus: Mapping[int, int] | None = None,
+    after: Mapping[int, Iterable[int]] | None = None,
 ) -> dict[int, JobForecast]:
     """Run rounds from `first_round_s` on `snapshot` (the live round's input: every resource free that
     the round re-decides, anything held outside it subtracted) until every job of
@@ -58,6 +59,8 @@ def forecast(
     then get no finish time, like those beyond `max_rounds`. Under a static order (FIFO) with
     `until_finished`, jobs ordered after the last target are left out of the forecast and the result.
     `team_quota_gpus`: as in schedule_round.
+    `after`: job id -> ids of the jobs it waits for (Slurm's afterok). Such a job joins the queue in
+    the round after the last of them finishes, and never if one of them is not in `jobs` or is dropped.
     """
     wall_start = time.perf_counter()
     if not round_s > 0:
@@ -66,7 +69,9 @@ def forecast(
     started_s = started_s or {}
     views = list(jobs)
     targets = {v.job_id for v in views} if until_finished is None else set(until_finished)
-    if policy_obj.static_order and until_finished is not None:
+    waits_for = {job_id: set(deps) for job_id, deps in (after or {}).items() if deps}
+    # Cutting the queue behind the last target would drop a dependency ordered after it.
+    if policy_obj.static_order and until_finished is not None and not waits_for:
         # The order never changes, so jobs behind the last target can only take what is left:
         # they do not move its start (GPU admission is in policy order) and are not simulated.
         ordered = policy_obj.order(views, snapshot, first_round_s)
@@ -78,10 +83,14 @@ def forecast(
     can_skip = policy_obj.static_order and not allocator_obj.reads_progress
     run = _Run(round_s=round_s, round_end=False, restart_overhead_s=0.0)
     sim_jobs: dict[int, _SimJob] = {}
+    held: dict[int, _SimJob] = {}  # jobs waiting for their dependencies to finish
     for view in sorted(views, key=lambda v: (v.arrival_s, v.job_id)):
         job = _SimJob.from_view(view)
         job.start_s = started_s.get(view.job_id)
         sim_jobs[view.job_id] = job
+        if waits_for.get(view.job_id) and view.current is None:
+            held[view.job_id] = job
+            continue
         run.active[view.job_id] = job
         if view.current is not None:
             run.running[view.job_id] = job
@@ -102,12 +111,28 @@ def forecast(
         if can_skip and previous is not None and plan.decisions == previous.decisions:
             k += _skip_steady_rounds(plan, run.active, round_s, max_rounds - 1 - k)
         placed, _ = run.apply(plan, first_round_s + k * round_s)
-        waiting_for.intersection_update(run.active.keys())  # finished or dropped as infeasible: done
-        if not placed:
+        released = _release(held, waits_for, sim_jobs)
+        for job_id in released:
+            run.active[job_id] = held.pop(job_id)
+        # Finished or dropped as infeasible: done; a held job is still to come.
+        waiting_for.intersection_update(run.active.keys() | held.keys())
+        if not placed and not released:
             break  # nothing fits and nothing will change: no arrivals in a forecast
-        previous = plan
+        previous = None if released else plan  # a new job in the queue: the plan may change
         k += 1
     return {job_id: JobForecast(job_id, job.start_s, job.finish_s) for job_id, job in sim_jobs.items()}
+
+
+def _release(
+    held: dict[int, _SimJob], waits_for: dict[int, set[int]], sim_jobs: dict[int, _SimJob]
+) -> list[int]:
+    """The held jobs whose every dependency has finished in the forecast (a dependency outside it, or
+    dropped as infeasible, never finishes)."""
+    return [
+        job_id
+        for job_id in held
+        if all(dep in sim_jobs and sim_jobs[dep].finish_s is not None for dep in waits_for[job_id])
+    ]
 
 
 def _skip_steady_rounds(plan: RoundPlan, active: dict[int, _SimJob], round_s: float, most: int) -> int:

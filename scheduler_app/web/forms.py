@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import django_filters
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser
@@ -52,6 +54,12 @@ class JobSubmitForm(forms.Form):
     team = forms.ModelChoiceField(
         queryset=Team.objects.none(), to_field_name="name", required=False, label="Team", empty_label="(none)"
     )
+    depends_on = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="After jobs",
+        help_text="Optional job ids (e.g. 12, 13): this job starts once they have all completed.",
+    )
     qos_deadline_at = forms.DateTimeField(
         required=False,
         label="Deadline",
@@ -69,6 +77,16 @@ class JobSubmitForm(forms.Form):
         self.fields["team"].queryset = Team.objects.filter(members=user).order_by("name")
         tz_name = timezone.get_current_timezone_name()
         self.fields["qos_deadline_at"].help_text = f"QoS target: finish by this time ({tz_name})."
+
+    def clean_depends_on(self) -> tuple[int, ...]:
+        # Commas, spaces or Slurm's colons (afterok:12:13) between the ids.
+        tokens = re.split(r"[\s,:]+", self.cleaned_data["depends_on"].strip().removeprefix("afterok:"))
+        ids = []
+        for token in filter(None, tokens):
+            if not token.isdigit() or int(token) < 1:
+                raise ValidationError(f"“{token}” is not a job id: give job numbers, e.g. 12, 13.")
+            ids.append(int(token))
+        return tuple(ids)
 
     def clean(self) -> dict:
         cleaned = super().clean()
@@ -90,6 +108,7 @@ class JobSubmitForm(forms.Form):
             mem_gb_per_gpu=d["mem_gb_per_gpu"],
             qos_deadline_at=d["qos_deadline_at"],
             qos_max_latency_s=d["qos_max_latency_s"],
+            depends_on=d["depends_on"],
         )
 
     def add_service_errors(self, exc: ValidationError) -> None:

@@ -137,3 +137,38 @@ def test_a_service_error_on_an_unknown_field_goes_above_the_form(user):
     assert form.is_valid()
     form.add_service_errors(ValidationError({"priority": ["Nope."], "num_gpus": ["Too many."]}))
     assert form.non_field_errors() == ["Nope."] and form.errors["num_gpus"] == ["Too many."]
+
+
+def test_after_jobs_takes_ids_separated_as_users_type_them_and_is_shown_on_the_job_page(
+    user, client_of, cluster, no_rounds
+):
+    client = client_of(user)
+    base = {"workload": "res18", "num_gpus": "1", "total_iters": "100"}
+    first = client.post(URL, {**base, "name": "prep"})["Location"]
+    second = client.post(URL, {**base, "name": "prep2"})["Location"]
+    ids = [int(u.strip("/").rsplit("/", 1)[-1]) for u in (first, second)]
+    for typed in (f"{ids[0]}, {ids[1]}", f"afterok:{ids[0]}:{ids[1]}", f" {ids[0]}  {ids[1]} "):
+        response = client.post(URL, {**base, "name": "train", "depends_on": typed})
+        assert response.status_code == 302, typed
+        job = Job.objects.get(pk=int(response["Location"].strip("/").rsplit("/", 1)[-1]))
+        assert sorted(job.depends_on.values_list("pk", flat=True)) == ids, typed
+    html = client.get(response["Location"]).content.decode()
+    deps = re.search(r'<dd id="depends-on">(.*?)</dd>', html, re.S).group(1)
+    assert f'<a href="/jobs/{ids[0]}/">{ids[0]}</a>' in deps and "PENDING" in deps
+    assert "Dependency" in html  # its pending reason
+
+
+def test_after_jobs_rejects_what_is_not_a_job_id_and_keeps_the_form(user, client_of, cluster):
+    response = client_of(user).post(
+        URL,
+        {"name": "train", "workload": "res18", "num_gpus": "1", "total_iters": "100", "depends_on": "12, x"},
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert field_errors(html, "depends_on") == ["“x” is not a job id: give job numbers, e.g. 12, 13."]
+    assert 'value="12, x"' in html and not Job.objects.exists()
+    response = client_of(user).post(
+        URL,
+        {"name": "train", "workload": "res18", "num_gpus": "1", "total_iters": "100", "depends_on": "777"},
+    )
+    assert field_errors(response.content.decode(), "depends_on") == ["No job 777 that you can see."]

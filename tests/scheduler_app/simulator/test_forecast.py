@@ -127,3 +127,49 @@ def test_jobs_behind_the_target_are_left_out_without_moving_its_times():
     assert set(fast) == set(range(1, target + 1))
     assert fast[target].start_s == slow[target].start_s
     assert fast[target].finish_s == pytest.approx(slow[target].finish_s)
+
+
+def test_a_job_after_another_joins_the_queue_the_round_after_it_finishes():
+    # Two GPUs: job 2 (1 GPU) waits for job 1 (100 s of work, ends at 1100) although a GPU is free;
+    # job 3, independent, takes that GPU at once. Job 2 starts at the next round, 1300.
+    cluster = make_cluster(1, gpus=2, cpus=6, mem_gb=125)
+    jobs = [
+        make_job(1, total_iters=100 / RES18_ITER_S, arrival_s=0.0),
+        make_job(2, total_iters=50 / RES18_ITER_S, arrival_s=1.0),
+        make_job(3, total_iters=500 / RES18_ITER_S, arrival_s=2.0),
+    ]
+    out = forecast(
+        cluster, jobs, policy="fifo", allocator="proportional", first_round_s=1000.0, after={2: [1]}
+    )
+    assert (out[1].start_s, out[1].finish_s) == (1000.0, pytest.approx(1100.0))
+    assert out[3].start_s == 1000.0
+    assert (out[2].start_s, out[2].finish_s) == (1300.0, pytest.approx(1350.0))
+    # FIFO with a target: the queue is not cut behind job 2, or job 1 (ahead of it here anyway) and a
+    # dependency ordered after it by priority would be lost.
+    urgent = dataclasses.replace(jobs[1], priority=5)
+    out = forecast(
+        cluster,
+        [jobs[0], urgent],
+        policy="fifo",
+        allocator="proportional",
+        first_round_s=1000.0,
+        until_finished=[2],
+        after={2: [1]},
+    )
+    assert out[2].start_s == 1300.0
+
+
+def test_a_job_after_one_that_never_finishes_never_starts():
+    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+    too_big = make_job(1, gpus=2, total_iters=10, arrival_s=0.0)  # dropped as infeasible
+    after_it = make_job(2, total_iters=10, arrival_s=1.0)
+    after_unknown = make_job(3, total_iters=10, arrival_s=2.0)
+    out = forecast(
+        cluster,
+        [too_big, after_it, after_unknown],
+        policy="fifo",
+        allocator="proportional",
+        first_round_s=0.0,
+        after={2: [1], 3: [99]},
+    )
+    assert out[2].start_s is None and out[3].start_s is None
