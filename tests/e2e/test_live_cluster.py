@@ -103,8 +103,28 @@ def test_ten_mixed_jobs_complete_on_three_agents(start_agents, live_server):
     )
     # Image jobs run longer, so that the cluster has spare cores for them once the others are done.
     job_ids = submit_all(live_server, MIXED_JOBS, seconds=5, image_seconds=20)
+    # An evaluation step after two of them (afterok): GPUs are free for it long before they end.
+    token = Token.objects.get(user__username="e2e-user")
+    response = httpx.post(
+        f"{live_server.url}/api/v1/jobs/",
+        headers={"Authorization": f"Token {token.key}"},
+        json={
+            "name": "evaluate",
+            "workload": "m5",
+            "num_gpus": 1,
+            "total_iters": iters_for("m5", 2),
+            "depends_on": [job_ids[0], job_ids[6]],
+        },
+    )
+    assert response.status_code == 201, response.text
+    evaluate = response.json()["id"]
+    job_ids.append(evaluate)
 
-    wait_until(lambda: all_done(job_ids), timeout_s=300, what="all ten jobs to complete", interval_s=1)
+    wait_until(lambda: all_done(job_ids), timeout_s=300, what="all eleven jobs to complete", interval_s=1)
+    deps_finished = max(
+        Job.objects.filter(id__in=job_ids[:1] + job_ids[6:7]).values_list("finished_at", flat=True)
+    )
+    assert Job.objects.get(pk=evaluate).started_at >= deps_finished
 
     assert_no_gpu_double_booked()
     for job in Job.objects.filter(id__in=job_ids):
@@ -205,4 +225,3 @@ def test_killed_agent_jobs_requeue_and_complete_elsewhere(start_agents, live_ser
     assert {(str(r.lease_id), r.seq) for r in after} >= stored_before | pending
     assert set(Job.objects.filter(id__in=job_ids).values_list("state", flat=True)) == {JobState.COMPLETED}
     assert dict(Job.objects.filter(id__in=job_ids).values_list("id", "done_iters")) == done_iters
-
