@@ -1,0 +1,1 @@
+"""attune: the users' command line (submit, queue, show, cancel, log), a standalone REST client."""

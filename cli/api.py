@@ -1,0 +1,93 @@
+"""The REST calls the command line makes, and the service's errors as messages a user can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+TIMEOUT_S = 30.0
+
+
+class CliError(Exception):
+    """Something the user should read; the command exits with `exit_code`."""
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _error_lines(body: Any) -> list[str]:
+    """DRF's error bodies ({"field": ["msg"]}, {"detail": "msg"}) as "field: msg" lines."""
+    if isinstance(body, dict):
+        lines = []
+        for field, messages in body.items():
+            for message in messages if isinstance(messages, list) else [messages]:
+                general = field in ("detail", "non_field_errors")
+                lines.append(str(message) if general else f"{field}: {message}")
+        return lines
+    if isinstance(body, list):
+        return [str(m) for m in body]
+    return [str(body)]
+
+
+class Api:
+    """One service, one user: JSON in and out, every failure raised as CliError."""
+
+    def __init__(
+        self, server: str, token: str | None, *, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        headers = {"Authorization": f"Token {token}"} if token else {}
+        self.server = server
+        self._client = httpx.Client(base_url=server, headers=headers, timeout=TIMEOUT_S, transport=transport)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(self, method: str, path: str, *, not_found: str | None = None, **kwargs: Any) -> Any:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach the Attune service at {self.server}: {exc}") from exc
+        if response.status_code == 401 or response.status_code == 403:
+            raise CliError(
+                f"the service at {self.server} does not know you: run `python -m cli login` "
+                "or set ATTUNE_TOKEN"
+            )
+        try:
+            body = response.json() if response.content else None
+        except ValueError:
+            body = response.text[:500]
+        if response.status_code == 404:
+            raise CliError(not_found or f"{path} is not on {self.server}: is that the Attune service?")
+        if response.status_code >= 400:
+            raise CliError("\n".join(_error_lines(body)) or f"HTTP {response.status_code}")
+        return body
+
+    def token(self, username: str, password: str) -> str:
+        body = self.request("POST", "/api/v1/auth/token/", data={"username": username, "password": password})
+        return str(body["token"])
+
+    def submit(self, job: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/jobs/", json=job)
+
+    def jobs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every job the filters select, following the pages."""
+        out: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            page = self.request("GET", "/api/v1/jobs/", params={**params, "limit": 500, "offset": offset})
+            out += page["results"]
+            if not page.get("next"):
+                return out
+            offset += len(page["results"])
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}/", not_found=_no_job(job_id))
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/jobs/{job_id}/cancel/", not_found=_no_job(job_id))
+
+
+def _no_job(job_id: int) -> str:
+    return f"no job {job_id} (or not yours to see)"

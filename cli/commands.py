@@ -1,0 +1,184 @@
+"""What each command does with the service's answers, printed the way squeue and scontrol users read."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+from datetime import datetime
+from typing import Any, TextIO
+
+from cli.api import Api, CliError
+from cli.config import save_login
+from cli.durations import parse_deadline, parse_duration_s
+
+
+def _when(value: str | None) -> str:
+    """An API timestamp as local "YYYY-MM-DD HH:MM"; "-" when there is none."""
+    if not value:
+        return "-"
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        out.write("  ".join(cells).rstrip() + "\n")
+
+
+def login(api: Api, *, username: str, out: TextIO) -> int:
+    password = os.environ.get("ATTUNE_PASSWORD") or getpass.getpass(f"Password for {username}: ")
+    token = api.token(username, password)
+    path = save_login(server=api.server, token=token)
+    out.write(f"Logged in to {api.server} as {username}; token saved in {path}\n")
+    return 0
+
+
+def submit_body(args: Any) -> dict[str, Any]:
+    """The job as POST /api/v1/jobs/ takes it, from the submit command's arguments."""
+    if bool(args.workload) == bool(args.command):
+        raise CliError("give either --workload NAME or --command 'CMD' (one of the two)", exit_code=2)
+    if args.deadline and args.max_latency:
+        raise CliError("give either --deadline or --max-latency, not both", exit_code=2)
+    body: dict[str, Any] = {
+        "name": args.name,
+        "num_gpus": args.gpus,
+        "total_iters": args.iters,
+        "workload": args.workload,
+        "command": args.command or "",
+    }
+    try:
+        if args.deadline:
+            body["qos_deadline_at"] = parse_deadline(args.deadline).isoformat()
+        if args.max_latency:
+            body["qos_max_latency_s"] = parse_duration_s(args.max_latency)
+        if args.time_limit:
+            body["time_limit_s"] = max(1, round(parse_duration_s(args.time_limit)))
+    except ValueError as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    optional = {
+        "cpus_per_gpu": args.cpus_per_gpu,
+        "mem_gb_per_gpu": args.mem_gb_per_gpu,
+        "team": args.team,
+        "priority": args.priority,
+        "depends_on": args.after,
+    }
+    body.update({key: value for key, value in optional.items() if value not in (None, [])})
+    return body
+
+
+def submit(api: Api, args: Any, out: TextIO) -> int:
+    job = api.submit(submit_body(args))
+    if args.json:
+        out.write(json.dumps(job, indent=2) + "\n")
+        return 0
+    out.write(f"Submitted job {job['id']}\n")
+    admission = job.get("admission") or {}
+    if admission:
+        out.write(
+            f"  predicted start {_when(admission.get('predicted_start_at'))}, "
+            f"finish {_when(admission.get('predicted_finish_at'))}\n"
+        )
+        if admission.get("attainable") is not None:
+            verdict = "attainable" if admission["attainable"] else "NOT attainable"
+            out.write(f"  QoS target {_when(admission.get('deadline_at'))}: {verdict}\n")
+        if admission.get("detail"):
+            out.write(f"  note: {admission['detail']}\n")
+    return 0
+
+
+QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START"]
+LIVE_STATES = ("PENDING", "RUNNING")
+
+
+def queue(api: Api, args: Any, out: TextIO) -> int:
+    params: dict[str, Any] = {"state": args.state or ([] if args.all else list(LIVE_STATES))}
+    if args.team:
+        params["team"] = args.team
+    if args.user:
+        params["owner"] = args.user
+    jobs = api.jobs(params)
+    if args.json:
+        out.write(json.dumps(jobs, indent=2) + "\n")
+        return 0
+    # squeue's order: running first, then pending by queue position, then the rest, newest last.
+    rank = {"RUNNING": 0, "PENDING": 1}
+    jobs.sort(key=lambda j: (rank.get(j["state"], 2), j.get("queue_position") or 0, j["id"]))
+    rows = [QUEUE_HEADER]
+    for job in jobs:
+        pending = job["state"] == "PENDING"
+        start = job.get("estimated_start_at") if pending else job.get("started_at")
+        rows.append(
+            [
+                str(job["id"]),
+                job["name"][:24],
+                job["owner"],
+                job["state"],
+                str(job["num_gpus"]),
+                job["pending_reason"] if pending else "",
+                str(job.get("queue_position") or "") if pending else "",
+                _when(start),
+            ]
+        )
+    _table(rows, out)
+    return 0
+
+
+def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
+    job = api.job(job_id)
+    if as_json:
+        out.write(json.dumps(job, indent=2) + "\n")
+        return 0
+    what = job["workload"] or f"command: {job['command']}"
+    facts = [
+        ("Job", f"{job['id']} {job['name']} ({what})"),
+        ("Owner", job["owner"] + (f", team {job['team']}" if job.get("team") else "")),
+        ("State", job["state"] + (f" ({job['pending_reason']})" if job["state"] == "PENDING" else "")),
+        ("GPUs", str(job["num_gpus"])),
+        ("Progress", f"{job['done_iters']} of {job['total_iters']} iterations"),
+        ("After jobs", ", ".join(map(str, job.get("depends_on") or [])) or "-"),
+        ("Submitted", _when(job["submitted_at"])),
+        ("Started", _when(job.get("started_at"))),
+        ("Finished", _when(job.get("finished_at"))),
+    ]
+    admission = job.get("admission") or {}
+    if admission:
+        facts.append(
+            (
+                "Predicted",
+                f"start {_when(admission.get('predicted_start_at'))}, "
+                f"finish {_when(admission.get('predicted_finish_at'))}",
+            )
+        )
+    for lease in job.get("allocations") or []:
+        if lease.get("ended_at") is None:
+            gpus = ",".join(map(str, lease["gpu_indices"]))
+            facts.append(
+                ("Lease", f"{lease['server']} GPUs {gpus}, {lease['num_cpus']} cores, {lease['mem_gb']:g} GB")
+            )
+    width = max(len(label) for label, _ in facts)
+    for label, value in facts:
+        out.write(f"{label.ljust(width)}  {value}\n")
+    return 0
+
+
+def cancel(api: Api, job_ids: list[int], out: TextIO) -> int:
+    """Cancel each job; carry on past one that fails (as scancel does) and exit 1 if any did."""
+    failed = 0
+    for job_id in job_ids:
+        try:
+            job = api.cancel(job_id)
+        except CliError as exc:
+            failed += 1
+            sys.stderr.write(f"job {job_id}: {exc}\n")
+            continue
+        out.write(f"job {job_id}: {job['state']}\n")
+    return 1 if failed else 0
+
+
+def log(api: Api, job_id: int, out: TextIO) -> int:
+    for line in api.job(job_id).get("log_tail") or []:
+        out.write(line + "\n")
+    return 0

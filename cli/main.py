@@ -1,0 +1,114 @@
+"""`python -m cli`: argument parsing and dispatch; each command lives in cli/commands.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cli import commands
+from cli.api import Api, CliError
+from cli.config import resolve
+
+EPILOG = """\
+The service's address comes from --server, $ATTUNE_SERVER or the last `login` (default
+http://127.0.0.1:8000); the token from --token, $ATTUNE_TOKEN or the last `login`.
+
+examples:
+  python -m cli login --username alice
+  python -m cli submit train-r18 --workload res18 --gpus 2 --iters 20000 --max-latency 6h
+  python -m cli submit eval --command 'python eval.py' --gpus 1 --iters 100 --time-limit 30m --after 41
+  python -m cli queue
+  python -m cli show 42
+  python -m cli cancel 42 43
+"""
+
+
+def _job_ids(text: str) -> list[int]:
+    """Ids separated by commas or colons, as after Slurm's afterok: "12,13" or "12:13"."""
+    ids = []
+    for token in text.replace(":", ",").split(","):
+        token = token.strip()
+        if not token.isdigit() or int(token) < 1:
+            raise argparse.ArgumentTypeError(f"{token!r} is not a job id")
+        ids.append(int(token))
+    return ids
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m cli",
+        description="Attune from the command line: submit jobs, watch the queue, cancel.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--server", help="service URL (default: $ATTUNE_SERVER, the last login, or local)")
+    parser.add_argument("--token", help="API token (default: $ATTUNE_TOKEN or the last login)")
+    sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("login", help="get an API token with your password and save it")
+    p.add_argument("--username", required=True)
+
+    p = sub.add_parser("submit", help="queue a job (sbatch)")
+    p.add_argument("name", help="the job's name")
+    what = p.add_argument_group("what runs (one of the two)")
+    what.add_argument("--workload", help="a catalog workload's name")
+    what.add_argument("--command", help="your own command, run with sh -c on the allocated server")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs (all on one server when they fit)")
+    p.add_argument("--iters", type=int, required=True, help="total iterations of work")
+    p.add_argument("--cpus-per-gpu", type=float, help="override: cores per GPU (default: the scheduler's)")
+    p.add_argument("--mem-gb-per-gpu", type=float, help="override: memory GB per GPU")
+    p.add_argument("--team", help="charge the job to this team (its GPU quota applies)")
+    p.add_argument("--priority", type=int, help="staff only: above 0 goes first")
+    p.add_argument("--time-limit", help="e.g. 2h, 90m or Slurm's 1-12:00:00; the job is stopped after it")
+    qos = p.add_argument_group("QoS target (one of the two)")
+    qos.add_argument("--deadline", help="finish by this time, e.g. 2026-11-23T18:00 (local time)")
+    qos.add_argument("--max-latency", help="finish within this long of submission, e.g. 6h")
+    p.add_argument(
+        "--after",
+        type=_job_ids,
+        metavar="IDS",
+        help="start only once these jobs completed, e.g. 41,42 (Slurm's --dependency=afterok:41:42)",
+    )
+    p.add_argument("--json", action="store_true", help="print the service's answer as JSON")
+
+    p = sub.add_parser("queue", help="your pending and running jobs (squeue)")
+    p.add_argument("--state", action="append", help="only this state (repeatable), e.g. COMPLETED")
+    p.add_argument("--all", action="store_true", help="every state, finished jobs too")
+    p.add_argument("--team", help="only this team's jobs")
+    p.add_argument("--user", help="only this user's jobs (staff see everyone's)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("show", help="one job in full (scontrol show job)")
+    p.add_argument("job_id", type=int)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("cancel", help="cancel jobs (scancel)")
+    p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID")
+
+    p = sub.add_parser("log", help="the last lines of a job's output")
+    p.add_argument("job_id", type=int)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = resolve(server=args.server, token=args.token)
+    api = Api(settings.server, None if args.command_name == "login" else settings.token)
+    out = sys.stdout
+    try:
+        if args.command_name == "login":
+            return commands.login(api, username=args.username, out=out)
+        if args.command_name == "submit":
+            return commands.submit(api, args, out)
+        if args.command_name == "queue":
+            return commands.queue(api, args, out)
+        if args.command_name == "show":
+            return commands.show(api, args.job_id, as_json=args.json, out=out)
+        if args.command_name == "cancel":
+            return commands.cancel(api, args.job_ids, out)
+        return commands.log(api, args.job_id, out)
+    except CliError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    finally:
+        api.close()

@@ -1,0 +1,162 @@
+"""The command line against a live service: login, submit (with a dependency), queue, show, cancel."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from scheduler_app.models import Allocation, Job, JobState
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import make_server, workload
+from tests.factories import UserFactory
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("fifo_proportional_minute_rounds"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def service(live_server, tmp_path, monkeypatch):
+    """A live API with one 4-GPU server and res18; the CLI's login file in a temporary place."""
+    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    workload("res18")
+    user = UserFactory(username="alice")
+    user.set_password(PASSWORD)
+    user.save()
+    monkeypatch.setenv("ATTUNE_TOKEN_FILE", str(tmp_path / "token"))
+    monkeypatch.setenv("ATTUNE_PASSWORD", PASSWORD)
+    for name in ("ATTUNE_SERVER", "ATTUNE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return live_server.url
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_user_logs_in_submits_a_pipeline_watches_the_queue_and_cancels(service, tmp_path, capsys):
+    code, out, _ = run(capsys, "--server", service, "login", "--username", "alice")
+    assert code == 0 and "Logged in" in out
+    saved = tmp_path / "token"
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and saved.read_text().split()[0] == service
+
+    # Later commands find the service and the token in the saved login.
+    code, out, _ = run(capsys, "submit", "train", "--workload", "res18", "--gpus", "2", "--iters", "5000")
+    assert code == 0, out
+    train = Job.objects.get(name="train")
+    assert out.splitlines()[0] == f"Submitted job {train.pk}" and "predicted start" in out
+    code, out, _ = run(
+        capsys,
+        "submit",
+        "eval",
+        "--command",
+        "python eval.py",
+        "--gpus",
+        "1",
+        "--iters",
+        "100",
+        "--time-limit",
+        "30m",
+        "--max-latency",
+        "1-00:00:00",
+        "--after",
+        str(train.pk),
+    )
+    assert code == 0, out
+    evaluate = Job.objects.get(name="eval")
+    assert list(evaluate.depends_on.values_list("pk", flat=True)) == [train.pk]
+    assert (evaluate.command, evaluate.time_limit_s, evaluate.qos_max_latency_s) == (
+        "python eval.py",
+        1800,
+        86400,
+    )
+
+    code, out, _ = run(capsys, "queue")
+    header, *rows = out.splitlines()
+    assert header.split() == ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START"]
+    by_id = {row.split()[0]: row.split() for row in rows}
+    assert by_id[str(train.pk)][1:5] == ["train", "alice", "PENDING", "2"]
+    assert by_id[str(evaluate.pk)][5] == "Dependency"
+
+    code, out, _ = run(capsys, "show", str(evaluate.pk))
+    assert code == 0 and f"After jobs  {train.pk}" in out and "command: python eval.py" in out
+
+    # A round places the first job; its lease and output are what `show` and `log` print.
+    scheduling_round_run()
+    lease = train.allocations.get()
+    Allocation.objects.filter(pk=lease.pk).update(log_tail="epoch 1 loss 2.31\nepoch 2 loss 1.87")
+    code, out, _ = run(capsys, "show", str(train.pk))
+    assert "State       RUNNING" in out and f"Lease       gpu01 GPUs 0,1, {lease.num_cpus} cores" in out
+    assert run(capsys, "log", str(train.pk)) == (0, "epoch 1 loss 2.31\nepoch 2 loss 1.87\n", "")
+
+    code, out, err = run(capsys, "cancel", str(train.pk), "999999")
+    assert code == 1 and out == f"job {train.pk}: CANCELLED\n"
+    assert err == "job 999999: no job 999999 (or not yours to see)\n"
+    train.refresh_from_db()
+    assert train.state == JobState.CANCELLED
+
+
+def test_the_services_refusals_reach_the_user_field_by_field(service, capsys):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    before = Job.objects.count()
+    code, _, err = run(
+        capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "10", "--after", "424242"
+    )
+    assert code == 1 and err == "error: depends_on: No job 424242 that you can see.\n"
+    code, _, err = run(capsys, "submit", "x", "--workload", "nope", "--gpus", "1", "--iters", "10")
+    assert code == 1 and err.startswith("error: workload: ")
+    code, _, err = run(
+        capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "10", "--max-latency", "soon"
+    )
+    assert code == 2 and "not a duration" in err
+    code, _, err = run(capsys, "submit", "x", "--gpus", "1", "--iters", "10")
+    assert code == 2 and "--workload NAME or --command" in err
+    assert Job.objects.count() == before
+
+
+def test_without_a_login_or_a_service_the_user_is_told_what_to_do(service, tmp_path, capsys, monkeypatch):
+    code, _, err = run(capsys, "--server", service, "queue")
+    assert code == 1 and "run `python -m cli login`" in err
+    code, _, err = run(capsys, "--server", service, "--token", "wrong", "queue")
+    assert code == 1 and "does not know you" in err
+    code, _, err = run(capsys, "--server", "http://127.0.0.1:9", "--token", "t", "queue")
+    assert code == 1 and "cannot reach the Attune service at http://127.0.0.1:9" in err
+    monkeypatch.setenv("ATTUNE_PASSWORD", "wrong")
+    code, _, err = run(capsys, "--server", service, "login", "--username", "alice")
+    assert code == 1 and "Unable to log in" in err and not (tmp_path / "token").exists()
+
+
+def test_the_command_line_imports_no_django_and_explains_itself():
+    code = (
+        "import pkgutil, sys, cli\n"
+        "for info in pkgutil.iter_modules(cli.__path__):\n"
+        "    if info.name != '__main__':\n"
+        "        __import__('cli.' + info.name)\n"
+        "service = {'django', 'rest_framework', 'scheduler_app', 'cluster_app', 'profiles_app', 'config'}\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in service)\n"
+        "assert not bad, bad\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "submit", "--help"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert (
+        result.returncode == 0
+        and "--dependency=afterok" in result.stdout
+        and "--max-latency" in result.stdout
+    )
