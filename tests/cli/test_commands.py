@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,13 +13,13 @@ from scheduler_app.models import Allocation, Job, JobState
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, workload
 from tests.factories import UserFactory
+from tests.standalone import ROOT, assert_imports_no_service, standalone_env
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("fifo_proportional_minute_rounds"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"
 
 
@@ -139,21 +137,13 @@ def test_without_a_login_or_a_service_the_user_is_told_what_to_do(service, tmp_p
 
 
 def test_the_command_line_imports_no_django_and_explains_itself():
-    code = (
-        "import pkgutil, sys, cli\n"
-        "for info in pkgutil.iter_modules(cli.__path__):\n"
-        "    if info.name != '__main__':\n"
-        "        __import__('cli.' + info.name)\n"
-        "service = {'django', 'rest_framework', 'scheduler_app', 'cluster_app', 'profiles_app', 'config'}\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in service)\n"
-        "assert not bad, bad\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    assert_imports_no_service("cli")
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "submit", "--help"], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "cli", "submit", "--help"],
+        cwd=ROOT,
+        env=standalone_env(),
+        capture_output=True,
+        text=True,
     )
     assert (
         result.returncode == 0
