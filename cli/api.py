@@ -85,8 +85,9 @@ class Api:
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}/", not_found=_no_job(job_id))
 
-    def cancel(self, job_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/api/v1/jobs/{job_id}/cancel/", not_found=_no_job(job_id))
+    def change(self, job_id: int, action: str) -> dict[str, Any]:
+        """POST one of the job's actions: cancel, hold or release."""
+        return self.request("POST", f"/api/v1/jobs/{job_id}/{action}/", not_found=_no_job(job_id))
 
 
 def _no_job(job_id: int) -> str:

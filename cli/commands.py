@@ -64,6 +64,7 @@ def submit_body(args: Any) -> dict[str, Any]:
         "team": args.team,
         "priority": args.priority,
         "depends_on": args.after,
+        "hold": args.hold or None,
     }
     body.update({key: value for key, value in optional.items() if value not in (None, [])})
     return body
@@ -164,17 +165,19 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
     return 0
 
 
-def cancel(api: Api, job_ids: list[int], out: TextIO) -> int:
-    """Cancel each job; carry on past one that fails (as scancel does) and exit 1 if any did."""
+def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
+    """Cancel, hold or release each job; carry on past one that fails (as scancel does) and exit 1
+    if any did. Prints each job's state (and reason while it is pending) afterwards."""
     failed = 0
     for job_id in job_ids:
         try:
-            job = api.cancel(job_id)
+            job = api.change(job_id, action)
         except CliError as exc:
             failed += 1
             sys.stderr.write(f"job {job_id}: {exc}\n")
             continue
-        out.write(f"job {job_id}: {job['state']}\n")
+        reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
+        out.write(f"job {job_id}: {job['state']}{reason}\n")
     return 1 if failed else 0
 
 

@@ -19,6 +19,7 @@ examples:
   python -m cli submit eval --command 'python eval.py' --gpus 1 --iters 100 --time-limit 30m --after 41
   python -m cli queue
   python -m cli show 42
+  python -m cli hold 42; python -m cli release 42
   python -m cli cancel 42 43
 """
 
@@ -37,7 +38,7 @@ def _job_ids(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cli",
-        description="Attune from the command line: submit jobs, watch the queue, cancel.",
+        description="Attune from the command line: submit jobs, watch the queue, hold, release, cancel.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="IDS",
         help="start only once these jobs completed, e.g. 41,42 (Slurm's --dependency=afterok:41:42)",
     )
+    p.add_argument("--hold", action="store_true", help="submit it held: it waits for `release`")
     p.add_argument("--json", action="store_true", help="print the service's answer as JSON")
 
     p = sub.add_parser("queue", help="your pending and running jobs (squeue)")
@@ -82,8 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_id", type=int)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("cancel", help="cancel jobs (scancel)")
-    p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID")
+    for action, text in (
+        ("cancel", "cancel jobs (scancel)"),
+        ("hold", "keep pending jobs out of the queue until released (scontrol hold)"),
+        ("release", "put held jobs back in the queue (scontrol release)"),
+    ):
+        p = sub.add_parser(action, help=text)
+        p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID")
 
     p = sub.add_parser("log", help="the last lines of a job's output")
     p.add_argument("job_id", type=int)
@@ -104,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             return commands.queue(api, args, out)
         if args.command_name == "show":
             return commands.show(api, args.job_id, as_json=args.json, out=out)
-        if args.command_name == "cancel":
-            return commands.cancel(api, args.job_ids, out)
+        if args.command_name in ("cancel", "hold", "release"):
+            return commands.change(api, args.command_name, args.job_ids, out)
         return commands.log(api, args.job_id, out)
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")

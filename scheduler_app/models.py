@@ -59,6 +59,8 @@ class PendingReason(models.TextChoices):
     PROFILING = "Profiling", "its workload is being profiled"
     QOS_UNATTAINABLE = "QoSUnattainable", "its QoS target can no longer be met"
     QUOTA = "QuotaExceeded", "its team is at its GPU quota"
+    HELD_USER = "JobHeldUser", "held by its owner: release it to queue it again"
+    HELD_ADMIN = "JobHeldAdmin", "held by an administrator, who alone can release it"
     DEPENDENCY = "Dependency", "it waits for the jobs it depends on to complete"
     DEPENDENCY_NEVER_SATISFIED = (
         "DependencyNeverSatisfied",
@@ -93,6 +95,9 @@ class Job(models.Model):
         blank=True,
         related_name="dependents",
         help_text="Jobs that must complete before this one may start (Slurm's afterok)",
+    )
+    held = models.BooleanField(
+        default=False, help_text="Held out of the queue (scontrol hold) until released; PENDING only"
     )
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     pending_reason = models.CharField(

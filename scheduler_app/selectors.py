@@ -379,7 +379,7 @@ def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
     round; otherwise running jobs are assumed to finish at their predicted time (remaining iterations
     at their measured or profiled speed) in finishing order, and the job starts at the first round
     after enough GPUs are freed. It ignores preemption, arrivals and CPU/memory fit; None when the
-    job is infeasible, waits for its dependencies (the admission forecast follows those) or the
+    job is infeasible, held, waits for its dependencies (the admission forecast follows those) or the
     running jobs never free enough GPUs (e.g. own commands that report no progress and no time limit).
     """
     conf = scheduler_conf()
@@ -412,6 +412,7 @@ def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
             job.pending_reason == PendingReason.INFEASIBLE
             or view.num_gpus > inputs.snapshot.total_gpus
             or job.id in waiting  # it starts after its dependencies, which this estimate does not follow
+            or job.held
         ):
             result[job.id] = QueueEntry(pos, None)
             continue

@@ -213,6 +213,9 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=MAX_DEPENDENCIES,
         help_text="Ids of jobs that must complete before this one starts (Slurm's afterok)",
     )
+    hold = serializers.BooleanField(
+        required=False, default=False, help_text="Submit held (sbatch --hold): it waits for a release"
+    )
 
     def validate_priority(self, value: int) -> int:
         request = self.context.get("request")
@@ -254,6 +257,7 @@ class JobSerializer(serializers.ModelSerializer):
             "qos_max_latency_s",
             "time_limit_s",
             "depends_on",
+            "held",
             "state",
             "pending_reason",
             "queue_position",

@@ -25,7 +25,13 @@ from scheduler_app.api.serializers import (
 )
 from scheduler_app.models import Job
 from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_list, job_queue
-from scheduler_app.services.job_control import JobStateError, job_cancel, job_enqueue
+from scheduler_app.services.job_control import (
+    JobStateError,
+    job_cancel,
+    job_enqueue,
+    job_hold,
+    job_release,
+)
 from scheduler_app.services.nodes import node_drain, node_resume
 
 
@@ -88,9 +94,37 @@ class JobViewSet(
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk=None) -> Response:
+        return self._change(lambda job: job_cancel(job=job, by=request.user))
+
+    @extend_schema(
+        request=None,
+        tags=["jobs"],
+        summary="Hold a pending job out of the queue until released (scontrol hold)",
+        responses={200: JobDetailSerializer, 409: OpenApiResponse(description="Not pending")},
+    )
+    @action(detail=True, methods=["post"])
+    def hold(self, request: Request, pk=None) -> Response:
+        return self._change(lambda job: job_hold(job=job, by=request.user))
+
+    @extend_schema(
+        request=None,
+        tags=["jobs"],
+        summary="Release a held job back into the queue (scontrol release)",
+        responses={
+            200: JobDetailSerializer,
+            403: OpenApiResponse(description="Held by an administrator"),
+            409: OpenApiResponse(description="Not held"),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk=None) -> Response:
+        return self._change(lambda job: job_release(job=job, by=request.user))
+
+    def _change(self, change) -> Response:
+        """Apply a job service to the requested job; its state errors are 409s."""
         job = self.get_object()
         try:
-            job_cancel(job=job, by=request.user)
+            change(job)
         except JobStateError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         job = self.get_queryset().get(pk=job.pk)

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 OWN_COMMAND_UNKNOWN = "own command without a time limit: its finish cannot be predicted"
 NEVER_STARTS = "a job it depends on ended without completing: it will not start"
+HELD = "held: it starts only once released"
 
 
 class QosUnattainableError(ValidationError):
@@ -49,7 +50,12 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
     """Fill the prediction's times from a forecast of the current queue; False if out of time."""
     conf = scheduler_conf()
     servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
-    jobs = list(Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("workload"))
+    if job.held:
+        prediction.detail = HELD
+        return True
+    # Held jobs do not run until released: not in the forecast.
+    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING], held=False)
+    jobs = list(live.select_related("workload"))
     if job.pk not in {j.pk for j in jobs}:
         jobs.append(job)
     # Jobs after others (afterok) join the forecast's queue when those finish in it; a job after one

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
@@ -203,6 +204,43 @@ def job_cancel(*, job: Job, by: AbstractBaseUser | None = None) -> Job:
         reason="cancelled_by_user",
         message=f"cancelled by {by_name}" if by_name else "cancelled",
     )
+
+
+@transaction.atomic
+def job_hold(*, job: Job, by: AbstractBaseUser) -> Job:
+    """Keep a PENDING job out of the queue until it is released (Slurm's `scontrol hold`).
+
+    Its owner's hold (JobHeldUser) the owner or staff may release; staff holding someone else's job
+    make it JobHeldAdmin, which only staff may release. Holding a held job again changes nothing,
+    except that staff turn an owner's hold into theirs.
+    """
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state != JobState.PENDING:
+        raise JobStateError(f"job {job.pk} is {job.state}: only a pending job can be held")
+    by_admin = bool(by.is_staff) and by.pk != job.owner_id
+    reason = PendingReason.HELD_ADMIN if by_admin else PendingReason.HELD_USER
+    if job.held and (job.pending_reason == PendingReason.HELD_ADMIN or not by_admin):
+        return job
+    job.held, job.pending_reason = True, reason
+    job.save(update_fields=["held", "pending_reason"])
+    job_event(job, "held", reason=reason, message=f"held by {by.get_username()}").save()
+    return job
+
+
+@transaction.atomic
+def job_release(*, job: Job, by: AbstractBaseUser) -> Job:
+    """Put a held job back in the queue (`scontrol release`) and ask for an early round."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if not job.held:
+        raise JobStateError(f"job {job.pk} is not held")
+    if job.pending_reason == PendingReason.HELD_ADMIN and not by.is_staff:
+        raise PermissionDenied(f"job {job.pk} was held by an administrator: only staff can release it")
+    job.held, job.pending_reason = False, PendingReason.PRIORITY
+    job.save(update_fields=["held", "pending_reason"])
+    message = f"released by {by.get_username()}"
+    job_event(job, "released", reason=PendingReason.PRIORITY, message=message).save()
+    _request_round("release")
+    return job
 
 
 def job_run_time_s(job: Job, *, now: datetime) -> float:

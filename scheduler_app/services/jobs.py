@@ -34,6 +34,7 @@ class JobRequest:
     priority: int = 0
     time_limit_s: int | None = None
     depends_on: tuple[int, ...] = ()  # ids of jobs that must complete first (Slurm's afterok)
+    hold: bool = False  # submitted held (sbatch --hold): it waits for job_release
 
 
 # More would be a workflow engine's job, not a queue's; Slurm users chain a few steps.
@@ -151,15 +152,18 @@ def job_submit(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
         priority=request.priority,
         time_limit_s=request.time_limit_s,
         state=JobState.PENDING,
-        pending_reason=PendingReason.PRIORITY,
+        held=request.hold,
+        pending_reason=PendingReason.HELD_USER if request.hold else PendingReason.PRIORITY,
     )
     data = {}
     if request.depends_on:
         job.depends_on.set(sorted(set(request.depends_on)))
         data["depends_on"] = sorted(set(request.depends_on))
-        if dependency_waits(job_ids=[job.pk]):
+        if not job.held and dependency_waits(job_ids=[job.pk]):
             job.pending_reason = PendingReason.DEPENDENCY
             job.save(update_fields=["pending_reason"])
+    if job.held:
+        data["held"] = True
     job_event_append(job=job, kind="submitted", to_state=JobState.PENDING, at=job.submitted_at, data=data)
     return job
 

@@ -153,7 +153,9 @@ def _round(trigger: str) -> SchedulingRound:
     )
     # Jobs whose workload is being profiled wait out of the round. Synergy profiles on arrival, so
     # queued runs take what running leases leave free before this round places anything new.
-    # Jobs waiting for their dependencies (afterok) are out too; their workloads are profiled meanwhile.
+    # Held jobs (scontrol hold) are out, their reason set when they were held; so are jobs waiting
+    # for their dependencies (afterok), whose workloads are profiled meanwhile.
+    jobs = [job for job in jobs if not job.held]
     waiting = job_dependencies_hold(jobs=jobs, now=now)
     held = waiting | profiling_jobs_hold(jobs=jobs, servers=servers, now=now, held_otherwise=waiting)
     jobs = [job for job in jobs if job.pk not in held]

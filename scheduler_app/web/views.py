@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ObjectDoesNotExist, ValidationError
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from cluster_app.selectors import server_get_by_name
 from cluster_app.services import ServerStateError
-from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState
+from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState, PendingReason
 from scheduler_app.selectors import (
     cluster_overview,
     job_detail_queryset,
@@ -25,7 +25,13 @@ from scheduler_app.selectors import (
     job_queue,
     job_queue_page_queryset,
 )
-from scheduler_app.services.job_control import JobStateError, job_cancel, job_enqueue
+from scheduler_app.services.job_control import (
+    JobStateError,
+    job_cancel,
+    job_enqueue,
+    job_hold,
+    job_release,
+)
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.access import staff_required
 from scheduler_app.web.forms import DEFAULT_QUEUE_STATES, JobSubmitForm, QueueFilter
@@ -89,6 +95,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "speeds": job_lease_speeds(job=job),
         "log_lines": job_log_tail(job=job),
         "can_cancel": job.state not in TERMINAL_JOB_STATES,
+        "can_hold": job.state == JobState.PENDING and not job.held,
+        # An administrator's hold is theirs to release (the service refuses others anyway).
+        "can_release": job.held and (request.user.is_staff or job.pending_reason != PendingReason.HELD_ADMIN),
         "progress_pct": 100.0 * job.done_iters / job.total_iters if job.total_iters else 0.0,
     }
     return render(request, "web/job.html", context)
@@ -98,14 +107,35 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel a job the user owns (staff: any job); 404 for a job they may not see."""
+    return _job_change_view(request, pk, lambda job: job_cancel(job=job, by=request.user), "cancelled")
+
+
+def _job_change_view(
+    request: HttpRequest, pk: int, change: Callable[[Job], Job], done: str
+) -> HttpResponse:
+    """Apply a job service to a job the user may see (404 otherwise); its refusal becomes a message."""
     job = get_object_or_404(job_list(user=request.user), pk=pk)
     try:
-        job_cancel(job=job, by=request.user)
-    except JobStateError as exc:
+        change(job)
+    except (JobStateError, PermissionDenied) as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Job {job.pk} cancelled.")
+        messages.success(request, f"Job {job.pk} {done}.")
     return redirect("web:job", pk=job.pk)
+
+
+@require_POST
+@login_required
+def job_hold_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Hold a pending job (scontrol hold)."""
+    return _job_change_view(request, pk, lambda job: job_hold(job=job, by=request.user), "held")
+
+
+@require_POST
+@login_required
+def job_release_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Release a held job (scontrol release)."""
+    return _job_change_view(request, pk, lambda job: job_release(job=job, by=request.user), "released")
 
 
 @login_required

@@ -99,6 +99,11 @@ def test_a_user_logs_in_submits_a_pipeline_watches_the_queue_and_cancels(service
     assert "State       RUNNING" in out and f"Lease       gpu01 GPUs 0,1, {lease.num_cpus} cores" in out
     assert run(capsys, "log", str(train.pk)) == (0, "epoch 1 loss 2.31\nepoch 2 loss 1.87\n", "")
 
+    assert run(capsys, "hold", str(evaluate.pk)) == (0, f"job {evaluate.pk}: PENDING (JobHeldUser)\n", "")
+    assert run(capsys, "release", str(evaluate.pk)) == (0, f"job {evaluate.pk}: PENDING (Priority)\n", "")
+    code, _, err = run(capsys, "hold", str(train.pk))
+    assert code == 1 and err == f"job {train.pk}: job {train.pk} is RUNNING: only a pending job can be held\n"
+
     code, out, err = run(capsys, "cancel", str(train.pk), "999999")
     assert code == 1 and out == f"job {train.pk}: CANCELLED\n"
     assert err == "job 999999: no job 999999 (or not yours to see)\n"

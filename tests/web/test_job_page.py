@@ -161,3 +161,29 @@ def test_the_workloads_learnt_placement_penalty_is_shown(user, client_of, cluste
     Workload.objects.filter(pk=job.workload_id).update(placement_penalty=1.37, placement_penalty_leases=9)
     html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
     assert "runs\n  1.37x slower" in html and "9 leases on one" in html
+
+
+def test_a_pending_job_is_held_and_released_from_its_page(
+    user, staff_user, client_of, cluster, no_rounds, django_capture_on_commit_callbacks
+):
+    job = pending_job(user)
+    client = client_of(user)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="hold-job"' in html and 'id="release-job"' not in html
+    response = client.post(f"/jobs/{job.pk}/hold/", follow=True)
+    html = response.content.decode()
+    assert f"Job {job.pk} held." in html and "JobHeldUser" in html
+    assert 'id="release-job"' in html and 'id="hold-job"' not in html
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/jobs/{job.pk}/release/")
+    job.refresh_from_db()
+    assert not job.held and no_rounds == ["release"]  # released: an early round is asked for
+    # An administrator's hold: the owner sees no Release button, and a forged POST is refused.
+    client_of(staff_user).post(f"/jobs/{job.pk}/hold/")
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "JobHeldAdmin" in html and 'id="release-job"' not in html
+    html = client.post(f"/jobs/{job.pk}/release/", follow=True).content.decode()
+    assert "only staff can release it" in html
+    job.refresh_from_db()
+    assert job.held
+    assert client_of(UserFactory()).post(f"/jobs/{job.pk}/hold/").status_code == 404
