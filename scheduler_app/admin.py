@@ -62,8 +62,9 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ("state", "pending_reason", "team", "workload")
     search_fields = ("name", "owner__username", "command")
     date_hierarchy = "submitted_at"
-    # Raw ids: a select of every user or job would render the whole table into the page.
-    raw_id_fields = ("owner", "depends_on")
+    raw_id_fields = ("owner",)  # a select of every user would render the whole table into the page
+    # Fixed at submission, as through the API: editing them here could make two jobs wait on each other.
+    readonly_fields = ("depends_on",)
     inlines = [AllocationInline, JobEventInline]
 
 
