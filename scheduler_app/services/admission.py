@@ -195,6 +195,24 @@ def admission_forecast_complete(*, job_id: int) -> AdmissionPrediction | None:
     return prediction
 
 
+def admission_predict_released(*, job: Job, now: datetime | None = None) -> AdmissionPrediction | None:
+    """A job submitted held had no forecast; at its release it gets one, as a submission would (the
+    prediction's time is the release). A job held after submission keeps the one it had."""
+    conf = scheduler_conf()
+    now = now or timezone.now()
+    prediction = AdmissionPrediction.objects.filter(job=job, detail=HELD).first()
+    if prediction is None:
+        return None
+    prediction.created_at = now
+    if _forecast_into(prediction, job, now, conf.forecast_time_budget_s):
+        _judge(prediction)
+    elif not conf.inline_rounds:
+        prediction.detail += "; a worker is finishing the forecast"
+        transaction.on_commit(lambda: _request_completion(job.pk))
+    prediction.save()
+    return prediction
+
+
 def admission_outcome_record(*, job: Job) -> None:
     """When a job ends, store what happened next to what was predicted (no-op without a prediction)."""
     deadline_at = job.deadline_at

@@ -24,7 +24,11 @@ from scheduler_app.models import (
     JobState,
     PendingReason,
 )
-from scheduler_app.services.admission import admission_outcome_record, admission_predict
+from scheduler_app.services.admission import (
+    admission_outcome_record,
+    admission_predict,
+    admission_predict_released,
+)
 from scheduler_app.services.jobs import JobRequest, job_event, job_submit
 
 logger = logging.getLogger(__name__)
@@ -239,6 +243,7 @@ def job_release(*, job: Job, by: AbstractBaseUser) -> Job:
     job.save(update_fields=["held", "pending_reason"])
     message = f"released by {by.get_username()}"
     job_event(job, "released", reason=PendingReason.PRIORITY, message=message).save()
+    admission_predict_released(job=job)
     _request_round("release")
     return job
 

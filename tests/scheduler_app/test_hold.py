@@ -88,6 +88,9 @@ def test_held_jobs_are_left_out_of_forecasts_and_the_api_holds_and_releases(user
 
     released = api.post(f"{JOBS}{big['id']}/release/")
     assert released.status_code == 200 and released.json()["held"] is False
+    admission = released.json()["admission"]  # forecast at its release, now that it will run
+    assert admission["detail"] == "" and at(admission["predicted_start_at"]) >= at(big["submitted_at"])
+    assert at(admission["predicted_finish_at"]) > at(admission["predicted_start_at"])
     assert api.post(f"{JOBS}{big['id']}/release/").status_code == 409
     held = api.post(f"{JOBS}{big['id']}/hold/")
     assert held.status_code == 200 and held.json()["pending_reason"] == PendingReason.HELD_USER
