@@ -6,6 +6,7 @@ import getpass
 import json
 import os
 import sys
+import time
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -74,7 +75,7 @@ def submit(api: Api, args: Any, out: TextIO) -> int:
     job = api.submit(submit_body(args))
     if args.json:
         out.write(json.dumps(job, indent=2) + "\n")
-        return 0
+        return wait(api, [job["id"]], poll_s=args.poll_s, out=out) if args.wait else 0
     out.write(f"Submitted job {job['id']}\n")
     admission = job.get("admission") or {}
     if admission:
@@ -87,7 +88,30 @@ def submit(api: Api, args: Any, out: TextIO) -> int:
             out.write(f"  QoS target {_when(admission.get('deadline_at'))}: {verdict}\n")
         if admission.get("detail"):
             out.write(f"  note: {admission['detail']}\n")
-    return 0
+    return wait(api, [job["id"]], poll_s=args.poll_s, out=out) if args.wait else 0
+
+
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"})
+
+
+def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
+    """Poll until every job has ended (sbatch --wait); print each end. Exit 0 when all COMPLETED,
+    else the first failed job's exit code (1 when it has none, e.g. cancelled)."""
+    left = list(job_ids)
+    status = 0
+    while left:
+        for job_id in list(left):
+            job = api.job(job_id)
+            if job["state"] not in FINAL_STATES:
+                continue
+            left.remove(job_id)
+            code = job.get("exit_code")
+            out.write(f"job {job_id}: {job['state']}" + (f" (exit code {code})" if code else "") + "\n")
+            if job["state"] != "COMPLETED" and status == 0:
+                status = code if isinstance(code, int) and 0 < code < 256 else 1
+        if left:
+            time.sleep(poll_s)
+    return status
 
 
 QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START"]

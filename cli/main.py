@@ -17,6 +17,7 @@ examples:
   python -m cli login --username alice
   python -m cli submit train-r18 --workload res18 --gpus 2 --iters 20000 --max-latency 6h
   python -m cli submit eval --command 'python eval.py' --gpus 1 --iters 100 --time-limit 30m --after 41
+  python -m cli submit prep --command 'python prep.py' --gpus 1 --iters 1 --wait && echo done
   python -m cli queue
   python -m cli show 42
   python -m cli hold 42; python -m cli release 42
@@ -71,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="start only once these jobs completed, e.g. 41,42 (Slurm's --dependency=afterok:41:42)",
     )
     p.add_argument("--hold", action="store_true", help="submit it held: it waits for `release`")
+    p.add_argument(
+        "--wait", action="store_true", help="return only when the job has ended, with its exit status"
+    )
     p.add_argument("--json", action="store_true", help="print the service's answer as JSON")
 
     p = sub.add_parser("queue", help="your pending and running jobs (squeue)")
@@ -94,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("log", help="the last lines of a job's output")
     p.add_argument("job_id", type=int)
+
+    p = sub.add_parser("wait", help="return when these jobs have ended: 0 if all completed")
+    p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID")
+    for p in (sub.choices["submit"], sub.choices["wait"]):
+        p.add_argument("--poll-s", type=float, default=5.0, help=argparse.SUPPRESS)
     return parser
 
 
@@ -111,11 +120,16 @@ def main(argv: list[str] | None = None) -> int:
             return commands.queue(api, args, out)
         if args.command_name == "show":
             return commands.show(api, args.job_id, as_json=args.json, out=out)
+        if args.command_name == "wait":
+            return commands.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
         if args.command_name in ("cancel", "hold", "release"):
             return commands.change(api, args.command_name, args.job_ids, out)
         return commands.log(api, args.job_id, out)
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted: nothing was cancelled, the jobs go on\n")
+        return 130
     finally:
         api.close()

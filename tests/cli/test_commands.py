@@ -5,11 +5,15 @@ from __future__ import annotations
 import stat
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
+from django.db import connection, transaction
 
 from cli.main import main
 from scheduler_app.models import Allocation, Job, JobState
+from scheduler_app.services.job_control import job_finish
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, workload
 from tests.factories import UserFactory
@@ -155,3 +159,35 @@ def test_the_command_line_imports_no_django_and_explains_itself():
         and "--dependency=afterok" in result.stdout
         and "--max-latency" in result.stdout
     )
+
+
+def test_submit_wait_returns_with_the_jobs_outcome(service, capsys):
+    run(capsys, "--server", service, "login", "--username", "alice")
+
+    def end_later(name: str, state: str, exit_code: int | None) -> threading.Thread:
+        def end() -> None:
+            while not Job.objects.filter(name=name).exists():
+                time.sleep(0.05)
+            job = Job.objects.get(name=name)
+            scheduling_round_run()
+            time.sleep(0.3)  # a few polls see it RUNNING first
+            with transaction.atomic():
+                job_finish(
+                    job=Job.objects.select_for_update().get(pk=job.pk), state=state, exit_code=exit_code
+                )
+            connection.close()
+
+        thread = threading.Thread(target=end)
+        thread.start()
+        return thread
+
+    submit = ["submit", "--workload", "res18", "--gpus", "1", "--iters", "10", "--wait", "--poll-s", "0.05"]
+    thread = end_later("ok", JobState.COMPLETED, 0)
+    code, out, _ = run(capsys, *submit[:1], "ok", *submit[1:])
+    thread.join()
+    assert code == 0 and out.splitlines()[-1] == f"job {Job.objects.get(name='ok').pk}: COMPLETED"
+    thread = end_later("bad", JobState.FAILED, 3)
+    code, out, _ = run(capsys, *submit[:1], "bad", *submit[1:])
+    thread.join()
+    assert code == 3 and out.splitlines()[-1].endswith("FAILED (exit code 3)")
+    assert run(capsys, "wait", str(Job.objects.get(name="ok").pk))[0] == 0
