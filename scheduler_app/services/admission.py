@@ -27,7 +27,7 @@ from scheduler_app.selectors import (
     round_inputs,
     team_quotas_left,
 )
-from scheduler_app.simulator.forecast import forecast
+from scheduler_app.simulator.forecast import JobForecast, forecast
 
 logger = logging.getLogger(__name__)
 
@@ -46,18 +46,27 @@ def _at(seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.get_current_timezone())
 
 
-def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, budget_s: float) -> bool:
-    """Fill the prediction's times from a forecast of the current queue; False if out of time."""
+Target = tuple[AdmissionPrediction, Job]
+
+
+def _forecast_into(targets: list[Target], now: datetime, budget_s: float) -> set[int]:
+    """Fill each prediction's times from one forecast of the current queue (the tasks of an array
+    together); the ids of the jobs left undecided when it ran out of time."""
     conf = scheduler_conf()
+    pending: list[Target] = []
+    for prediction, job in targets:
+        if job.held:
+            prediction.detail = HELD
+        else:
+            pending.append((prediction, job))
+    if not pending:
+        return set()
     servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
-    if job.held:
-        prediction.detail = HELD
-        return True
     # Held jobs do not run until released: not in the forecast.
     live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING], held=False)
     jobs = list(live.select_related("workload"))
-    if job.pk not in {j.pk for j in jobs}:
-        jobs.append(job)
+    known = {j.pk for j in jobs}
+    jobs += [job for _, job in pending if job.pk not in known]
     # Jobs after others (afterok) join the forecast's queue when those finish in it; a job after one
     # that ended without completing never runs, so it is left out.
     waits = dependency_waits(job_ids=[j.pk for j in jobs if j.state == JobState.PENDING])
@@ -66,14 +75,18 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
         for job_id, deps in waits.items()
         if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
     }
-    if job.pk in never:
-        prediction.detail = NEVER_STARTS
-        return True
     jobs = [j for j in jobs if j.pk not in never]
     inputs = round_inputs(servers=servers, jobs=jobs)
-    if job.pk not in inputs.jobs:
-        prediction.detail = "the job's servers are not schedulable"
-        return True
+    placeable: list[Target] = []
+    for prediction, job in pending:
+        if job.pk in never:
+            prediction.detail = NEVER_STARTS
+        elif job.pk not in inputs.jobs:
+            prediction.detail = "the job's servers are not schedulable"
+        else:
+            placeable.append((prediction, job))
+    if not placeable:
+        return set()
     started_s = {
         j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
     }
@@ -86,12 +99,24 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
         first_round_s=next_round_at(now, conf.round_s).timestamp(),
         round_s=conf.round_s,
         started_s=started_s,
-        until_finished=[job.pk],
+        until_finished=[job.pk for _, job in placeable],
         max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
         time_budget_s=budget_s,
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
         after={job_id: deps.keys() for job_id, deps in waits.items() if job_id not in never},
-    )[job.pk]
+    )
+    out_of_time = time.perf_counter() - wall_start >= budget_s
+    return {
+        job.pk
+        for prediction, job in placeable
+        if not _fill(prediction, job, predicted[job.pk], out_of_time, budget_s)
+    }
+
+
+def _fill(
+    prediction: AdmissionPrediction, job: Job, predicted: JobForecast, out_of_time: bool, budget_s: float
+) -> bool:
+    """One target's prediction from the forecast; False when it was cut short by the time budget."""
     prediction.predicted_start_at = _at(predicted.start_s)
     prediction.predicted_finish_at = _at(predicted.finish_s)
     prediction.detail = ""
@@ -109,10 +134,10 @@ def _forecast_into(prediction: AdmissionPrediction, job: Job, now: datetime, bud
     if predicted.finish_s is not None:
         return True
     what = "started" if predicted.start_s is None else "finished"
-    if time.perf_counter() - wall_start >= budget_s:
+    if out_of_time:
         prediction.detail = f"not {what} within {budget_s:g} s of forecasting"
         return False
-    prediction.detail = f"not {what} within the forecast's {conf.forecast_horizon_h:g} h"
+    prediction.detail = f"not {what} within the forecast's {scheduler_conf().forecast_horizon_h:g} h"
     return True
 
 
@@ -124,47 +149,70 @@ def _judge(prediction: AdmissionPrediction) -> None:
 
 
 def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPrediction:
-    """Forecast `job` (just submitted, PENDING) against the current queue and store the prediction.
+    """Forecast `job` (just submitted, PENDING) against the current queue and store the prediction;
+    see admission_predict_all."""
+    return admission_predict_all(jobs=[job], now=now)[0]
+
+
+def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> list[AdmissionPrediction]:
+    """Forecast just-submitted jobs (one, or the tasks of an array) with one run of the current queue
+    and store a prediction for each.
 
     The forecast gets `forecast_time_budget_s` here; when that is not enough (a very long queue) the
-    prediction is stored as unknown and, with a Celery worker, a task finishes it with
+    predictions are stored as unknown and, with a Celery worker, a task finishes each with
     `forecast_background_budget_s` (admission_forecast_complete). Raises QosUnattainableError, before
-    storing anything, when the target is predicted to be missed and `reject_unattainable_qos` is set;
+    storing anything, when a target is predicted to be missed and `reject_unattainable_qos` is set;
     the caller's transaction then drops the submission (only a finished forecast can refuse).
     """
     conf = scheduler_conf()
     now = now or timezone.now()
-    deadline_at = job.deadline_at
-    prediction = AdmissionPrediction(
-        job=job, created_at=now, policy=conf.policy, allocator=conf.allocator, deadline_at=deadline_at
-    )
-    finished = _forecast_into(prediction, job, now, conf.forecast_time_budget_s)
-    if finished:
-        _judge(prediction)
-    elif not conf.inline_rounds:
-        prediction.detail += "; a worker is finishing the forecast"
-        transaction.on_commit(lambda: _request_completion(job.pk))
-    if prediction.attainable is False and conf.reject_unattainable_qos:
-        finish = prediction.predicted_finish_at
-        when = finish.isoformat() if finish is not None else prediction.detail
-        raise QosUnattainableError(
-            {
-                "qos_deadline_at" if job.qos_deadline_at is not None else "qos_max_latency_s": (
-                    f"This QoS target cannot be met: the predicted finish is {when}, "
-                    f"after the target {deadline_at.isoformat() if deadline_at else ''}."
-                )
-            }
+    targets = [
+        (
+            AdmissionPrediction(
+                job=job,
+                created_at=now,
+                policy=conf.policy,
+                allocator=conf.allocator,
+                deadline_at=job.deadline_at,
+            ),
+            job,
         )
-    prediction.save()
-    logger.info(
-        "job %s admission: start %s finish %s attainable %s %s",
-        job.pk,
-        prediction.predicted_start_at,
-        prediction.predicted_finish_at,
-        prediction.attainable,
-        prediction.detail,
+        for job in jobs
+    ]
+    undecided = _forecast_into(targets, now, conf.forecast_time_budget_s)
+    for prediction, job in targets:
+        if job.pk not in undecided:
+            _judge(prediction)
+        elif not conf.inline_rounds:
+            prediction.detail += "; a worker is finishing the forecast"
+            transaction.on_commit(lambda job_id=job.pk: _request_completion(job_id))
+        if prediction.attainable is False and conf.reject_unattainable_qos:
+            raise _unattainable(prediction, job)
+    AdmissionPrediction.objects.bulk_create([prediction for prediction, _ in targets])
+    for prediction, job in targets:
+        logger.info(
+            "job %s admission: start %s finish %s attainable %s %s",
+            job.pk,
+            prediction.predicted_start_at,
+            prediction.predicted_finish_at,
+            prediction.attainable,
+            prediction.detail,
+        )
+    return [prediction for prediction, _ in targets]
+
+
+def _unattainable(prediction: AdmissionPrediction, job: Job) -> QosUnattainableError:
+    finish = prediction.predicted_finish_at
+    when = finish.isoformat() if finish is not None else prediction.detail
+    deadline_at = prediction.deadline_at
+    return QosUnattainableError(
+        {
+            "qos_deadline_at" if job.qos_deadline_at is not None else "qos_max_latency_s": (
+                f"This QoS target cannot be met: the predicted finish is {when}, "
+                f"after the target {deadline_at.isoformat() if deadline_at else ''}."
+            )
+        }
     )
-    return prediction
 
 
 def _request_completion(job_id: int) -> None:
@@ -189,7 +237,7 @@ def admission_forecast_complete(*, job_id: int) -> AdmissionPrediction | None:
     job = prediction.job
     if job.state != JobState.PENDING:
         return prediction
-    _forecast_into(prediction, job, timezone.now(), conf.forecast_background_budget_s)
+    _forecast_into([(prediction, job)], timezone.now(), conf.forecast_background_budget_s)
     _judge(prediction)
     prediction.save(update_fields=["predicted_start_at", "predicted_finish_at", "attainable", "detail"])
     return prediction
@@ -204,7 +252,7 @@ def admission_predict_released(*, job: Job, now: datetime | None = None) -> Admi
     if prediction is None:
         return None
     prediction.created_at = now
-    if _forecast_into(prediction, job, now, conf.forecast_time_budget_s):
+    if not _forecast_into([(prediction, job)], now, conf.forecast_time_budget_s):
         _judge(prediction)
     elif not conf.inline_rounds:
         prediction.detail += "; a worker is finishing the forecast"
