@@ -66,6 +66,7 @@ def submit_body(args: Any) -> dict[str, Any]:
         "priority": args.priority,
         "depends_on": args.after,
         "hold": args.hold or None,
+        "array": args.array,
     }
     body.update({key: value for key, value in optional.items() if value not in (None, [])})
     return body
@@ -73,11 +74,20 @@ def submit_body(args: Any) -> dict[str, Any]:
 
 def submit(api: Api, args: Any, out: TextIO) -> int:
     job = api.submit(submit_body(args))
+    submitted = job.get("array_job_ids") or [job["id"]]
     if args.json:
         out.write(json.dumps(job, indent=2) + "\n")
-        return wait(api, [job["id"]], poll_s=args.poll_s, out=out) if args.wait else 0
-    out.write(f"Submitted job {job['id']}\n")
-    admission = job.get("admission") or {}
+    elif len(submitted) > 1 or job.get("array_job") is not None:
+        first, last = submitted[0], submitted[-1]
+        out.write(f"Submitted array job {job['id']}: {len(submitted)} tasks, jobs {first} to {last}\n")
+    else:
+        out.write(f"Submitted job {job['id']}\n")
+        _print_admission(job.get("admission") or {}, out)
+    return wait(api, submitted, poll_s=args.poll_s, out=out) if args.wait else 0
+
+
+def _print_admission(admission: dict[str, Any], out: TextIO) -> None:
+    """The forecast made at submission: start, finish, QoS verdict, and why one is unknown."""
     if admission:
         out.write(
             f"  predicted start {_when(admission.get('predicted_start_at'))}, "
@@ -88,7 +98,6 @@ def submit(api: Api, args: Any, out: TextIO) -> int:
             out.write(f"  QoS target {_when(admission.get('deadline_at'))}: {verdict}\n")
         if admission.get("detail"):
             out.write(f"  note: {admission['detail']}\n")
-    return wait(api, [job["id"]], poll_s=args.poll_s, out=out) if args.wait else 0
 
 
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"})
@@ -118,12 +127,20 @@ QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "STAR
 LIVE_STATES = ("PENDING", "RUNNING")
 
 
+def _name(job: dict[str, Any]) -> str:
+    """The job's name, with its task index for a task of an array: sweep[3]."""
+    task = job.get("array_task_id")
+    return job["name"][:24] + (f"[{task}]" if task is not None else "")
+
+
 def queue(api: Api, args: Any, out: TextIO) -> int:
     params: dict[str, Any] = {"state": args.state or ([] if args.all else list(LIVE_STATES))}
     if args.team:
         params["team"] = args.team
     if args.user:
         params["owner"] = args.user
+    if args.array:
+        params["array_job"] = args.array
     jobs = api.jobs(params)
     if args.json:
         out.write(json.dumps(jobs, indent=2) + "\n")
@@ -138,7 +155,7 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
         rows.append(
             [
                 str(job["id"]),
-                job["name"][:24],
+                _name(job),
                 job["owner"],
                 job["state"],
                 str(job["num_gpus"]),
@@ -158,7 +175,7 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
         return 0
     what = job["workload"] or f"command: {job['command']}"
     facts = [
-        ("Job", f"{job['id']} {job['name']} ({what})"),
+        ("Job", f"{job['id']} {_name(job)} ({what})"),
         ("Owner", job["owner"] + (f", team {job['team']}" if job.get("team") else "")),
         ("State", job["state"] + (f" ({job['pending_reason']})" if job["state"] == "PENDING" else "")),
         ("GPUs", str(job["num_gpus"])),

@@ -18,6 +18,8 @@ examples:
   python -m cli submit train-r18 --workload res18 --gpus 2 --iters 20000 --max-latency 6h
   python -m cli submit eval --command 'python eval.py' --gpus 1 --iters 100 --time-limit 30m --after 41
   python -m cli submit prep --command 'python prep.py' --gpus 1 --iters 1 --wait && echo done
+  python -m cli submit sweep --command 'python train.py --lr-index $ATTUNE_ARRAY_TASK_ID' \
+      --gpus 1 --iters 1000 --array 0-7
   python -m cli queue
   python -m cli show 42
   python -m cli hold 42; python -m cli release 42
@@ -71,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="IDS",
         help="start only once these jobs completed, e.g. 41,42 (Slurm's --dependency=afterok:41:42)",
     )
+    p.add_argument(
+        "--array",
+        metavar="INDICES",
+        help="one job per task index, e.g. 0-9 or 1,3,5-7 or 0-15:4 (sbatch --array); "
+        "each process sees ATTUNE_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID",
+    )
     p.add_argument("--hold", action="store_true", help="submit it held: it waits for `release`")
     p.add_argument(
         "--wait", action="store_true", help="return only when the job has ended, with its exit status"
@@ -82,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every state, finished jobs too")
     p.add_argument("--team", help="only this team's jobs")
     p.add_argument("--user", help="only this user's jobs (staff see everyone's)")
+    p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this array")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("show", help="one job in full (scontrol show job)")

@@ -96,6 +96,17 @@ class Job(models.Model):
         related_name="dependents",
         help_text="Jobs that must complete before this one may start (Slurm's afterok)",
     )
+    array_job = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="array_tasks",
+        help_text="The array this job is a task of: its first task (Slurm's ArrayJobID)",
+    )
+    array_task_id = models.PositiveIntegerField(
+        null=True, blank=True, help_text="This task's index (SLURM_ARRAY_TASK_ID)"
+    )
     held = models.BooleanField(
         default=False, help_text="Held out of the queue (scontrol hold) until released; PENDING only"
     )
@@ -141,6 +152,12 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(workload__isnull=False) | ~Q(command=""), name="job_has_workload_or_command"
             ),
+            models.CheckConstraint(
+                condition=Q(array_job__isnull=True, array_task_id__isnull=True)
+                | Q(array_job__isnull=False, array_task_id__isnull=False),
+                name="job_array_task_complete",
+            ),
+            models.UniqueConstraint(fields=["array_job", "array_task_id"], name="job_array_task_once"),
         ]
 
     def __str__(self) -> str:

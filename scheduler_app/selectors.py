@@ -545,6 +545,11 @@ def cluster_overview() -> dict[str, Any]:
 def _start_command(allocation: Allocation) -> dict[str, Any]:
     job = allocation.job
     env = {"ATTUNE_JOB_ID": str(job.id), "ATTUNE_MEM_GB": f"{allocation.mem_gb:g}"}
+    if job.array_job_id is not None:
+        # Slurm's names too, so that a sweep script ported from sbatch --array runs unchanged.
+        for prefix in ("ATTUNE", "SLURM"):
+            env[f"{prefix}_ARRAY_JOB_ID"] = str(job.array_job_id)
+            env[f"{prefix}_ARRAY_TASK_ID"] = str(job.array_task_id)
     if job.workload is not None:
         argv, workload_env = workload_launch(job.workload, iters=job.total_iters)
         env.update(workload_env)

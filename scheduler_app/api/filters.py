@@ -10,7 +10,8 @@ class JobFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__name", help_text="Team name")
     owner = django_filters.CharFilter(field_name="owner__username", help_text="Owner's username")
     workload = django_filters.CharFilter(field_name="workload__name", help_text="Catalog workload name")
+    array_job = django_filters.NumberFilter(help_text="The tasks of this array (its first task's id)")
 
     class Meta:
         model = Job
-        fields = ["state", "team", "owner", "workload"]
+        fields = ["state", "team", "owner", "workload", "array_job"]

@@ -216,6 +216,13 @@ class JobSubmitSerializer(serializers.Serializer):
     hold = serializers.BooleanField(
         required=False, default=False, help_text="Submit held (sbatch --hold): it waits for a release"
     )
+    array = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=1000,
+        help_text="Submit one job per task index (Slurm's --array): 0-9, 1,3,5-7 or 0-15:4",
+    )
 
     def validate_priority(self, value: int) -> int:
         request = self.context.get("request")
@@ -235,6 +242,9 @@ class JobSerializer(serializers.ModelSerializer):
     estimated_start_at = serializers.SerializerMethodField(help_text="Rough estimate; see docs/rest-api.md")
     depends_on = serializers.PrimaryKeyRelatedField(
         many=True, read_only=True, help_text="Jobs that must complete before this one starts"
+    )
+    array_job = serializers.PrimaryKeyRelatedField(
+        read_only=True, help_text="For a task of an array: the array's first task (Slurm's ArrayJobID)"
     )
 
     class Meta:
@@ -258,6 +268,8 @@ class JobSerializer(serializers.ModelSerializer):
             "time_limit_s",
             "depends_on",
             "held",
+            "array_job",
+            "array_task_id",
             "state",
             "pending_reason",
             "queue_position",

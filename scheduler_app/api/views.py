@@ -28,7 +28,7 @@ from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_l
 from scheduler_app.services.job_control import (
     JobStateError,
     job_cancel,
-    job_enqueue,
+    job_enqueue_all,
     job_hold,
     job_release,
 )
@@ -75,16 +75,16 @@ class JobViewSet(
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         try:
-            job = job_enqueue(owner=request.user, request=serializer.to_request())
+            jobs = job_enqueue_all(owner=request.user, request=serializer.to_request())
         except DjangoValidationError as exc:
             raise ValidationError(
                 exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
             ) from exc
-        job = job_detail_queryset(user=request.user).get(pk=job.pk)
-        return Response(
-            JobDetailSerializer(job, context=self.get_serializer_context()).data,
-            status=status.HTTP_201_CREATED,
-        )
+        job = job_detail_queryset(user=request.user).prefetch_related("depends_on").get(pk=jobs[0].pk)
+        body = JobDetailSerializer(job, context=self.get_serializer_context()).data
+        if job.array_job_id is not None:
+            body["array_job_ids"] = [j.pk for j in jobs]  # every task, in index order
+        return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         request=None,

@@ -26,10 +26,10 @@ from scheduler_app.models import (
 )
 from scheduler_app.services.admission import (
     admission_outcome_record,
-    admission_predict,
+    admission_predict_all,
     admission_predict_released,
 )
-from scheduler_app.services.jobs import JobRequest, job_event, job_submit
+from scheduler_app.services.jobs import JobRequest, job_event, job_submit_all
 
 logger = logging.getLogger(__name__)
 
@@ -110,12 +110,19 @@ def _request_round(trigger: str) -> None:
 
 @transaction.atomic
 def job_enqueue(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
-    """Submit a job (validated by job_submit), predict its start and finish (admission feedback; may
-    refuse an unattainable QoS target, see services/admission.py) and ask for an early round."""
-    job = job_submit(owner=owner, request=request)
-    admission_predict(job=job)
+    """job_enqueue_all, returning the job (an array's first task)."""
+    return job_enqueue_all(owner=owner, request=request)[0]
+
+
+@transaction.atomic
+def job_enqueue_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
+    """Submit a job or an array's tasks (validated by job_submit_all), predict their starts and
+    finishes with one forecast (admission feedback; may refuse an unattainable QoS target, see
+    services/admission.py) and ask for an early round."""
+    jobs = job_submit_all(owner=owner, request=request)
+    admission_predict_all(jobs=jobs)
     _request_round("submit")
-    return job
+    return jobs
 
 
 @transaction.atomic

@@ -1,5 +1,6 @@
 """Job services: submission and the append-only event history."""
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,10 +36,40 @@ class JobRequest:
     time_limit_s: int | None = None
     depends_on: tuple[int, ...] = ()  # ids of jobs that must complete first (Slurm's afterok)
     hold: bool = False  # submitted held (sbatch --hold): it waits for job_release
+    array: str = ""  # Slurm's --array: "0-9", "1,3,5-7", "0-15:4"; one job per task index
 
 
 # More would be a workflow engine's job, not a queue's; Slurm users chain a few steps.
 MAX_DEPENDENCIES = 64
+# Slurm's default MaxArraySize is 1001 (indices 0-1000); a sweep larger than that is a mistake here.
+MAX_ARRAY_TASKS = 1000
+MAX_ARRAY_INDEX = 1_000_000
+
+
+def parse_array_spec(spec: str) -> tuple[int, ...]:
+    """Task indices from Slurm's --array syntax: "0-9", "1,3,5-7", "0-15:4" (a step). Sorted, each
+    once. Raises ValueError saying what is wrong ("%N" throttles are not supported)."""
+    text = spec.strip()
+    if "%" in text:
+        raise ValueError("a limit on simultaneous tasks (%N) is not supported: drop it")
+    ids: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
+        if not match:
+            raise ValueError(f"“{part}” is not an index or a range: use e.g. 0-9, 1,3,5-7 or 0-15:4")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        step = int(match.group(3)) if match.group(3) is not None else 1
+        if last < first or step < 1:
+            raise ValueError(f"“{part}” is an empty range")
+        if last > MAX_ARRAY_INDEX:
+            raise ValueError(f"task indices go up to {MAX_ARRAY_INDEX}")
+        if (last - first) // step + 1 + len(ids) > MAX_ARRAY_TASKS:
+            raise ValueError(f"an array has at most {MAX_ARRAY_TASKS} tasks")
+        ids.update(range(first, last + 1, step))
+    if not ids:
+        raise ValueError("give the task indices, e.g. 0-9")
+    return tuple(sorted(ids))
 
 
 def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) -> None:
@@ -86,6 +117,11 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> None:
         add("team", f"You are not a member of team {request.team.name}.")
     if request.depends_on:
         _validate_dependencies(request, owner, add)
+    if request.array:
+        try:
+            parse_array_spec(request.array)
+        except ValueError as exc:
+            add("array", str(exc))
     if errors:
         raise ValidationError(errors)
 
@@ -135,37 +171,57 @@ def job_event_append(
 
 @transaction.atomic
 def job_submit(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
-    """Validate and queue a job; it starts PENDING and its history starts with a `submitted` event."""
+    """Validate and queue a job (for an array, every task; the first is returned)."""
+    return job_submit_all(owner=owner, request=request)[0]
+
+
+@transaction.atomic
+def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
+    """Validate and queue a job, or one job per task of an array (`request.array`), all or nothing.
+
+    Each starts PENDING and its history starts with a `submitted` event. The tasks of an array are
+    ordinary jobs that share everything but their index: `array_job` is the first task (Slurm's
+    ArrayJobID) and `array_task_id` the index their process sees as ATTUNE_ARRAY_TASK_ID.
+    """
     _validate(request, owner)
-    job = Job.objects.create(
-        owner=owner,
-        team=request.team,
-        name=request.name.strip(),
-        workload=request.workload,
-        command=request.command.strip(),
-        num_gpus=request.num_gpus,
-        cpus_per_gpu=request.cpus_per_gpu,
-        mem_gb_per_gpu=request.mem_gb_per_gpu,
-        total_iters=request.total_iters,
-        qos_deadline_at=request.qos_deadline_at,
-        qos_max_latency_s=request.qos_max_latency_s,
-        priority=request.priority,
-        time_limit_s=request.time_limit_s,
-        state=JobState.PENDING,
-        held=request.hold,
-        pending_reason=PendingReason.HELD_USER if request.hold else PendingReason.PRIORITY,
-    )
-    data = {}
-    if request.depends_on:
-        job.depends_on.set(sorted(set(request.depends_on)))
-        data["depends_on"] = sorted(set(request.depends_on))
-        if not job.held and dependency_waits(job_ids=[job.pk]):
-            job.pending_reason = PendingReason.DEPENDENCY
-            job.save(update_fields=["pending_reason"])
-    if job.held:
-        data["held"] = True
-    job_event_append(job=job, kind="submitted", to_state=JobState.PENDING, at=job.submitted_at, data=data)
-    return job
+    task_ids: tuple[int | None, ...] = parse_array_spec(request.array) if request.array else (None,)
+    jobs: list[Job] = []
+    for task_id in task_ids:
+        job = Job.objects.create(
+            owner=owner,
+            team=request.team,
+            name=request.name.strip(),
+            workload=request.workload,
+            command=request.command.strip(),
+            num_gpus=request.num_gpus,
+            cpus_per_gpu=request.cpus_per_gpu,
+            mem_gb_per_gpu=request.mem_gb_per_gpu,
+            total_iters=request.total_iters,
+            qos_deadline_at=request.qos_deadline_at,
+            qos_max_latency_s=request.qos_max_latency_s,
+            priority=request.priority,
+            time_limit_s=request.time_limit_s,
+            state=JobState.PENDING,
+            held=request.hold,
+            pending_reason=PendingReason.HELD_USER if request.hold else PendingReason.PRIORITY,
+        )
+        data: dict[str, Any] = {}
+        if task_id is not None:
+            job.array_job = jobs[0] if jobs else job
+            job.array_task_id = task_id
+            job.save(update_fields=["array_job", "array_task_id"])
+            data.update(array_job=job.array_job_id, array_task_id=task_id)
+        if request.depends_on:
+            job.depends_on.set(sorted(set(request.depends_on)))
+            data["depends_on"] = sorted(set(request.depends_on))
+            if not job.held and dependency_waits(job_ids=[job.pk]):
+                job.pending_reason = PendingReason.DEPENDENCY
+                job.save(update_fields=["pending_reason"])
+        if job.held:
+            data["held"] = True
+        job_event_append(job=job, kind="submitted", to_state=JobState.PENDING, at=job.submitted_at, data=data)
+        jobs.append(job)
+    return jobs
 
 
 def job_dependencies_hold(*, jobs: Sequence[Job], now: datetime) -> set[int]:

@@ -60,6 +60,13 @@ class JobSubmitForm(forms.Form):
         label="After jobs",
         help_text="Optional job ids (e.g. 12, 13): this job starts once they have all completed.",
     )
+    array = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Array",
+        help_text="Optional task indices (e.g. 0-9 or 1,3,5-7): one job each, whose process sees "
+        "ATTUNE_ARRAY_TASK_ID (and SLURM_ARRAY_TASK_ID).",
+    )
     qos_deadline_at = forms.DateTimeField(
         required=False,
         label="Deadline",
@@ -109,6 +116,7 @@ class JobSubmitForm(forms.Form):
             qos_deadline_at=d["qos_deadline_at"],
             qos_max_latency_s=d["qos_max_latency_s"],
             depends_on=d["depends_on"],
+            array=d["array"].strip(),
         )
 
     def add_service_errors(self, exc: ValidationError) -> None:

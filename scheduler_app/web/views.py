@@ -28,7 +28,7 @@ from scheduler_app.selectors import (
 from scheduler_app.services.job_control import (
     JobStateError,
     job_cancel,
-    job_enqueue,
+    job_enqueue_all,
     job_hold,
     job_release,
 )
@@ -65,11 +65,17 @@ def job_submit(request: HttpRequest) -> HttpResponse:
     form = JobSubmitForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         try:
-            job = job_enqueue(owner=request.user, request=form.to_request())
+            jobs = job_enqueue_all(owner=request.user, request=form.to_request())
         except ValidationError as exc:
             form.add_service_errors(exc)
         else:
-            messages.success(request, f"Job {job.pk} ({job.name}) submitted.")
+            job = jobs[0]
+            if job.array_job_id is None:
+                messages.success(request, f"Job {job.pk} ({job.name}) submitted.")
+            else:
+                messages.success(
+                    request, f"Array of {len(jobs)} tasks submitted: jobs {jobs[0].pk} to {jobs[-1].pk}."
+                )
             return redirect("web:job", pk=job.pk)
     return render(request, "web/submit.html", {"form": form})
 

@@ -191,3 +191,22 @@ def test_submit_wait_returns_with_the_jobs_outcome(service, capsys):
     thread.join()
     assert code == 3 and out.splitlines()[-1].endswith("FAILED (exit code 3)")
     assert run(capsys, "wait", str(Job.objects.get(name="ok").pk))[0] == 0
+
+
+def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    code, out, _ = run(
+        capsys, "submit", "sweep", "--workload", "res18", "--gpus", "1", "--iters", "10", "--array", "0-2"
+    )
+    tasks = list(Job.objects.filter(name="sweep").order_by("array_task_id"))
+    assert (
+        code == 0
+        and out == f"Submitted array job {tasks[0].pk}: 3 tasks, jobs {tasks[0].pk} to {tasks[2].pk}\n"
+    )
+    code, out, _ = run(capsys, "queue", "--array", str(tasks[0].pk))
+    names = sorted(line.split()[1] for line in out.splitlines()[1:])
+    assert names == ["sweep[0]", "sweep[1]", "sweep[2]"]
+    code, _, err = run(
+        capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "1", "--array", "x"
+    )
+    assert code == 1 and err.startswith("error: array: “x” is not an index or a range")

@@ -172,3 +172,17 @@ def test_after_jobs_rejects_what_is_not_a_job_id_and_keeps_the_form(user, client
         {"name": "train", "workload": "res18", "num_gpus": "1", "total_iters": "100", "depends_on": "777"},
     )
     assert field_errors(response.content.decode(), "depends_on") == ["No job 777 that you can see."]
+
+
+def test_an_array_from_the_form_is_one_job_per_task(user, client_of, cluster, no_rounds):
+    client = client_of(user)
+    base = {"name": "sweep", "workload": "res18", "num_gpus": "1", "total_iters": "100"}
+    response = client.post(URL, {**base, "array": "1,3,5"}, follow=True)
+    tasks = list(Job.objects.order_by("array_task_id"))
+    assert [t.array_task_id for t in tasks] == [1, 3, 5] and {t.array_job_id for t in tasks} == {tasks[0].pk}
+    html = response.content.decode()
+    assert f"Array of 3 tasks submitted: jobs {tasks[0].pk} to {tasks[2].pk}." in html
+    assert '<dd id="array-task">1 of array' in html
+    response = client.post(URL, {**base, "array": "9-1"})
+    assert field_errors(response.content.decode(), "array") == ["“9-1” is an empty range"]
+    assert Job.objects.count() == 3

@@ -1,0 +1,105 @@
+"""Job arrays (Slurm's --array): one job per task index, forecast together, each told its index."""
+
+from datetime import datetime
+
+import pytest
+from rest_framework.test import APIClient
+
+from scheduler_app.models import AdmissionPrediction, Job, JobEvent
+from scheduler_app.selectors import agent_commands
+from scheduler_app.services.jobs import MAX_ARRAY_TASKS, parse_array_spec
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import make_server, workload
+
+pytestmark = pytest.mark.usefixtures("fifo_proportional_minute_rounds")
+
+JOBS = "/api/v1/jobs/"
+
+
+@pytest.mark.parametrize(
+    ("spec", "ids"),
+    [
+        ("0-3", (0, 1, 2, 3)),
+        ("7", (7,)),
+        ("1,3,5-7", (1, 3, 5, 6, 7)),
+        ("0-15:4", (0, 4, 8, 12)),
+        ("3,1,1-2", (1, 2, 3)),
+        (" 0 - 2 ".replace(" ", ""), (0, 1, 2)),
+    ],
+)
+def test_array_specs_as_slurm_writes_them(spec, ids):
+    assert parse_array_spec(spec) == ids
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "give the task indices"),
+        ("a-b", "is not an index or a range"),
+        ("5-2", "is an empty range"),
+        ("0-9:0", "is an empty range"),
+        ("0-9%2", "(%N) is not supported"),
+        (f"0-{MAX_ARRAY_TASKS}", f"at most {MAX_ARRAY_TASKS} tasks"),
+        ("0-2000000", "task indices go up to"),
+    ],
+)
+def test_bad_array_specs_say_what_is_wrong(spec, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_array_spec(spec)
+
+
+def at(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@pytest.mark.django_db
+def test_an_array_is_one_job_per_task_forecast_together_and_each_process_knows_its_index(user):
+    server = make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    workload("res18")
+    api = APIClient()
+    api.force_authenticate(user)
+    body = {"name": "sweep", "workload": "res18", "num_gpus": 2, "total_iters": 2000, "array": "0-2"}
+    response = api.post(JOBS, body, format="json")
+    assert response.status_code == 201, response.json()
+    first = response.json()
+    ids = first["array_job_ids"]
+    tasks = list(Job.objects.filter(pk__in=ids).order_by("array_task_id"))
+    assert [t.pk for t in tasks] == ids and first["id"] == ids[0]
+    assert [(t.array_job_id, t.array_task_id, t.num_gpus) for t in tasks] == [
+        (ids[0], i, 2) for i in range(3)
+    ]
+    assert JobEvent.objects.get(job=tasks[2], kind="submitted").data == {
+        "array_job": ids[0],
+        "array_task_id": 2,
+    }
+    # One forecast for all three: two tasks fill the 4 GPUs, the third starts when they end.
+    predictions = {p.job_id: p for p in AdmissionPrediction.objects.filter(job_id__in=ids)}
+    assert len(predictions) == 3
+    assert predictions[ids[0]].predicted_start_at == predictions[ids[1]].predicted_start_at
+    assert predictions[ids[2]].predicted_start_at >= predictions[ids[0]].predicted_finish_at
+    listed = api.get(JOBS, {"array_job": ids[0]}).json()["results"]
+    assert sorted(j["array_task_id"] for j in listed) == [0, 1, 2]
+
+    scheduling_round_run()
+    starts = [c for c in agent_commands(server=server, running=[]) if c["kind"] == "start"]
+    assert len(starts) == 2
+    for command in starts:
+        task = Job.objects.get(pk=command["job_id"]).array_task_id
+        env = command["env"]
+        assert env["ATTUNE_ARRAY_TASK_ID"] == env["SLURM_ARRAY_TASK_ID"] == str(task)
+        assert env["ATTUNE_ARRAY_JOB_ID"] == env["SLURM_ARRAY_JOB_ID"] == str(ids[0])
+
+
+@pytest.mark.django_db
+def test_a_bad_array_is_a_400_on_its_field_and_stores_nothing(user):
+    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    workload("res18")
+    api = APIClient()
+    api.force_authenticate(user)
+    body = {"name": "sweep", "workload": "res18", "num_gpus": 1, "total_iters": 10, "array": "0-9%2"}
+    response = api.post(JOBS, body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"array": ["a limit on simultaneous tasks (%N) is not supported: drop it"]}
+    assert not Job.objects.exists()
+    plain = api.post(JOBS, {**body, "array": ""}, format="json").json()
+    assert plain["array_job"] is None and plain["array_task_id"] is None and "array_job_ids" not in plain
