@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+import subprocess
+import sys
 from collections import defaultdict
 
 import httpx
@@ -21,6 +23,7 @@ from profiles_app.services import workload_catalog_load
 from scheduler_app.models import AgentReport, Allocation, AllocationGpu, Job, JobEvent, JobState
 from tests.e2e.processes import wait_until
 from tests.factories import UserFactory
+from tests.standalone import ROOT, standalone_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -225,3 +228,29 @@ def test_killed_agent_jobs_requeue_and_complete_elsewhere(start_agents, live_ser
     assert {(str(r.lease_id), r.seq) for r in after} >= stored_before | pending
     assert set(Job.objects.filter(id__in=job_ids).values_list("state", flat=True)) == {JobState.COMPLETED}
     assert dict(Job.objects.filter(id__in=job_ids).values_list("id", "done_iters")) == done_iters
+
+
+def test_an_array_from_the_command_line_runs_each_task_with_its_index(start_agents, live_server):
+    """The cli as a real process: an array of own commands, `--wait` until all completed; each
+    task's process saw its index under Attune's and Slurm's names."""
+    start_agents(1)
+    wait_until(lambda: Server.objects.filter(gpus__isnull=False).exists(), timeout_s=60, what="the agent")
+    user = UserFactory(username="sweeper")
+    env = {**standalone_env(), "ATTUNE_TOKEN": Token.objects.create(user=user).key}
+    command = 'echo "task=$ATTUNE_ARRAY_TASK_ID slurm=$SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"'
+    argv = ["submit", "sweep", "--command", command, "--gpus", "1", "--iters", "1", "--array", "0-2"]
+    result = subprocess.run(
+        [sys.executable, "-m", "cli", "--server", live_server.url, *argv, "--wait", "--poll-s", "0.5"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    tasks = list(Job.objects.filter(name="sweep").order_by("array_task_id"))
+    assert [t.state for t in tasks] == [JobState.COMPLETED] * 3
+    for task in tasks:
+        log = "\n".join(a.log_tail for a in task.allocations.all())
+        assert f"task={task.array_task_id} slurm={task.array_task_id} of {tasks[0].pk}" in log, log
+        assert f"job {task.pk}: COMPLETED" in result.stdout
