@@ -206,6 +206,12 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
     return 0
 
 
+def live_array_tasks(api: Api, array_job_id: int) -> list[int]:
+    """The ids of an array's tasks still PENDING or RUNNING, in index order (scancel ARRAYID)."""
+    tasks = api.jobs({"array_job": array_job_id, "state": list(LIVE_STATES)})
+    return [t["id"] for t in sorted(tasks, key=lambda t: t["array_task_id"])]
+
+
 def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
     """Cancel, hold or release each job; carry on past one that fails (as scancel does) and exit 1
     if any did. Prints each job's state (and reason while it is pending) afterwards."""

@@ -23,7 +23,7 @@ examples:
   python -m cli queue
   python -m cli show 42
   python -m cli hold 42; python -m cli release 42
-  python -m cli cancel 42 43
+  python -m cli cancel 42 43; python -m cli cancel --array 42
 """
 
 
@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("release", "put held jobs back in the queue (scontrol release)"),
     ):
         p = sub.add_parser(action, help=text)
-        p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID")
+        p.add_argument("job_ids", type=int, nargs="*", metavar="JOB_ID")
+        p.add_argument("--array", type=int, metavar="ID", help="every pending or running task of this array")
 
     p = sub.add_parser("log", help="the last lines of a job's output")
     p.add_argument("job_id", type=int)
@@ -132,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command_name == "wait":
             return commands.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
         if args.command_name in ("cancel", "hold", "release"):
-            return commands.change(api, args.command_name, args.job_ids, out)
+            job_ids = list(args.job_ids)
+            if args.array:
+                job_ids += commands.live_array_tasks(api, args.array)
+            if not job_ids:
+                raise CliError("give job ids, or --array ID (with pending or running tasks)", exit_code=2)
+            return commands.change(api, args.command_name, job_ids, out)
         return commands.log(api, args.job_id, out)
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -210,3 +210,8 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "1", "--array", "x"
     )
     assert code == 1 and err.startswith("error: array: “x” is not an index or a range")
+    # scancel ARRAYID: every task still in the queue.
+    Job.objects.filter(pk=tasks[1].pk).update(state=JobState.COMPLETED)
+    code, out, _ = run(capsys, "cancel", "--array", str(tasks[0].pk))
+    assert code == 0 and out == f"job {tasks[0].pk}: CANCELLED\njob {tasks[2].pk}: CANCELLED\n"
+    assert run(capsys, "cancel")[0] == 2  # nothing named
