@@ -17,7 +17,7 @@ from scheduler_app.models import (
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ("name", "gpu_quota")
+    list_display = ("name", "gpu_quota", "may_borrow")
     filter_horizontal = ("members",)
     search_fields = ("name",)
 

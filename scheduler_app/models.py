@@ -17,6 +17,11 @@ class Team(models.Model):
     gpu_quota = models.PositiveIntegerField(
         null=True, blank=True, help_text="Max GPUs at once; empty = no cap"
     )
+    may_borrow = models.BooleanField(
+        default=False,
+        help_text="Beyond its quota, its jobs may use GPUs no job within quota wants; they give them "
+        "back (preempted) as soon as one does (Kueue's borrowing)",
+    )
 
     class Meta:
         ordering = ["name"]

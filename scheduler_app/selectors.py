@@ -305,6 +305,13 @@ def team_quotas_left(*, jobs: list[Job], frozen_job_ids: set[int]) -> dict[int, 
     return quotas
 
 
+def borrowing_teams() -> frozenset[int]:
+    """Ids of the teams with a quota whose jobs may borrow idle GPUs beyond it."""
+    return frozenset(
+        Team.objects.filter(gpu_quota__isnull=False, may_borrow=True).values_list("id", flat=True)
+    )
+
+
 # ---------------------------------------------------------------------------------------------------
 # Jobs for users
 # ---------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
@@ -18,13 +18,17 @@ def schedule_round(
     allocator: str | Allocator,
     now_s: float,
     team_quota_gpus: Mapping[int, int] | None = None,
+    borrowing_teams: Collection[int] = (),
 ) -> RoundPlan:
     """Decide one round: every job in `jobs` gets exactly one Decision in the returned plan.
 
     `policy` and `allocator` are registered names or ready instances (for non-default options).
     Unknown names raise UnknownNameError listing the valid ones. `team_quota_gpus`: team id -> GPUs
-    its jobs may hold at once (teams not listed are unlimited); see `within_team_quotas`. Pure: same
-    inputs, same plan.
+    its jobs may hold at once (teams not listed are unlimited); see `within_team_quotas`.
+    `borrowing_teams`: teams whose jobs held back by their quota may still take what every job within
+    quota leaves (Kueue's borrowing): they are handed to the allocator after all of those, in policy
+    order, and placed ones carry the reason `borrowed`. Rounds re-decide everything, so a borrowed
+    GPU goes back as soon as a job within quota needs it. Pure: same inputs, same plan.
     """
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
     allocator_obj = ALLOCATORS.get(allocator)() if isinstance(allocator, str) else allocator
@@ -32,10 +36,15 @@ def schedule_round(
     if not team_quota_gpus:
         return allocator_obj.allocate_at(ordered, snapshot, now_s)
     admitted, held_back = within_team_quotas(ordered, team_quota_gpus)
-    plan = allocator_obj.allocate_at(admitted, snapshot, now_s)
+    borrowers = [job for job in ordered if job.job_id in held_back and job.team_id in borrowing_teams]
+    plan = allocator_obj.allocate_at([*admitted, *borrowers], snapshot, now_s)
     by_id = {d.job_id: d for d in plan.decisions}
     for job_id in held_back:
-        by_id[job_id] = Decision(job_id, Outcome.PENDING, reasons.QUOTA_EXCEEDED)
+        decision = by_id.get(job_id)
+        if decision is not None and decision.placement is not None:
+            by_id[job_id] = Decision(job_id, Outcome.PLACED, reasons.BORROWED, decision.placement)
+        elif decision is None or decision.outcome == Outcome.PENDING:
+            by_id[job_id] = Decision(job_id, Outcome.PENDING, reasons.QUOTA_EXCEEDED)
     return RoundPlan(tuple(by_id[job.job_id] for job in ordered))
 
 

@@ -22,8 +22,13 @@ QUOTA_EXCEEDED = "quota_exceeded"  # its team's GPU quota is used by jobs ahead 
 EXCEEDS_CLUSTER_GPUS = "exceeds_cluster_gpus"
 EXCEEDS_SERVER_RESOURCES = "exceeds_server_resources"  # a fixed demand no server could ever hold
 
+# Placed beyond its team's quota on GPUs no job within its quota wanted (Kueue's borrowing); such
+# jobs come after every job within quota, so they are the first to lose their GPUs when needed.
+BORROWED = "borrowed"
+
 PLACED_REASONS = frozenset(
     {
+        BORROWED,
         BEST_CASE,
         PROPORTIONAL,
         REVERTED_TO_PROPORTIONAL,

@@ -21,6 +21,7 @@ from cluster_app.selectors import SCHEDULABLE_STATES
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AdmissionPrediction, Job, JobState, PendingReason
 from scheduler_app.selectors import (
+    borrowing_teams,
     dependency_pending_reason,
     dependency_waits,
     next_round_at,
@@ -103,6 +104,7 @@ def _forecast_into(targets: list[Target], now: datetime, budget_s: float) -> set
         max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
         time_budget_s=budget_s,
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
+        borrowing_teams=borrowing_teams(),
         after={job_id: deps.keys() for job_id, deps in waits.items() if job_id not in never},
     )
     out_of_time = time.perf_counter() - wall_start >= budget_s

@@ -36,6 +36,7 @@ from scheduler_app.models import (
 from scheduler_app.selectors import (
     ActiveLease,
     RoundInputs,
+    borrowing_teams,
     round_inputs,
     server_busy_gpus,
     team_quotas_left,
@@ -168,6 +169,7 @@ def _round(trigger: str) -> SchedulingRound:
         allocator=conf.allocator,
         now_s=now.timestamp(),
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
+        borrowing_teams=borrowing_teams(),
     )
     sround = SchedulingRound.objects.create(
         started_at=now,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler_app.core.allocators import Allocator
@@ -47,6 +47,7 @@ def forecast(
     max_rounds: int = 2016,
     time_budget_s: float | None = None,
     team_quota_gpus: Mapping[int, int] | None = None,
+    borrowing_teams: Collection[int] = (),
     after: Mapping[int, Iterable[int]] | None = None,
 ) -> dict[int, JobForecast]:
     """Run rounds from `first_round_s` on `snapshot` (the live round's input: every resource free that
@@ -58,7 +59,7 @@ def forecast(
     `time_budget_s`: stop after this much wall time (a web request's patience); jobs not finished by
     then get no finish time, like those beyond `max_rounds`. Under a static order (FIFO) with
     `until_finished`, jobs ordered after the last target are left out of the forecast and the result.
-    `team_quota_gpus`: as in schedule_round.
+    `team_quota_gpus`, `borrowing_teams`: as in schedule_round.
     `after`: job id -> ids of the jobs it waits for (Slurm's afterok). Such a job joins the queue in
     the round after the last of them finishes, and never if one of them is not in `jobs` or is dropped.
     """
@@ -107,6 +108,7 @@ def forecast(
             allocator=allocator_obj,
             now_s=first_round_s + k * round_s,
             team_quota_gpus=team_quota_gpus,
+            borrowing_teams=borrowing_teams,
         )
         if can_skip and previous is not None and plan.decisions == previous.decisions:
             k += _skip_steady_rounds(plan, run.active, round_s, max_rounds - 1 - k)

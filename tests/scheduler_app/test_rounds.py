@@ -305,3 +305,30 @@ def test_a_team_at_its_gpu_quota_waits_with_reason_quota(user, fifo_tune):
     scheduling_round_run(trigger="test")
     second.refresh_from_db()
     assert second.state == JobState.RUNNING
+
+
+def test_a_borrowing_team_uses_idle_gpus_and_gives_them_back_when_another_team_needs_them(user, fifo_tune):
+    from tests.factories import TeamFactory
+
+    make_server("n1", gpus=8)
+    vision = TeamFactory(name="vision-b", gpu_quota=2, may_borrow=True)
+    nlp = TeamFactory(name="nlp-b", gpu_quota=6)
+    vision.members.add(user)
+    nlp.members.add(user)
+    mine = [submit(user, gpus=2, name=f"v{i}", team=vision) for i in range(3)]
+    scheduling_round_run(trigger="test")
+    assert [state_and_reason(j) for j in mine] == [(JobState.RUNNING, PendingReason.NONE)] * 3
+    decisions = RoundDecision.objects.filter(job__in=mine[1:]).values_list("reason", flat=True)
+    assert set(decisions) == {"borrowed"}
+    # nlp's job comes last in FIFO order, but within its quota it goes before vision's borrowers.
+    theirs = submit(user, gpus=6, name="n1", team=nlp)
+    scheduling_round_run(trigger="test")
+    assert state_and_reason(theirs)[0] == JobState.RUNNING
+    assert state_and_reason(mine[0])[0] == JobState.RUNNING  # within vision's quota: untouched
+    assert [state_and_reason(j) for j in mine[1:]] == [(JobState.PENDING, PendingReason.QUOTA)] * 2
+    assert JobEvent.objects.filter(job=mine[2], kind="preempted").exists()
+
+
+def state_and_reason(job: Job) -> tuple[str, str]:
+    job.refresh_from_db()
+    return job.state, job.pending_reason
