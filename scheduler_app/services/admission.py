@@ -187,9 +187,12 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
             _judge(prediction)
         elif not conf.inline_rounds:
             prediction.detail += "; a worker is finishing the forecast"
-            transaction.on_commit(lambda job_id=job.pk: _request_completion(job_id))
         if prediction.attainable is False and conf.reject_unattainable_qos:
             raise _unattainable(prediction, job)
+    if undecided and not conf.inline_rounds:
+        # One task finishes them all (an array's tasks together): not one forecast per task.
+        first = min(undecided)
+        transaction.on_commit(lambda: _request_completion(first))
     AdmissionPrediction.objects.bulk_create([prediction for prediction, _ in targets])
     for prediction, job in targets:
         logger.info(
@@ -227,22 +230,36 @@ def _request_completion(job_id: int) -> None:
 
 
 def admission_forecast_complete(*, job_id: int) -> AdmissionPrediction | None:
-    """Finish a prediction that ran out of time at submission, with the background budget.
+    """Finish a prediction that ran out of time at submission, with the background budget; for a
+    task of an array, every unfinished prediction of that array in the same forecast.
 
-    Predicts from the queue as it is now (the job may have moved up). Nothing to do once the job
+    Predicts from the queue as it is now (the job may have moved up). Nothing to do once a job
     has started or ended, or when its prediction is already known.
     """
     conf = scheduler_conf()
     prediction = AdmissionPrediction.objects.select_related("job").filter(job_id=job_id).first()
     if prediction is None or prediction.predicted_finish_at is not None:
         return prediction
-    job = prediction.job
-    if job.state != JobState.PENDING:
+    unfinished = AdmissionPrediction.objects.select_related("job").filter(
+        predicted_finish_at__isnull=True, job__state=JobState.PENDING
+    )
+    array_job_id = prediction.job.array_job_id
+    unfinished = (
+        unfinished.filter(job__array_job_id=array_job_id)
+        if array_job_id
+        else unfinished.filter(pk=prediction.pk)
+    )
+    targets = [(p, p.job) for p in unfinished.order_by("job_id")]
+    if not targets:
         return prediction
-    _forecast_into([(prediction, job)], timezone.now(), conf.forecast_background_budget_s)
-    _judge(prediction)
-    prediction.save(update_fields=["predicted_start_at", "predicted_finish_at", "attainable", "detail"])
-    return prediction
+    _forecast_into(targets, timezone.now(), conf.forecast_background_budget_s)
+    for target, _ in targets:
+        _judge(target)
+    AdmissionPrediction.objects.bulk_update(
+        [target for target, _ in targets],
+        ["predicted_start_at", "predicted_finish_at", "attainable", "detail"],
+    )
+    return next((target for target, _ in targets if target.pk == prediction.pk), prediction)
 
 
 def admission_predict_released(*, job: Job, now: datetime | None = None) -> AdmissionPrediction | None:

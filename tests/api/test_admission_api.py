@@ -116,6 +116,29 @@ def test_a_forecast_out_of_time_is_finished_by_a_worker(
     assert admission["detail"] == ""
 
 
+def test_an_arrays_forecast_out_of_time_is_finished_by_one_worker_task(
+    client, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "forecast_time_budget_s": 0.0,
+        "forecast_background_budget_s": 30.0,
+    }
+    queued: list[int] = []
+    monkeypatch.setattr("scheduler_app.services.admission._request_completion", queued.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        body = post(client, num_gpus=2, total_iters=1000, array="0-3")
+    ids = body["array_job_ids"]
+    assert queued == [ids[0]]  # one task for the whole array, not one forecast per task
+    assert not AdmissionPrediction.objects.filter(job_id__in=ids, predicted_finish_at__isnull=False).exists()
+    admission_forecast_complete(job_id=ids[0])
+    finishes = dict(
+        AdmissionPrediction.objects.filter(job_id__in=ids).values_list("job_id", "predicted_finish_at")
+    )
+    assert all(finishes[i] is not None for i in ids)
+    assert finishes[ids[2]] > finishes[ids[0]]  # 4 GPUs: the second pair runs after the first
+
+
 def test_an_own_command_gets_a_start_and_a_finish_only_from_its_time_limit(client):
     body = client.post(
         JOBS,
