@@ -164,6 +164,8 @@ ATTUNE_SCHEDULER = {
     "forecast_horizon_h": env.float("ATTUNE_FORECAST_HORIZON_H", default=168.0),
     "forecast_time_budget_s": env.float("ATTUNE_FORECAST_TIME_BUDGET_S", default=2.0),
     "forecast_background_budget_s": env.float("ATTUNE_FORECAST_BACKGROUND_BUDGET_S", default=120.0),
+    # ATTUNE_POLICY=fairshare: a user's past GPU-seconds count half after this many hours.
+    "fairshare_half_life_h": env.float("ATTUNE_FAIRSHARE_HALF_LIFE_H", default=168.0),
 }
 
 # Node agents and liveness; read only by cluster_app/conf.py.

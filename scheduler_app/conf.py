@@ -23,6 +23,7 @@ class SchedulerConf:
     forecast_horizon_h: float
     forecast_time_budget_s: float
     forecast_background_budget_s: float
+    fairshare_half_life_h: float
     redis_url: str
 
 
@@ -44,5 +45,7 @@ def scheduler_conf() -> SchedulerConf:
         forecast_horizon_h=float(raw.get("forecast_horizon_h", 168)),
         forecast_time_budget_s=float(raw.get("forecast_time_budget_s", 2.0)),
         forecast_background_budget_s=float(raw.get("forecast_background_budget_s", 120.0)),
+        # Slurm's PriorityDecayHalfLife default: last week's use weighs half as much as today's.
+        fairshare_half_life_h=float(raw.get("fairshare_half_life_h", 168)),
         redis_url=settings.REDIS_URL,
     )

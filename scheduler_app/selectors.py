@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Case, Count, IntegerField, Prefetch, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, IntegerField, Prefetch, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
@@ -249,6 +249,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
     snapshot = ClusterSnapshot(servers=tuple(views_s))
 
     profiles = workload_profiles(ids={j.workload_id for j in jobs_by_id.values() if j.workload_id})
+    usage = owner_usage_gpu_s(owner_ids={j.owner_id for j in jobs_by_id.values()}, now=timezone.now())
     shape = cluster_shape(snapshot) or REFERENCE_SHAPE
     views = []
     for job in jobs_by_id.values():
@@ -283,6 +284,8 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
                 priority=job.priority,
                 current=current,
                 team_id=job.team_id,
+                owner_id=job.owner_id,
+                owner_usage_gpu_s=usage[job.owner_id],
             )
         )
     return RoundInputs(
@@ -293,6 +296,27 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
         gpu_ids=gpu_ids,
         frozen_job_ids=frozen,
     )
+
+
+def owner_usage_gpu_s(*, owner_ids: Iterable[int], now: datetime) -> dict[int, float]:
+    """Owner -> GPU-seconds their jobs attained, each job's weighed by 2^(-age / half-life), age being
+    the time since it ended (0 while it runs or waits): fair share's recent usage, as Slurm decays it.
+    Jobs that ended more than 8 half-lives ago (under 0.4 %) are not read."""
+    half_life_s = scheduler_conf().fairshare_half_life_h * 3600.0
+    owner_ids = list(owner_ids)
+    usage: dict[int, float] = dict.fromkeys(owner_ids, 0.0)
+    if not owner_ids or half_life_s <= 0:
+        return usage
+    since = now - timedelta(seconds=8 * half_life_s)
+    rows = (
+        Job.objects.filter(owner_id__in=owner_ids, attained_service_gpu_s__gt=0)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+        .values_list("owner_id", "attained_service_gpu_s", "finished_at")
+    )
+    for owner_id, gpu_s, finished_at in rows:
+        age_s = max(0.0, (now - finished_at).total_seconds()) if finished_at else 0.0
+        usage[owner_id] += gpu_s * 0.5 ** (age_s / half_life_s)
+    return usage
 
 
 def team_quotas_left(*, jobs: list[Job], frozen_job_ids: set[int]) -> dict[int, int]:

@@ -141,6 +141,8 @@ class JobView:
     priority: int = 0
     current: Placement | None = field(default=None, compare=False)
     team_id: int | None = None  # for GPU quotas (engine.schedule_round's team_quota_gpus)
+    owner_id: int | None = None  # who submitted it (fair share); None: a job of its own
+    owner_usage_gpu_s: float = 0.0  # its owner's recent GPU-seconds, decayed (fair share)
 
     @property
     def remaining_iters(self) -> float:

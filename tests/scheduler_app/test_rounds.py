@@ -332,3 +332,29 @@ def test_a_borrowing_team_uses_idle_gpus_and_gives_them_back_when_another_team_n
 def state_and_reason(job: Job) -> tuple[str, str]:
     job.refresh_from_db()
     return job.state, job.pending_reason
+
+
+def test_fairshare_gives_another_user_the_gpus_before_one_users_burst_runs_on(user, settings):
+    from tests.factories import UserFactory
+
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "policy": "fairshare", "inline_rounds": False}
+    make_server("n1", gpus=8)
+    burst = [submit(user, gpus=4, name=f"sweep{i}") for i in range(3)]
+    other = submit(UserFactory(), gpus=4, name="late")  # submitted after the whole burst
+    scheduling_round_run(trigger="test")
+    assert [state_and_reason(j)[0] for j in burst] == [JobState.RUNNING, JobState.PENDING, JobState.PENDING]
+    assert state_and_reason(other)[0] == JobState.RUNNING
+
+
+def test_a_users_recent_usage_decays_with_the_half_life(user, settings):
+    from scheduler_app.selectors import owner_usage_gpu_s
+
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "fairshare_half_life_h": 24}
+    now = timezone.now()
+    for age_h, gpu_s in ((None, 100.0), (0, 1000.0), (24, 4000.0), (48, 8000.0), (24 * 9, 1e9)):
+        finished = None if age_h is None else now - timedelta(hours=age_h)
+        JobFactory(owner=user, attained_service_gpu_s=gpu_s, finished_at=finished)
+    # Running 100 + 1000 today + half of 4000 + a quarter of 8000; nine days back is not read.
+    assert owner_usage_gpu_s(owner_ids=[user.pk], now=now) == {
+        user.pk: pytest.approx(100 + 1000 + 2000 + 2000)
+    }

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scheduler_app.core.policies import POLICIES
+from scheduler_app.core.policies.fairshare import FairSharePolicy
 from scheduler_app.core.policies.fifo import FifoPolicy
 from scheduler_app.core.policies.ftf import FtfPolicy, finish_time_fairness
 from scheduler_app.core.policies.las import LasPolicy
@@ -31,7 +34,7 @@ def test_fifo_orders_by_arrival_then_job_id():
 
 def test_every_policy_serves_higher_priority_first():
     jobs = [make_job(1, arrival_s=0), make_job(2, arrival_s=50, priority=1)]
-    for name in ("fifo", "srtf", "las", "ftf"):
+    for name in ("fifo", "srtf", "las", "ftf", "fairshare"):
         assert ids(POLICIES.get(name)().order(jobs, CLUSTER, now_s=100))[0] == 2, name
 
 
@@ -110,3 +113,36 @@ def test_ftf_speedup_aware_shrinks_the_remaining_time():
     lstm = make_job(2, "lstm", arrival_s=0, total_iters=40_000, done_iters=20_000)  # (100 + 220) / 440
     assert ids(FtfPolicy().order([res18, lstm], CLUSTER, now_s=100)) == [1, 2]
     assert ids(FtfPolicy(speedup_aware=True).order([res18, lstm], CLUSTER, now_s=100)) == [2, 1]
+
+
+ALICE, BOB = 1, 2
+
+
+def owned(job_id, owner, arrival_s, *, usage=0.0, gpu_s=3600.0):
+    """A one-GPU job of `owner` that still needs `gpu_s` GPU-seconds at proportional speed."""
+    job = make_job(job_id, arrival_s=arrival_s)
+    return dataclasses.replace(
+        job,
+        owner_id=owner,
+        owner_usage_gpu_s=usage,
+        total_iters=gpu_s / job.profile.iter_time_s,
+    )
+
+
+def test_fairshare_interleaves_users_instead_of_serving_one_users_burst_first():
+    # Alice queued three 1-h jobs before Bob's one: Bob's goes second, not fourth.
+    jobs = [owned(1, ALICE, 0), owned(2, ALICE, 1), owned(3, ALICE, 2), owned(4, BOB, 3)]
+    assert ids(FairSharePolicy().order(jobs, CLUSTER, now_s=10)) == [1, 4, 2, 3]
+    assert ids(FifoPolicy().order(jobs, CLUSTER, now_s=10)) == [1, 2, 3, 4]
+
+
+def test_fairshare_serves_the_user_with_less_recent_usage_first():
+    # Bob used 2.5 GPU-hours lately: his job starts at virtual time 9000 s, after Alice's first three
+    # (0, 3600 and 7200 s), before her fourth (10800 s).
+    jobs = [owned(k, ALICE, k) for k in range(1, 5)] + [owned(9, BOB, 0, usage=9000.0)]
+    assert ids(FairSharePolicy().order(jobs, CLUSTER, now_s=10)) == [1, 2, 3, 9, 4]
+
+
+def test_fairshare_without_owners_is_fifo():
+    jobs = [make_job(job_id, arrival_s=arrival_s) for job_id, arrival_s in {1: 30, 7: 10, 2: 20}.items()]
+    assert FairSharePolicy().order(jobs, CLUSTER, now_s=100) == FifoPolicy().order(jobs, CLUSTER, now_s=100)
