@@ -249,7 +249,10 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
     snapshot = ClusterSnapshot(servers=tuple(views_s))
 
     profiles = workload_profiles(ids={j.workload_id for j in jobs_by_id.values() if j.workload_id})
-    usage = owner_usage_gpu_s(owner_ids={j.owner_id for j in jobs_by_id.values()}, now=timezone.now())
+    usage: dict[int, float] = defaultdict(float)  # read only for a policy that orders by it
+    if POLICIES.get(scheduler_conf().policy).reads_owner_usage:
+        owners = {j.owner_id for j in jobs_by_id.values()}
+        usage.update(owner_usage_gpu_s(owner_ids=owners, now=timezone.now()))
     shape = cluster_shape(snapshot) or REFERENCE_SHAPE
     views = []
     for job in jobs_by_id.values():

@@ -23,6 +23,8 @@ class Policy(ABC):
     # never on progress, service, the clock or the other jobs: a forecast may then drop the jobs
     # ordered after the one it predicts, and skip rounds in which nothing changes.
     static_order: ClassVar[bool] = False
+    # True when the order reads JobView.owner_usage_gpu_s, which the live service computes only then.
+    reads_owner_usage: ClassVar[bool] = False
 
     @abstractmethod
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:

@@ -28,6 +28,8 @@ def remaining_gpu_s(job: JobView) -> float:
 class FairSharePolicy(Policy):
     """Least recent usage first, interleaving users job by job."""
 
+    reads_owner_usage = True
+
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         ahead: dict[int, float] = defaultdict(float)  # owner -> GPU-seconds of their earlier jobs
         virtual_start: dict[int, float] = {}
