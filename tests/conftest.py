@@ -52,3 +52,12 @@ def fifo_proportional_minute_rounds(settings):
         "round_s": 60,
         "reject_unattainable_qos": False,
     }
+
+
+@pytest.fixture
+def gpu01_res18(db):
+    """One 4-GPU server, gpu01 (12 cores, 250 GB: 3 cores and 62.5 GB per GPU), and res18."""
+    from tests.api.helpers import make_server, workload
+
+    workload("res18")
+    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)

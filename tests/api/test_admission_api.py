@@ -93,16 +93,20 @@ def test_what_happened_is_stored_next_to_the_prediction(client, user):
     assert admission["finish_error_s"] == pytest.approx((finished_at - predicted).total_seconds())
 
 
-def test_a_forecast_out_of_time_is_finished_by_a_worker(
-    client, settings, monkeypatch, django_capture_on_commit_callbacks
-):
+@pytest.fixture
+def queued(settings, monkeypatch) -> list[int]:
+    """No time to forecast in the request: the job ids whose completion is handed to a worker."""
     settings.ATTUNE_SCHEDULER = {
         **settings.ATTUNE_SCHEDULER,
         "forecast_time_budget_s": 0.0,
         "forecast_background_budget_s": 30.0,
     }
-    queued: list[int] = []
-    monkeypatch.setattr("scheduler_app.services.admission._request_completion", queued.append)
+    asked: list[int] = []
+    monkeypatch.setattr("scheduler_app.services.admission._request_completion", asked.append)
+    return asked
+
+
+def test_a_forecast_out_of_time_is_finished_by_a_worker(client, queued, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         body = post(client, num_gpus=1, total_iters=1000, qos_max_latency_s=3600)
     assert body["status"] == 201
@@ -117,15 +121,8 @@ def test_a_forecast_out_of_time_is_finished_by_a_worker(
 
 
 def test_an_arrays_forecast_out_of_time_is_finished_by_one_worker_task(
-    client, settings, monkeypatch, django_capture_on_commit_callbacks
+    client, queued, django_capture_on_commit_callbacks
 ):
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "forecast_time_budget_s": 0.0,
-        "forecast_background_budget_s": 30.0,
-    }
-    queued: list[int] = []
-    monkeypatch.setattr("scheduler_app.services.admission._request_completion", queued.append)
     with django_capture_on_commit_callbacks(execute=True):
         body = post(client, num_gpus=2, total_iters=1000, array="0-3")
     ids = body["array_job_ids"]

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from scheduler_app.models import AdmissionPrediction, JobEvent, JobState, PendingReason
 from scheduler_app.services.job_control import JobStateError, job_hold, job_release
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import make_server, submit, workload
+from tests.api.helpers import submit
 from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
@@ -18,18 +18,12 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_
 JOBS = "/api/v1/jobs/"
 
 
-@pytest.fixture
-def server():
-    workload("res18")
-    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
-
-
 def reason(job) -> tuple[str, bool, str]:
     job.refresh_from_db()
     return job.state, job.held, job.pending_reason
 
 
-def test_a_held_job_waits_out_of_the_rounds_until_released(user, server):
+def test_a_held_job_waits_out_of_the_rounds_until_released(user, gpu01_res18):
     job = submit(user, gpus=1)
     job_hold(job=job, by=user)
     assert reason(job) == (JobState.PENDING, True, PendingReason.HELD_USER)
@@ -43,7 +37,7 @@ def test_a_held_job_waits_out_of_the_rounds_until_released(user, server):
     assert kinds[1:3] == [("held", f"held by {user.username}"), ("released", f"released by {user.username}")]
 
 
-def test_only_a_pending_job_can_be_held_and_only_a_held_one_released(user, server):
+def test_only_a_pending_job_can_be_held_and_only_a_held_one_released(user, gpu01_res18):
     job = submit(user, gpus=1)
     with pytest.raises(JobStateError, match="is not held"):
         job_release(job=job, by=user)
@@ -52,7 +46,7 @@ def test_only_a_pending_job_can_be_held_and_only_a_held_one_released(user, serve
         job_hold(job=job, by=user)
 
 
-def test_an_administrators_hold_is_released_only_by_staff(user, staff_user, server):
+def test_an_administrators_hold_is_released_only_by_staff(user, staff_user, gpu01_res18):
     job = submit(user, gpus=1)
     job_hold(job=job, by=user)
     job_hold(job=job, by=staff_user)  # staff take the owner's hold over
@@ -72,7 +66,7 @@ def at(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def test_held_jobs_are_left_out_of_forecasts_and_the_api_holds_and_releases(user, server):
+def test_held_jobs_are_left_out_of_forecasts_and_the_api_holds_and_releases(user, gpu01_res18):
     api = APIClient()
     api.force_authenticate(user)
     body = {"name": "big", "workload": "res18", "num_gpus": 4, "total_iters": 100000, "hold": True}

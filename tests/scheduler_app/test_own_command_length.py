@@ -18,17 +18,11 @@ from scheduler_app.selectors import (
     round_inputs,
 )
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import lease_of, make_server, submit, workload
+from tests.api.helpers import lease_of, submit
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
 
 JOBS = "/api/v1/jobs/"
-
-
-@pytest.fixture
-def server():
-    workload("res18")
-    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
 
 
 def own_command(user, *, gpus: int = 4, iters: int = 100, time_limit_s: int | None = None) -> Job:
@@ -53,22 +47,22 @@ def test_measured_speed_wins_then_the_time_limit_then_nothing(user):
     assert own_command_iter_time_s(Job(total_iters=1000), []) is None
 
 
-def test_the_round_sees_an_own_commands_time_limit_or_the_guess(user, server):
+def test_the_round_sees_an_own_commands_time_limit_or_the_guess(user, gpu01_res18):
     limited = own_command(user, gpus=1, iters=1000, time_limit_s=3600)
     unlimited = own_command(user, gpus=1, iters=1000)
-    inputs = round_inputs(servers=[server], jobs=[limited, unlimited])
+    inputs = round_inputs(servers=[gpu01_res18], jobs=[limited, unlimited])
     iter_s = {v.job_id: v.profile.iter_time_s for v in inputs.views}
     assert iter_s == {limited.pk: pytest.approx(3.6), unlimited.pk: OWN_COMMAND_GUESS_ITER_S}
 
 
-def test_the_round_sees_a_running_own_commands_measured_speed(user, server):
+def test_the_round_sees_a_running_own_commands_measured_speed(user, gpu01_res18):
     job = started(own_command(user, gpus=1, iters=1000, time_limit_s=3600))
     Allocation.objects.filter(pk=lease_of(job).pk).update(iters_per_s=5.0)
-    (view,) = round_inputs(servers=[server], jobs=[job]).views
+    (view,) = round_inputs(servers=[gpu01_res18], jobs=[job]).views
     assert view.profile.iter_time_s == pytest.approx(0.2)
 
 
-def test_a_job_behind_an_own_command_is_forecast_to_start_when_its_time_limit_ends(user, server):
+def test_a_job_behind_an_own_command_is_forecast_to_start_when_its_time_limit_ends(user, gpu01_res18):
     blocker = started(own_command(user, gpus=4, iters=10, time_limit_s=2 * 3600))
     api = APIClient()
     api.force_authenticate(user)
@@ -83,7 +77,7 @@ def test_a_job_behind_an_own_command_is_forecast_to_start_when_its_time_limit_en
     )
 
 
-def test_a_job_behind_an_own_command_that_reports_its_speed_starts_when_it_will_finish(user, server):
+def test_a_job_behind_an_own_command_that_reports_its_speed_starts_when_it_will_finish(user, gpu01_res18):
     blocker = started(own_command(user, gpus=4, iters=1000))
     Allocation.objects.filter(pk=lease_of(blocker).pk).update(iters_per_s=0.5)  # 2000 s left
     Job.objects.filter(pk=blocker.pk).update(done_iters=0)
