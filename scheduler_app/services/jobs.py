@@ -2,7 +2,7 @@
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,11 +72,18 @@ def parse_array_spec(spec: str) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+def dependency_ids(ids: Iterable[int]) -> list[int]:
+    """The jobs to wait for: each id, and every task of an array named by its id (as Slurm's afterok
+    on an ArrayJobID waits for the whole array)."""
+    ids = set(ids)
+    return sorted(ids | set(Job.objects.filter(array_job_id__in=ids).values_list("pk", flat=True)))
+
+
 def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) -> None:
-    ids = set(request.depends_on)
-    if len(ids) > MAX_DEPENDENCIES:
+    if len(set(request.depends_on)) > MAX_DEPENDENCIES:
         add("depends_on", f"A job may wait for at most {MAX_DEPENDENCIES} jobs.")
         return
+    ids = set(dependency_ids(request.depends_on))
     found = dict(job_list(user=owner).filter(pk__in=ids).values_list("pk", "state"))
     missing = sorted(ids - found.keys())
     if missing:
@@ -185,6 +192,7 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
     """
     _validate(request, owner)
     task_ids: tuple[int | None, ...] = parse_array_spec(request.array) if request.array else (None,)
+    depends_on = dependency_ids(request.depends_on) if request.depends_on else []
     jobs: list[Job] = []
     for task_id in task_ids:
         job = Job.objects.create(
@@ -211,9 +219,9 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
             job.array_task_id = task_id
             job.save(update_fields=["array_job", "array_task_id"])
             data.update(array_job=job.array_job_id, array_task_id=task_id)
-        if request.depends_on:
-            job.depends_on.set(sorted(set(request.depends_on)))
-            data["depends_on"] = sorted(set(request.depends_on))
+        if depends_on:
+            job.depends_on.set(depends_on)
+            data["depends_on"] = depends_on
             if not job.held and dependency_waits(job_ids=[job.pk]):
                 job.pending_reason = PendingReason.DEPENDENCY
                 job.save(update_fields=["pending_reason"])

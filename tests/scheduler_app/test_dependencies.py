@@ -145,3 +145,19 @@ def test_the_api_names_a_bad_dependency_in_its_field(user, server):
         format="json",
     )
     assert body.status_code == 400 and "depends_on" in body.json()
+
+
+def test_a_job_after_an_array_waits_for_every_task_of_it(user, server):
+    sweep = [submit(user, gpus=1, name="sweep", array="0-2")]
+    tasks = list(Job.objects.filter(name="sweep").order_by("array_task_id"))
+    assert sweep[0] == tasks[0]
+    evaluate = submit(user, gpus=1, name="evaluate", depends_on=(tasks[0].pk,))  # the array's id
+    assert sorted(evaluate.depends_on.values_list("pk", flat=True)) == [t.pk for t in tasks]
+    scheduling_round_run()
+    for task in tasks[:2]:
+        job_finish(job=task, state=JobState.COMPLETED)
+    scheduling_round_run()
+    assert state(evaluate) == (JobState.PENDING, PendingReason.DEPENDENCY)  # task 2 still runs
+    job_finish(job=tasks[2], state=JobState.COMPLETED)
+    scheduling_round_run()
+    assert state(evaluate)[0] == JobState.RUNNING
