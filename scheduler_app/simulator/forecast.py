@@ -141,7 +141,8 @@ def _skip_steady_rounds(plan: RoundPlan, active: dict[int, _SimJob], round_s: fl
     """Run every placed job through the whole rounds before the first of them finishes; return how many.
 
     Only called when the plan repeats and nothing else can change it (see `forecast`), so these
-    rounds would all have been this plan.
+    rounds would all have been this plan. (Only under a static order, which reads no owner usage: the
+    run's per-owner usage is not advanced here.)
     """
     placed = [(active[d.job_id], d.placement) for d in plan.decisions if d.placement is not None]
     if not placed:

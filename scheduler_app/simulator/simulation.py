@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from profiles_app.catalog import load_catalog
@@ -52,6 +53,8 @@ class _SimJob:
         "mem_gb_per_gpu_override",
         "model",
         "num_gpus",
+        "owner_base_usage_gpu_s",
+        "owner_id",
         "preemptions",
         "priority",
         "profile",
@@ -84,6 +87,10 @@ class _SimJob:
         self.mem_gb_per_gpu_override: float | None = None
         self.priority = 0
         self.team_id: int | None = None
+        self.owner_id = trace_job.owner_id
+        # The owner's usage from before the simulation (a forecast of the live queue); what the
+        # owner's jobs attain during it is added by the run (_Run.owner_gained_gpu_s).
+        self.owner_base_usage_gpu_s = 0.0
 
     @classmethod
     def from_view(cls, view: JobView, model: str = "") -> _SimJob:
@@ -98,13 +105,15 @@ class _SimJob:
         job.mem_gb_per_gpu_override = view.mem_gb_per_gpu_override
         job.priority = view.priority
         job.team_id = view.team_id
+        job.owner_id = view.owner_id
+        job.owner_base_usage_gpu_s = view.owner_usage_gpu_s
         job.current = view.current
         job.has_run = view.current is not None
         return job
 
-    def job_view(self) -> JobView:
+    def job_view(self, owner_usage_gpu_s: float = 0.0) -> JobView:
         view = self.view
-        if view is None:
+        if view is None or view.owner_usage_gpu_s != owner_usage_gpu_s:
             view = JobView(
                 job_id=self.job_id,
                 num_gpus=self.num_gpus,
@@ -119,6 +128,8 @@ class _SimJob:
                 priority=self.priority,
                 current=self.current,
                 team_id=self.team_id,
+                owner_id=self.owner_id,
+                owner_usage_gpu_s=owner_usage_gpu_s,
             )
             self.view = view
         return view
@@ -236,9 +247,18 @@ class _Run:
         # Resource-seconds: GPUs, cores, GB allocated; cores and GB turned into speed.
         self.totals = [0.0, 0.0, 0.0, 0.0, 0.0]
         self.series = UtilisationSeries()
+        # GPU-seconds each owner's jobs attained in this run (fair share; no decay within a run).
+        self.owner_gained_gpu_s: dict[int, float] = defaultdict(float)
 
     def views(self) -> list[JobView]:
-        return [job.view if job.view is not None else job.job_view() for job in self.active.values()]
+        views = []
+        gained = self.owner_gained_gpu_s
+        for job in self.active.values():
+            if job.owner_id is None:
+                views.append(job.view if job.view is not None else job.job_view())
+            else:  # the owner's usage moves whenever any of their jobs runs
+                views.append(job.job_view(job.owner_base_usage_gpu_s + gained[job.owner_id]))
+        return views
 
     def apply(
         self, plan: RoundPlan, now_s: float, interval_s: float | None = None
@@ -268,6 +288,8 @@ class _Run:
                 job.start_s = now_s
             held_s = _advance(job, placement.speedup, overhead_s, now_s, round_s, round_end)
             job.attained_gpu_s += held_s * job.num_gpus
+            if job.owner_id is not None:
+                self.owner_gained_gpu_s[job.owner_id] += held_s * job.num_gpus
             job.current = placement
             job.has_run = True
             job.view = None

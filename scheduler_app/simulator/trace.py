@@ -28,7 +28,9 @@ class TraceJob:
     `arrival_s` is seconds from the start of the trace. A job's work at the GPU-proportional point
     takes `total_iters x profile.iter_time_s` seconds (the reference's convention). `deadline_s`
     (optional, absolute seconds on the trace clock) makes it a QoS job (GENIE): it is met when the
-    job finishes by then. In the trace format it is an optional sixth column.
+    job finishes by then. In the trace format it is an optional sixth column. `owner_id` (who
+    submitted it, for the fair-share policy) is set by generators and benchmarks; the file format
+    has no column for it.
     """
 
     job_id: int
@@ -37,6 +39,7 @@ class TraceJob:
     total_iters: int
     num_gpus: int
     deadline_s: float | None = None
+    owner_id: int | None = None
 
 
 def _format_number(value: float) -> str:
