@@ -37,13 +37,22 @@ class HistoryTrace:
         return {name: asdict(profile) for name, profile in self.profiles.items()}
 
     def rows(self) -> list[list[Any]]:
-        """JSON-ready rows: job_id, model, arrival_s, total_iters, num_gpus, deadline_s."""
-        return [[j.job_id, j.model, j.arrival_s, j.total_iters, j.num_gpus, j.deadline_s] for j in self.jobs]
+        """JSON-ready rows: job_id, model, arrival_s, total_iters, num_gpus, deadline_s, owner_id."""
+        return [
+            [j.job_id, j.model, j.arrival_s, j.total_iters, j.num_gpus, j.deadline_s, j.owner_id]
+            for j in self.jobs
+        ]
 
 
 def trace_from_rows(rows: list[list[Any]]) -> list[TraceJob]:
     """The inverse of HistoryTrace.rows (a stored run's trace)."""
-    return [TraceJob(int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5]) for r in rows]
+    # Rows stored before owners were kept have six columns: their jobs replay without one.
+    return [
+        TraceJob(
+            int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5], r[6] if len(r) > 6 else None
+        )
+        for r in rows
+    ]
 
 
 def profiles_from_json(data: dict[str, dict[str, Any]]) -> dict[str, SensitivityProfile]:
@@ -76,21 +85,24 @@ def history_trace(*, max_jobs: int) -> HistoryTrace:
             "qos_deadline_at",
             "qos_max_latency_s",
             "workload_id",
+            "owner_id",
         )[:max_jobs]
     )
     by_id = workload_profiles(ids={r[8] for r in rows if r[8] is not None})
     profiles = {w.name: p for w, p in by_id.values() if p is not None}
-    replayable = [r[:8] for r in rows if r[1] in profiles]
+    replayable = [r[:8] + r[9:] for r in rows if r[1] in profiles]
     replayable.reverse()
     if not replayable:
         return HistoryTrace(jobs=[], skipped=len(rows), actual={"jobs": 0})
     t0 = min(r[2] for r in replayable)
     jobs = []
-    for job_id, model, submitted_at, _, total_iters, num_gpus, deadline_at, max_latency_s in replayable:
+    for row in replayable:
+        job_id, model, submitted_at, _, total_iters, num_gpus, deadline_at, max_latency_s, owner = row
         arrival_s = (submitted_at - t0).total_seconds()
         deadline = qos_deadline(submitted_at, deadline_at, max_latency_s)
         deadline_s = None if deadline is None else (deadline - t0).total_seconds()
-        jobs.append(TraceJob(job_id, model, arrival_s, total_iters, num_gpus, deadline_s))
+        # The owner too, so that a what-if under fair share replays who submitted what.
+        jobs.append(TraceJob(job_id, model, arrival_s, total_iters, num_gpus, deadline_s, owner))
     jct = jct_stats([(r[3] - r[2]).total_seconds() for r in replayable])  # the simulator's own figures
     makespan_h = (max(r[3] for r in replayable) - t0).total_seconds() / 3600
     qos = [(j, r[3]) for j, r in zip(jobs, replayable, strict=True) if j.deadline_s is not None]

@@ -7,9 +7,9 @@ from django.urls import reverse
 
 from profiles_app.models import Workload
 from scheduler_app import tasks
-from scheduler_app.dashboards.history import HistoryTrace, history_trace
+from scheduler_app.dashboards.history import HistoryTrace, history_trace, trace_from_rows
 from scheduler_app.dashboards.services import whatif_run_create, whatif_run_execute
-from scheduler_app.models import SimulationRun, SimulationStatus
+from scheduler_app.models import Job, SimulationRun, SimulationStatus
 from scheduler_app.services.simulations import SimulationRequest
 from scheduler_app.simulator import TraceJob
 from tests.dashboards.conftest import completed_job
@@ -127,6 +127,11 @@ def test_a_history_run_replays_the_recorded_jobs_beside_what_happened():
         ("res18", 3600.0, 800, 2),
     ]
     assert history.skipped == 1
+    # Who submitted each job replays too (fair share), and survives the stored run's round trip.
+    owners = list(Job.objects.filter(pk__in=[j.job_id for j in history.jobs]).order_by("submitted_at"))
+    assert [j.owner_id for j in history.jobs] == [job.owner_id for job in owners]
+    assert trace_from_rows(history.rows()) == history.jobs
+    assert trace_from_rows([[1, "res18", 0.0, 10, 1, None]])[0].owner_id is None  # stored before owners
     assert history.actual["avg_jct_h"] == 3.0 and history.actual["makespan_h"] == 5.0
     run = whatif_run_create(request=SimulationRequest(servers=1, allocators=("tune",)), history=history)
     run = whatif_run_execute(run_id=run.pk)
