@@ -182,7 +182,9 @@ def test_an_array_from_the_form_is_one_job_per_task(user, client_of, cluster, no
     assert [t.array_task_id for t in tasks] == [1, 3, 5] and {t.array_job_id for t in tasks} == {tasks[0].pk}
     html = response.content.decode()
     assert f"Array of 3 tasks submitted: jobs {tasks[0].pk} to {tasks[2].pk}." in html
-    assert '<dd id="array-task">1 of array' in html
+    assert '<dd id="array-task">1 of array' in html and f"Job {tasks[0].pk}: sweep[1] " in html
+    queue = client.get(f"/jobs/?array_job={tasks[0].pk}").content.decode()
+    assert all(f">sweep[{t.array_task_id}]</a>" in queue for t in tasks)
     response = client.post(URL, {**base, "array": "9-1"})
     assert field_errors(response.content.decode(), "array") == ["“9-1” is an empty range"]
     assert Job.objects.count() == 3
