@@ -79,10 +79,11 @@ def dependency_ids(ids: Iterable[int]) -> list[int]:
     return sorted(ids | set(Job.objects.filter(array_job_id__in=ids).values_list("pk", flat=True)))
 
 
-def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) -> None:
+def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) -> dict[int, str]:
+    """The state of each job to wait for (arrays expanded); what is wrong goes to `add`."""
     if len(set(request.depends_on)) > MAX_DEPENDENCIES:
         add("depends_on", f"A job may wait for at most {MAX_DEPENDENCIES} jobs.")
-        return
+        return {}
     ids = set(dependency_ids(request.depends_on))
     found = dict(job_list(user=owner).filter(pk__in=ids).values_list("pk", "state"))
     missing = sorted(ids - found.keys())
@@ -91,10 +92,12 @@ def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) ->
     for job_id, state in sorted(found.items()):
         if state in TERMINAL_JOB_STATES and state != JobState.COMPLETED:
             add("depends_on", f"Job {job_id} ended {state}: a job after it could never start.")
+    return found
 
 
-def _validate(request: JobRequest, owner: AbstractBaseUser) -> None:
-    """Raise ValidationError with per-field messages; nothing is written on bad input."""
+def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int | None, ...], dict[int, str]]:
+    """Raise ValidationError with per-field messages; nothing is written on bad input. Returns what
+    the checks worked out: the task indices (None for a single job) and each dependency's state."""
     errors: dict[str, list[str]] = {}
 
     def add(field: str, message: str) -> None:
@@ -122,15 +125,16 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> None:
         add("qos_max_latency_s", "The maximum latency must be positive.")
     if request.team is not None and not request.team.members.filter(pk=owner.pk).exists():
         add("team", f"You are not a member of team {request.team.name}.")
-    if request.depends_on:
-        _validate_dependencies(request, owner, add)
+    dependencies = _validate_dependencies(request, owner, add) if request.depends_on else {}
+    task_ids: tuple[int | None, ...] = (None,)
     if request.array:
         try:
-            parse_array_spec(request.array)
+            task_ids = parse_array_spec(request.array)
         except ValueError as exc:
             add("array", str(exc))
     if errors:
         raise ValidationError(errors)
+    return task_ids, dependencies
 
 
 def job_event(
@@ -190,9 +194,14 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
     ordinary jobs that share everything but their index: `array_job` is the first task (Slurm's
     ArrayJobID) and `array_task_id` the index their process sees as ATTUNE_ARRAY_TASK_ID.
     """
-    _validate(request, owner)
-    task_ids: tuple[int | None, ...] = parse_array_spec(request.array) if request.array else (None,)
-    depends_on = dependency_ids(request.depends_on) if request.depends_on else []
+    task_ids, dependencies = _validate(request, owner)
+    depends_on = sorted(dependencies)
+    if request.hold:
+        reason = PendingReason.HELD_USER
+    elif any(state != JobState.COMPLETED for state in dependencies.values()):
+        reason = PendingReason.DEPENDENCY
+    else:
+        reason = PendingReason.PRIORITY
     jobs: list[Job] = []
     for task_id in task_ids:
         job = Job.objects.create(
@@ -211,24 +220,31 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
             time_limit_s=request.time_limit_s,
             state=JobState.PENDING,
             held=request.hold,
-            pending_reason=PendingReason.HELD_USER if request.hold else PendingReason.PRIORITY,
+            pending_reason=reason,
+            # The first task is its array's id: it refers to itself, set just below.
+            array_job=jobs[0] if jobs else None,
+            array_task_id=task_id if jobs else None,
         )
-        data: dict[str, Any] = {}
-        if task_id is not None:
-            job.array_job = jobs[0] if jobs else job
-            job.array_task_id = task_id
+        if task_id is not None and not jobs:
+            job.array_job, job.array_task_id = job, task_id
             job.save(update_fields=["array_job", "array_task_id"])
-            data.update(array_job=job.array_job_id, array_task_id=task_id)
+        jobs.append(job)
+    # One statement each for the dependencies and the events of every task (an array has up to 1,000).
+    through = Job.depends_on.through
+    through.objects.bulk_create(
+        [through(from_job_id=job.pk, to_job_id=dep) for job in jobs for dep in depends_on]
+    )
+    events = []
+    for job in jobs:
+        data: dict[str, Any] = {}
+        if job.array_job_id is not None:
+            data.update(array_job=job.array_job_id, array_task_id=job.array_task_id)
         if depends_on:
-            job.depends_on.set(depends_on)
             data["depends_on"] = depends_on
-            if not job.held and dependency_waits(job_ids=[job.pk]):
-                job.pending_reason = PendingReason.DEPENDENCY
-                job.save(update_fields=["pending_reason"])
         if job.held:
             data["held"] = True
-        job_event_append(job=job, kind="submitted", to_state=JobState.PENDING, at=job.submitted_at, data=data)
-        jobs.append(job)
+        events.append(job_event(job, "submitted", to_state=JobState.PENDING, data=data, at=job.submitted_at))
+    JobEvent.objects.bulk_create(events)
     return jobs
 
 
