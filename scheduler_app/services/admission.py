@@ -107,16 +107,20 @@ def _forecast_into(targets: list[Target], now: datetime, budget_s: float) -> set
         borrowing_teams=borrowing_teams(),
         after={job_id: deps.keys() for job_id, deps in waits.items() if job_id not in never},
     )
-    out_of_time = time.perf_counter() - wall_start >= budget_s
+    # Why a target has no finish: the time budget ran out, or the horizon was reached.
+    cut_short = (
+        f"within {budget_s:g} s of forecasting" if time.perf_counter() - wall_start >= budget_s else None
+    )
+    horizon = f"within the forecast's {conf.forecast_horizon_h:g} h"
     return {
         job.pk
         for prediction, job in placeable
-        if not _fill(prediction, job, predicted[job.pk], out_of_time, budget_s)
+        if not _fill(prediction, job, predicted[job.pk], cut_short, horizon)
     }
 
 
 def _fill(
-    prediction: AdmissionPrediction, job: Job, predicted: JobForecast, out_of_time: bool, budget_s: float
+    prediction: AdmissionPrediction, job: Job, predicted: JobForecast, cut_short: str | None, horizon: str
 ) -> bool:
     """One target's prediction from the forecast; False when it was cut short by the time budget."""
     prediction.predicted_start_at = _at(predicted.start_s)
@@ -136,11 +140,8 @@ def _fill(
     if predicted.finish_s is not None:
         return True
     what = "started" if predicted.start_s is None else "finished"
-    if out_of_time:
-        prediction.detail = f"not {what} within {budget_s:g} s of forecasting"
-        return False
-    prediction.detail = f"not {what} within the forecast's {scheduler_conf().forecast_horizon_h:g} h"
-    return True
+    prediction.detail = f"not {what} {cut_short or horizon}"
+    return cut_short is None
 
 
 def _judge(prediction: AdmissionPrediction) -> None:
@@ -148,12 +149,6 @@ def _judge(prediction: AdmissionPrediction) -> None:
         return  # no target, or nothing to compare it with
     finish = prediction.predicted_finish_at
     prediction.attainable = finish is not None and finish <= prediction.deadline_at
-
-
-def admission_predict(*, job: Job, now: datetime | None = None) -> AdmissionPrediction:
-    """Forecast `job` (just submitted, PENDING) against the current queue and store the prediction;
-    see admission_predict_all."""
-    return admission_predict_all(jobs=[job], now=now)[0]
 
 
 def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> list[AdmissionPrediction]:
@@ -181,18 +176,10 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
         )
         for job in jobs
     ]
-    undecided = _forecast_into(targets, now, conf.forecast_time_budget_s)
+    _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))
     for prediction, job in targets:
-        if job.pk not in undecided:
-            _judge(prediction)
-        elif not conf.inline_rounds:
-            prediction.detail += "; a worker is finishing the forecast"
         if prediction.attainable is False and conf.reject_unattainable_qos:
             raise _unattainable(prediction, job)
-    if undecided and not conf.inline_rounds:
-        # One task finishes them all (an array's tasks together): not one forecast per task.
-        first = min(undecided)
-        transaction.on_commit(lambda: _request_completion(first))
     AdmissionPrediction.objects.bulk_create([prediction for prediction, _ in targets])
     for prediction, job in targets:
         logger.info(
@@ -204,6 +191,20 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
             prediction.detail,
         )
     return [prediction for prediction, _ in targets]
+
+
+def _settle(targets: list[Target], undecided: set[int]) -> None:
+    """Judge the decided predictions; with a worker, hand the undecided ones to it after commit, in one
+    task (an array's tasks together: not one forecast per task)."""
+    worker = not scheduler_conf().inline_rounds
+    for prediction, job in targets:
+        if job.pk not in undecided:
+            _judge(prediction)
+        elif worker:
+            prediction.detail += "; a worker is finishing the forecast"
+    if undecided and worker:
+        first = min(undecided)
+        transaction.on_commit(lambda: _request_completion(first))
 
 
 def _unattainable(prediction: AdmissionPrediction, job: Job) -> QosUnattainableError:
@@ -271,11 +272,8 @@ def admission_predict_released(*, job: Job, now: datetime | None = None) -> Admi
     if prediction is None:
         return None
     prediction.created_at = now
-    if not _forecast_into([(prediction, job)], now, conf.forecast_time_budget_s):
-        _judge(prediction)
-    elif not conf.inline_rounds:
-        prediction.detail += "; a worker is finishing the forecast"
-        transaction.on_commit(lambda: _request_completion(job.pk))
+    targets = [(prediction, job)]
+    _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))
     prediction.save()
     return prediction
 
