@@ -238,13 +238,18 @@ def job_hold(*, job: Job, by: AbstractBaseUser) -> Job:
     return job
 
 
+def job_release_allowed(job: Job, by: AbstractBaseUser) -> bool:
+    """An administrator's hold only staff may release; an owner's hold, whoever may see the job."""
+    return bool(by.is_staff) or job.pending_reason != PendingReason.HELD_ADMIN
+
+
 @transaction.atomic
 def job_release(*, job: Job, by: AbstractBaseUser) -> Job:
     """Put a held job back in the queue (`scontrol release`) and ask for an early round."""
     job = Job.objects.select_for_update().get(pk=job.pk)
     if not job.held:
         raise JobStateError(f"job {job.pk} is not held")
-    if job.pending_reason == PendingReason.HELD_ADMIN and not by.is_staff:
+    if not job_release_allowed(job, by):
         raise PermissionDenied(f"job {job.pk} was held by an administrator: only staff can release it")
     job.held, job.pending_reason = False, PendingReason.PRIORITY
     job.save(update_fields=["held", "pending_reason"])

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from cluster_app.selectors import server_get_by_name
 from cluster_app.services import ServerStateError
-from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState, PendingReason
+from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState
 from scheduler_app.selectors import (
     cluster_overview,
     job_detail_queryset,
@@ -31,6 +31,7 @@ from scheduler_app.services.job_control import (
     job_enqueue_all,
     job_hold,
     job_release,
+    job_release_allowed,
 )
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.access import staff_required
@@ -102,8 +103,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "log_lines": job_log_tail(job=job),
         "can_cancel": job.state not in TERMINAL_JOB_STATES,
         "can_hold": job.state == JobState.PENDING and not job.held,
-        # An administrator's hold is theirs to release (the service refuses others anyway).
-        "can_release": job.held and (request.user.is_staff or job.pending_reason != PendingReason.HELD_ADMIN),
+        "can_release": job.held and job_release_allowed(job, request.user),
         "progress_pct": 100.0 * job.done_iters / job.total_iters if job.total_iters else 0.0,
     }
     return render(request, "web/job.html", context)
