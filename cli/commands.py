@@ -101,6 +101,7 @@ def _print_admission(admission: dict[str, Any], out: TextIO) -> None:
 
 
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"})
+WAIT_CHUNK = 200  # ids per list request: keeps the URL under servers' request-line limits
 
 
 def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
@@ -109,8 +110,14 @@ def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
     left = list(job_ids)
     status = 0
     while left:
+        # One list request per 200 jobs (an array's tasks), not one request per job.
+        states = {
+            job["id"]: job
+            for k in range(0, len(left), WAIT_CHUNK)
+            for job in api.jobs({"id": ",".join(map(str, left[k : k + WAIT_CHUNK]))})
+        }
         for job_id in list(left):
-            job = api.job(job_id)
+            job = states.get(job_id) or api.job(job_id)  # not listed: the detail call says why
             if job["state"] not in FINAL_STATES:
                 continue
             left.remove(job_id)
