@@ -12,8 +12,10 @@ BACKFILLED = "backfilled"  # placed ahead of a QoS job's reservation without del
 LEFTOVER = "leftover"  # grown past its QoS fit with cores/memory nobody else was given (GENIE)
 
 # Pending: may fit in a later round.
-INSUFFICIENT_GPUS = "insufficient_gpus"  # not enough free GPUs after jobs ahead in policy order
-FRAGMENTED = "fragmented"  # enough GPUs in total, but not with the CPU/memory they need
+# not enough free GPUs after jobs ahead in policy order (a job with num_nodes = N: fewer than N
+# servers with num_gpus / N free GPUs each)
+INSUFFICIENT_GPUS = "insufficient_gpus"
+FRAGMENTED = "fragmented"  # enough GPUs (in its num_nodes shape), but not with the CPU/memory they need
 QOS_UNATTAINABLE = "qos_unattainable"  # its deadline can no longer be met (GENIE best-effort tail)
 RESERVED_FOR_QOS = "reserved_for_qos"  # would delay the reservation of a QoS job ahead of it (GENIE)
 QUOTA_EXCEEDED = "quota_exceeded"  # its team's GPU quota is used by jobs ahead of it (or held)
@@ -21,6 +23,9 @@ QUOTA_EXCEEDED = "quota_exceeded"  # its team's GPU quota is used by jobs ahead 
 # Infeasible: can never fit on this cluster as it is.
 EXCEEDS_CLUSTER_GPUS = "exceeds_cluster_gpus"
 EXCEEDS_SERVER_RESOURCES = "exceeds_server_resources"  # a fixed demand no server could ever hold
+# Fewer than num_nodes servers could ever hold num_gpus / num_nodes GPUs (with its fixed demand).
+EXCEEDS_CLUSTER_NODES = "exceeds_cluster_nodes"
+UNEVEN_NODE_SPLIT = "uneven_node_split"  # num_gpus is not a multiple of num_nodes
 
 # Placed beyond its team's quota on GPUs no job within its quota wanted (Kueue's borrowing); such
 # jobs come after every job within quota, so they are the first to lose their GPUs when needed.
@@ -43,4 +48,6 @@ PLACED_REASONS = frozenset(
 PENDING_REASONS = frozenset(
     {INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE, RESERVED_FOR_QOS, QUOTA_EXCEEDED}
 )
-INFEASIBLE_REASONS = frozenset({EXCEEDS_CLUSTER_GPUS, EXCEEDS_SERVER_RESOURCES})
+INFEASIBLE_REASONS = frozenset(
+    {EXCEEDS_CLUSTER_GPUS, EXCEEDS_SERVER_RESOURCES, EXCEEDS_CLUSTER_NODES, UNEVEN_NODE_SPLIT}
+)

@@ -126,6 +126,9 @@ class JobView:
     GPU-seconds received so far (LAS). Overrides fix the per-GPU CPU or memory demand (a user's
     explicit request). `deadline_s` is an absolute time on the caller's clock (QoS), `current` the
     placement held in the previous round (None if the job is not running).
+    `num_nodes` (Slurm's --nodes): None = any number of servers (the allocator's placement rule may
+    spread the job); N = exactly N distinct servers with num_gpus / N GPUs on each (N = 1 forbids
+    spreading). The service admits only even splits; the core answers an uneven one `infeasible`.
     """
 
     job_id: int
@@ -143,6 +146,7 @@ class JobView:
     team_id: int | None = None  # for GPU quotas (engine.schedule_round's team_quota_gpus)
     owner_id: int | None = None  # who submitted it (fair share); None: a job of its own
     owner_usage_gpu_s: float = 0.0  # its owner's recent GPU-seconds, decayed (fair share)
+    num_nodes: int | None = None  # exactly this many servers, num_gpus / num_nodes GPUs each
 
     @property
     def remaining_iters(self) -> float:

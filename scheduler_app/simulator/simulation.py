@@ -53,6 +53,7 @@ class _SimJob:
         "mem_gb_per_gpu_override",
         "model",
         "num_gpus",
+        "num_nodes",
         "owner_base_usage_gpu_s",
         "owner_id",
         "preemptions",
@@ -69,6 +70,7 @@ class _SimJob:
         self.job_id = trace_job.job_id
         self.model = trace_job.model
         self.num_gpus = trace_job.num_gpus
+        self.num_nodes = trace_job.num_nodes
         self.arrival_s = float(trace_job.arrival_s)
         self.total_iters = float(trace_job.total_iters)
         self.deadline_s = None if trace_job.deadline_s is None else float(trace_job.deadline_s)
@@ -106,6 +108,7 @@ class _SimJob:
         job.priority = view.priority
         job.team_id = view.team_id
         job.owner_id = view.owner_id
+        job.num_nodes = view.num_nodes
         job.owner_base_usage_gpu_s = view.owner_usage_gpu_s
         job.current = view.current
         job.has_run = view.current is not None
@@ -130,6 +133,7 @@ class _SimJob:
                 team_id=self.team_id,
                 owner_id=self.owner_id,
                 owner_usage_gpu_s=owner_usage_gpu_s,
+                num_nodes=self.num_nodes,
             )
             self.view = view
         return view

@@ -1,4 +1,9 @@
-"""Trace jobs and the reference trace format `job_id,model,arrival_s,total_iters,gpus` (reader and writer)."""
+"""Trace jobs and the reference trace format `job_id,model,arrival_s,total_iters,gpus` (reader and writer).
+
+Optional extras after the five reference columns: a sixth column `deadline_s` (QoS), then a last
+field `nodes=N` (the job's node count, Slurm's --nodes). The keyed form keeps every line that was
+valid or invalid before so, since no reference column ever starts with `nodes=`.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 NUM_COLUMNS = 5
 NUM_COLUMNS_WITH_DEADLINE = 6
+NODES_PREFIX = "nodes="
 
 
 class TraceError(ValueError):
@@ -30,7 +36,8 @@ class TraceJob:
     (optional, absolute seconds on the trace clock) makes it a QoS job (GENIE): it is met when the
     job finishes by then. In the trace format it is an optional sixth column. `owner_id` (who
     submitted it, for the fair-share policy) is set by generators and benchmarks; the file format
-    has no column for it.
+    has no column for it. `num_nodes` (optional, `JobView.num_nodes`): exactly that many servers with
+    num_gpus / num_nodes GPUs each; in the trace format a last field `nodes=N`.
     """
 
     job_id: int
@@ -40,6 +47,7 @@ class TraceJob:
     num_gpus: int
     deadline_s: float | None = None
     owner_id: int | None = None
+    num_nodes: int | None = None
 
 
 def _format_number(value: float) -> str:
@@ -50,10 +58,13 @@ def _format_number(value: float) -> str:
 
 
 def format_trace_line(job: TraceJob) -> str:
-    """One line of the reference format (plus a sixth deadline column for QoS jobs), without the newline."""
+    """One line of the reference format (plus a sixth deadline column for QoS jobs and a last `nodes=N`
+    field for a node count), without the newline."""
     line = f"{job.job_id},{job.model},{_format_number(job.arrival_s)},{job.total_iters},{job.num_gpus}"
     if job.deadline_s is not None:
         line += f",{_format_number(job.deadline_s)}"
+    if job.num_nodes is not None:
+        line += f",{NODES_PREFIX}{job.num_nodes}"
     return line
 
 
@@ -80,10 +91,13 @@ def parse_trace_line(
 ) -> TraceJob:
     """Parse one non-blank line; `where` ("file:line") prefixes every error message."""
     fields = [f.strip() for f in line.split(",")]
+    num_nodes: int | None = None
+    if len(fields) > NUM_COLUMNS and fields[-1].startswith(NODES_PREFIX):
+        num_nodes = _parse_int(fields.pop()[len(NODES_PREFIX) :], "nodes", where)
     if len(fields) not in (NUM_COLUMNS, NUM_COLUMNS_WITH_DEADLINE):
         raise TraceError(
             f"{where}: expected {NUM_COLUMNS} columns (job_id,model,arrival_s,total_iters,gpus) "
-            f"or {NUM_COLUMNS_WITH_DEADLINE} (...,deadline_s), got {len(fields)}"
+            f"or {NUM_COLUMNS_WITH_DEADLINE} (...,deadline_s), then optionally nodes=N, got {len(fields)}"
         )
     id_text, model, arrival_text, iters_text, gpus_text = fields[:NUM_COLUMNS]
     try:
@@ -104,6 +118,8 @@ def parse_trace_line(
         raise TraceError(f"{where}: arrival_s must be a finite number >= 0, got {arrival_text!r}")
     total_iters = _parse_int(iters_text, "total_iters", where)
     num_gpus = _parse_int(gpus_text, "gpus", where)
+    if num_nodes is not None and num_gpus % num_nodes:
+        raise TraceError(f"{where}: gpus ({num_gpus}) must split evenly over nodes ({num_nodes})")
     deadline_s: float | None = None
     if len(fields) == NUM_COLUMNS_WITH_DEADLINE and fields[-1]:
         try:
@@ -119,6 +135,7 @@ def parse_trace_line(
         total_iters=total_iters,
         num_gpus=num_gpus,
         deadline_s=deadline_s,
+        num_nodes=num_nodes,
     )
 
 

@@ -3,12 +3,13 @@
 Stable API (the opt allocator imports it too):
 - `infeasible_reason(job, snapshot)` -> reason code or None: can this job ever fit this cluster?
   (`infeasible_reasons(jobs, snapshot)` for a whole list.)
-- `gpu_admission(ordered_jobs, infeasible, free_gpu_count)` -> list[bool]: Synergy's GPU-only
-  admission in policy order.
-- `RoundState(snapshot)`: free GPUs / cores / memory per server for one round, mutated as jobs are
-  placed; `find_packed` / `find_first_fit` (or `find` / `find_uniform`) choose servers, `take`
-  commits a plan, `adjust` gives back or claims cores and memory of a share already held.
+- `gpu_admission(ordered_jobs, infeasible, free_gpu_count, snapshot=None)` -> list[bool]: Synergy's
+  GPU-only admission in policy order (with `snapshot`: node counts that cannot start are skipped).
+- `RoundState(snapshot, jobs=())`: free GPUs / cores / memory per server for one round, mutated as
+  jobs are placed; `find_packed` / `find_first_fit` (or `find` / `find_uniform`) choose servers,
+  `take` commits a plan, `adjust` gives back or claims cores and memory of a share already held.
   `claim_current` / `remember_current` / `release` / `home_servers` / `home_plan`: stickiness (below).
+  `require_nodes` / `node_shape` / `node_servers` / `node_pending_reason`: node counts (below).
 - `PlanBuilder`: one Decision per job, in input order.
 - `DemandCache(shape)`: per-call memo of each job's (capped) best case and fixed-demand point.
 
@@ -30,6 +31,16 @@ free (taking unclaimed indices first, and from the fewest, smallest claimants; a
 loses a GPU drops all its claims, since it has to move anyway). Each `find` fails exactly when
 the plain rule would on the same state, so claims change no operating-point or admission rule,
 only where jobs go; with no claims every choice is the plain rule's.
+
+Node counts (`JobView.num_nodes`, Slurm's --nodes): the jobs given to `RoundState(snapshot, jobs)`
+(or `require_nodes`, before `claim_current`) that ask for N servers are placed by `find*` with
+`owner=job_id` only on exactly N distinct servers with num_gpus / N GPUs each: the strategy's order
+over the servers that fit num_gpus / N GPUs at the demand (packed: fewest usable GPUs first, ties
+lowest position; first fit: position order), through the same stages as above (home, unclaimed,
+everything free), and nothing when fewer than N servers fit. A current placement of another shape
+is not a home (it claims nothing). Jobs without num_nodes take exactly the paths above. Allocators
+that choose servers themselves (opt's balanced choice, room-making) ask `node_shape` /
+`node_servers`; `infeasible_reason` answers the shapes no cluster state could ever hold.
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from scheduler_app.core.types import (
     Placement,
     RoundPlan,
     ServerShare,
+    ServerView,
 )
 
 EPS = 1e-6
@@ -64,55 +76,130 @@ def has_fixed_demand(job: JobView) -> bool:
     return job.cpus_per_gpu_override is not None or job.mem_gb_per_gpu_override is not None
 
 
-def infeasible_reason(job: JobView, snapshot: ClusterSnapshot, total_gpus: int | None = None) -> str | None:
+def infeasible_reason(
+    job: JobView,
+    snapshot: ClusterSnapshot,
+    total_gpus: int | None = None,
+    memo: dict[tuple[int, float | None, float | None], int] | None = None,
+) -> str | None:
     """Why `job` can never fit this cluster (even empty), or None if it could.
 
     A fixed demand is infeasible when the cluster cannot hold `num_gpus` GPUs each with that
     per-GPU share, counting every server's full capacity (a split job needs the share on every
     server it touches); a dimension that is not overridden gets each server's proportional share,
-    which always fits.
+    which always fits. A job with `num_nodes` = N needs num_gpus to split evenly, and N servers that
+    could each hold num_gpus / N of its GPUs (with its fixed demand, if any). `memo`: a dict shared
+    by the calls on one snapshot (counts of servers by demand), as `infeasible_reasons` passes.
     """
     if job.num_gpus < 1:
         raise ValueError(f"job {job.job_id}: num_gpus must be >= 1, got {job.num_gpus}")
+    if job.num_nodes is not None:
+        return _node_infeasible_reason(job, snapshot, total_gpus, {} if memo is None else memo)
     if job.num_gpus > (snapshot.total_gpus if total_gpus is None else total_gpus):
         return reasons.EXCEEDS_CLUSTER_GPUS
     if not has_fixed_demand(job):
         return None
-    c = job.cpus_per_gpu_override
-    m = job.mem_gb_per_gpu_override
-    holdable = 0
-    for s in snapshot.servers:
-        k = s.num_gpus
-        if c is not None and c > 0:
-            k = min(k, math.floor((s.num_cpus + EPS) / c))
-        if m is not None and m > 0:
-            k = min(k, math.floor((s.mem_gb + EPS) / m))
-        holdable += k
+    # A helper, not a generator here: capturing c and m would cost every job two cells per call.
+    holdable = _holdable_total(snapshot, job.cpus_per_gpu_override, job.mem_gb_per_gpu_override)
     return reasons.EXCEEDS_SERVER_RESOURCES if holdable < job.num_gpus else None
 
 
+def _node_infeasible_reason(
+    job: JobView,
+    snapshot: ClusterSnapshot,
+    total_gpus: int | None,
+    memo: dict[tuple[int, float | None, float | None], int],
+) -> str | None:
+    """`infeasible_reason` for a job with a node count (kept apart: every job passes the other path).
+
+    `memo` keys: (0, c, m) -> GPUs the cluster holds at (c, m); (k, c, m) -> servers holding k of
+    them. Live jobs mostly carry a node count, so each is counted once per snapshot, not per job.
+    """
+    nodes = job.num_nodes
+    assert nodes is not None
+    num_gpus = job.num_gpus
+    if nodes < 1:
+        raise ValueError(f"job {job.job_id}: num_nodes must be >= 1 or None, got {nodes}")
+    if num_gpus % nodes:
+        return reasons.UNEVEN_NODE_SPLIT
+    if num_gpus > (snapshot.total_gpus if total_gpus is None else total_gpus):
+        return reasons.EXCEEDS_CLUSTER_GPUS
+    c, m = job.cpus_per_gpu_override, job.mem_gb_per_gpu_override
+    if c is not None or m is not None:
+        holdable = memo.get((0, c, m))
+        if holdable is None:
+            holdable = memo[(0, c, m)] = _holdable_total(snapshot, c, m)
+        if holdable < num_gpus:
+            return reasons.EXCEEDS_SERVER_RESOURCES
+    per_node = num_gpus // nodes
+    servers = memo.get((per_node, c, m))
+    if servers is None:
+        servers = memo[(per_node, c, m)] = _servers_holding(snapshot, per_node, c, m)
+    return reasons.EXCEEDS_CLUSTER_NODES if servers < nodes else None
+
+
+def _holdable_total(snapshot: ClusterSnapshot, c: float | None, m: float | None) -> int:
+    """How many GPUs of the whole (empty) cluster a job with fixed per-GPU demand (c, m) could hold."""
+    return sum(_holdable_gpus(s, c, m) for s in snapshot.servers)
+
+
+def _servers_holding(snapshot: ClusterSnapshot, k: int, c: float | None, m: float | None) -> int:
+    """How many servers of the (empty) cluster could each hold k GPUs at fixed per-GPU demand (c, m)."""
+    return sum(1 for s in snapshot.servers if _holdable_gpus(s, c, m) >= k)
+
+
+def _holdable_gpus(server: ServerView, c: float | None, m: float | None) -> int:
+    """How many GPUs of an empty `server` a job with fixed per-GPU demand (c, m) could hold."""
+    k = server.num_gpus
+    if c is not None and c > 0:
+        k = min(k, math.floor((server.num_cpus + EPS) / c))
+    if m is not None and m > 0:
+        k = min(k, math.floor((server.mem_gb + EPS) / m))
+    return k
+
+
 def infeasible_reasons(jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> list[str | None]:
-    """`infeasible_reason` for every job (the cluster's GPU total is computed once)."""
+    """`infeasible_reason` for every job (the cluster's GPU total and server counts computed once)."""
     total_gpus = snapshot.total_gpus
-    return [infeasible_reason(job, snapshot, total_gpus) for job in jobs]
+    memo: dict[tuple[int, float | None, float | None], int] = {}
+    return [infeasible_reason(job, snapshot, total_gpus, memo) for job in jobs]
 
 
 def gpu_admission(
-    ordered_jobs: Sequence[JobView], infeasible: Sequence[str | None], free_gpu_count: int
+    ordered_jobs: Sequence[JobView],
+    infeasible: Sequence[str | None],
+    free_gpu_count: int,
+    snapshot: ClusterSnapshot | None = None,
 ) -> list[bool]:
     """Synergy's runnable set: in policy order, admit a job if its GPU count fits what is left.
 
     Only GPUs are checked, so a later smaller job may be admitted past a big one that does not fit.
     Infeasible jobs are never admitted. Reference: simulator/schedulers/*_synergy_new.py
-    (`jobs_this_round`).
+    (`jobs_this_round`). With `snapshot`, a job with a node count N is admitted only if N servers
+    have num_gpus / N free GPUs: otherwise it cannot start this round whatever the others do, and
+    admitting it would only hold GPUs back from the jobs behind it.
     """
     admitted = [False] * len(ordered_jobs)
     left = free_gpu_count
+    servers_free: dict[int, int] = {}  # k -> servers with at least k free GPUs
     for pos, job in enumerate(ordered_jobs):
         if infeasible[pos] is None and job.num_gpus <= left:
+            nodes = job.num_nodes
+            if nodes is not None and snapshot is not None:
+                per_node = job.num_gpus // nodes
+                servers = servers_free.get(per_node)
+                if servers is None:
+                    servers = servers_free[per_node] = _servers_with_free(snapshot, per_node)
+                if servers < nodes:
+                    continue
             admitted[pos] = True
             left -= job.num_gpus
     return admitted
+
+
+def _servers_with_free(snapshot: ClusterSnapshot, k: int) -> int:
+    """How many servers of the snapshot have at least k free GPUs."""
+    return sum(1 for s in snapshot.servers if len(s.free_gpus) >= k)
 
 
 class HeldShare:
@@ -140,7 +227,7 @@ class RoundState:
     and memory not reserved by a claimant are tracked beside the free ones.
     """
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, jobs: Sequence[JobView] = ()) -> None:
         servers = snapshot.servers
         self.servers = servers
         self.num_servers = len(servers)
@@ -160,6 +247,7 @@ class RoundState:
             self._buckets[n].append(i)
         self._uniform: dict[float, list[float]] = {}
         self._failed: dict[tuple[float, float], int] = {}  # (c, m) -> fewest GPUs that did not fit
+        self._failed_nodes: dict[tuple[float, float, int], int] = {}  # (c, m, k) -> fewest servers
         # Stickiness, set up by claim_current (until then `_claimed` is None and every choice is the
         # plain rule). `_home`: job id -> its valid current placement as (server position, GPU
         # indices, cores, GB) per share; `_claimants`: the jobs whose claims still stand.
@@ -173,6 +261,67 @@ class RoundState:
         self.unreserved_cpus: list[float] = []  # free minus reserved, kept up to date for the hot loops
         self.unreserved_mem_gb: list[float] = []
         self._ubuckets: list[list[int]] = []
+        # Node counts: job id -> (servers, GPUs on each) for the jobs with `num_nodes` (usually none,
+        # so the hot paths test one empty dict).
+        self._nodes: dict[int, tuple[int, int]] = {}
+        self.require_nodes(jobs)
+
+    # -- node counts ---------------------------------------------------------------------------
+    def require_nodes(self, jobs: Sequence[JobView]) -> None:
+        """Learn the node counts (`num_nodes`) of `jobs`: from now on `find*` with `owner=job_id`
+        places such a job only on exactly that many servers, with num_gpus / num_nodes GPUs each.
+
+        Call before `claim_current`, so that a current placement of another shape claims nothing.
+        An uneven split is recorded as it is and never found a place (infeasible_reason says why).
+        """
+        # One comprehension (every round passes every job here, and almost none has a node count).
+        for job in [job for job in jobs if job.num_nodes is not None]:
+            nodes = job.num_nodes
+            assert nodes is not None
+            shape = self._nodes[job.job_id] = (nodes, job.num_gpus // nodes if nodes > 0 else 0)
+            home = self._home.get(job.job_id)
+            if home is not None and not _has_shape(home, shape):
+                # Registered too late to be skipped: a home it may not run on is no home.
+                self.release(job.job_id)
+                del self._home[job.job_id], self._home_plan[job.job_id]
+
+    def node_shape(self, owner: int | None) -> tuple[int, int] | None:
+        """(servers, GPUs on each) that `owner` must be placed on, or None: any split will do."""
+        if not self._nodes or owner is None:
+            return None
+        return self._nodes.get(owner)
+
+    def node_servers(self, owner: int, counts: Sequence[int]) -> Plan | None:
+        """For a job with a node count N: N servers with at least num_gpus / N usable GPUs each
+        (`counts`: free or unclaimed GPUs per server), fewest first (ties: lowest position), each
+        with num_gpus / N; None if fewer servers have them or the job has no node count. Used where
+        an allocator picks servers to make room on, before placing the job there."""
+        shape = self.node_shape(owner)
+        if shape is None:
+            return None
+        nodes, per_node = shape
+        if per_node < 1:
+            return None
+        fitting = sorted((n, i) for i, n in enumerate(counts) if n >= per_node)
+        if len(fitting) < nodes:
+            return None
+        return sorted((i, per_node) for _, i in fitting[:nodes])
+
+    def node_pending_reason(self, job: JobView) -> str | None:
+        """Why a job with a node count N found no place: `insufficient_gpus` when fewer than N servers
+        have num_gpus / N free GPUs, else `fragmented` (cores or memory were missing there); None for
+        a job without a node count (the caller's own reason stands)."""
+        shape = self.node_shape(job.job_id)
+        if shape is None:
+            return None
+        nodes, per_node = shape
+        if self._servers_with_free(max(per_node, 1)) < nodes:
+            return reasons.INSUFFICIENT_GPUS
+        return reasons.FRAGMENTED
+
+    def _servers_with_free(self, k: int) -> int:
+        """How many servers have at least k free GPUs now (bucket b: servers with b free)."""
+        return sum(map(len, self._buckets[k:]))
 
     # -- demand vectors ------------------------------------------------------------------------
     def uniform(self, value: float) -> list[float]:
@@ -210,7 +359,7 @@ class RoundState:
         pos_of = {sid: i for i, sid in enumerate(self.server_ids)}
         free_sets: list[set[int]] | None = None
         homes, home_plans, claimants = self._home, self._home_plan, self._claimants
-        claimed = self._claimed
+        claimed, nodes = self._claimed, self._nodes
         for job in jobs:
             cur = job.current
             if cur is None:
@@ -244,6 +393,8 @@ class RoundState:
                 home.append((i, idx, float(share.num_cpus), float(share.mem_gb)))
             if not valid or num_gpus != job.num_gpus:
                 continue
+            if nodes and job_id in nodes and not _has_shape(home, nodes[job_id]):
+                continue  # not where the job may run: keeping it would only push others aside
             homes[job_id] = home
             home_plans[job_id] = [(i, len(idx)) for i, idx, _, _ in home]
             if not claim:
@@ -517,8 +668,10 @@ class RoundState:
         everything free. The owner's home, lenient, comes after the first of those. The stages keep
         the rule's order (packed never splits a job a server could hold whole), and the last try
         fails exactly when the plain rule does, so claims never decide whether a demand fits, only
-        where it goes.
+        where it goes. An owner with a node count goes through `_find_nodes` instead (same stages).
         """
+        if self._nodes and owner in self._nodes:
+            return self._find_nodes(strategy, num_gpus, dc, dm, owner)
         if self._claimed is None:
             if strategy == PACKED:
                 return self._packed(num_gpus, dc, dm, self._buckets, self.free_cpus, self.free_mem_gb)
@@ -550,6 +703,84 @@ class RoundState:
             if plan is not None:
                 return plan
         return None
+
+    def _find_nodes(
+        self, strategy: str, num_gpus: int, dc: Sequence[float], dm: Sequence[float], owner: int
+    ) -> Plan | None:
+        """`find` for an owner with a node count N: N servers with num_gpus / N GPUs each at the
+        demand, in `find`'s stages (home strict; unclaimed GPUs with unreserved, then any free
+        cores/memory, the home lenient in between; everything free). The last stage fails exactly
+        when fewer than N servers fit, so claims decide only where the job goes here too."""
+        nodes, per_node = self._nodes[owner]
+        if per_node < 1 or nodes * per_node != num_gpus:
+            return None  # an uneven split (infeasible) or a GPU count other than the job's
+        if self._servers_with_free(per_node) < nodes:
+            return None  # too few servers with k free GPUs: no stage below can succeed
+        buckets, free, cpus, mem = self._buckets, self.num_free, self.free_cpus, self.free_mem_gb
+        if self._claimed is None:
+            return self._nodes_stage(strategy, nodes, per_node, dc, dm, buckets, free, cpus, mem)
+        at_home = owner in self._home
+        if at_home:
+            plan = self.home_plan(owner, dc, dm, strict=True)
+            if plan is not None:
+                return plan
+        claims = self.has_claims
+        ubuckets, unclaimed = self._ubuckets, self.num_unclaimed
+        if claims:
+            ucpus, umem = self.unreserved_cpus, self.unreserved_mem_gb
+            plan = self._nodes_stage(strategy, nodes, per_node, dc, dm, ubuckets, unclaimed, ucpus, umem)
+            if plan is not None:
+                return plan
+        if at_home:
+            plan = self.home_plan(owner, dc, dm, strict=False)
+            if plan is not None:
+                return plan
+        if claims:
+            plan = self._nodes_stage(strategy, nodes, per_node, dc, dm, ubuckets, unclaimed, cpus, mem)
+            if plan is not None:
+                return plan
+        prefer = unclaimed if claims else None
+        return self._nodes_stage(strategy, nodes, per_node, dc, dm, buckets, free, cpus, mem, prefer)
+
+    def _nodes_stage(
+        self,
+        strategy: str,
+        nodes: int,
+        per_node: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        buckets: list[list[int]],
+        counts: list[int],
+        free_cpus: list[float],
+        free_mem: list[float],
+        unclaimed: list[int] | None = None,
+    ) -> Plan | None:
+        """One stage of `_find_nodes`: the first `nodes` servers, in the strategy's order, each with
+        `per_node` usable GPUs (`counts`, bucketed in `buckets`) and their cores/memory at the demand.
+
+        With `unclaimed` (everything free, while claims stand), the servers where the fewest
+        claimed GPUs must be taken come first (strategy order within ties): a claimant that loses
+        one GPU has to move whole.
+        """
+        if strategy == PACKED:
+            order: Iterable[int] = (i for b in range(per_node, len(buckets)) for i in buckets[b])
+        else:
+            order = range(self.num_servers)
+        chosen: list[int] = []
+        for i in order:
+            if (
+                counts[i] >= per_node
+                and free_cpus[i] + EPS >= per_node * dc[i]
+                and free_mem[i] + EPS >= per_node * dm[i]
+            ):
+                chosen.append(i)
+                if unclaimed is None and len(chosen) == nodes:
+                    break
+        if len(chosen) < nodes:
+            return None
+        if unclaimed is not None:
+            chosen.sort(key=lambda i: max(0, per_node - unclaimed[i]))  # stable
+        return [(i, per_node) for i in chosen[:nodes]]
 
     def _stage(
         self,
@@ -609,12 +840,32 @@ class RoundState:
         """
         failed_at = self._failed.get((c, m))
         if failed_at is not None and num_gpus >= failed_at:
-            return None
+            return None  # also right for a node count: its shapes are among the plain rule's
+        if self._nodes and owner in self._nodes:
+            return self._find_uniform_nodes(strategy, num_gpus, c, m, owner)
         plan = None
         if self.totals_allow(num_gpus, c, m):
             plan = self.find(strategy, num_gpus, self.uniform(c), self.uniform(m), owner)
         if plan is None and (failed_at is None or num_gpus < failed_at):
             self._failed[(c, m)] = num_gpus
+        return plan
+
+    def _find_uniform_nodes(
+        self, strategy: str, num_gpus: int, c: float, m: float, owner: int
+    ) -> Plan | None:
+        """`find_uniform` for an owner with a node count (N, k): it fails exactly when fewer than N
+        servers hold k GPUs at (c, m) (`_find_nodes`' last stage), which stays true for more servers
+        while resources are only taken, so that is remembered per (c, m, k) as the plain failures are."""
+        nodes, per_node = self._nodes[owner]
+        key = (c, m, per_node)
+        failed_at = self._failed_nodes.get(key)
+        if failed_at is not None and nodes >= failed_at:
+            return None
+        plan = None
+        if self.totals_allow(num_gpus, c, m):
+            plan = self.find(strategy, num_gpus, self.uniform(c), self.uniform(m), owner)
+        if plan is None and nodes * per_node == num_gpus and (failed_at is None or nodes < failed_at):
+            self._failed_nodes[key] = nodes
         return plan
 
     # -- mutations -----------------------------------------------------------------------------
@@ -747,6 +998,7 @@ class RoundState:
             self.unreserved_mem_gb[i] += share.mem_gb - mem_gb
         if cpus < share.cpus or mem_gb < share.mem_gb:
             self._failed.clear()  # something was freed: remembered failures may fit now
+            self._failed_nodes.clear()
         share.cpus = cpus
         share.mem_gb = mem_gb
 
@@ -766,6 +1018,12 @@ class RoundState:
         return tuple(
             ServerShare(ids[h.server_pos], h.gpu_indices, int(h.cpus + EPS), h.mem_gb) for h in held
         )
+
+
+def _has_shape(home: Sequence[tuple[int, tuple[int, ...], float, float]], shape: tuple[int, int]) -> bool:
+    """True when a home (one entry per server) spans exactly `shape` = (servers, GPUs on each)."""
+    nodes, per_node = shape
+    return len(home) == nodes and all(len(idx) == per_node for _, idx, _, _ in home)
 
 
 class PlanBuilder:

@@ -25,7 +25,9 @@ consolidated" about servers. For each job, in the policy's order (SWAF is GENIE'
    left over once every job is decided go to the placed jobs, in policy order, each moving to its
    fastest point that the free resources on its own servers allow (reason `leftover`). The next round
    starts again from the smallest points, so a new QoS job can always reclaim them.
-Every placement keeps a job on its GPUs of last round where it can (stickiness, _placement.py).
+Every placement keeps a job on its GPUs of last round where it can (stickiness, _placement.py), and
+puts a job with a node count (`num_nodes` = N) on exactly N servers (the QoS speed it needs then
+counts the placement penalty of N servers).
 Unlike the Synergy allocators, GENIE may give a job less than its GPU-proportional share: that is
 the point of "fewest resources", and its QoS jobs still meet their deadlines.
 """
@@ -138,7 +140,7 @@ class GenieRound:
         self.now_s = now_s
         self.slack = slack
         self.work_conserving = work_conserving
-        self.state = RoundState(snapshot)
+        self.state = RoundState(snapshot, ordered_jobs)
         self.shape = cluster_shape(snapshot)
         self.demands = DemandCache(self.shape)
         self.builder = PlanBuilder(ordered_jobs)
@@ -149,7 +151,7 @@ class GenieRound:
     def run(self) -> RoundPlan:
         jobs, state = self.jobs, self.state
         infeasible = infeasible_reasons(jobs, self.snapshot)
-        likely = gpu_admission(jobs, infeasible, state.free_gpu_count)
+        likely = gpu_admission(jobs, infeasible, state.free_gpu_count, self.snapshot)
         state.claim_current(job for pos, job in enumerate(jobs) if likely[pos])
         state.remember_current(job for pos, job in enumerate(jobs) if not likely[pos])
         for pos, job in enumerate(jobs):
@@ -217,7 +219,11 @@ class GenieRound:
         elif reserved_before:
             self.builder.pending(pos, reasons.RESERVED_FOR_QOS)
         else:
-            self.builder.pending(pos, pending_reason(job.num_gpus, self.state.free_gpu_count))
+            state = self.state
+            why = pending_reason(job.num_gpus, state.free_gpu_count)
+            if job.num_nodes is not None:
+                why = state.node_pending_reason(job) or why
+            self.builder.pending(pos, why)
 
     def required_speed(self, job: JobView) -> float | None:
         """The speed (x proportional) that meets the deadline, or None: no deadline, or not attainable."""
@@ -227,7 +233,8 @@ class GenieRound:
         window_s = (job.deadline_s - self.now_s) * self.slack
         work_s = job.remaining_iters * job.profile.iter_time_s
         best = best_case(job.profile, job.num_gpus, self.shape).speed
-        min_servers = -(-job.num_gpus // self.shape.num_gpus)
+        # A node count fixes the servers; otherwise the fewest that could hold it.
+        min_servers = job.num_nodes or -(-job.num_gpus // self.shape.num_gpus)
         best = with_penalty(best, job.profile, min_servers)
         if window_s <= 0 or work_s > best * window_s + EPS:
             return None

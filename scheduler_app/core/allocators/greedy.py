@@ -12,7 +12,9 @@ section 3.3); `placement="packed"` selects the placement-sensitive variant. Stic
 (_placement.py): the jobs that GPU-only admission would take claim the GPUs they held last round,
 so each keeps them when they still hold its demand and the others are placed around them.
 Reasons: `best_case`, `fixed_demand`; pending `insufficient_gpus` when fewer GPUs than the job
-needs were free at its turn, `fragmented` when the GPUs were free but not with its CPU/memory.
+needs were free at its turn, `fragmented` when the GPUs were free but not with its CPU/memory. A
+job with a node count (`num_nodes` = N) goes on exactly N servers (_placement.py); its GPUs count
+as free only on servers with num_gpus / N of them.
 """
 
 from __future__ import annotations
@@ -47,12 +49,12 @@ class GreedyAllocator(Allocator):
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         builder = PlanBuilder(ordered_jobs)
-        state = RoundState(snapshot)
+        state = RoundState(snapshot, ordered_jobs)
         demands = DemandCache(cluster_shape(snapshot))
         infeasible = infeasible_reasons(ordered_jobs, snapshot)
         # Greedy has no admission step; the jobs GPU-only admission would take are those likely to
         # run, so only their current GPUs are worth keeping free for them.
-        likely = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count)
+        likely = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count, snapshot)
         state.claim_current(job for pos, job in enumerate(ordered_jobs) if likely[pos])
         state.remember_current(job for pos, job in enumerate(ordered_jobs) if not likely[pos])
         for pos, job in enumerate(ordered_jobs):
@@ -78,7 +80,10 @@ class GreedyAllocator(Allocator):
                 )
             if plan is None:
                 state.release(job.job_id)
-                builder.pending(pos, pending_reason(num_gpus, state.free_gpu_count))
+                why = pending_reason(num_gpus, state.free_gpu_count)
+                if job.num_nodes is not None:  # (most jobs have none: this loop is hot)
+                    why = state.node_pending_reason(job) or why
+                builder.pending(pos, why)
                 continue
             held = state.take(plan, dc, dm, job.job_id)
             speed = with_penalty(speed, job.profile, len(held))

@@ -44,6 +44,9 @@ Where we differ, and why:
   the reference's does not): a 4-GPU job asking for a whole server's cores would otherwise strand
   the server's other four GPUs.
 - Storage bandwidth is not modelled; cvxpy + GLPK become scipy's HiGHS (dual simplex).
+- A job with a node count (`num_nodes` = N) goes on exactly N servers with num_gpus / N GPUs each,
+  the balanced choice picking the N servers whose balance suffers least; room is made only on such
+  servers, and it stays pending when none hold it (the LP does not see node counts).
 - Stickiness (_placement.py): a job is first offered the GPUs it held last round; the balanced
   choice then looks at unclaimed GPUs and unreserved cores/memory before everything free, and
   room is made on a job's own servers first. The LP and the rounding never see placements.
@@ -147,7 +150,7 @@ class _OptRound:
         self.jobs = ordered_jobs
         self.snapshot = snapshot
         self.weight_by_gpus = weight_by_gpus
-        self.state = RoundState(snapshot)
+        self.state = RoundState(snapshot, ordered_jobs)
         self.shape = cluster_shape(snapshot)
         self.demands = DemandCache(self.shape)
         self.builder = PlanBuilder(ordered_jobs)
@@ -164,7 +167,7 @@ class _OptRound:
         """Decide the infeasible and not-admitted jobs; return the admitted positions."""
         jobs, builder = self.jobs, self.builder
         infeasible = infeasible_reasons(jobs, self.snapshot)
-        admitted = gpu_admission(jobs, infeasible, self.state.free_gpu_count)
+        admitted = gpu_admission(jobs, infeasible, self.state.free_gpu_count, self.snapshot)
         out = []
         for pos in range(len(jobs)):
             why = infeasible[pos]
@@ -318,11 +321,13 @@ class _OptRound:
             elif where == "unclaimed":
                 if not state.has_claims:
                     continue
-                servers = self.room_servers(job.num_gpus, dc, dm, state.num_unclaimed)
+                servers = self.room_servers(job, dc, dm, state.num_unclaimed)
                 if sum(k for _, k in servers) < job.num_gpus:
                     continue
             else:
-                servers = self.room_servers(job.num_gpus, dc, dm, state.num_free)
+                servers = self.room_servers(job, dc, dm, state.num_free)
+                if not servers and job.num_nodes is not None:
+                    continue  # too few servers for its node count
             if servers in tried:
                 continue
             tried.append(servers)
@@ -330,7 +335,7 @@ class _OptRound:
             if self.try_place(pos, dc, dm, point, reason, revertible=revertible, per_server=per_server):
                 return
         state.release(job.job_id)
-        self.builder.pending(pos, reasons.FRAGMENTED)
+        self.builder.pending(pos, state.node_pending_reason(job) or reasons.FRAGMENTED)
 
     def lower_points(self, pos: int, target: OperatingPoint) -> list[OperatingPoint]:
         """The job's points faster than proportional, slower than `target`, and no larger anywhere."""
@@ -365,18 +370,23 @@ class _OptRound:
                 return False
             may_split = job.profile.placement_penalty <= 1.0
             c, m = point.cpus_per_gpu, point.mem_gb_per_gpu
+            shape = state.node_shape(owner)
             # In RoundState.find's order: home, unclaimed room, home taking reserved room, unclaimed
             # GPUs taking reserved room, anywhere.
             claims = state.has_claims
             plan = state.home_plan(owner, dc, dm, strict=True)
             if plan is None and claims:
-                plan = self.find_balanced(num_gpus, c, m, may_split, unclaimed=True, unreserved=True)
+                plan = self.find_balanced(
+                    num_gpus, c, m, may_split, unclaimed=True, unreserved=True, shape=shape
+                )
             if plan is None:
                 plan = state.home_plan(owner, dc, dm, strict=False)
             if plan is None and claims:
-                plan = self.find_balanced(num_gpus, c, m, may_split, unclaimed=True, unreserved=False)
+                plan = self.find_balanced(
+                    num_gpus, c, m, may_split, unclaimed=True, unreserved=False, shape=shape
+                )
             if plan is None:
-                plan = self.find_balanced(num_gpus, c, m, may_split)
+                plan = self.find_balanced(num_gpus, c, m, may_split, shape=shape)
         else:
             plan = state.find(PACKED, num_gpus, dc, dm, owner)
         if plan is None:
@@ -400,6 +410,7 @@ class _OptRound:
         *,
         unclaimed: bool = False,
         unreserved: bool = False,
+        shape: tuple[int, int] | None = None,
     ) -> Plan | None:
         """Servers for the job where the others can still get what the LP planned for them.
 
@@ -416,6 +427,9 @@ class _OptRound:
         jobs freely for the same reason). Otherwise jobs no single server holds are spread as
         tune spreads them (`find_packed`). `unclaimed`: count only unclaimed GPUs, and with
         `unreserved` only unreserved cores/memory (the same choice among what nobody held).
+        `shape` (the job's node count, `RoundState.node_shape`): exactly that many servers with the
+        same number of GPUs each, those whose imbalance grows least (then fewest free GPUs, then
+        lowest position), or None.
         """
         state = self.state
         # Spread over every GPU still free after this job: when fewer GPUs are admitted than free,
@@ -445,6 +459,16 @@ class _OptRound:
                 out += kd * (kd - 2.0 * r) / (pm * pm)
             return out
 
+        if shape is not None:
+            nodes, per_node = shape
+            fits = sorted(
+                (growth(i, 0, per_node), num_free[i], i)
+                for i in range(state.num_servers)
+                if num_free[i] >= per_node
+                and free_cpus[i] + EPS >= per_node * c
+                and free_mem[i] + EPS >= per_node * m
+            )
+            return sorted((i, per_node) for *_, i in fits[:nodes]) if len(fits) >= nodes else None
         need_cpus, need_mem_gb = num_gpus * c, num_gpus * m
         whole: tuple[float, int, int] | None = None
         for i in range(state.num_servers):
@@ -506,22 +530,20 @@ class _OptRound:
                 need_mem_gb -= freed_mem_gb
 
     def room_servers(
-        self, num_gpus: int, dc: Sequence[float], dm: Sequence[float], num_free: Sequence[int]
+        self, job: JobView, dc: Sequence[float], dm: Sequence[float], num_free: Sequence[int]
     ) -> Plan:
         """Where the job will go once room is made: the server holding all its GPUs that lacks the
-        least (multi-GPU), else servers by fewest free GPUs (tune's choice). `num_free`: the free
-        GPUs per server, or the unclaimed ones."""
+        least (multi-GPU), else servers by fewest free GPUs (tune's choice). A job with a node count
+        N: the N servers with num_gpus / N GPUs that lack the least (none if fewer have them).
+        `num_free`: the free GPUs per server, or the unclaimed ones."""
         state = self.state
+        num_gpus = job.num_gpus
+        shape = state.node_shape(job.job_id)
+        if shape is not None:
+            return self._node_room_servers(shape, dc, dm, num_free)
         if num_gpus > 1:
-            whole = [
-                (
-                    max(0.0, num_gpus * dc[i] - state.free_cpus[i]) / max(state.prop_cpus[i], EPS)
-                    + max(0.0, num_gpus * dm[i] - state.free_mem_gb[i]) / max(state.prop_mem_gb[i], EPS),
-                    i,
-                )
-                for i in range(state.num_servers)
-                if num_free[i] >= num_gpus
-            ]
+            servers = range(state.num_servers)
+            whole = [(self._lacking(i, num_gpus, dc, dm), i) for i in servers if num_free[i] >= num_gpus]
             if whole:
                 return [(min(whole)[1], num_gpus)]
         chosen: Plan = []
@@ -532,6 +554,24 @@ class _OptRound:
             if need == 0:
                 break
         return chosen
+
+    def _node_room_servers(
+        self, shape: tuple[int, int], dc: Sequence[float], dm: Sequence[float], num_free: Sequence[int]
+    ) -> Plan:
+        """`room_servers` for a node count: the N servers with num_gpus / N GPUs lacking least, or []."""
+        nodes, per_node = shape
+        servers = range(self.state.num_servers)
+        lacking = sorted((self._lacking(i, per_node, dc, dm), i) for i in servers if num_free[i] >= per_node)
+        if len(lacking) < nodes:
+            return []
+        return sorted((i, per_node) for _, i in lacking[:nodes])
+
+    def _lacking(self, i: int, k: int, dc: Sequence[float], dm: Sequence[float]) -> float:
+        """The cores and memory server i lacks for k GPUs at (dc, dm), in proportional shares."""
+        state = self.state
+        short_cpus = max(0.0, k * dc[i] - state.free_cpus[i])
+        short_mem_gb = max(0.0, k * dm[i] - state.free_mem_gb[i])
+        return short_cpus / max(state.prop_cpus[i], EPS) + short_mem_gb / max(state.prop_mem_gb[i], EPS)
 
     def cheapest_peer(self, i: int, need_cpus: float, need_mem_gb: float) -> _Held | None:
         """The revertible peer on server i that frees the most of the need per unit of throughput lost."""

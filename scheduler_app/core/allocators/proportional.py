@@ -10,7 +10,8 @@ fit over the free GPUs in cluster order (`_top_synergy_gpus`), so that is our de
 `placement="packed"` selects its placement-sensitive variant (fewest-free-GPU server first).
 Fixed-demand jobs (user overrides) get exactly their demand or stay pending (`fragmented`).
 Stickiness (_placement.py): an admitted job keeps the GPUs it held last round when they still
-hold its share, and the others are placed around them when they can be.
+hold its share, and the others are placed around them when they can be. A job with a node count
+(`num_nodes`) is placed on exactly that many servers, or stays pending.
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ class ProportionalAllocator(Allocator):
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         builder = PlanBuilder(ordered_jobs)
-        state = RoundState(snapshot)
+        state = RoundState(snapshot, ordered_jobs)
         demands = DemandCache(cluster_shape(snapshot))
         infeasible = infeasible_reasons(ordered_jobs, snapshot)
-        admitted = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count)
+        admitted = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count, snapshot)
         state.claim_current(job for pos, job in enumerate(ordered_jobs) if admitted[pos])
         for pos, job in enumerate(ordered_jobs):
             why = infeasible[pos]
@@ -65,9 +66,10 @@ class ProportionalAllocator(Allocator):
                 speed, reason = 1.0, reasons.PROPORTIONAL
             plan = state.find(self.placement, job.num_gpus, dc, dm, job.job_id)
             if plan is None:
-                # Only possible when fixed demands (or uneven servers) ate other jobs' shares.
+                # Only possible when fixed demands (or uneven servers) ate other jobs' shares, or
+                # when the job's node count (num_nodes) finds too few servers with its GPUs free.
                 state.release(job.job_id)
-                builder.pending(pos, reasons.FRAGMENTED)
+                builder.pending(pos, state.node_pending_reason(job) or reasons.FRAGMENTED)
                 continue
             held = state.take(plan, dc, dm, job.job_id)
             speed = with_penalty(speed, job.profile, len(held))

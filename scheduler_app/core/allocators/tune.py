@@ -3,7 +3,8 @@
 As PAPERS.md section 3.3 and the reference implement it (msr-fiddle/synergy, simulator/
 resources/cluster.py `allocate_synergy_tune`, `_tune`, `_get_underutilized_servers`,
 `_reallocate_peer`, `_make_fair_share`; schedulers/las_synergy_new.py for the runnable set):
-1. Runnable set: GPU-only admission in policy order (`gpu_admission`).
+1. Runnable set: GPU-only admission in policy order (`gpu_admission`; a job with a node count
+   only when enough servers have its GPUs free).
 2. Sort it by GPU demand, descending (stable: ties keep policy order). PAPERS.md notes that the
    paper's text then sorts by CPU and memory demand; the reference code does not, and measuring
    both (docs/reproduction.md) that secondary sort packs the CPU-hungriest jobs together, which
@@ -22,6 +23,9 @@ resources/cluster.py `allocate_synergy_tune`, `_tune`, `_get_underutilized_serve
 With servers of one shape and no fixed demands, step 5 always succeeds, so every admitted job is
 placed: tune never idles a GPU that the proportional allocator would use, and never gives a job
 less than its proportional speed.
+A job with a node count (`num_nodes` = N) is placed on exactly N servers with num_gpus / N GPUs each
+(_placement.py), and step 5 makes room only on such servers; it may stay pending where others
+would be placed, so "every admitted job is placed" holds for jobs without one.
 Stickiness (_placement.py): every try of steps 3-5 first offers a job the GPUs it held last round,
 and places the others around them when it can; step 5 makes room on a job's own servers when its
 GPUs there are still free. Which operating point a job gets still follows steps 3-5 alone.
@@ -129,17 +133,18 @@ class TuneRound:
         self.placement = placement
         self.order = order
         self.sticky = sticky
-        self.state = RoundState(snapshot)
+        self.state = RoundState(snapshot, ordered_jobs)
         self.shape = cluster_shape(snapshot)
         self.demands = DemandCache(self.shape)
         self.builder = PlanBuilder(ordered_jobs)
         self.held: list[HeldJob] = []
+        self.left_out: list[int] = []  # admitted, but left pending by step 5 (positions)
         self.on_server: list[list[HeldJob]] = [[] for _ in range(self.state.num_servers)]
 
     def run(self) -> RoundPlan:
         jobs, builder = self.jobs, self.builder
         infeasible = infeasible_reasons(jobs, self.snapshot)
-        admitted = gpu_admission(jobs, infeasible, self.state.free_gpu_count)
+        admitted = gpu_admission(jobs, infeasible, self.state.free_gpu_count, self.snapshot)
         runnable: list[tuple[int, float, float, int]] = []
         for pos, job in enumerate(jobs):
             why = infeasible[pos]
@@ -163,6 +168,18 @@ class TuneRound:
             speed = with_penalty(h.speed, h.job.profile, len(h.shares))
             builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
         return builder.build()
+
+    def best_case_throughput(self) -> float:
+        """After `run`: an upper bound on the throughput of any tune plan for the same round, every
+        job that GPU admission took (placed, or left pending by step 5) at its best-case speed."""
+        if self.shape is None:
+            return 0.0
+        demands, total = self.demands, 0.0
+        for pos in sorted([h.pos for h in self.held] + self.left_out):  # policy order, as the plan
+            job = self.jobs[pos]
+            point = demands.fixed_point(job) if has_fixed_demand(job) else demands.best(job)
+            total += point.speed * job.num_gpus
+        return total
 
     # -- one job -------------------------------------------------------------------------------
     def place_job(self, pos: int) -> None:
@@ -225,16 +242,34 @@ class TuneRound:
         home = state.home_servers(job.job_id)
         if home is not None:
             yield home
+        if state.node_shape(job.job_id) is not None:
+            yield from self.node_room_candidates(job)
+            return
         if state.has_claims:
             servers = self.underutilized_servers(job.num_gpus, state.num_unclaimed)
             if sum(k for _, k in servers) == job.num_gpus:
                 yield servers
         yield self.underutilized_servers(job.num_gpus, state.num_free)
 
+    def node_room_candidates(self, job: JobView) -> Iterator[Plan]:
+        """Step 5's servers for a job with a node count: N servers with its per-server GPUs
+        unclaimed, then free (fewest first); room made anywhere else could not let it in."""
+        state = self.state
+        if state.has_claims:
+            servers = state.node_servers(job.job_id, state.num_unclaimed)
+            if servers is not None:
+                yield servers
+        servers = state.node_servers(job.job_id, state.num_free)
+        if servers is not None:
+            yield servers
+
     def pending(self, pos: int) -> None:
-        """Leave the job pending (`fragmented`) and drop its claim on its GPUs of last round."""
-        self.state.release(self.jobs[pos].job_id)
-        self.builder.pending(pos, reasons.FRAGMENTED)
+        """Leave the job pending (`fragmented`, or why its node count found no servers) and drop its
+        claim on its GPUs of last round."""
+        job = self.jobs[pos]
+        self.state.release(job.job_id)
+        self.left_out.append(pos)
+        self.builder.pending(pos, self.state.node_pending_reason(job) or reasons.FRAGMENTED)
 
     def try_intermediate(self, pos: int, job: JobView, best: OperatingPoint) -> bool:
         """Hook for tune_matrix: place between best case and proportional. Tune has no such step."""
@@ -361,33 +396,14 @@ class TuneAllocator(Allocator):
         self.repack_gain = repack_gain
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
-        sticky = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order).run()
+        sticky_round = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order)
+        sticky = sticky_round.run()
         if self.repack_gain is None or not any(job.current is not None for job in ordered_jobs):
             return sticky
         threshold = sticky.throughput() * (1.0 + self.repack_gain)
-        if best_case_throughput(ordered_jobs, sticky, snapshot) <= threshold:
+        if sticky_round.best_case_throughput() <= threshold:
             return sticky  # not even every admitted job at its best case would be enough faster
         fresh = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order, sticky=False).run()
         if fresh.throughput() > threshold:
             return fresh
         return sticky
-
-
-def best_case_throughput(
-    ordered_jobs: Sequence[JobView], plan: RoundPlan, snapshot: ClusterSnapshot
-) -> float:
-    """An upper bound on the throughput of any tune plan for the same round: every job that GPU
-    admission takes (placed in `plan`, or left `fragmented`) at its best-case speed."""
-    shape = cluster_shape(snapshot)
-    if shape is None:
-        return 0.0
-    by_id = {job.job_id: job for job in ordered_jobs}
-    demands = DemandCache(shape)
-    total = 0.0
-    for d in plan.decisions:
-        if d.placement is not None or d.reason == reasons.FRAGMENTED:
-            job = by_id[d.job_id]
-            point = demands.fixed_point(job) if has_fixed_demand(job) else demands.best(job)
-            total += point.speed * job.num_gpus
-    return total
-

@@ -1,10 +1,13 @@
 """Every registered allocator, under every policy, against the invariants of allocators/base.py.
 
 Hypothesis generates the clusters (uneven, partly busy servers) and the job mixes (catalog models,
-1-16 GPUs, some fixed demands, some impossible jobs), some of them holding a current placement
-from last round (on uneven clusters some of those are invalid here and must be ignored). New
-allocators are picked up from the registry automatically; the Synergy ones are also held to "never
-below proportional speed", and proportional and tune to "a job keeps its GPUs when it can".
+1-16 GPUs, some fixed demands, some impossible jobs, some node counts), some of them holding a
+current placement from last round (on uneven clusters some of those are invalid here and must be
+ignored). New allocators are picked up from the registry automatically; every one is held to "a job
+with num_nodes = N runs on exactly N servers with num_gpus / N GPUs each, or not at all", the
+Synergy ones also to "never below proportional speed", and proportional and tune to "a job keeps
+its GPUs when it can" and (without node counts, which may leave an admitted job pending) "every
+GPU-admitted job is placed".
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def servers(draw: st.DrawFn, uniform: bool = False) -> ClusterSnapshot:
 
 
 @st.composite
-def job_mixes(draw: st.DrawFn, fixed_demands: bool = True) -> list[JobView]:
+def job_mixes(draw: st.DrawFn, fixed_demands: bool = True, nodes: bool = True) -> list[JobView]:
     count = draw(st.integers(0, 18))
     jobs = []
     for job_id in range(count):
@@ -119,22 +122,30 @@ def job_mixes(draw: st.DrawFn, fixed_demands: bool = True) -> list[JobView]:
                 priority=draw(st.sampled_from([0, 0, 0, 1])),
             )
         )
+        if nodes and draw(st.integers(0, 3)) == 0:
+            # Mostly an even split (a divisor of its GPU count), sometimes any count (maybe uneven).
+            num_gpus = jobs[-1].num_gpus
+            divisors = [n for n in (1, 2, 3, 4, 8) if num_gpus % n == 0]
+            counts = st.sampled_from(divisors) if draw(st.integers(0, 4)) else st.sampled_from([2, 3, 4])
+            jobs[-1] = dataclasses.replace(jobs[-1], num_nodes=draw(counts))
     return jobs
 
 
 @st.composite
 def rounds(
-    draw: st.DrawFn, uniform: bool = False, fixed_demands: bool = True
+    draw: st.DrawFn, uniform: bool = False, fixed_demands: bool = True, nodes: bool = True
 ) -> tuple[ClusterSnapshot, list[JobView]]:
     """A cluster and a job mix in which about half the jobs hold a current placement.
 
     Current placements take free GPUs no other job holds, a run of them in cluster order (so some
     span servers), at the job's proportional share or its best case, and never more cores or
-    memory than its servers have free: what last round's plan could have been. On uneven
-    clusters some are also invalid (unknown server, busy or doubly held GPU, wrong GPU count).
+    memory than its servers have free: what last round's plan could have been. A job with a node
+    count mostly gets one of its shape (the lowest spare GPUs of drawn servers), else a run, which
+    is then usually of another shape and must be ignored. On uneven clusters some are also invalid
+    (unknown server, busy or doubly held GPU, wrong GPU count).
     """
     cluster = draw(servers(uniform=uniform))
-    jobs = draw(job_mixes(fixed_demands=fixed_demands))
+    jobs = draw(job_mixes(fixed_demands=fixed_demands, nodes=nodes))
     shape = cluster_shape(cluster)
     by_id = {s.server_id: s for s in cluster.servers}
     spare = [(s.server_id, g) for s in cluster.servers for g in sorted(s.free_gpus)]
@@ -151,8 +162,10 @@ def rounds(
         if job.num_gpus > len(spare):
             out.append(job)
             continue
-        start = draw(st.integers(0, len(spare) - job.num_gpus))
-        picked = spare[start : start + job.num_gpus]
+        picked = draw(shaped_pick(job, spare))
+        if picked is None:
+            start = draw(st.integers(0, len(spare) - job.num_gpus))
+            picked = spare[start : start + job.num_gpus]
         gpus: dict[int, list[int]] = defaultdict(list)
         for server_id, g in picked:
             gpus[server_id].append(g)
@@ -173,9 +186,27 @@ def rounds(
             cpus_left[sh.server_id] -= c
             mem_left[sh.server_id] -= m
         shares = [sh for sh, _, _ in held]
-        spare = spare[:start] + spare[start + job.num_gpus :]
+        spare = [p for p in spare if p not in picked]
         out.append(dataclasses.replace(job, current=Placement(job.job_id, tuple(shares), 1.0)))
     return cluster, out
+
+
+@st.composite
+def shaped_pick(draw: st.DrawFn, job: JobView, spare: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """For a job with an even node count N, mostly: num_gpus / N spare GPUs (the lowest) on each of N
+    drawn servers that have them; None otherwise (the caller takes a run of spare GPUs)."""
+    nodes = job.num_nodes
+    if nodes is None or job.num_gpus % nodes or not draw(st.integers(0, 3)):
+        return None
+    per_node = job.num_gpus // nodes
+    on: dict[int, list[int]] = defaultdict(list)
+    for server_id, g in spare:
+        on[server_id].append(g)
+    fitting = [server_id for server_id, gpus in on.items() if len(gpus) >= per_node]
+    if len(fitting) < nodes:
+        return None
+    chosen = draw(st.permutations(fitting))[:nodes]
+    return [(server_id, g) for server_id in sorted(chosen) for g in on[server_id][:per_node]]
 
 
 @st.composite
@@ -242,6 +273,39 @@ def check_all_or_nothing(ordered: list[JobView], plan: RoundPlan) -> None:
         assert all(len(s.gpu_indices) > 0 for s in placement.shares)
 
 
+def check_node_counts(cluster: ClusterSnapshot, ordered: list[JobView], plan: RoundPlan) -> None:
+    """A job with num_nodes = N runs on exactly N distinct servers with num_gpus / N GPUs each, or is
+    not placed; it is infeasible for its node count exactly when its split is uneven or fewer than N
+    servers could ever hold num_gpus / N of its GPUs (checked here apart from the core)."""
+    for job, d in zip(ordered, plan.decisions, strict=True):
+        nodes = job.num_nodes
+        if nodes is None:
+            continue
+        if d.placement is not None:
+            per_node = job.num_gpus // nodes
+            assert job.num_gpus % nodes == 0, d
+            assert len({s.server_id for s in d.placement.shares}) == len(d.placement.shares) == nodes, d
+            assert all(len(s.gpu_indices) == per_node for s in d.placement.shares), d
+        uneven = job.num_gpus % nodes != 0
+        assert (d.reason == reasons.UNEVEN_NODE_SPLIT) == uneven, d
+        if not uneven and d.reason == reasons.EXCEEDS_CLUSTER_NODES:
+            assert servers_holding(cluster, job, job.num_gpus // nodes) < nodes, d
+        elif not uneven and d.outcome != Outcome.INFEASIBLE:
+            assert servers_holding(cluster, job, job.num_gpus // nodes) >= nodes, d
+
+
+def servers_holding(cluster: ClusterSnapshot, job: JobView, per_node: int) -> int:
+    """How many servers of the (empty) cluster could hold `per_node` GPUs of `job` at its fixed demand."""
+    c, m = job.cpus_per_gpu_override, job.mem_gb_per_gpu_override
+    return sum(
+        1
+        for s in cluster.servers
+        if s.num_gpus >= per_node
+        and (not c or per_node * c <= s.num_cpus + TOL)
+        and (not m or per_node * m <= s.mem_gb + TOL)
+    )
+
+
 def check_not_below_proportional(ordered: list[JobView], plan: RoundPlan) -> None:
     """A placed job runs at least as fast as its GPU-proportional share on the same servers."""
     jobs = {j.job_id: j for j in ordered}
@@ -290,16 +354,22 @@ def check_keeps_current(
 
     Uniform clusters: every current placement of the generator is valid, so every GPU-admitted
     job claims its own (greedy may also place a job admission did not foresee; that one only goes
-    back if nobody claimed the room). Strong: always. Otherwise: whenever the others' allocations
-    leave room for it there (see `room_left`). Tune gives a job its best case wherever that fits,
+    back if nobody claimed the room). Strong: always (without node counts). Otherwise: whenever
+    the others' allocations leave room for it there (see `room_left`). A current placement of
+    another shape than the job's node count is never kept. Tune gives a job its best case wherever that fits,
     so another job may then have to take an incumbent's GPU where proportional never would.
     """
     jobs = {j.job_id: j for j in ordered}
     claimants = admitted_ids(ordered, cluster)
+    # A job with a node count may find N servers only by taking a claimant's GPUs, so with node
+    # counts around even proportional keeps placements only where room is left.
+    strong = strong and all(job.num_nodes is None for job in ordered)
     for d in plan.decisions:
         job = jobs[d.job_id]
         if d.placement is None or job.current is None or job.job_id not in claimants:
             continue
+        if not has_node_shape(job, job.current):
+            continue  # not a placement the job may run on: it must move
         demand = decided_demand(job, d.reason, cluster)
         if demand is None:
             continue
@@ -313,6 +383,15 @@ def check_keeps_current(
             continue
         if strong or room_left(cluster, jobs, plan, job.current, demand):
             assert d.placement.same_resources(job.current), (d, job.current)
+
+
+def has_node_shape(job: JobView, placement: Placement) -> bool:
+    """True when `placement` is of the job's node count (always, for a job without one)."""
+    if job.num_nodes is None:
+        return True
+    per_node = job.num_gpus / job.num_nodes
+    shares = placement.shares
+    return len(shares) == job.num_nodes and all(len(s.gpu_indices) == per_node for s in shares)
 
 
 def room_left(
@@ -351,10 +430,17 @@ def room_left(
 
 
 def admitted_ids(ordered: list[JobView], cluster: ClusterSnapshot) -> set[int]:
-    """Synergy's GPU-only admission, computed independently of the allocators."""
+    """Synergy's GPU-only admission, computed independently of the allocators (a job with a node
+    count N only if its split is even and N servers have num_gpus / N free GPUs)."""
     left = cluster.free_gpu_count
     admitted = set()
     for job in ordered:
+        nodes = job.num_nodes
+        if nodes is not None and (
+            job.num_gpus % nodes
+            or sum(len(s.free_gpus) >= job.num_gpus // nodes for s in cluster.servers) < nodes
+        ):
+            continue
         if job.num_gpus <= cluster.total_gpus and job.num_gpus <= left:
             admitted.add(job.job_id)
             left -= job.num_gpus
@@ -371,6 +457,7 @@ def test_invariants_hold_for_every_allocator(name, case, policy):
     check_decisions_match_jobs(ordered, plan)
     check_no_over_commit(cluster, plan)
     check_all_or_nothing(ordered, plan)
+    check_node_counts(cluster, ordered, plan)
     if name in SYNERGY_ALLOCATORS:
         check_not_below_proportional(ordered, plan)
 
@@ -389,7 +476,7 @@ def test_same_inputs_same_plan(name, case, policy):
 
 @pytest.mark.parametrize("name", sorted(PLACE_ALL_ADMITTED & set(ALLOCATOR_NAMES)))
 @HYPOTHESIS
-@given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
+@given(case=rounds(uniform=True, fixed_demands=False, nodes=False), policy=POLICY)
 def test_every_gpu_admitted_job_is_placed(name, case, policy):
     cluster, jobs = case
     ordered, plan = allocate(name, policy, jobs, cluster)
@@ -399,7 +486,7 @@ def test_every_gpu_admitted_job_is_placed(name, case, policy):
 
 
 @HYPOTHESIS
-@given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
+@given(case=rounds(uniform=True, fixed_demands=False, nodes=False), policy=POLICY)
 def test_tune_uses_exactly_the_gpus_proportional_uses(case, policy):
     cluster, jobs = case
     _, tune = allocate("tune", policy, jobs, cluster)
@@ -409,7 +496,7 @@ def test_tune_uses_exactly_the_gpus_proportional_uses(case, policy):
 
 @pytest.mark.parametrize("name", sorted(KEEPS_CURRENT_IF_ROOM & set(ALLOCATOR_NAMES)))
 @HYPOTHESIS
-@given(case=rounds(uniform=True, fixed_demands=False), policy=POLICY)
+@given(case=rounds(uniform=True, fixed_demands=False, nodes=True), policy=POLICY)
 def test_a_job_back_at_its_demand_keeps_its_placement(name, case, policy):
     cluster, jobs = case
     # Tune's repacking (a fresh plan that is clearly faster) is checked on its own below.
