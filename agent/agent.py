@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 
 from agent import __version__
+from agent.accounts import DEFAULT_JOB_PATH, DEFAULT_JOB_USER, JobIdentity, traversable_by_others
 from agent.bandwidth import NodeBandwidths
 from agent.client import ServiceClient, ServiceError, call_with_retry
 from agent.clock import utc_iso
@@ -51,6 +53,12 @@ class AgentConfig:
     http_timeout_s: float = 10.0
     stop_leases_on_exit: bool = False
     exit_grace_s: float = 10.0
+    # The account of catalog workloads (run_as null) when the agent is root; None keeps them on the
+    # agent's own identity (tests only: never root on a real node).
+    job_user: str | None = DEFAULT_JOB_USER
+    job_path: str = DEFAULT_JOB_PATH
+    workload_python: str | None = None
+    address: str = ""
 
 
 class Agent:
@@ -79,7 +87,12 @@ class Agent:
         self.client = ServiceClient(
             config.server_url, config.token, timeout_s=config.http_timeout_s, transport=transport
         )
-        self.launcher = launcher or ProcessLauncher(isolation=choose_isolation(config.isolation))
+        self.identity = JobIdentity(job_user=config.job_user, node=config.name)
+        self.launcher = launcher or ProcessLauncher(
+            isolation=choose_isolation(config.isolation),
+            job_path=config.job_path,
+            workload_python=config.workload_python,
+        )
         self.sender = ReportSender(
             self.spool, self.client, stop_event=self.stop_event, max_backoff_s=config.max_backoff_s
         )
@@ -94,6 +107,7 @@ class Agent:
             log_interval_s=config.log_interval_s,
             on_report=self.sender.notify,
             bandwidths=NodeBandwidths(work_dir=config.work_dir, storage_mbps=config.storage_mbps),
+            identity=self.identity,
         )
         self.heartbeat_interval_s = config.heartbeat_interval_s
         self.poll_interval_s = config.poll_interval_s
@@ -109,6 +123,7 @@ class Agent:
         return {
             "agent_version": __version__,
             "hostname": self.config.name,
+            "address": self.config.address,
             "num_cpus": inventory.num_cpus,
             "mem_gb": inventory.mem_gb,
             "storage_mbps": self.config.storage_mbps,
@@ -205,6 +220,22 @@ class Agent:
 
     def start(self) -> None:
         """Adopt surviving leases, then run every thread; registration runs in its own thread too."""
+        log.info("%s", self.identity.describe())
+        if self.identity.is_root and not traversable_by_others(self.config.work_dir.resolve()):
+            log.warning(
+                "work dir %s: a directory above it is not searchable by other accounts, so jobs cannot "
+                "reach their files there (chmod o+x the parents, or choose another --work-dir)",
+                self.config.work_dir,
+            )
+        workload_python = Path(self.config.workload_python or sys.executable).resolve()
+        if self.identity.is_root and not traversable_by_others(workload_python):
+            log.warning(
+                "%s: a directory above it is not searchable by other accounts, so catalog workloads "
+                "(run as %s) cannot start: install the agent where every account can read it, or give "
+                "--workload-python (a system python of the same version)",
+                workload_python,
+                self.config.job_user,
+            )
         self.leases.restore()
         self._spawn("supervisor", self._supervise_loop)
         self.sender.start()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from agent import __version__
+from agent.accounts import DEFAULT_JOB_PATH, DEFAULT_JOB_USER, AccountError, JobIdentity
 from agent.agent import Agent, AgentConfig, AgentFatalError
 from agent.gpus import GpuBackendError, select_gpu_backend
 from agent.host import PsutilHostBackend
@@ -64,9 +65,62 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop running leases when the agent exits (default: leave them to be adopted)",
     )
+    parser.add_argument(
+        "--job-user",
+        default=os.environ.get("ATTUNE_AGENT_JOB_USER") or DEFAULT_JOB_USER,
+        metavar="NAME",
+        help="account of catalog workloads (run_as null) when the agent is root; never root "
+        "(default: $ATTUNE_AGENT_JOB_USER or nobody)",
+    )
+    parser.add_argument(
+        "--job-path",
+        default=DEFAULT_JOB_PATH,
+        metavar="PATH",
+        help=f"PATH of every job's environment (default: {DEFAULT_JOB_PATH})",
+    )
+    parser.add_argument(
+        "--workload-python",
+        default=None,
+        metavar="PATH",
+        help="interpreter of the shipped workloads (agent.workload, agent.torch_workload), run as "
+        "--job-user: give a system python when the agent's own is not readable by that account",
+    )
+    parser.add_argument(
+        "--address",
+        default="",
+        help="where this node's peers reach it: the MASTER_ADDR of multi-node jobs whose rank 0 runs "
+        "here (default: the service uses --name)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("ATTUNE_AGENT_LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=f"attune-agent {__version__}")
     return parser
+
+
+def argv_without_token(argv: list[str]) -> list[str]:
+    """The interpreter's command line without `--token X` / `--token=X` (which stays in the environment)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--token":
+            skip = True
+        elif not arg.startswith("--token="):
+            out.append(arg)
+    return out
+
+
+def scrub_token_from_command_line(token: str) -> None:
+    """Start over (same pid) with the token in the environment instead of the command line, which every
+    account on this node, jobs included, can read in /proc/<pid>/cmdline; the environment only we can."""
+    clean = argv_without_token(sys.orig_argv)
+    if any(token in arg for arg in clean):  # an abbreviated option (--tok X): do not loop
+        log.warning("the agent token is readable on the command line: set $ATTUNE_AGENT_TOKEN instead")
+        return
+    log.info("moving the agent token from the command line to $ATTUNE_AGENT_TOKEN (re-exec)")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os.execve(sys.executable, clean, {**os.environ, "ATTUNE_AGENT_TOKEN": token})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +137,22 @@ def main(argv: list[str] | None = None) -> int:
             "no agent token: pass --token or set ATTUNE_AGENT_TOKEN (issue one with `manage.py node_token`)"
         )
         return 2
+    identity = JobIdentity(job_user=args.job_user, node=args.name)
+    try:
+        identity.check()
+    except AccountError as exc:
+        log.error("--job-user %s: %s", args.job_user, exc)
+        return 2
+    if argv is None and any(args.token in arg for arg in sys.orig_argv):
+        scrub_token_from_command_line(args.token)
     base_dir = Path("var") / "agent" / args.name
+    work_dir = (args.work_dir or base_dir / "work").resolve()
+    # Created before the umask below, so that its parents stay searchable: jobs of other accounts reach
+    # their directories inside it.
+    work_dir.mkdir(parents=True, exist_ok=True)
+    # What the agent creates (spool with every job's log lines, lease files) is its own alone; the
+    # launcher opens up exactly the directories that a job's account must reach.
+    os.umask(0o077)
     try:
         gpu_backend = select_gpu_backend(fake_gpus=args.fake_gpus, agent_name=args.name)
         host_backend = PsutilHostBackend(report_cpus=args.fake_cpus, report_mem_gb=args.fake_mem_gb)
@@ -95,11 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         token=args.token,
         name=args.name,
         spool_dir=args.spool_dir or base_dir / "spool",
-        work_dir=(args.work_dir or base_dir / "work").resolve(),
+        work_dir=work_dir,
         time_scale=args.time_scale,
         storage_mbps=args.storage_mbps,
         isolation=args.isolation,
         stop_leases_on_exit=args.stop_leases_on_exit,
+        job_user=args.job_user,
+        job_path=args.job_path,
+        workload_python=args.workload_python,
+        address=args.address,
     )
     try:
         agent = Agent(config, gpu_backend=gpu_backend, host_backend=host_backend)

@@ -1,4 +1,4 @@
-"""Launching leases as real processes: isolation (systemd-run or affinity+rlimit), signals, exit status."""
+"""Launching leases as real processes: identity, isolation (systemd-run or affinity+rlimit), exit status."""
 
 from __future__ import annotations
 
@@ -10,12 +10,23 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent.accounts import (
+    DEFAULT_JOB_PATH,
+    PRIVATE_DIR_MODE,
+    TRAVERSE_ONLY_MODE,
+    Account,
+    clean_env,
+    give_to,
+    make_private_dir,
+    own_account,
+)
 from agent.host import BYTES_PER_GB, real_cpu_ids
 
 log = logging.getLogger(__name__)
@@ -37,7 +48,15 @@ OOM_NEAR_CAP_FRACTION = 0.9
 
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
-    """Everything needed to start one lease. `cpus` are the agent's logical core ids (0..num_cpus-1)."""
+    """Everything needed to start one lease. `cpus` are the agent's logical core ids (0..num_cpus-1).
+
+    `account` is who the job runs as (None: the agent's own identity, no switch). `workdir` "" is the
+    job directory; `stdout_path`/`stderr_path` "" mean the shim's log and "merged into stdout", relative
+    ones are relative to the working directory. With `script`, the job is `bash <script file>` and
+    `argv` is not used. Layout of `lease_dir`: the shim's log, status and the job's environment, root's
+    alone; `job/` (the job's own, 0700: progress file, script). `job_subdir` is False only for leases
+    started by an agent from before that layout (their progress file is in `lease_dir` itself).
+    """
 
     lease_id: str
     job_id: int | None
@@ -50,18 +69,59 @@ class LaunchSpec:
     lease_dir: Path
     checkpoint_path: Path
     time_scale: float = 1.0
+    account: Account | None = None
+    workdir: str = ""
+    script: str | None = None
+    stdout_path: str = ""
+    stderr_path: str = ""
+    job_subdir: bool = True
 
     @property
     def log_path(self) -> Path:
         return self.lease_dir / "output.log"
 
     @property
-    def progress_path(self) -> Path:
-        return self.lease_dir / "progress.json"
-
-    @property
     def status_path(self) -> Path:
         return self.lease_dir / "exit-status.json"
+
+    @property
+    def env_path(self) -> Path:
+        return self.lease_dir / "job-env.json"
+
+    @property
+    def job_dir(self) -> Path:
+        return self.lease_dir / "job" if self.job_subdir else self.lease_dir
+
+    @property
+    def progress_path(self) -> Path:
+        return self.job_dir / "progress.json"
+
+    @property
+    def script_path(self) -> Path:
+        return self.job_dir / "batch-script"
+
+    @property
+    def cwd(self) -> Path:
+        return self.job_dir / self.workdir if self.workdir else self.job_dir  # an absolute workdir wins
+
+    @property
+    def stdout_file(self) -> Path | None:
+        return self.cwd / self.stdout_path if self.stdout_path else None
+
+    @property
+    def stderr_file(self) -> Path | None:
+        """The job's separate stderr file; None when stderr goes with stdout."""
+        path = self.cwd / self.stderr_path if self.stderr_path else None
+        return None if path == self.stdout_file else path
+
+    @property
+    def job_output_files(self) -> tuple[Path, ...]:
+        """Files the job itself opened for its output (owned by its account)."""
+        return tuple(p for p in (self.stdout_file, self.stderr_file) if p is not None)
+
+    @property
+    def job_uid(self) -> int:
+        return self.account.uid if self.account is not None else os.geteuid()
 
     @property
     def mem_cap_bytes(self) -> int:
@@ -277,9 +337,29 @@ def choose_isolation(requested: str = "auto") -> str:
     return ISOLATION_AFFINITY
 
 
+# What the shim process itself may inherit from the agent. The shim runs as root before it drops to the
+# job's account, so nothing the job's owner chose (LD_PRELOAD, PYTHONPATH...) may reach it: the job's
+# environment travels in a root-only file instead. `systemd-run --user` needs the session bus variables.
+SHIM_ENV_PASSTHROUGH = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
+SHIM_PATH_DEFAULT = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write a file only its owner can read (created with `mode`, never briefly world-readable)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
 @dataclass
 class ProcessLauncher:
-    """Starts each lease as `[systemd-run --scope ...] python shim.py ... -- argv` in a new session.
+    """Starts each lease as `[systemd-run --scope ...] python -I shim.py ... -- argv` in a new session.
+
+    The shim starts as the agent's user and drops to the job's account (spec.account) itself, just before
+    exec, so that it can still write the exit status into the agent's lease directory. The job gets a
+    clean environment (login variables from the passwd entry, `job_path`, the command's env and the
+    lease variables), nothing of the agent's own.
 
     Fake-host mode (the one mock at the edge of what a small test box lacks): when the agent reports more
     cores than the machine has (--fake-cpus), logical core i runs on real core real_cpus[i mod len], and
@@ -291,14 +371,19 @@ class ProcessLauncher:
     isolation: str = ISOLATION_AFFINITY
     real_cpus: list[int] = field(default_factory=real_cpu_ids)
     python: str = sys.executable
+    job_path: str = DEFAULT_JOB_PATH
+    # The interpreter of the shipped workloads, run as the job account: the agent's own unless it sits
+    # where that account cannot reach it (a venv built from an interpreter under /root).
+    workload_python: str | None = None
 
     def map_cpus(self, cpus: Sequence[int]) -> list[int]:
         return sorted({self.real_cpus[c % len(self.real_cpus)] for c in cpus})
 
     def build_env(self, spec: LaunchSpec, real_cpus: Sequence[int]) -> dict[str, str]:
-        # The agent's own ATTUNE_* settings are not the job's business; the command's env and the lease's
-        # variables (which win: they are the agent's contract with the job) are.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ATTUNE_")}
+        # Built from nothing: the agent's environment holds its token and settings, none of the job's
+        # business. The command's env comes next, then the lease's variables (which win: they are the
+        # agent's contract with the job).
+        env = clean_env(spec.account or own_account(), path=self.job_path)
         env.update(spec.env)
         env.update(
             {
@@ -306,6 +391,7 @@ class ProcessLauncher:
                 "ATTUNE_LEASE_ID": spec.lease_id,
                 "ATTUNE_RESUME_ITERS": str(spec.resume_iters),
                 "ATTUNE_CHECKPOINT_PATH": str(spec.checkpoint_path),
+                "ATTUNE_CHECKPOINT_DIR": str(spec.checkpoint_path.parent),
                 "ATTUNE_PROGRESS_PATH": str(spec.progress_path),
                 "ATTUNE_TIME_SCALE": repr(spec.time_scale),
                 "ATTUNE_MEM_GB": repr(spec.mem_gb),
@@ -313,19 +399,46 @@ class ProcessLauncher:
         )
         if spec.job_id is not None:
             env["ATTUNE_JOB_ID"] = str(spec.job_id)
+        else:
+            env.pop("ATTUNE_JOB_ID", None)
         if len(real_cpus) < len(spec.cpus):
             env["ATTUNE_CPUS_GRANTED"] = str(len(spec.cpus))
         return env
 
-    def build_argv(self, spec: LaunchSpec, real_cpus: Sequence[int], env: dict[str, str]) -> list[str]:
+    def job_argv(self, spec: LaunchSpec, env: dict[str, str]) -> list[str]:
+        """The job's own command line (what the shim execs)."""
+        if spec.script is not None:
+            return ["bash", str(spec.script_path)]
         argv = list(spec.argv)
         if argv[:2] in (["python", "-m"], ["python3", "-m"]) and argv[2:3] and argv[2].startswith("agent."):
             # The workloads that ship with the agent (agent.workload, agent.torch_workload): run them with
             # the agent's interpreter and make the package importable from the lease's working directory.
-            argv[0] = self.python
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(AGENT_ROOT)) if p)
+            # The job's account must be able to read both (true of a system-wide install).
+            argv[0] = self.workload_python or self.python
+            paths = [env.get("PYTHONPATH"), str(AGENT_ROOT)]
+            if self.workload_python:
+                # Another interpreter of the same version: the agent's packages (numpy, torch) are still
+                # the ones to import.
+                paths.append(sysconfig.get_paths()["purelib"])
+            env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        return argv
+
+    def shim_args(self, spec: LaunchSpec, cpu_list: str) -> list[str]:
+        # -I (isolated): the shim, possibly root, ignores PYTHON* variables and the user site directory.
+        shim = [self.python, "-I", str(SHIM_PATH), "--status", str(spec.status_path), "--cpus", cpu_list]
+        shim += ["--env-file", str(spec.env_path), "--workdir", str(spec.cwd)]
+        if spec.account is not None and spec.account.uid != os.geteuid():
+            shim += ["--user", spec.account.name]
+        if spec.stdout_file is not None:
+            shim += ["--stdout", str(spec.stdout_file)]
+        if spec.stderr_file is not None:
+            shim += ["--stderr", str(spec.stderr_file)]
+        return shim
+
+    def build_argv(self, spec: LaunchSpec, real_cpus: Sequence[int], env: dict[str, str]) -> list[str]:
+        argv = self.job_argv(spec, env)
         cpu_list = ",".join(str(c) for c in real_cpus)
-        shim = [self.python, str(SHIM_PATH), "--status", str(spec.status_path), "--cpus", cpu_list]
+        shim = self.shim_args(spec, cpu_list)
         if self.isolation == ISOLATION_SYSTEMD:
             # cgroup v2 does the pinning and the cap (RSS, not address space): no rlimit in the shim.
             # `--scope` makes systemd-run exec the shim in place, so the shim keeps the pid we track.
@@ -349,23 +462,48 @@ class ProcessLauncher:
         # so GPU nodes should run in systemd-run mode).
         return [*shim, "--mem-bytes", str(spec.mem_cap_bytes), "--", *argv]
 
-    def launch(self, spec: LaunchSpec) -> tuple[LeaseProcess, dict[str, Any]]:
-        if not spec.argv:
-            raise ValueError("empty argv")
+    def shim_env(self) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH") or SHIM_PATH_DEFAULT, "LANG": "C.UTF-8"}
+        env.update({k: os.environ[k] for k in SHIM_ENV_PASSTHROUGH if k in os.environ})
+        return env
+
+    def prepare_dirs(self, spec: LaunchSpec, account: Account) -> None:
+        """The lease directory (the agent's: traversable, not listable), the job's own directory inside it
+        (progress file, script) and the job's private checkpoint directory."""
         spec.lease_dir.mkdir(parents=True, exist_ok=True)
-        spec.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(spec.lease_dir, TRAVERSE_ONLY_MODE)
         spec.status_path.unlink(missing_ok=True)
+        spec.job_dir.mkdir(exist_ok=True)
+        if spec.script is not None:
+            # Written before the directory is handed over, so the account never sees a half-written file;
+            # 0500: the job may run it, and its owner could change it anyway.
+            _write_private(spec.script_path, spec.script.encode(), 0o500)
+            give_to(spec.script_path, account, 0o500)
+        if spec.job_dir != spec.lease_dir:
+            give_to(spec.job_dir, account, PRIVATE_DIR_MODE)
+        make_private_dir(spec.checkpoint_path.parent, account)
+
+    def launch(self, spec: LaunchSpec) -> tuple[LeaseProcess, dict[str, Any]]:
+        if not spec.argv and spec.script is None:
+            raise ValueError("empty argv")
+        account = spec.account or own_account()
+        self.prepare_dirs(spec, account)
         real_cpus = self.map_cpus(spec.cpus)
         env = self.build_env(spec, real_cpus)
         argv = self.build_argv(spec, real_cpus, env)
-        with open(spec.log_path, "ab") as log_file:
+        # The job's environment goes to the shim in a file only the agent's user can read, never through
+        # the shim's own environment (see SHIM_ENV_PASSTHROUGH) or its command line (world-readable).
+        _write_private(spec.env_path, json.dumps(env).encode())
+        log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        with os.fdopen(log_fd, "ab") as log_file:
+            os.fchmod(log_fd, 0o600)  # an older agent created it world-readable
             popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 cwd=spec.lease_dir,
-                env=env,
+                env=self.shim_env(),
                 close_fds=True,
                 # setsid in the child (done in C, safe in a threaded agent): the lease gets its own
                 # session and process group, so group signals reach all of the job and never the agent,
@@ -379,6 +517,8 @@ class ProcessLauncher:
             "real_cpus": real_cpus,
             "mem_gb": spec.mem_gb,
             "gpu_uuids": list(spec.gpu_uuids),
+            "user": account.name,
+            "uid": account.uid,
         }
         return ChildProcess(popen, spec.status_path), facts
 

@@ -10,10 +10,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.accounts import (
+    TRAVERSE_ONLY_MODE,
+    Account,
+    AccountError,
+    JobIdentity,
+    job_file_size,
+    read_job_file,
+)
 from agent.bandwidth import NodeBandwidths
 from agent.launcher import (
     ISOLATION_SYSTEMD,
@@ -46,7 +54,7 @@ class Lease:
     spec: LaunchSpec
     process: LeaseProcess
     isolation: str
-    log_offset: int = 0
+    log_offsets: dict[str, int] = field(default_factory=dict)  # per output file: bytes already shipped
     stop_kind: str | None = None
     stop_deadline_s: float | None = None
     killed: bool = False
@@ -69,7 +77,7 @@ class Lease:
             "pid": self.process.pid,
             "start_ticks": self.process.start_ticks,
             "isolation": self.isolation,
-            "log_offset": self.log_offset,
+            "log_offsets": self.log_offsets,
             "stop_kind": self.stop_kind,
             "stop_deadline_s": self.stop_deadline_s,
             "killed": self.killed,
@@ -78,6 +86,8 @@ class Lease:
 
 
 def spec_from_record(spec: dict[str, Any]) -> LaunchSpec:
+    """The spec a spooled record describes; records written before a field existed get its old meaning."""
+    account = spec.get("account")
     return LaunchSpec(
         lease_id=spec["lease_id"],
         job_id=spec["job_id"],
@@ -90,18 +100,30 @@ def spec_from_record(spec: dict[str, Any]) -> LaunchSpec:
         lease_dir=Path(spec["lease_dir"]),
         checkpoint_path=Path(spec["checkpoint_path"]),
         time_scale=float(spec["time_scale"]),
+        account=Account.from_record(account) if account else None,
+        workdir=str(spec.get("workdir") or ""),
+        script=spec.get("script"),
+        stdout_path=str(spec.get("stdout_path") or ""),
+        stderr_path=str(spec.get("stderr_path") or ""),
+        job_subdir=bool(spec.get("job_subdir", False)),
     )
 
 
-def read_tail_lines(path: Path, max_bytes: int = 8192) -> list[str]:
-    """The last lines of a file (for OOM detection: a MemoryError traceback ends the log)."""
+def read_tail_lines(path: Path, max_bytes: int = 8192, *, owner_uid: int | None = None) -> list[str]:
+    """The last lines of a file (for OOM detection: a MemoryError traceback ends the log). A file the job
+    controls is read only if it is a regular file of `owner_uid` (see accounts.open_job_file)."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - max_bytes))
-            return fh.read().decode(errors="replace").splitlines()
+        return read_job_file(path, owner_uid, offset=-max_bytes).decode(errors="replace").splitlines()
     except OSError:
         return []
+
+
+def output_tail_lines(spec: LaunchSpec) -> list[str]:
+    """The last lines of the lease's output: the shim's log, then the job's stdout and stderr files."""
+    lines = read_tail_lines(spec.log_path)
+    for path in spec.job_output_files:
+        lines += read_tail_lines(path, owner_uid=spec.job_uid)
+    return lines
 
 
 class LeaseManager:
@@ -133,6 +155,7 @@ class LeaseManager:
         on_report: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         bandwidths: NodeBandwidths | None = None,
+        identity: JobIdentity | None = None,
     ) -> None:
         self.spool = spool
         self.launcher = launcher
@@ -148,8 +171,17 @@ class LeaseManager:
         self.pending: dict[str, dict[str, Any]] = {}
         self.profiles: dict[str, ProfileTask] = {}
         self.bandwidths = bandwidths or NodeBandwidths(work_dir=work_dir)
+        self.identity = identity or JobIdentity()
+        self._prepare_work_dir()
         self.draining = False
         self._lock = threading.RLock()
+
+    def _prepare_work_dir(self) -> None:
+        # Jobs of other accounts must reach their own directories below these, and must not list them
+        # (lease ids, other jobs' checkpoint directories): traversable, not readable, by others.
+        for path in (self.work_dir, *(self.work_dir / sub for sub in ("leases", "checkpoints", "profiles"))):
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, TRAVERSE_ONLY_MODE)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -242,7 +274,10 @@ class LeaseManager:
                     spec=spec,
                     process=process,
                     isolation=record["isolation"],
-                    log_offset=int(record.get("log_offset", 0)),
+                    # Records from before per-file offsets knew only the shim's log.
+                    log_offsets=dict(
+                        record.get("log_offsets") or {str(spec.log_path): int(record.get("log_offset", 0))}
+                    ),
                     stop_kind=record.get("stop_kind"),
                     stop_deadline_s=record.get("stop_deadline_s"),
                     killed=bool(record.get("killed")),
@@ -293,7 +328,7 @@ class LeaseManager:
             status,
             stop_requested=lease.stop_kind is not None,
             mem_cap_bytes=lease.spec.mem_cap_bytes,
-            log_tail=read_tail_lines(lease.spec.log_path),
+            log_tail=output_tail_lines(lease.spec),
             cgroup_oom_kills=lease.process.cgroup_oom_kills() if lease.isolation == ISOLATION_SYSTEMD else 0,
         )
         data: dict[str, Any] = {
@@ -320,27 +355,40 @@ class LeaseManager:
         self.on_report()
 
     def _ship_logs(self, lease: Lease, *, final: bool) -> None:
-        path = lease.spec.log_path
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return
+        """Ship new lines of the shim's log (start errors, and the job's output unless it names files) and
+        of the job's own stdout/stderr files."""
+        shipped = self._ship_file(lease, lease.spec.log_path, None, final=final)
+        for path in lease.spec.job_output_files:
+            shipped |= self._ship_file(lease, path, lease.spec.job_uid, final=final)
+        if shipped:
+            self.on_report()
+            # After the report: a crash in between re-ships these lines, it never loses them.
+            self.spool.lease_update(lease.lease_id, lease.record())
+
+    def _ship_file(self, lease: Lease, path: Path, owner_uid: int | None, *, final: bool) -> bool:
+        """Spool one `log` report of the file's new complete lines; True when the offset moved."""
+        key = str(path)
+        offset = lease.log_offsets.get(key, 0)
+        size = job_file_size(path, owner_uid)
+        if size is None:
+            return False
+        if size < offset:
+            offset = 0  # truncated or replaced (the job's owner may do either): read it from the start
         skipped_bytes = 0
-        if size - lease.log_offset > 4 * MAX_LOG_BYTES_PER_READ or (
-            final and size - lease.log_offset > MAX_LOG_BYTES_PER_READ
-        ):
+        if size - offset > 4 * MAX_LOG_BYTES_PER_READ or (final and size - offset > MAX_LOG_BYTES_PER_READ):
             # A job printing faster than we ship: keep the newest output (the service keeps a tail anyway).
-            skipped_bytes = size - MAX_LOG_BYTES_PER_READ - lease.log_offset
-            lease.log_offset = size - MAX_LOG_BYTES_PER_READ
-        if size <= lease.log_offset:
-            return
-        with open(path, "rb") as fh:
-            fh.seek(lease.log_offset)
-            chunk = fh.read(MAX_LOG_BYTES_PER_READ)
+            skipped_bytes = size - MAX_LOG_BYTES_PER_READ - offset
+            offset = size - MAX_LOG_BYTES_PER_READ
+        if size <= offset:
+            return False
+        try:
+            chunk = read_job_file(path, owner_uid, offset=offset, max_bytes=MAX_LOG_BYTES_PER_READ)
+        except OSError:
+            return False
         if not final:
             end = chunk.rfind(b"\n")
             if end < 0 and len(chunk) < MAX_LOG_BYTES_PER_READ:
-                return  # wait for the rest of the line
+                return False  # wait for the rest of the line
             chunk = chunk[: end + 1] if end >= 0 else chunk
         lines = [line[:MAX_LOG_LINE_CHARS] for line in chunk.decode(errors="replace").splitlines()]
         if skipped_bytes:
@@ -348,16 +396,15 @@ class LeaseManager:
         if len(lines) > MAX_LOG_LINES_PER_REPORT:
             dropped = len(lines) - MAX_LOG_LINES_PER_REPORT
             lines = [f"[attune-agent: {dropped} lines skipped]", *lines[-MAX_LOG_LINES_PER_REPORT:]]
-        lease.log_offset += len(chunk)
+        lease.log_offsets[key] = offset + len(chunk)
         if lines:
             self.spool.append(lease.lease_id, "log", {"lines": lines})
-            self.on_report()
-        # After the report: a crash in between re-ships these lines, it never loses them.
-        self.spool.lease_update(lease.lease_id, lease.record())
+        return True
 
     def _read_progress(self, lease: Lease) -> None:
         try:
-            data = json.loads(lease.spec.progress_path.read_text())  # written atomically by the workload
+            # Written atomically by the workload; read like any file the job's account controls.
+            data = json.loads(read_job_file(lease.spec.progress_path, lease.spec.job_uid, max_bytes=65536))
             done_iters = int(data["done_iters"])
             iters_per_s = float(data.get("iters_per_s") or 0.0)
         except (OSError, ValueError, KeyError, TypeError):
@@ -429,9 +476,12 @@ class LeaseManager:
     def _spec_for(self, lease_id: str, command: dict[str, Any], cpus: tuple[int, ...]) -> LaunchSpec:
         if not SAFE_LEASE_ID.match(lease_id):
             raise StartError(f"unsafe lease id {lease_id!r}")
-        argv = command.get("argv")
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise StartError(f"argv must be a non-empty list of strings, not {argv!r}")
+        script = command.get("script")
+        if script is not None and not isinstance(script, str):
+            raise StartError(f"script must be a string, not {type(script).__name__}")
+        argv = command.get("argv") or []
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not (argv or script):
+            raise StartError(f"argv must be a non-empty list of strings, not {command.get('argv')!r}")
         gpu_uuids = tuple(command.get("gpu_uuids") or [])
         unknown = [u for u in gpu_uuids if u not in self.gpu_uuids]
         if unknown:
@@ -439,30 +489,57 @@ class LeaseManager:
         mem_gb = float(command.get("mem_gb") or 0)
         if mem_gb <= 0:
             raise StartError(f"mem_gb must be positive, not {command.get('mem_gb')!r}")
+        run_as = command.get("run_as") or None
+        if run_as is not None and not isinstance(run_as, str):
+            raise StartError(f"run_as must be an account name, not {run_as!r}")
+        account = self.identity.account_for(run_as)  # AccountError: no such account, root, not ours
         job_id = command.get("job_id")
         lease_dir = self.work_dir / "leases" / lease_id
-        # Per job, not per lease: a preempted job resumes from it on its next lease on this node.
-        checkpoint_name = f"job-{int(job_id)}.json" if job_id is not None else f"lease-{lease_id}.json"
+        # Per job, not per lease: a preempted job resumes from it on its next lease on this node. A
+        # directory of its own, the account's alone, so that no other job can read the checkpoint.
+        checkpoint_dir = f"job-{int(job_id)}" if job_id is not None else f"lease-{lease_id}"
         env = {str(k): str(v) for k, v in (command.get("env") or {}).items()}
         return LaunchSpec(
             lease_id=lease_id,
             job_id=int(job_id) if job_id is not None else None,
-            argv=tuple(argv),
+            argv=tuple(argv) if script is None else (),
             env=env,
             gpu_uuids=gpu_uuids,
             cpus=cpus,
             mem_gb=mem_gb,
             resume_iters=int(command.get("resume_iters") or 0),
             lease_dir=lease_dir,
-            checkpoint_path=self.work_dir / "checkpoints" / checkpoint_name,
+            checkpoint_path=self.work_dir / "checkpoints" / checkpoint_dir / "checkpoint.json",
             time_scale=self.time_scale,
+            account=account,
+            workdir=self._workdir(command.get("workdir"), run_as, account),
+            script=script,
+            stdout_path=self._output_path(command, "stdout_path"),
+            stderr_path=self._output_path(command, "stderr_path"),
         )
+
+    @staticmethod
+    def _workdir(workdir: Any, run_as: str | None, account: Account) -> str:
+        """The job's working directory: as asked (relative to the home), else the account's home; for a
+        catalog workload (run_as null) "" (its directory in the lease)."""
+        if workdir is not None and not isinstance(workdir, str):
+            raise StartError(f"workdir must be a string, not {workdir!r}")
+        if not workdir:
+            return account.home if run_as else ""
+        return str(Path(account.home) / workdir) if run_as else workdir
+
+    @staticmethod
+    def _output_path(command: dict[str, Any], key: str) -> str:
+        value = command.get(key) or ""
+        if not isinstance(value, str) or "\0" in value:
+            raise StartError(f"{key} must be a path, not {value!r}")
+        return value
 
     def _launch(self, lease_id: str, command: dict[str, Any], cpus: tuple[int, ...]) -> None:
         try:
             spec = self._spec_for(lease_id, command, cpus)
             process, facts = self.launcher.launch(spec)
-        except (StartError, OSError, ValueError, TypeError) as exc:
+        except (StartError, AccountError, OSError, ValueError, TypeError) as exc:
             log.error("cannot start lease %s: %s", lease_id, exc)
             self.spool.lease_finished(
                 lease_id,
@@ -554,10 +631,16 @@ class LeaseManager:
         if len(free) < cpus:
             return  # never share cores while measuring: the time would be wrong
         warmup = task.warmup_pending
-        spec = point_spec(
-            task, work_dir=self.work_dir, cpus=tuple(free[:cpus]), time_scale=self.time_scale, warmup=warmup
-        )
         try:
+            # Catalog-like: as the agent's job account, never as the profiled job's owner.
+            spec = point_spec(
+                task,
+                work_dir=self.work_dir,
+                cpus=tuple(free[:cpus]),
+                time_scale=self.time_scale,
+                warmup=warmup,
+                account=self.identity.account_for(None),
+            )
             process, _facts = self.launcher.launch(spec)
         except (OSError, ValueError, TypeError, KeyError) as exc:
             task.failed = True

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.accounts import TRAVERSE_ONLY_MODE, Account, make_private_dir, read_job_file
 from agent.launcher import ExitStatus, LaunchSpec, LeaseProcess
 
 POINT_TIMEOUT_S = 900.0  # a point is ~50 iterations: this bounds a hung one
@@ -63,16 +65,31 @@ def point_dir(work_dir: Path, run_id: str, cpus: int, *, warmup: bool) -> Path:
 
 
 def point_spec(
-    task: ProfileTask, *, work_dir: Path, cpus: tuple[int, ...], time_scale: float, warmup: bool
+    task: ProfileTask,
+    *,
+    work_dir: Path,
+    cpus: tuple[int, ...],
+    time_scale: float,
+    warmup: bool,
+    account: Account | None = None,
 ) -> LaunchSpec:
     """The launch of one point: a fresh directory, so no checkpoint or progress of an earlier launch
-    (a workload resumes from its checkpoint) leaks into the measurement."""
+    (a workload resumes from its checkpoint) leaks into the measurement. `account`: who runs it (None:
+    the agent itself)."""
     count = len(cpus)
     lease_dir = point_dir(work_dir, task.run_id, count, warmup=warmup)
     shutil.rmtree(lease_dir, ignore_errors=True)
+    run_dir = work_dir / "profiles" / task.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(run_dir, TRAVERSE_ONLY_MODE)  # the run's account reaches its points' directories below
     env = {str(k): str(v) for k, v in (task.command.get("env") or {}).items()}
-    # Data a workload generates or caches survives from point to point (the dataset stays cached).
-    env.setdefault("ATTUNE_DATA_DIR", str(work_dir / "profiles" / task.run_id / "data"))
+    if "ATTUNE_DATA_DIR" not in env:
+        # Data a workload generates or caches survives from point to point (the dataset stays cached),
+        # in a directory the run's account owns.
+        data_dir = run_dir / "data"
+        if account is not None:
+            make_private_dir(data_dir, account)
+        env["ATTUNE_DATA_DIR"] = str(data_dir)
     return LaunchSpec(
         lease_id=f"{task.run_id}-c{count}" + ("-warmup" if warmup else ""),
         job_id=None,
@@ -83,8 +100,9 @@ def point_spec(
         mem_gb=float(task.command["mem_gb"]),
         resume_iters=0,
         lease_dir=lease_dir,
-        checkpoint_path=lease_dir / "checkpoint.json",
+        checkpoint_path=lease_dir / "checkpoint" / "checkpoint.json",
         time_scale=time_scale,
+        account=account,
     )
 
 
@@ -98,7 +116,7 @@ def point_result(
     peak_rss_mb = round(status.peak_rss_kb / 1024, 1) if status.peak_rss_kb else None
     progress: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
-        progress = json.loads(spec.progress_path.read_text())
+        progress = json.loads(read_job_file(spec.progress_path, spec.job_uid, max_bytes=65536))
     ips = progress.get("iters_per_s")
     if status.exit_code == 0 and isinstance(ips, int | float) and ips > 0:
         return "profile_point", {

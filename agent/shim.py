@@ -1,10 +1,13 @@
-"""Lease shim: runs one job command, outlives agent restarts and writes the job's exit status to a file.
+"""Lease shim: runs one job command as its account, outlives agent restarts and writes the job's exit status.
 
-Run by the launcher as a script (`python .../agent/shim.py --status F [--cpus 0,1] [--mem-bytes N] -- argv`),
-standard library only. Like containerd's shim, it exists so that the job does not have to be the agent's
-child: an agent that restarts adopts the running shim by pid and, when the shim is gone, still learns how
-the job ended from the status file. It also applies the isolation that cannot be done in the agent
-(a multi-threaded process must not use preexec_fn), and it reports the job's peak RSS for OOM detection.
+Run by the launcher as a script, standard library only:
+`python -I .../agent/shim.py --status F [--cpus 0,1] [--mem-bytes N] [--env-file F] [--user NAME]
+[--workdir DIR] [--stdout PATH] [--stderr PATH] -- argv`. Like containerd's shim, it exists so that the job
+does not have to be the agent's child: an agent that restarts adopts the running shim by pid and, when
+the shim is gone, still learns how the job ended from the status file. Like Slurm's slurmstepd, it stays
+with the agent's identity (root, on a real node) to write that file, and starts the job as its owner's
+account. It also applies the isolation that cannot be done in the agent (a multi-threaded process must
+not run Python code between fork and exec), and it reports the job's peak RSS for OOM detection.
 """
 
 from __future__ import annotations
@@ -12,10 +15,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import resource
 import signal
-import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+EXIT_CANNOT_EXECUTE = 126  # the shell's conventions: found but could not run, and not found
+EXIT_NOT_FOUND = 127
+OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOCTTY
+
+
+class StartFailure(Exception):
+    """The job could not be started; `code` is the exit code to record (126/127)."""
+
+    def __init__(self, message: str, code: int = EXIT_CANNOT_EXECUTE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The account the job switches to: initgroups semantics (primary gid plus every group of the name)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: list[int]
+
+
+def resolve_identity(name: str) -> Identity:
+    # Resolved here, before the fork: NSS (LDAP, sssd) must not run in the child between fork and exec.
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        raise StartFailure(f"no Unix account {name!r} on this node") from None
+    if pw.pw_uid == 0:
+        raise StartFailure(f"refusing to run a job as root (account {name!r} has uid 0)")
+    return Identity(name, pw.pw_uid, pw.pw_gid, os.getgrouplist(name, pw.pw_gid))
 
 
 def _write_status(path: str, status: dict) -> None:
@@ -28,16 +66,114 @@ def _write_status(path: str, status: dict) -> None:
     os.replace(tmp, path)
 
 
+def _read_env(path: str) -> dict[str, str]:
+    """The job's environment, which the agent wrote to a file only it can read (then not needed)."""
+    try:
+        with open(path) as fh:
+            env = json.load(fh)
+        os.unlink(path)
+    except (OSError, ValueError) as exc:
+        raise StartFailure(f"cannot read the job's environment {path!r}: {exc}") from exc
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _open_output(path: str, fd: int, what: str, who: str) -> None:
+    """Open the job's output file as the job's account (its own permissions decide: a root-squashed NFS
+    home works, and root's power never creates or appends to a file the account could not) onto `fd`."""
+    try:
+        opened = os.open(path, OUTPUT_FLAGS, 0o600)
+    except OSError as exc:
+        raise StartFailure(f"cannot open the {what} file {path!r} as {who}: {exc.strerror}") from exc
+    if opened != fd:
+        os.dup2(opened, fd)
+        os.close(opened)
+
+
+def child_setup(args: argparse.Namespace, identity: Identity | None) -> None:
+    """Everything between fork and exec, in the job's process. Order matters: the rlimit first (any user
+    may lower it), then groups, gid and uid (groups and gid need root, so uid last, and after setuid the
+    process cannot regain root), then what must happen as the account: umask, chdir, output files."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)  # Python ignores them; an ignored signal survives exec
+    if args.mem_bytes > 0:
+        # In the job only, so that the shim can still write the status after the job hit its cap.
+        resource.setrlimit(resource.RLIMIT_AS, (args.mem_bytes, args.mem_bytes))
+    who = "the agent's account"
+    if identity is not None:
+        who = f"account {identity.name!r}"
+        try:
+            os.setgroups(identity.groups)
+            os.setgid(identity.gid)
+            os.setuid(identity.uid)
+        except OSError as exc:
+            raise StartFailure(f"cannot switch to {who} (uid {identity.uid}): {exc.strerror}") from exc
+    os.umask(0o077)  # what the job creates is its owner's alone unless it says otherwise
+    if args.workdir:
+        try:
+            os.chdir(args.workdir)
+        except OSError as exc:
+            message = f"cannot enter the working directory {args.workdir!r} as {who}: {exc.strerror}"
+            raise StartFailure(message) from exc
+    if args.stdout:
+        _open_output(args.stdout, 1, "stdout", who)
+        if not args.stderr:
+            os.dup2(1, 2)
+    if args.stderr:
+        _open_output(args.stderr, 2, "stderr", who)
+
+
+def spawn(command: list[str], env: dict[str, str] | None, setup: Callable[[], None]) -> int:
+    """fork, `setup`, exec; the child's pid. A failure before exec comes back through a close-on-exec pipe
+    (EOF means the exec happened) and is raised here as StartFailure with its message."""
+    read_end, write_end = os.pipe()  # both close-on-exec (Python's default)
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code, message = EXIT_CANNOT_EXECUTE, "unknown error"
+        try:
+            os.close(read_end)
+            setup()
+            if env is None:
+                os.execvp(command[0], command)
+            os.execvpe(command[0], command, env)
+        except StartFailure as exc:
+            code, message = exc.code, str(exc)
+        except OSError as exc:
+            code = EXIT_CANNOT_EXECUTE if isinstance(exc, PermissionError) else EXIT_NOT_FOUND
+            message = f"cannot start {command[0]!r}: {exc}"
+        except BaseException as exc:  # whatever it is, the parent must hear of it
+            message = f"cannot start {command[0]!r}: {exc!r}"
+        try:
+            os.write(write_end, json.dumps({"code": code, "error": message}).encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    if chunks:
+        os.waitpid(pid, 0)  # reap the child that reported the failure
+        failure = json.loads(b"".join(chunks))
+        raise StartFailure(failure["error"], failure["code"])
+    return pid
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attune-shim")
     parser.add_argument("--status", required=True, help="where to write the exit status (JSON)")
     parser.add_argument("--cpus", default="", help="comma list of CPU ids to pin to")
     parser.add_argument("--mem-bytes", type=int, default=0, help="RLIMIT_AS for the job (0: none)")
+    parser.add_argument("--env-file", default="", help="the job's environment (JSON); default: the shim's")
+    parser.add_argument("--user", default="", help="run the job as this account (needs root)")
+    parser.add_argument("--workdir", default="", help="the job's working directory")
+    parser.add_argument("--stdout", default="", help="the job's stdout file (default: the shim's stdout)")
+    parser.add_argument("--stderr", default="", help="the job's stderr file (default: with stdout)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
+    os.umask(0o077)  # the status file is the agent's alone
 
     # The agent signals the whole process group, so the job receives SIGTERM directly. The shim must
     # outlive the job to record its status: it catches (not ignores: an ignored disposition would be
@@ -49,33 +185,24 @@ def main(argv: list[str] | None = None) -> int:
         # Inherited by the job and everything it forks.
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
 
-    def limit_memory() -> None:
-        # In the job only, so that the shim can still write the status after the job hit its cap.
-        if args.mem_bytes > 0:
-            resource.setrlimit(resource.RLIMIT_AS, (args.mem_bytes, args.mem_bytes))
-
     try:
-        child = subprocess.Popen(command, preexec_fn=limit_memory)  # the shim has one thread: safe here
-    except OSError as exc:
-        print(f"attune-shim: cannot start {command[0]!r}: {exc}", file=sys.stderr, flush=True)
-        code = 126 if isinstance(exc, PermissionError) else 127  # the shell's conventions
-        _write_status(
-            args.status,
-            {
-                "exit_code": code,
-                "signal": None,
-                "peak_rss_kb": 0,
-                "error": f"cannot start {command[0]!r}: {exc}",
-            },
-        )
-        return code
+        env = _read_env(args.env_file) if args.env_file else None
+        identity = resolve_identity(args.user) if args.user else None
+        # The shim has one thread, so running Python code between fork and exec is safe here.
+        pid = spawn(command, env, lambda: child_setup(args, identity))
+    except StartFailure as exc:
+        # Into the lease's log (the shim's stdout/stderr are the agent's log file, shipped as `log`
+        # reports) and the status (the `exited` report's error, shown to the job's owner).
+        error = f"start failed: {exc}"
+        print(f"attune-shim: {error}", file=sys.stderr, flush=True)
+        _write_status(args.status, {"exit_code": exc.code, "signal": None, "peak_rss_kb": 0, "error": error})
+        return exc.code
 
-    _pid, wait_status, usage = os.wait4(child.pid, 0)  # retried on EINTR (PEP 475)
+    _pid, wait_status, usage = os.wait4(pid, 0)  # retried on EINTR (PEP 475)
     if os.WIFSIGNALED(wait_status):
         exit_code, signum = None, os.WTERMSIG(wait_status)
     else:
         exit_code, signum = os.WEXITSTATUS(wait_status), None
-    child.returncode = exit_code if exit_code is not None else -signum  # reaped by wait4 above
     _write_status(args.status, {"exit_code": exit_code, "signal": signum, "peak_rss_kb": usage.ru_maxrss})
     return exit_code if exit_code is not None else 128 + signum
 

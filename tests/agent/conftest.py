@@ -46,6 +46,9 @@ def make_agent(tmp_path: Path, service: FakeService) -> Iterator[Callable[..., A
             http_timeout_s=2.0,
             stop_leases_on_exit=stop_leases_on_exit,
             exit_grace_s=0.0,
+            # Catalog workloads keep the test's identity: this interpreter may sit where no other account
+            # can read it (/root). tests/agent/test_identity.py covers running jobs as other accounts.
+            job_user=None,
         )
         for key, value in overrides.items():
             setattr(config, key, value)

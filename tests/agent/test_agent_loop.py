@@ -123,7 +123,7 @@ def test_preempt_checkpoints_and_reports_exit(service, make_agent, tmp_path):
     exited = wait_for(lambda: service.exited("lease-1"))["data"]
     assert exited["exit_code"] == 0 and exited["signal"] is None
     assert exited["stop"] == "preempt" and exited["killed_after_grace"] is False and not exited["oom"]
-    checkpoint = json.loads((tmp_path / "work" / "checkpoints" / "job-7.json").read_text())
+    checkpoint = json.loads((tmp_path / "work" / "checkpoints" / "job-7" / "checkpoint.json").read_text())
     assert checkpoint["done_iters"] == exited["done_iters"] > 20
     lines = [line for r in service.reports_for("lease-1", "log") for line in r["data"]["lines"]]
     assert any("SIGTERM received: checkpointed" in line for line in lines)

@@ -91,7 +91,7 @@ def test_job_environment_and_pinning(tmp_path):
         assert env["ATTUNE_JOB_ID"] == "42"
         assert env["ATTUNE_RESUME_ITERS"] == "1200"
         assert env["ATTUNE_CHECKPOINT_PATH"].endswith("checkpoints/job-42.json")
-        assert env["ATTUNE_PROGRESS_PATH"].endswith("leases/lease-1/progress.json")
+        assert env["ATTUNE_PROGRESS_PATH"].endswith("leases/lease-1/job/progress.json")
         assert env["ATTUNE_TIME_SCALE"] == "0.5"
         assert env["MY_VAR"] == "x"
         assert "ATTUNE_CPUS_GRANTED" not in env  # one logical core on one real core: nothing to pretend

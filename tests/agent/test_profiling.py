@@ -106,7 +106,7 @@ def test_agent_profiles_a_synthetic_workload_along_the_cpu_search(service, make_
     assert first["cpus"] == 24 and first["time_scale"] == TIME_SCALE
     assert first["mem_gbps"] > 0 and first["disk_mbps"] > 0 and first["peak_rss_mb"] > 0
     # The first launch warmed up and was not reported.
-    assert (tmp_path / "work" / "profiles" / RUN_ID / "c24-warmup" / "progress.json").exists()
+    assert (tmp_path / "work" / "profiles" / RUN_ID / "c24-warmup" / "job" / "progress.json").exists()
 
     # What the service derives from these points: res18's catalog row, every cell within 3 %.
     node, datasets = load_profiling_inputs()
