@@ -21,6 +21,11 @@ class Server(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     hostname = models.CharField(max_length=255, blank=True)
+    address = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="Address its agent registered for peers (MASTER_ADDR); else hostname",
+    )
     gpu_model = models.CharField(max_length=100, blank=True)
     num_gpus = models.PositiveSmallIntegerField()
     num_cpus = models.PositiveSmallIntegerField(help_text="CPU cores the scheduler may allocate")

@@ -2,7 +2,7 @@
 
 from collections.abc import Iterable
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Max, QuerySet, Sum
 
 from cluster_app.models import AgentCredential, Gpu, NodeState, Server
 from cluster_app.services import agent_token_digest
@@ -57,8 +57,12 @@ def agent_credential_find(*, token: str) -> AgentCredential | None:
 
 
 def cluster_capacity() -> dict[str, float]:
-    """Totals over all servers: servers, GPUs, CPU cores, memory GB."""
+    """Totals over all servers: servers, GPUs, CPU cores, memory GB; and the most GPUs one server has."""
     totals = Server.objects.aggregate(
-        servers=Count("id"), gpus=Sum("num_gpus"), cpus=Sum("num_cpus"), mem_gb=Sum("mem_gb")
+        servers=Count("id"),
+        gpus=Sum("num_gpus"),
+        cpus=Sum("num_cpus"),
+        mem_gb=Sum("mem_gb"),
+        largest_server_gpus=Max("num_gpus"),
     )
     return {k: (v or 0) for k, v in totals.items()}

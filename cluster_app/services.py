@@ -82,6 +82,7 @@ class NodeInventory:
     hostname: str = ""
     agent_version: str = ""
     storage_mbps: float = 0.0
+    address: str = ""  # where the node's peers reach it (a multi-node job's MASTER_ADDR)
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,7 @@ def node_register(
     server.mem_gb = inventory.mem_gb
     server.storage_mbps = inventory.storage_mbps
     server.hostname = inventory.hostname or server.hostname
+    server.address = inventory.address or server.address
     server.agent_version = inventory.agent_version
     server.gpu_model = next((g.model for g in inventory.gpus if g.model), server.gpu_model)
     server.last_heartbeat_at = now

@@ -1,7 +1,10 @@
 """Django admin for teams, jobs (with their history), allocations, rounds and simulation runs."""
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
+from scheduler_app.job_paths import unix_user_problem
 from scheduler_app.models import (
     AgentReport,
     Allocation,
@@ -12,6 +15,7 @@ from scheduler_app.models import (
     SchedulingRound,
     SimulationRun,
     Team,
+    UnixAccount,
 )
 
 
@@ -20,6 +24,30 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ("name", "gpu_quota", "may_borrow")
     filter_horizontal = ("members",)
     search_fields = ("name",)
+
+
+class UnixAccountForm(forms.ModelForm):
+    class Meta:
+        model = UnixAccount
+        fields = ("user", "unix_user")
+
+    def clean_unix_user(self) -> str:
+        # The database refuses root too; this says why, next to the field.
+        name = self.cleaned_data["unix_user"].strip()
+        problem = unix_user_problem(name)
+        if problem:
+            raise ValidationError(problem)
+        return name
+
+
+@admin.register(UnixAccount)
+class UnixAccountAdmin(admin.ModelAdmin):
+    """Where a user's jobs must run as another account than their username (sacctmgr's mapping)."""
+
+    form = UnixAccountForm
+    list_display = ("user", "unix_user")
+    search_fields = ("user__username", "unix_user")
+    raw_id_fields = ("user",)
 
 
 class JobEventInline(admin.TabularInline):
@@ -64,7 +92,9 @@ class JobAdmin(admin.ModelAdmin):
     date_hierarchy = "submitted_at"
     raw_id_fields = ("owner",)  # a select of every user would render the whole table into the page
     # Fixed at submission, as through the API: editing them here could make two jobs wait on each other.
-    readonly_fields = ("depends_on",)
+    # The account is the owner's (UnixAccount) at submission: editing it here would run the job as
+    # someone else.
+    readonly_fields = ("depends_on", "run_as")
     inlines = [AllocationInline, JobEventInline]
 
 

@@ -24,6 +24,7 @@ class SchedulerConf:
     forecast_time_budget_s: float
     forecast_background_budget_s: float
     fairshare_half_life_h: float
+    rendezvous_ports: tuple[int, int]
     redis_url: str
 
 
@@ -47,5 +48,10 @@ def scheduler_conf() -> SchedulerConf:
         forecast_background_budget_s=float(raw.get("forecast_background_budget_s", 120.0)),
         # Slurm's PriorityDecayHalfLife default: last week's use weighs half as much as today's.
         fairshare_half_life_h=float(raw.get("fairshare_half_life_h", 168)),
+        # MASTER_PORT of jobs' rendezvous (torchrun's default is 29500), first and last, inclusive.
+        rendezvous_ports=(
+            int(raw.get("rendezvous_port_min", 29500)),
+            int(raw.get("rendezvous_port_max", 30499)),
+        ),
         redis_url=settings.REDIS_URL,
     )

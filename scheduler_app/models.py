@@ -30,6 +30,27 @@ class Team(models.Model):
         return self.name
 
 
+class UnixAccount(models.Model):
+    """The Unix account a user's jobs run as on the nodes, where it is not their username (staff set it).
+
+    Without a row a job runs as its owner's username, resolved on each node through the system's user
+    database (pwd/grp: local files, LDAP or sssd alike), as Slurm does.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="unix_account"
+    )
+    unix_user = models.CharField(max_length=32, help_text="Account name on the GPU servers (never root)")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=~Q(unix_user="root"), name="unix_account_not_root"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} -> {self.unix_user}"
+
+
 class JobState(models.TextChoices):
     """Slurm's job states."""
 
@@ -84,10 +105,30 @@ class Job(models.Model):
         "profiles_app.Workload", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )
     command = models.TextField(blank=True, help_text="Own command to run, when not a catalog workload")
+    script = models.TextField(blank=True, help_text="Own batch script, run by bash (its directives applied)")
+    run_as = models.CharField(
+        max_length=32, blank=True, help_text="Unix account an own command runs as (empty: catalog workload)"
+    )
+    work_dir = models.CharField(
+        max_length=1024, blank=True, help_text="Working directory (--chdir); empty: the account's home"
+    )
+    output_path = models.CharField(
+        max_length=1024, blank=True, help_text="stdout file pattern (--output: %j %a %x %u)"
+    )
+    error_path = models.CharField(
+        max_length=1024, blank=True, help_text="stderr file pattern (--error); empty: with stdout"
+    )
     num_gpus = models.PositiveSmallIntegerField()
+    num_nodes = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Exactly this many servers, GPUs split evenly (--nodes)"
+    )
     cpus_per_gpu = models.FloatField(null=True, blank=True, help_text="Override: CPU cores per GPU")
     mem_gb_per_gpu = models.FloatField(null=True, blank=True, help_text="Override: memory GB per GPU")
-    total_iters = models.BigIntegerField(help_text="Work to do, in iterations")
+    total_iters = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Work to do, in iterations; empty: an own command sized by its time limit",
+    )
     qos_deadline_at = models.DateTimeField(null=True, blank=True)
     qos_max_latency_s = models.FloatField(
         null=True, blank=True, help_text="Max response latency (queueing + running) from submission"
@@ -135,7 +176,17 @@ class Job(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=Q(num_gpus__gt=0), name="job_num_gpus_positive"),
-            models.CheckConstraint(condition=Q(total_iters__gt=0), name="job_total_iters_positive"),
+            models.CheckConstraint(
+                condition=Q(total_iters__isnull=True) | Q(total_iters__gt=0), name="job_total_iters_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(workload__isnull=True) | Q(total_iters__isnull=False),
+                name="job_workload_has_iters",
+            ),
+            models.CheckConstraint(
+                condition=Q(num_nodes__isnull=True) | Q(num_nodes__gt=0), name="job_num_nodes_positive"
+            ),
+            models.CheckConstraint(condition=~Q(run_as="root"), name="job_never_runs_as_root"),
             models.CheckConstraint(condition=Q(done_iters__gte=0), name="job_done_iters_nonneg"),
             models.CheckConstraint(condition=Q(attained_service_gpu_s__gte=0), name="job_service_nonneg"),
             models.CheckConstraint(
@@ -155,7 +206,8 @@ class Job(models.Model):
                 name="job_one_qos_target",
             ),
             models.CheckConstraint(
-                condition=Q(workload__isnull=False) | ~Q(command=""), name="job_has_workload_or_command"
+                condition=Q(workload__isnull=False) | ~Q(command="") | ~Q(script=""),
+                name="job_has_workload_or_command",
             ),
             models.CheckConstraint(
                 condition=Q(array_job__isnull=True, array_task_id__isnull=True)
@@ -277,6 +329,9 @@ class Allocation(models.Model):
     iters_per_s = models.FloatField(null=True, blank=True, help_text="Last measured speed")
     exit_code = models.SmallIntegerField(null=True, blank=True)
     log_tail = models.TextField(blank=True, help_text="The last lines of the lease's output (capped)")
+    rendezvous_port = models.PositiveIntegerField(
+        null=True, blank=True, help_text="MASTER_PORT of a job spanning servers (same on every part)"
+    )
 
     class Meta:
         ordering = ["-started_at"]

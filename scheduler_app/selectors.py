@@ -34,6 +34,7 @@ from scheduler_app.core.types import (
     ServerShare,
     ServerView,
 )
+from scheduler_app.job_paths import DEFAULT_ARRAY_OUTPUT_PATTERN, DEFAULT_OUTPUT_PATTERN, output_path_expand
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
     Allocation,
@@ -157,20 +158,35 @@ def proportional_profile(
 
 # What the core assumes for an own command that neither reports its speed nor has a time limit.
 OWN_COMMAND_GUESS_ITER_S = 1.0
+# ... and for one without an iteration count either: one nominal iteration of an hour.
+OWN_COMMAND_GUESS_LENGTH_S = 3600.0
 
 
 def own_command_iter_time_s(job: Job, measured_iters_per_s: Iterable[float | None] = ()) -> float | None:
     """Seconds per iteration of an own command (it has no profile), or None when nothing tells.
 
     Its running lease's measured speed when it reports progress; else its time limit spread over its
-    iterations (the length Slurm's backfill assumes: the job may stop earlier, never later).
+    iterations (the length Slurm's backfill assumes: the job may stop earlier, never later). A job
+    that gave no iteration count is one nominal iteration as long as its time limit (its reported
+    progress, in units of its own, says nothing of its length).
     """
+    if job.total_iters is None:
+        return float(job.time_limit_s) if job.time_limit_s else None
     measured = [ips for ips in measured_iters_per_s if ips]
     if measured:
         return 1.0 / max(measured)
     if job.time_limit_s:
         return job.time_limit_s / max(1, job.total_iters)
     return None
+
+
+def job_num_nodes(job: Job) -> int | None:
+    """How many servers the job must span (the core's JobView.num_nodes): what it asked for; an own
+    command that did not ask runs on one server (its processes know of no peers); None for a catalog
+    workload, which the allocator may spread."""
+    if job.num_nodes is not None:
+        return job.num_nodes
+    return None if job.workload_id is not None else 1
 
 
 def _deadline_s(job: Job) -> float | None:
@@ -258,7 +274,8 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
     for job in jobs_by_id.values():
         if job.workload_id is None:
             measured = (lease.iters_per_s for lease in leases_by_job.get(job.id, ()))
-            iter_time_s = own_command_iter_time_s(job, measured) or OWN_COMMAND_GUESS_ITER_S
+            guess_s = OWN_COMMAND_GUESS_ITER_S if job.total_iters else OWN_COMMAND_GUESS_LENGTH_S
+            iter_time_s = own_command_iter_time_s(job, measured) or guess_s
             profile = proportional_profile(shape, iter_time_s=iter_time_s)
         else:
             workload, profile = profiles[job.workload_id]
@@ -278,14 +295,15 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
                 num_gpus=job.num_gpus,
                 arrival_s=job.submitted_at.timestamp(),
                 profile=profile,
-                total_iters=float(job.total_iters),
-                done_iters=float(job.done_iters),
+                total_iters=float(job.total_iters or 1),
+                done_iters=float(job.done_iters if job.total_iters else 0),
                 attained_service_gpu_s=job.attained_service_gpu_s,
                 cpus_per_gpu_override=job.cpus_per_gpu,
                 mem_gb_per_gpu_override=job.mem_gb_per_gpu,
                 deadline_s=_deadline_s(job),
                 priority=job.priority,
                 current=current,
+                num_nodes=job_num_nodes(job),
                 team_id=job.team_id,
                 owner_id=job.owner_id,
                 owner_usage_gpu_s=usage[job.owner_id],
@@ -488,7 +506,7 @@ def _running_finish_times(*, now: datetime) -> list[tuple[datetime, int]]:
         leases = speeds.get(job.pk)
         if not leases:
             continue
-        measured = [ips for _, ips in leases if ips]
+        measured = [ips for _, ips in leases if ips] if job.total_iters else []
         if measured:
             rate = max(measured)
         elif job.workload is not None:
@@ -500,7 +518,8 @@ def _running_finish_times(*, now: datetime) -> list[tuple[datetime, int]]:
             rate = 1.0 / iter_time_s
         if rate <= 0:
             continue
-        out.append((now + timedelta(seconds=max(0, job.total_iters - job.done_iters) / rate), job.num_gpus))
+        remaining = max(0, job.total_iters - job.done_iters) if job.total_iters else 1
+        out.append((now + timedelta(seconds=remaining / rate), job.num_gpus))
     return out
 
 
@@ -576,7 +595,66 @@ def cluster_overview() -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _start_command(allocation: Allocation) -> dict[str, Any]:
+@dataclass(frozen=True)
+class JobPart:
+    """One server's part of a running job, in rank order (the order its leases were created in)."""
+
+    allocation_id: int
+    server_name: str
+    address: str
+    num_gpus: int
+    rendezvous_port: int | None
+
+
+def job_parts(*, job_ids: Iterable[int]) -> dict[int, list[JobPart]]:
+    """Each job's active leases as rendezvous parts, rank 0 first (one query for all the jobs)."""
+    parts: dict[int, list[JobPart]] = defaultdict(list)
+    rows = (
+        Allocation.objects.filter(job_id__in=set(job_ids), ended_at__isnull=True)
+        .annotate(num_gpus=Count("gpu_holds"))
+        .order_by("job_id", "id")
+        .values_list(
+            "job_id",
+            "id",
+            "server__name",
+            "server__address",
+            "server__hostname",
+            "num_gpus",
+            "rendezvous_port",
+        )
+    )
+    for job_id, allocation_id, name, address, hostname, num_gpus, port in rows:
+        parts[job_id].append(JobPart(allocation_id, name, address or hostname or name, num_gpus, port))
+    return parts
+
+
+def rendezvous_env(job: Job, allocation: Allocation, parts: Sequence[JobPart]) -> dict[str, str]:
+    """torchrun's and Slurm's variables for one part of a job: where rank 0 listens, which node this is,
+    how many processes in all. Every part of a job gets the same MASTER_ADDR/MASTER_PORT."""
+    ranks = [p.allocation_id for p in parts]
+    node_rank = ranks.index(allocation.pk) if allocation.pk in ranks else 0
+    master = parts[0] if parts else None
+    local = parts[node_rank].num_gpus if parts else job.num_gpus
+    env = {
+        "NNODES": str(max(1, len(parts))),
+        "NODE_RANK": str(node_rank),
+        "WORLD_SIZE": str(sum(p.num_gpus for p in parts) or job.num_gpus),
+        "LOCAL_WORLD_SIZE": str(local),
+        "SLURM_JOB_ID": str(job.id),
+        "SLURM_JOB_NAME": job.name,
+        "SLURM_NNODES": str(max(1, len(parts))),
+        "SLURM_NODEID": str(node_rank),
+        "SLURM_JOB_NODELIST": ",".join(p.server_name for p in parts),
+        "SLURM_GPUS_ON_NODE": str(local),
+    }
+    if master is not None and master.rendezvous_port is not None:
+        # A job on one server rendezvouses with itself: loopback, so no firewall is in the way.
+        env["MASTER_ADDR"] = master.address if len(parts) > 1 else "127.0.0.1"
+        env["MASTER_PORT"] = str(master.rendezvous_port)
+    return env
+
+
+def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str, Any]:
     job = allocation.job
     env = {"ATTUNE_JOB_ID": str(job.id), "ATTUNE_MEM_GB": f"{allocation.mem_gb:g}"}
     if job.array_job_id is not None:
@@ -584,23 +662,51 @@ def _start_command(allocation: Allocation) -> dict[str, Any]:
         for prefix in ("ATTUNE", "SLURM"):
             env[f"{prefix}_ARRAY_JOB_ID"] = str(job.array_job_id)
             env[f"{prefix}_ARRAY_TASK_ID"] = str(job.array_task_id)
-    if job.workload is not None:
-        argv, workload_env = workload_launch(job.workload, iters=job.total_iters)
-        env.update(workload_env)
-    else:
-        argv = ["sh", "-c", job.command]
-    return {
+    env.update(rendezvous_env(job, allocation, parts))
+    command: dict[str, Any] = {
         "kind": "start",
         "lease_id": str(allocation.lease_id),
         "job_id": job.id,
         "job_name": job.name,
-        "argv": argv,
         "env": env,
         "gpu_uuids": [hold.gpu.uuid for hold in allocation.gpu_holds.all()],
         "num_cpus": allocation.num_cpus,
         "mem_gb": allocation.mem_gb,
         "resume_iters": job.done_iters,
+        "run_as": None,
     }
+    if job.workload is not None:
+        argv, workload_env = workload_launch(job.workload, iters=job.total_iters)
+        env.update(workload_env)
+        command["argv"] = argv
+        return command
+    # An own command or script runs as its owner's account, in its working directory, writing the
+    # files it asked for (the agent resolves relative paths against the working directory).
+    pattern = job.output_path or (
+        DEFAULT_ARRAY_OUTPUT_PATTERN if job.array_job_id is not None else DEFAULT_OUTPUT_PATTERN
+    )
+
+    def expand(p: str) -> str:
+        return output_path_expand(
+            p,
+            job_id=job.id,
+            array_job_id=job.array_job_id,
+            array_task_id=job.array_task_id,
+            name=job.name,
+            user=job.run_as,
+        )
+
+    command.update(
+        run_as=job.run_as,
+        workdir=job.work_dir,
+        stdout_path=expand(pattern),
+        stderr_path=expand(job.error_path) if job.error_path else "",
+    )
+    if job.script:
+        command.update(argv=[], script=job.script)
+    else:
+        command["argv"] = ["sh", "-c", job.command]
+    return command
 
 
 def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str, Any]]:
@@ -626,12 +732,16 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     )
     commands: list[dict[str, Any]] = []
     live: set[UUID] = set()
+    to_start: list[Allocation] = []
     for allocation in active:
         if allocation.job.state != JobState.RUNNING:
             continue
         live.add(allocation.lease_id)
         if allocation.lease_id not in running:
-            commands.append(_start_command(allocation))
+            to_start.append(allocation)
+    if to_start:  # the rendezvous needs every part of those jobs, on whichever server
+        parts = job_parts(job_ids=(a.job_id for a in to_start))
+        commands += [_start_command(a, parts.get(a.job_id, [])) for a in to_start]
     for command in profiling_commands(server=server):
         live.add(UUID(command["lease_id"]))
         commands.append(command)

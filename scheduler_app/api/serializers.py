@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from cluster_app.services import GpuSpec, GpuUsage, NodeInventory, UsageReport
 from profiles_app.models import Workload
+from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.models import (
     AdmissionPrediction,
     AgentReportKind,
@@ -19,7 +20,7 @@ from scheduler_app.models import (
     Team,
 )
 from scheduler_app.services.agents import LeaseReport
-from scheduler_app.services.jobs import MAX_DEPENDENCIES, JobRequest
+from scheduler_app.services.jobs import MAX_DEPENDENCIES, MAX_PATH_CHARS, MAX_SCRIPT_CHARS, JobRequest
 from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
 
 # ---------------------------------------------------------------------------------------------------
@@ -37,6 +38,13 @@ class AgentGpuSerializer(serializers.Serializer):
 class AgentRegisterSerializer(serializers.Serializer):
     agent_version = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
     hostname = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    address = serializers.CharField(
+        max_length=255,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Where the node's peers reach it (a multi-node job's MASTER_ADDR); default: hostname",
+    )
     num_cpus = serializers.IntegerField(min_value=1, max_value=32767)
     mem_gb = serializers.FloatField(min_value=0.001)
     storage_mbps = serializers.FloatField(min_value=0, required=False, default=0.0)
@@ -57,6 +65,7 @@ class AgentRegisterSerializer(serializers.Serializer):
             mem_gb=d["mem_gb"],
             gpus=[GpuSpec(**g) for g in d["gpus"]],
             hostname=d["hostname"],
+            address=d["address"],
             agent_version=d["agent_version"],
             storage_mbps=d["storage_mbps"],
         )
@@ -194,12 +203,78 @@ class JobSubmitSerializer(serializers.Serializer):
         allow_null=True,
         help_text="A catalog workload's name; or give `command`",
     )
-    command = serializers.CharField(required=False, allow_blank=True, default="")
+    command = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Own command, run by sh -c; or give `script`"
+    )
+    script = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        max_length=MAX_SCRIPT_CHARS,
+        help_text="Own batch script, run by bash. Its #ATTUNE and #SBATCH directives fill the fields "
+        "this request does not give (the request's own fields win, as sbatch's options do).",
+    )
+    nodes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=1024,
+        source="num_nodes",
+        help_text="Exactly this many servers, GPUs split evenly (--nodes); an own command without it "
+        "runs on one server",
+    )
+    chdir = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        source="work_dir",
+        help_text="Working directory on the node (absolute); default: submit_dir, else the account's home",
+    )
+    script_name = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=200,
+        write_only=True,
+        help_text="The script's file name: the job's name when neither `name` nor --job-name gives one",
+    )
+    submit_dir = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        help_text="Where the submitting command line ran (sbatch's default working directory)",
+    )
+    output = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        source="output_path",
+        help_text="stdout file, relative to the working directory: %j job id, %A array id, %a task "
+        "index, %x name, %u user (default attune-%j.out)",
+    )
+    error = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        source="error_path",
+        help_text="stderr file (same patterns); default: with stdout",
+    )
     team = serializers.SlugRelatedField(
         slug_field="name", queryset=Team.objects.all(), required=False, allow_null=True
     )
-    num_gpus = serializers.IntegerField(min_value=1, max_value=32767)
-    total_iters = serializers.IntegerField(min_value=1)
+    num_gpus = serializers.IntegerField(min_value=1, max_value=32767, required=False, default=1)
+    total_iters = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        help_text="Work in iterations; required for a catalog workload. An own command without it is "
+        "as long as its time limit",
+    )
     cpus_per_gpu = serializers.FloatField(required=False, allow_null=True)
     mem_gb_per_gpu = serializers.FloatField(required=False, allow_null=True)
     qos_deadline_at = serializers.DateTimeField(required=False, allow_null=True)
@@ -224,6 +299,21 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Submit one job per task index (Slurm's --array): 0-9, 1,3,5-7 or 0-15:4",
     )
 
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # A script's directives fill what the request leaves out; the request's own fields win. A
+        # script named by neither is named after its file, as sbatch does.
+        script = data.get("script") if hasattr(data, "get") else None
+        if isinstance(script, str) and script.strip():
+            try:
+                directives = parse_directives(script)
+            except DirectiveError as exc:
+                raise serializers.ValidationError({"script": [str(exc)]}) from exc
+            given = data.dict() if hasattr(data, "dict") else dict(data)
+            data = {**directives, **given}
+            if not data.get("name"):
+                data["name"] = str(given.get("script_name") or "") or "batch-script"
+        return super().to_internal_value(data)
+
     def validate_priority(self, value: int) -> int:
         request = self.context.get("request")
         if value > 0 and not (request and request.user.is_staff):
@@ -231,7 +321,8 @@ class JobSubmitSerializer(serializers.Serializer):
         return value
 
     def to_request(self) -> JobRequest:
-        return JobRequest(**{**self.validated_data, "depends_on": tuple(self.validated_data["depends_on"])})
+        data = {k: v for k, v in self.validated_data.items() if k != "script_name"}
+        return JobRequest(**{**data, "depends_on": tuple(data["depends_on"])})
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -256,7 +347,13 @@ class JobSerializer(serializers.ModelSerializer):
             "team",
             "workload",
             "command",
+            "script",
+            "run_as",
+            "work_dir",
+            "output_path",
+            "error_path",
             "num_gpus",
+            "num_nodes",
             "cpus_per_gpu",
             "mem_gb_per_gpu",
             "total_iters",

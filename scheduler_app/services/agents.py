@@ -172,9 +172,20 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
         .filter(pk__in=job_ids)
         .order_by("id")
     }
-    # A job spread over servers has one lease per server in the same round (GENIE's placement fit).
+    # A job spread over servers has one lease per server, all created at once (GENIE's placement fit);
+    # matched on their common start rather than their round, whose row may have been pruned.
     siblings = (
-        Allocation.objects.filter(job_id=OuterRef("job_id"), round_id=OuterRef("round_id"))
+        Allocation.objects.filter(job_id=OuterRef("job_id"), started_at=OuterRef("started_at"))
+        .order_by()
+        .values("job_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    # Its rank: the parts of the same placement created before it (rank 0 reports the job's progress).
+    earlier = (
+        Allocation.objects.filter(
+            job_id=OuterRef("job_id"), started_at=OuterRef("started_at"), id__lt=OuterRef("id")
+        )
         .order_by()
         .values("job_id")
         .annotate(n=Count("pk"))
@@ -183,7 +194,9 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
     allocations = {
         a.lease_id: a
         for a in Allocation.objects.filter(lease_id__in=lease_ids).annotate(
-            num_gpus=Count("gpu_holds"), num_servers=Coalesce(Subquery(siblings), 1)
+            num_gpus=Count("gpu_holds"),
+            num_servers=Coalesce(Subquery(siblings), 1),
+            rank=Coalesce(Subquery(earlier), 0),
         )
     }
     events: list[JobEvent] = []
@@ -224,10 +237,13 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
 
 
 def _progress(job: Job, allocation: Allocation, r: LeaseReport, *, gpus: int) -> None:
-    """Progress never goes backwards; GPU-seconds are credited for agent time since the last report."""
+    """Progress never goes backwards and is counted once, from rank 0 (every part of a multi-node job
+    runs the same training loop); GPU-seconds are credited to every part for agent time since its last
+    report."""
     done = r.data.get("done_iters")
-    if isinstance(done, int | float) and done >= 0:
-        job.done_iters = max(job.done_iters, min(int(done), job.total_iters))
+    if isinstance(done, int | float) and done >= 0 and allocation.rank == 0:
+        limit = job.total_iters if job.total_iters is not None else int(done)
+        job.done_iters = max(job.done_iters, min(int(done), limit))
     ips = r.data.get("iters_per_s")
     if isinstance(ips, int | float) and ips >= 0:
         allocation.iters_per_s = float(ips)
@@ -288,6 +304,10 @@ def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) 
         # Cancelled, or finished through another lease: the agent merely confirms the process is gone.
         return [event]
     all_done = job.workload_id is None or job.done_iters >= job.total_iters
+    if allocation.num_servers > 1 and allocation.rank > 0 and exit_code == 0 and not oom and not stop:
+        # Gang semantics, as Slurm's: the job ends with its rank 0 (which then stops every other part);
+        # a part that finishes first keeps its resources until then and ends nothing.
+        return [event]
     if allocation.ended_at is not None:
         # The service ended this lease (preempted by a round, node failure): the job is already back
         # in the queue or running elsewhere, with its progress kept -- unless the process managed to
@@ -313,7 +333,7 @@ def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) 
             job=job, state=JobState.OUT_OF_MEMORY, now=now, exit_code=exit_code, reason="oom", data=info
         )
     elif exit_code == 0 and all_done:
-        if job.workload_id is None:
+        if job.workload_id is None and job.total_iters is not None:
             job.done_iters = job.total_iters  # an own command's work is done when it exits 0
         job_finish(job=job, state=JobState.COMPLETED, now=now, exit_code=0, data=info)
     else:

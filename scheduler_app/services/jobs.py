@@ -1,5 +1,6 @@
 """Job services: submission and the append-only event history."""
 
+import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from cluster_app.selectors import cluster_capacity
 from profiles_app.models import Workload
+from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem, unix_user_problem
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobEvent, JobState, PendingReason, Team
 from scheduler_app.selectors import dependency_pending_reason, dependency_waits, job_list
 
@@ -24,9 +26,15 @@ class JobRequest:
 
     name: str
     num_gpus: int
-    total_iters: int
+    total_iters: int | None = None  # required for a catalog workload; an own command may omit it
     workload: Workload | None = None
     command: str = ""
+    script: str = ""  # a batch script run by bash (its directives already merged by the caller)
+    num_nodes: int | None = None  # exactly this many servers (--nodes); None: see job_num_nodes
+    work_dir: str = ""  # --chdir; empty: submit_dir, else the account's home on the node
+    submit_dir: str = ""  # where the command line was run (sbatch's default working directory)
+    output_path: str = ""  # --output pattern (%j %A %a %x %u %%); empty: attune-%j.out
+    error_path: str = ""  # --error pattern; empty: with stdout
     team: Team | None = None
     cpus_per_gpu: float | None = None
     mem_gb_per_gpu: float | None = None
@@ -38,6 +46,8 @@ class JobRequest:
     hold: bool = False  # submitted held (sbatch --hold): it waits for job_release
     array: str = ""  # Slurm's --array: "0-9", "1,3,5-7", "0-15:4"; one job per task index
 
+
+MAX_SCRIPT_CHARS = 256 * 1024
 
 # More would be a workflow engine's job, not a queue's; Slurm users chain a few steps.
 MAX_DEPENDENCIES = 64
@@ -72,6 +82,21 @@ def parse_array_spec(spec: str) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+def job_run_as(owner: AbstractBaseUser) -> str:
+    """The Unix account the owner's own commands run as: the one staff set (UnixAccount), else the
+    owner's username (resolved on each node through its user database, as Slurm does)."""
+    account = getattr(owner, "unix_account", None)
+    return account.unix_user if account is not None else owner.get_username()
+
+
+def job_work_dir(request: JobRequest) -> str:
+    """Where an own command runs: --chdir (relative to the submission directory, as sbatch), else the
+    submission directory, else empty (the account's home on the node)."""
+    if not request.work_dir:
+        return request.submit_dir
+    return posixpath.normpath(posixpath.join(request.submit_dir, request.work_dir))
+
+
 def dependency_ids(ids: Iterable[int]) -> list[int]:
     """The jobs to wait for: each id, and every task of an array named by its id (as Slurm's afterok
     on an ArrayJobID waits for the whole array)."""
@@ -95,6 +120,56 @@ def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) ->
     return found
 
 
+def _validate_own_command(request: JobRequest, owner: AbstractBaseUser, add) -> None:
+    """An own command or script: the account it would run as, its paths and its size."""
+    problem = unix_user_problem(job_run_as(owner))
+    if problem:
+        add("run_as", f"{problem} Ask staff to set the Unix account your jobs run as.")
+    if len(request.script) > MAX_SCRIPT_CHARS:
+        add("script", f"A script has at most {MAX_SCRIPT_CHARS // 1024} KiB.")
+    for field, path in (("output", request.output_path), ("error", request.error_path)):
+        problem = output_pattern_problem(path)
+        if problem:
+            add(field, problem)
+    for field, path in (("chdir", request.work_dir), ("submit_dir", request.submit_dir)):
+        if field == "chdir" and request.submit_dir.startswith("/"):
+            continue  # relative to the submission directory, as sbatch's --chdir (job_work_dir)
+        if path and not path.startswith("/"):
+            add(field, "Give an absolute path.")
+        elif len(path) > MAX_PATH_CHARS or "\0" in path:
+            add(field, f"A path has at most {MAX_PATH_CHARS} characters and no NUL.")
+
+
+def _validate_shape(request: JobRequest, add) -> None:
+    """GPUs and servers: what the cluster could ever hold (an exact node count splits GPUs evenly)."""
+    capacity = cluster_capacity()
+    total_gpus, largest = capacity["gpus"], capacity["largest_server_gpus"]
+    if total_gpus and request.num_gpus > total_gpus:
+        add("num_gpus", f"The cluster has only {total_gpus} GPUs.")
+        return
+    nodes = request.num_nodes
+    if nodes is None and request.workload is None:
+        nodes = 1  # an own command never spreads unless it asks (job_num_nodes)
+        if largest and request.num_gpus > largest:
+            add(
+                "nodes",
+                f"No server has {request.num_gpus} GPUs (the largest has {largest}): "
+                "ask for several servers with --nodes, and start your processes with the rendezvous "
+                "variables (docs/cli.md).",
+            )
+        return
+    if nodes is None:
+        return
+    if nodes < 1:
+        add("nodes", "A job runs on at least one server.")
+    elif request.num_gpus % nodes:
+        add("nodes", f"{request.num_gpus} GPUs do not split evenly over {nodes} servers.")
+    elif capacity["servers"] and nodes > capacity["servers"]:
+        add("nodes", f"The cluster has only {capacity['servers']} servers.")
+    elif largest and request.num_gpus // nodes > largest:
+        add("nodes", f"{request.num_gpus // nodes} GPUs per server: the largest server has {largest}.")
+
+
 def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int | None, ...], dict[int, str]]:
     """Raise ValidationError with per-field messages; nothing is written on bad input. Returns what
     the checks worked out: the task indices (None for a single job) and each dependency's state."""
@@ -105,15 +180,22 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
 
     if not request.name.strip():
         add("name", "Give the job a name.")
-    if request.workload is None and not request.command.strip():
-        add("workload", "Choose a catalog workload or give a command to run.")
+    given = [bool(request.workload), bool(request.command.strip()), bool(request.script.strip())]
+    if not any(given):
+        add("workload", "Choose a catalog workload, or give a command or a batch script to run.")
+    elif sum(given) > 1:
+        add("workload", "Give one of a catalog workload, a command or a batch script, not several.")
+    own = request.workload is None
+    if own:
+        _validate_own_command(request, owner, add)
     if request.num_gpus < 1:
         add("num_gpus", "A job needs at least one GPU.")
     else:
-        total_gpus = cluster_capacity()["gpus"]
-        if total_gpus and request.num_gpus > total_gpus:
-            add("num_gpus", f"The cluster has only {total_gpus} GPUs.")
-    if request.total_iters < 1:
+        _validate_shape(request, add)
+    if request.total_iters is None:
+        if not own:
+            add("total_iters", "Give the work to do in iterations.")
+    elif request.total_iters < 1:
         add("total_iters", "The work must be at least one iteration.")
     if request.cpus_per_gpu is not None and request.cpus_per_gpu <= 0:
         add("cpus_per_gpu", "CPU cores per GPU must be positive.")
@@ -210,7 +292,13 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
             name=request.name.strip(),
             workload=request.workload,
             command=request.command.strip(),
+            script=request.script,
+            run_as=job_run_as(owner) if request.workload is None else "",
+            work_dir=job_work_dir(request),
+            output_path=request.output_path,
+            error_path=request.error_path,
             num_gpus=request.num_gpus,
+            num_nodes=request.num_nodes,
             cpus_per_gpu=request.cpus_per_gpu,
             mem_gb_per_gpu=request.mem_gb_per_gpu,
             total_iters=request.total_iters,

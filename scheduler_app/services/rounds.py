@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from functools import cache
 
 from django.db import connection, transaction
-from django.db.models import Value
+from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -63,6 +63,8 @@ PENDING_REASON_OF = {
     reasons.QUOTA_EXCEEDED: PendingReason.QUOTA,
     reasons.EXCEEDS_CLUSTER_GPUS: PendingReason.INFEASIBLE,
     reasons.EXCEEDS_SERVER_RESOURCES: PendingReason.INFEASIBLE,
+    reasons.EXCEEDS_CLUSTER_NODES: PendingReason.INFEASIBLE,
+    reasons.UNEVEN_NODE_SPLIT: PendingReason.INFEASIBLE,
 }
 
 
@@ -339,10 +341,16 @@ def _apply(
 def _allocations_create(
     sround: SchedulingRound, placements: list[Placement], inputs: RoundInputs, *, now: datetime
 ) -> None:
-    """One Allocation per (job, server share) and one AllocationGpu per GPU, in two bulk inserts."""
+    """One Allocation per (job, server share) and one AllocationGpu per GPU, in two bulk inserts.
+
+    Every part of a placement gets the same rendezvous port (MASTER_PORT), one that no other running
+    job uses on the first part's server (where rank 0 listens).
+    """
     allocations: list[Allocation] = []
     gpu_lists: list[list[int]] = []
+    ports = RendezvousPorts(scheduler_conf().rendezvous_ports, now=now) if placements else None
     for placement in placements:
+        port = ports.take(placement.shares[0].server_id) if ports is not None else None
         for share in placement.shares:
             cpus, mem_gb = share.num_cpus, share.mem_gb
             if cpus < 1 or mem_gb <= 0:
@@ -365,6 +373,7 @@ def _allocations_create(
                     mem_gb=mem_gb,
                     speedup=placement.speedup,
                     started_at=now,
+                    rendezvous_port=port,
                 )
             )
             gpu_lists.append([inputs.gpu_ids[(share.server_id, i)] for i in share.gpu_indices])
@@ -377,6 +386,39 @@ def _allocations_create(
         ],
         batch_size=2000,
     )
+
+
+class RendezvousPorts:
+    """Free rendezvous ports per server, read once per round (one query).
+
+    A port is never given while a running lease holds it, and not soon after either: the processes of
+    a job's last incarnation (a part orphaned on a node whose agent died) may still try to reach their
+    rank 0 there, and must not join the next incarnation's rendezvous by mistake.
+    """
+
+    QUIET_S = 600.0  # how long an ended lease's port rests before it is given again
+
+    def __init__(self, port_range: tuple[int, int], *, now: datetime) -> None:
+        self.first, self.last = port_range
+        self.active: dict[int, set[int]] = defaultdict(set)
+        self.resting: dict[int, set[int]] = defaultdict(set)
+        recent = Q(ended_at__isnull=True) | Q(ended_at__gte=now - timedelta(seconds=self.QUIET_S))
+        for server_id, port, ended_at in Allocation.objects.filter(
+            recent, rendezvous_port__isnull=False
+        ).values_list("server_id", "rendezvous_port", "ended_at"):
+            (self.active if ended_at is None else self.resting)[server_id].add(port)
+
+    def take(self, server_id: int) -> int | None:
+        """The lowest port neither in use nor resting on the server; else the lowest not in use; None
+        when every port of the range is in use (the job then gets no MASTER_PORT)."""
+        active, resting = self.active[server_id], self.resting[server_id]
+        for avoid in (active | resting, active):
+            for port in range(self.first, self.last + 1):
+                if port not in avoid:
+                    active.add(port)
+                    return port
+        logger.warning("server %s: every rendezvous port %s-%s is in use", server_id, self.first, self.last)
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -447,4 +489,3 @@ def round_decisions_prune(*, now: datetime | None = None) -> int:
     before = now - timedelta(days=scheduler_conf().round_decision_retention_days)
     deleted, _ = RoundDecision.objects.filter(round__started_at__lt=before).delete()
     return deleted
-

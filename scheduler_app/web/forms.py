@@ -9,11 +9,29 @@ from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from profiles_app.models import Workload
 from scheduler_app.api.filters import JobFilter
+from scheduler_app.batch_script import DirectiveError, parse_directives, parse_time_limit_s
+from scheduler_app.job_paths import MAX_PATH_CHARS
 from scheduler_app.models import JobState, Team
-from scheduler_app.services.jobs import JobRequest
+from scheduler_app.services.jobs import MAX_SCRIPT_CHARS, JobRequest
+
+# The API's names for directives (batch_script) -> this form's field names, where they differ.
+DIRECTIVE_FIELDS = {
+    "nodes": "num_nodes",
+    "time_limit_s": "time_limit",
+    "chdir": "work_dir",
+    "output": "output_path",
+    "error": "error_path",
+}
+SCRIPT_PLACEHOLDER = """#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --gpus=2
+#SBATCH --time=4:00:00
+python train.py --resume-from "$ATTUNE_CHECKPOINT_DIR"
+"""
 
 # What the queue shows when no state is ticked: squeue's default, the jobs still in the system.
 DEFAULT_QUEUE_STATES = (JobState.PENDING, JobState.RUNNING)
@@ -24,7 +42,9 @@ class JobSubmitForm(forms.Form):
     membership, one QoS target...) stay in job_submit, whose errors `add_service_errors` places next
     to their fields."""
 
-    name = forms.CharField(max_length=200, label="Job name")
+    name = forms.CharField(
+        max_length=200, required=False, label="Job name", help_text="Required, unless the script names it."
+    )
     workload = forms.ModelChoiceField(
         queryset=Workload.objects.order_by("name"),
         to_field_name="name",
@@ -37,10 +57,59 @@ class JobSubmitForm(forms.Form):
         required=False,
         label="Own command",
         widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
-        help_text="Run with sh -c on the allocated server; its speed is measured while it runs.",
+        help_text="Run with sh -c on the allocated server, as your Unix account; its speed is measured "
+        "while it runs.",
     )
-    num_gpus = forms.IntegerField(min_value=1, max_value=32767, initial=1, label="GPUs")
-    total_iters = forms.IntegerField(min_value=1, label="Total iterations")
+    script = forms.CharField(
+        required=False,
+        strip=False,
+        max_length=MAX_SCRIPT_CHARS,
+        label="Or a batch script",
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "placeholder": SCRIPT_PLACEHOLDER}),
+        help_text="Run by bash as your Unix account. Its #SBATCH / #ATTUNE lines fill the fields "
+        "left empty here (fields given here win).",
+    )
+    num_gpus = forms.IntegerField(
+        min_value=1, max_value=32767, required=False, label="GPUs", help_text="Default 1, or the script's."
+    )
+    num_nodes = forms.IntegerField(
+        min_value=1,
+        max_value=1024,
+        required=False,
+        label="Servers",
+        help_text="Exactly this many servers, GPUs split evenly. Your command or script then runs once "
+        "per server with MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK, WORLD_SIZE (torchrun's names) "
+        "and SLURM_* set. Empty: one server for your own command.",
+    )
+    total_iters = forms.IntegerField(
+        min_value=1,
+        required=False,
+        label="Total iterations",
+        help_text="Required for a catalog workload. Your own command may omit it: its time limit then "
+        "sizes it, and the progress it writes to $ATTUNE_PROGRESS_PATH is shown.",
+    )
+    time_limit = forms.CharField(
+        required=False,
+        max_length=32,
+        label="Time limit",
+        help_text="Slurm's format: minutes, HH:MM:SS or D-HH:MM.",
+    )
+    work_dir = forms.CharField(
+        required=False,
+        max_length=MAX_PATH_CHARS,
+        label="Working directory",
+        help_text="An absolute path on the servers; empty: your home directory there.",
+    )
+    output_path = forms.CharField(
+        required=False,
+        max_length=MAX_PATH_CHARS,
+        label="Output file",
+        help_text="stdout, in the working directory unless absolute: %j job id, %x name, %u user, "
+        "%A/%a array id and index. Default attune-%j.out.",
+    )
+    error_path = forms.CharField(
+        required=False, max_length=MAX_PATH_CHARS, label="Error file", help_text="stderr; empty: with stdout."
+    )
     cpus_per_gpu = forms.FloatField(
         required=False,
         label="CPU cores per GPU",
@@ -80,6 +149,7 @@ class JobSubmitForm(forms.Form):
 
     def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.user = user
         # Only the teams the user belongs to: job_submit refuses any other.
         self.fields["team"].queryset = Team.objects.filter(members=user).order_by("name")
         tz_name = timezone.get_current_timezone_name()
@@ -95,28 +165,74 @@ class JobSubmitForm(forms.Form):
             ids.append(int(token))
         return tuple(ids)
 
+    def clean_time_limit(self) -> int | None:
+        text = self.cleaned_data["time_limit"].strip()
+        if not text:
+            return None
+        try:
+            return parse_time_limit_s(text)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+
     def clean(self) -> dict:
         cleaned = super().clean()
         # The service would run the catalog workload and silently ignore the command: say so instead.
         if cleaned.get("workload") is not None and (cleaned.get("command") or "").strip():
             self.add_error("command", "Choose a catalog workload or give a command, not both.")
+        script = cleaned.get("script") or ""
+        if script.strip():
+            try:
+                directives = parse_directives(script)
+            except DirectiveError as exc:
+                self.add_error("script", str(exc))
+                return cleaned
+            self._fill_from_directives(cleaned, directives)
         return cleaned
+
+    def _fill_from_directives(self, cleaned: dict, directives: dict) -> None:
+        """The script's directives fill what the form left empty (the form's own fields win, as
+        sbatch's command-line options do)."""
+        for key, value in directives.items():
+            field = DIRECTIVE_FIELDS.get(key, key)
+            if cleaned.get(field) not in (None, "", ()):
+                continue
+            if field == "team":
+                team = self.fields["team"].queryset.filter(name=value).first()
+                if team is None:
+                    self.add_error("script", f"#SBATCH/#ATTUNE --team {value}: you are in no such team.")
+                value = team
+            elif field == "priority" and value > 0 and not self.user.is_staff:
+                self.add_error("script", "Only staff may raise a job's priority (--priority).")
+                continue
+            elif field == "qos_deadline_at":
+                value = parse_datetime(value)
+            elif field == "depends_on":
+                value = tuple(value)
+            cleaned[field] = value
 
     def to_request(self) -> JobRequest:
         d = self.cleaned_data
         return JobRequest(
-            name=d["name"],
-            num_gpus=d["num_gpus"],
+            name=d["name"] or "",
+            num_gpus=d["num_gpus"] or 1,
             total_iters=d["total_iters"],
             workload=d["workload"],
             command=d["command"],
+            script=d["script"],
+            num_nodes=d["num_nodes"],
+            time_limit_s=d["time_limit"],
+            work_dir=d["work_dir"].strip(),
+            output_path=d["output_path"].strip(),
+            error_path=d["error_path"].strip(),
+            hold=bool(d.get("hold")),
+            priority=d.get("priority") or 0,
             team=d["team"],
             cpus_per_gpu=d["cpus_per_gpu"],
             mem_gb_per_gpu=d["mem_gb_per_gpu"],
             qos_deadline_at=d["qos_deadline_at"],
             qos_max_latency_s=d["qos_max_latency_s"],
             depends_on=d["depends_on"],
-            array=d["array"].strip(),
+            array=(d["array"] or "").strip(),
         )
 
     def add_service_errors(self, exc: ValidationError) -> None:

@@ -49,10 +49,16 @@ def run_to_completion(job: Job, servers, *, slowdown: float) -> list:
             report(1 + n, "progress", done_iters=10 * n, iters_per_s=unpenalised_ips / slowdown)
             for n in range(1, SPEED_MIN_REPORTS + 1)
         ]
-        if lease is leases[-1]:
-            reports.append(report(SPEED_MIN_REPORTS + 2, "exited", exit_code=0, done_iters=job.total_iters))
+        if lease.pk == min(x.pk for x in leases):  # the job ends with its rank 0 (gang semantics)...
+            exit_report = (
+                lease,
+                report(SPEED_MIN_REPORTS + 2, "exited", exit_code=0, done_iters=job.total_iters),
+            )
         response = agent_client(by_server[lease.server_id]).post(REPORTS, {"reports": reports}, format="json")
         assert response.status_code == 200 and len(response.json()["acked"]) == len(reports)
+    lease, last = exit_report  # ... once every part has reported its speed
+    response = agent_client(by_server[lease.server_id]).post(REPORTS, {"reports": [last]}, format="json")
+    assert response.status_code == 200
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
     return leases

@@ -98,7 +98,7 @@ def test_a_service_error_shows_next_to_its_field_and_keeps_what_was_typed(user, 
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
-        ({}, "workload", "Choose a catalog workload or give a command to run."),
+        ({}, "workload", "Choose a catalog workload, or give a command or a batch script to run."),
         ({"workload": "res18", "command": "x"}, "command", "not both"),
         ({"workload": "res18", "cpus_per_gpu": "0"}, "cpus_per_gpu", "CPU cores per GPU must be positive."),
         ({"workload": "res18", "mem_gb_per_gpu": "-1"}, "mem_gb_per_gpu", "Memory per GPU must be positive."),
