@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from cli.api import Api, CliError
 from cli.config import save_login
-from cli.durations import parse_deadline, parse_duration_s
+from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb
 
 
 def _when(value: str | None) -> str:
@@ -37,19 +37,44 @@ def login(api: Api, *, username: str, out: TextIO) -> int:
     return 0
 
 
-def submit_body(args: Any) -> dict[str, Any]:
-    """The job as POST /api/v1/jobs/ takes it, from the submit command's arguments."""
-    if bool(args.workload) == bool(args.command):
-        raise CliError("give either --workload NAME or --command 'CMD' (one of the two)", exit_code=2)
+def _read_script(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as script:
+            return script.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(
+            f"cannot read the script {path!r} ({exc}); to submit without a script give "
+            "--workload NAME or --command 'CMD'",
+            exit_code=2,
+        ) from None
+
+
+def _what_runs(args: Any) -> dict[str, Any]:
+    """The script, command or workload, and the name when it came positionally (the older form)."""
+    if args.workload and args.command:
+        raise CliError("give either --workload NAME or --command 'CMD', not both", exit_code=2)
+    if args.workload or args.command:
+        if args.target and args.name:
+            raise CliError(f"two names: {args.target!r} and -J {args.name!r}", exit_code=2)
+        name = args.target or args.name
+        if not name:
+            raise CliError("give the job a name: -J NAME", exit_code=2)
+        what = {"workload": args.workload} if args.workload else {"command": args.command}
+        return {"name": name, **what}
+    if not args.target:
+        raise CliError("give a script, or --workload NAME or --command 'CMD'", exit_code=2)
+    # Its file name names the job when neither -J nor --job-name does (as sbatch's default).
+    script_name = "stdin" if args.target == "-" else os.path.basename(args.target)
+    return {"script": _read_script(args.target), "script_name": script_name}
+
+
+def _converted(args: Any) -> dict[str, Any]:
+    """The options typed in the user's units, in the API's."""
+    body: dict[str, Any] = {}
     if args.deadline and args.max_latency:
         raise CliError("give either --deadline or --max-latency, not both", exit_code=2)
-    body: dict[str, Any] = {
-        "name": args.name,
-        "num_gpus": args.gpus,
-        "total_iters": args.iters,
-        "workload": args.workload,
-        "command": args.command or "",
-    }
     try:
         if args.deadline:
             body["qos_deadline_at"] = parse_deadline(args.deadline).isoformat()
@@ -57,9 +82,26 @@ def submit_body(args: Any) -> dict[str, Any]:
             body["qos_max_latency_s"] = parse_duration_s(args.max_latency)
         if args.time_limit:
             body["time_limit_s"] = max(1, round(parse_duration_s(args.time_limit)))
+        if args.mem_per_gpu:
+            body["mem_gb_per_gpu"] = parse_mem_gb(args.mem_per_gpu)
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
-    optional = {
+    return body
+
+
+def submit_body(args: Any) -> dict[str, Any]:
+    """The job as POST /api/v1/jobs/ takes it, from the submit command's arguments: only the options
+    given, since the service fills the rest from the script's directives (given options win)."""
+    body = _what_runs(args)
+    if "workload" not in body:
+        body["submit_dir"] = os.getcwd()  # sbatch's default working directory
+    if args.name and "name" not in body:
+        body["name"] = args.name
+    body.update(_converted(args))
+    given = {
+        "num_gpus": args.gpus,
+        "nodes": args.nodes,
+        "total_iters": args.iters,
         "cpus_per_gpu": args.cpus_per_gpu,
         "mem_gb_per_gpu": args.mem_gb_per_gpu,
         "team": args.team,
@@ -67,13 +109,31 @@ def submit_body(args: Any) -> dict[str, Any]:
         "depends_on": args.after,
         "hold": args.hold or None,
         "array": args.array,
+        "output": args.output,
+        "error": args.error,
+        "chdir": os.path.abspath(args.chdir) if args.chdir else None,
     }
-    body.update({key: value for key, value in optional.items() if value not in (None, [])})
+    body.update({key: value for key, value in given.items() if value not in (None, [])})
     return body
 
 
 def submit(api: Api, args: Any, out: TextIO) -> int:
-    job = api.submit(submit_body(args))
+    body = submit_body(args)
+    try:
+        job = api.submit(body)
+    except CliError as exc:
+        if "script" not in body:
+            raise
+        # The service names the script's bad line ("script: line 4: ..."); name the file as compilers do.
+        lines = str(exc).splitlines()
+        shown = "<stdin>" if args.target == "-" else args.target
+        raise CliError(
+            "\n".join(
+                f"{shown}: {line[len('script: ') :]}" if line.startswith("script: ") else line
+                for line in lines
+            ),
+            exit_code=exc.exit_code,
+        ) from None
     submitted = job.get("array_job_ids") or [job["id"]]
     if args.json:
         out.write(json.dumps(job, indent=2) + "\n")
@@ -175,18 +235,28 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
     return 0
 
 
+def _progress(job: dict[str, Any]) -> str:
+    if job.get("total_iters") is None:  # an own command without --iters: its time limit is its length
+        return f"{job['done_iters']} iterations"
+    return f"{job['done_iters']} of {job['total_iters']} iterations"
+
+
 def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
     job = api.job(job_id)
     if as_json:
         out.write(json.dumps(job, indent=2) + "\n")
         return 0
-    what = job["workload"] or f"command: {job['command']}"
+    what = job["workload"] or (f"command: {job['command']}" if job.get("command") else "script")
     facts = [
         ("Job", f"{job['id']} {_name(job)} ({what})"),
         ("Owner", job["owner"] + (f", team {job['team']}" if job.get("team") else "")),
         ("State", job["state"] + (f" ({job['pending_reason']})" if job["state"] == "PENDING" else "")),
-        ("GPUs", str(job["num_gpus"])),
-        ("Progress", f"{job['done_iters']} of {job['total_iters']} iterations"),
+        (
+            "GPUs",
+            str(job["num_gpus"])
+            + (f" on {job['num_nodes']} nodes" if (job.get("num_nodes") or 1) > 1 else ""),
+        ),
+        ("Progress", _progress(job)),
         ("After jobs", ", ".join(map(str, job.get("depends_on") or [])) or "-"),
         ("Submitted", _when(job["submitted_at"])),
         ("Started", _when(job.get("started_at"))),

@@ -1,4 +1,4 @@
-"""Time arguments as users type them: Slurm's time formats, unit suffixes, ISO deadlines."""
+"""Time and size arguments as users type them: Slurm's time formats and sizes, ISO deadlines."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from datetime import datetime
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SUFFIXED = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _ALL_SUFFIXED = re.compile(r"(?:\d+(?:\.\d+)?[smhd])+")
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([kmgt]?)b?")
+_GB_PER_UNIT = {"k": 1 / 1024**2, "m": 1 / 1024, "g": 1.0, "t": 1024.0}
 
 
 def parse_duration_s(text: str) -> float:
@@ -51,3 +53,12 @@ def parse_deadline(text: str) -> datetime:
     except ValueError:
         raise ValueError(f"{text!r} is not a date and time: use e.g. 2026-11-23T18:00") from None
     return moment if moment.tzinfo is not None else moment.astimezone()
+
+
+def parse_mem_gb(text: str) -> float:
+    """GB from Slurm's sizes: "16G", "512M", "1T", "4096" (megabytes, Slurm's default unit).
+    Raises ValueError with what was typed otherwise."""
+    match = _SIZE.fullmatch(text.strip().lower())
+    if not match or not 0 < float(match[1]) < float("inf"):
+        raise ValueError(f"{text!r} is not a memory size: use e.g. 16G, 512M or 4096 (megabytes)")
+    return float(match[1]) * _GB_PER_UNIT[match[2] or "m"]

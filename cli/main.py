@@ -15,6 +15,7 @@ http://127.0.0.1:8000); the token from --token, $ATTUNE_TOKEN or the last `login
 
 examples:
   python -m cli login --username alice
+  python -m cli submit train.sh          # a batch script: its #SBATCH / #ATTUNE lines are the options
   python -m cli submit train-r18 --workload res18 --gpus 2 --iters 20000 --max-latency 6h
   python -m cli submit eval --command 'python eval.py' --gpus 1 --iters 100 --time-limit 30m --after 41
   python -m cli submit prep --command 'python prep.py' --gpus 1 --iters 1 --wait && echo done
@@ -38,6 +39,115 @@ def _job_ids(text: str) -> list[int]:
     return ids
 
 
+def _dependency(text: str) -> list[int]:
+    """sbatch's --dependency=afterok:ID[:ID...][,afterok:...]; the only kind Attune has."""
+    ids: list[int] = []
+    for part in text.split(","):
+        kind, _, rest = part.partition(":")
+        if kind != "afterok" or not rest:
+            raise argparse.ArgumentTypeError(f"{part!r}: only afterok:ID[:ID...] is supported")
+        ids += [i for i in _job_ids(rest) if i not in ids]
+    return ids
+
+
+SUBMIT_EPILOG = """\
+A script's #SBATCH and #ATTUNE lines before its first command are read as options (the service reads
+them): -J, --gpus or --gres=gpu:N, -N, -t, -a, -d afterok:IDS, -o, -e, -D, -H, --cpus-per-gpu,
+--mem-per-gpu; on #ATTUNE lines also --iters, --team, --priority, --max-latency, --deadline.
+Options given here win over the script's (only those you give are sent). See docs/cli.md.
+
+checkpoint contract:
+  On preemption every process of the job gets SIGTERM, then SIGKILL after a grace period (30 s by
+  default). Save your state to $ATTUNE_CHECKPOINT_DIR (node-local, private to the job's account) or
+  to your working directory on a shared filesystem, and resume from it when the job restarts: a
+  job that does not checkpoint starts over after each preemption. $ATTUNE_RESUME_ITERS is the
+  progress the service last recorded; write {"done_iters": N, "iters_per_s": x} to
+  $ATTUNE_PROGRESS_PATH to show progress.
+  Multi-node jobs get MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE
+  (torchrun's names) and SLURM_JOB_ID, SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST. Every job
+  runs as its owner's Unix account in a clean environment.
+
+examples:
+  python -m cli submit train.sh
+  python -m cli submit train.sh --gpus 4 -t 2:00:00      # these win over the script's directives
+  python -m cli submit -J eval --command 'python eval.py' --gpus 1 -t 30m -d afterok:41
+  python -m cli submit r18 --workload res18 --gpus 2 --iters 20000 --max-latency 6h
+"""
+
+
+def _add_submit(sub: argparse._SubParsersAction) -> None:
+    # Every option defaults to None (or False): submit_body sends only what was given, so a script's
+    # directives are not overridden by defaults the user never typed.
+    p = sub.add_parser(
+        "submit",
+        help="queue a job (sbatch)",
+        description="Queue a batch script (as sbatch SCRIPT), your own command, or a catalog workload.",
+        epilog=SUBMIT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        metavar="SCRIPT",
+        help="a batch script to run with bash ('-': standard input); with --command or --workload, "
+        "the job's name instead (as -J)",
+    )
+    what = p.add_argument_group("what runs (instead of a script)")
+    what.add_argument("--workload", help="a catalog workload's name")
+    what.add_argument("--command", help="your own command, run with sh -c on the allocated server")
+    p.add_argument("-J", "--job-name", dest="name", metavar="NAME", help="the job's name")
+    p.add_argument("-G", "--gpus", type=int, metavar="N", help="GPUs in all (on one server when they fit)")
+    p.add_argument("-N", "--nodes", type=int, metavar="N", help="spread the GPUs evenly over N servers")
+    p.add_argument(
+        "--iters", type=int, help="total iterations of work (a workload needs it; a command may omit it)"
+    )
+    p.add_argument("--cpus-per-gpu", type=float, metavar="N", help="cores per GPU (default: the scheduler's)")
+    mem = p.add_mutually_exclusive_group()
+    mem.add_argument(
+        "--mem-per-gpu", metavar="SIZE", help="memory per GPU, e.g. 16G (Slurm's units: M default)"
+    )
+    mem.add_argument("--mem-gb-per-gpu", type=float, metavar="GB", help="memory per GPU in GB")
+    p.add_argument("--team", help="charge the job to this team (its GPU quota applies)")
+    p.add_argument("--priority", type=int, help="staff only: above 0 goes first")
+    p.add_argument(
+        "-t",
+        "--time",
+        "--time-limit",
+        dest="time_limit",
+        metavar="TIME",
+        help="e.g. 2h, 90m or Slurm's 1-12:00:00; the job is stopped after it",
+    )
+    qos = p.add_argument_group("QoS target (one of the two)")
+    qos.add_argument("--deadline", help="finish by this time, e.g. 2026-11-23T18:00 (local time)")
+    qos.add_argument("--max-latency", help="finish within this long of submission, e.g. 6h")
+    p.add_argument(
+        "-d",
+        "--dependency",
+        type=_dependency,
+        dest="after",
+        metavar="afterok:IDS",
+        help="start only once these jobs completed: --dependency=afterok:41:42",
+    )
+    p.add_argument("--after", type=_job_ids, metavar="IDS", help="the same as --dependency=afterok: 41,42")
+    p.add_argument(
+        "-a",
+        "--array",
+        metavar="INDICES",
+        help="one job per task index, e.g. 0-9 or 1,3,5-7 or 0-15:4 (sbatch --array); "
+        "each process sees ATTUNE_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID",
+    )
+    p.add_argument(
+        "-o", "--output", metavar="PATH", help="stdout file: %%j job id, %%a task, %%x name, %%u user"
+    )
+    p.add_argument("-e", "--error", metavar="PATH", help="stderr file (default: with stdout)")
+    p.add_argument("-D", "--chdir", metavar="DIR", help="working directory (default: this one)")
+    p.add_argument("-H", "--hold", action="store_true", help="submit it held: it waits for `release`")
+    p.add_argument(
+        "-W", "--wait", action="store_true", help="return only when the job has ended, with its exit status"
+    )
+    p.add_argument("--json", action="store_true", help="print the service's answer as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cli",
@@ -52,38 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("login", help="get an API token with your password and save it")
     p.add_argument("--username", required=True)
 
-    p = sub.add_parser("submit", help="queue a job (sbatch)")
-    p.add_argument("name", help="the job's name")
-    what = p.add_argument_group("what runs (one of the two)")
-    what.add_argument("--workload", help="a catalog workload's name")
-    what.add_argument("--command", help="your own command, run with sh -c on the allocated server")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs (all on one server when they fit)")
-    p.add_argument("--iters", type=int, required=True, help="total iterations of work")
-    p.add_argument("--cpus-per-gpu", type=float, help="override: cores per GPU (default: the scheduler's)")
-    p.add_argument("--mem-gb-per-gpu", type=float, help="override: memory GB per GPU")
-    p.add_argument("--team", help="charge the job to this team (its GPU quota applies)")
-    p.add_argument("--priority", type=int, help="staff only: above 0 goes first")
-    p.add_argument("--time-limit", help="e.g. 2h, 90m or Slurm's 1-12:00:00; the job is stopped after it")
-    qos = p.add_argument_group("QoS target (one of the two)")
-    qos.add_argument("--deadline", help="finish by this time, e.g. 2026-11-23T18:00 (local time)")
-    qos.add_argument("--max-latency", help="finish within this long of submission, e.g. 6h")
-    p.add_argument(
-        "--after",
-        type=_job_ids,
-        metavar="IDS",
-        help="start only once these jobs completed, e.g. 41,42 (Slurm's --dependency=afterok:41:42)",
-    )
-    p.add_argument(
-        "--array",
-        metavar="INDICES",
-        help="one job per task index, e.g. 0-9 or 1,3,5-7 or 0-15:4 (sbatch --array); "
-        "each process sees ATTUNE_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID",
-    )
-    p.add_argument("--hold", action="store_true", help="submit it held: it waits for `release`")
-    p.add_argument(
-        "--wait", action="store_true", help="return only when the job has ended, with its exit status"
-    )
-    p.add_argument("--json", action="store_true", help="print the service's answer as JSON")
+    _add_submit(sub)
 
     p = sub.add_parser("queue", help="your pending and running jobs (squeue)")
     p.add_argument("--state", action="append", help="only this state (repeatable), e.g. COMPLETED")

@@ -215,3 +215,27 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
     code, out, _ = run(capsys, "cancel", "--array", str(tasks[0].pk))
     assert code == 0 and out == f"job {tasks[0].pk}: CANCELLED\njob {tasks[2].pk}: CANCELLED\n"
     assert run(capsys, "cancel")[0] == 2  # nothing named
+
+
+def test_a_batch_script_is_submitted_with_its_directives_and_the_options_given_win(service, tmp_path, capsys):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --job-name=from-script --gpus=2\n"
+        "#SBATCH --time=1:00:00\n"
+        "#ATTUNE --iters 50\n"
+        "python train.py\n"
+    )
+    code, out, _ = run(capsys, "submit", str(script), "--gpus", "1")
+    assert code == 0, out
+    job = Job.objects.get(name="from-script")
+    assert (job.num_gpus, job.time_limit_s, job.total_iters) == (1, 3600, 50)
+    assert "#SBATCH --time=1:00:00" in job.script
+
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=bad\n#SBATCH --gpus=abc\npython train.py\n")
+    code, _, err = run(capsys, "submit", str(script))
+    assert code == 1 and err == (
+        f"error: {script}: line 3: #SBATCH --gpus=abc: --gpus needs a whole number of GPUs\n"
+    )
+    assert not Job.objects.filter(name="bad").exists()

@@ -1,10 +1,10 @@
-"""Durations and deadlines as users type them (Slurm's formats too)."""
+"""Durations, deadlines and memory sizes as users type them (Slurm's formats too)."""
 
 from datetime import UTC, datetime
 
 import pytest
 
-from cli.durations import parse_deadline, parse_duration_s
+from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,17 @@ def test_deadlines_without_an_offset_are_local_time():
     assert local.tzinfo is not None and (local.hour, local.minute) == (18, 0)
     with pytest.raises(ValueError, match="not a date and time"):
         parse_deadline("tomorrow")
+
+
+@pytest.mark.parametrize(
+    ("typed", "gb"),
+    [("16G", 16.0), ("16g", 16.0), ("512M", 0.5), ("4096", 4.0), ("1T", 1024.0), ("1048576K", 1.0)],
+)
+def test_memory_sizes_in_slurms_units_megabytes_by_default(typed, gb):
+    assert parse_mem_gb(typed) == gb
+
+
+@pytest.mark.parametrize("typed", ["", "lots", "0", "0G", "-1G", "16X", "G"])
+def test_what_is_not_a_memory_size_is_refused(typed):
+    with pytest.raises(ValueError, match="not a memory size"):
+        parse_mem_gb(typed)
