@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
 
+from tests.e2e.job_runtime import job_runtime as make_job_runtime
 from tests.e2e.processes import Agent, CeleryWorker
 
 # The worker runs beat with short periods so that a test sees rounds, sweeps and node failure quickly.
@@ -61,10 +66,18 @@ def worker(e2e_ready, live_settings, tmp_path):
     w.stop()
 
 
+@pytest.fixture(scope="session")
+def job_runtime():
+    """The Unix account e2e jobs run as, and the agents' options for it (tests/e2e/job_runtime.py)."""
+    yield from make_job_runtime()
+
+
 @pytest.fixture
-def start_agents(worker, live_server, tmp_path):
+def start_agents(worker, live_server, tmp_path, job_runtime):
     """Start N fake-GPU agents against the live server; all are stopped (jobs included) at the end."""
     agents: list[Agent] = []
+    work_root = Path(tempfile.mkdtemp(prefix="attune-e2e-agents-", dir="/tmp"))
+    work_root.chmod(0o711)
 
     def start(n: int, *, gpus: int = 4, cpus: int = 12, mem_gb: float = 250.0, time_scale: float = 0.02):
         for i in range(n):
@@ -77,6 +90,8 @@ def start_agents(worker, live_server, tmp_path):
                     cpus=cpus,
                     mem_gb=mem_gb,
                     time_scale=time_scale,
+                    extra_args=tuple(job_runtime.agent_args),
+                    work_root=work_root,
                 )
             )
         return agents
@@ -84,3 +99,4 @@ def start_agents(worker, live_server, tmp_path):
     yield start
     for agent in agents:
         agent.stop()
+    shutil.rmtree(work_root, ignore_errors=True)

@@ -105,7 +105,17 @@ class Agent:
     """`python -m agent` with fake GPUs as a real process; `kill()` is a node dying (agent and jobs)."""
 
     def __init__(
-        self, tmp: Path, server_url: str, name: str, *, gpus: int, cpus: int, mem_gb: float, time_scale: float
+        self,
+        tmp: Path,
+        server_url: str,
+        name: str,
+        *,
+        gpus: int,
+        cpus: int,
+        mem_gb: float,
+        time_scale: float,
+        extra_args: tuple[str, ...] = (),
+        work_root: Path | None = None,
     ) -> None:
         out = StringIO()
         call_command(
@@ -143,9 +153,11 @@ class Agent:
             "--spool-dir",
             str(self.spool_db),
             "--work-dir",
-            str(self.dir / "work"),
+            # Jobs run as another account must reach their lease files: pytest's tmp_path is root's alone.
+            str((work_root or self.dir) / name / "work"),
             "--isolation",
             "affinity+rlimit",
+            *extra_args,
         ]
         self.proc: subprocess.Popen | None = None
         self.start()
@@ -161,6 +173,13 @@ class Agent:
         """SIGKILL the agent and every process under it at once, as when a machine loses power."""
         assert self.proc is not None
         stop_tree(self.proc, signal.SIGKILL, wait_s=10)
+
+    def kill_agent_only(self) -> None:
+        """SIGKILL the agent process alone: its jobs' shims live on (their own sessions), as when the
+        agent crashes on a node that keeps running."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

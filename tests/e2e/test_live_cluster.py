@@ -230,12 +230,12 @@ def test_killed_agent_jobs_requeue_and_complete_elsewhere(start_agents, live_ser
     assert dict(Job.objects.filter(id__in=job_ids).values_list("id", "done_iters")) == done_iters
 
 
-def test_an_array_from_the_command_line_runs_each_task_with_its_index(start_agents, live_server):
+def test_an_array_from_the_command_line_runs_each_task_with_its_index(start_agents, live_server, job_runtime):
     """The cli as a real process: an array of own commands, `--wait` until all completed; each
     task's process saw its index under Attune's and Slurm's names."""
     start_agents(1)
     wait_until(lambda: Server.objects.filter(gpus__isnull=False).exists(), timeout_s=60, what="the agent")
-    user = UserFactory(username="sweeper")
+    user = UserFactory(username=job_runtime.account)  # own commands run as the owner's Unix account
     env = {**standalone_env(), "ATTUNE_TOKEN": Token.objects.create(user=user).key}
     command = 'echo "task=$ATTUNE_ARRAY_TASK_ID slurm=$SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"'
     argv = ["submit", "sweep", "--command", command, "--gpus", "1", "--iters", "1", "--array", "0-2"]
