@@ -236,6 +236,8 @@ class Agent:
                 workload_python,
                 self.config.job_user,
             )
+        elif self.config.workload_python:
+            log.info("catalog workloads run with %s (and this agent's packages)", workload_python)
         self.leases.restore()
         self._spawn("supervisor", self._supervise_loop)
         self.sender.start()

@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 
 from agent import __version__
-from agent.accounts import DEFAULT_JOB_PATH, DEFAULT_JOB_USER, AccountError, JobIdentity
+from agent.accounts import (
+    DEFAULT_JOB_PATH,
+    DEFAULT_JOB_USER,
+    AccountError,
+    JobIdentity,
+    traversable_by_others,
+)
 from agent.agent import Agent, AgentConfig, AgentFatalError
 from agent.gpus import GpuBackendError, select_gpu_backend
 from agent.host import PsutilHostBackend
@@ -83,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PATH",
         help="interpreter of the shipped workloads (agent.workload, agent.torch_workload), run as "
-        "--job-user: give a system python when the agent's own is not readable by that account",
+        "--job-user (default: the agent's own, or, as root, a system python of the same version when "
+        "the agent's own is not readable by that account)",
     )
     parser.add_argument(
         "--address",
@@ -121,6 +128,23 @@ def scrub_token_from_command_line(token: str) -> None:
     for handler in logging.getLogger().handlers:
         handler.flush()
     os.execve(sys.executable, clean, {**os.environ, "ATTUNE_AGENT_TOKEN": token})
+
+
+SYSTEM_PYTHON_DIRS = ("/usr/bin", "/usr/local/bin")
+
+
+def default_workload_python() -> str | None:
+    """A system interpreter of this one's version, for the shipped workloads, when a root agent's own
+    interpreter sits where the job account cannot reach it (a virtualenv built from a python under
+    /root); None when ours is reachable or there is no such interpreter."""
+    if os.geteuid() != 0 or traversable_by_others(Path(sys.executable).resolve()):
+        return None
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for directory in SYSTEM_PYTHON_DIRS:
+        candidate = Path(directory) / version
+        if candidate.exists() and traversable_by_others(candidate.resolve()):
+            return str(candidate)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_leases_on_exit=args.stop_leases_on_exit,
         job_user=args.job_user,
         job_path=args.job_path,
-        workload_python=args.workload_python,
+        workload_python=args.workload_python or default_workload_python(),
         address=args.address,
     )
     try:

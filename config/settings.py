@@ -166,6 +166,9 @@ ATTUNE_SCHEDULER = {
     "forecast_background_budget_s": env.float("ATTUNE_FORECAST_BACKGROUND_BUDGET_S", default=120.0),
     # ATTUNE_POLICY=fairshare: a user's past GPU-seconds count half after this many hours.
     "fairshare_half_life_h": env.float("ATTUNE_FAIRSHARE_HALF_LIFE_H", default=168.0),
+    # MASTER_PORT of multi-node jobs' rendezvous, chosen per placement in this range (torchrun: 29500).
+    "rendezvous_port_min": env.int("ATTUNE_RENDEZVOUS_PORT_MIN", default=29500),
+    "rendezvous_port_max": env.int("ATTUNE_RENDEZVOUS_PORT_MAX", default=30499),
 }
 
 # Node agents and liveness; read only by cluster_app/conf.py.

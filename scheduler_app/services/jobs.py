@@ -131,13 +131,14 @@ def _validate_own_command(request: JobRequest, owner: AbstractBaseUser, add) -> 
         problem = output_pattern_problem(path)
         if problem:
             add(field, problem)
-    for field, path in (("chdir", request.work_dir), ("submit_dir", request.submit_dir)):
-        if field == "chdir" and request.submit_dir.startswith("/"):
-            continue  # relative to the submission directory, as sbatch's --chdir (job_work_dir)
-        if path and not path.startswith("/"):
-            add(field, "Give an absolute path.")
-        elif len(path) > MAX_PATH_CHARS or "\0" in path:
-            add(field, f"A path has at most {MAX_PATH_CHARS} characters and no NUL.")
+    if request.submit_dir and not request.submit_dir.startswith("/"):
+        add("submit_dir", "Give an absolute path.")
+    elif request.work_dir and not request.work_dir.startswith("/") and not request.submit_dir:
+        # A relative --chdir follows the submission directory (job_work_dir), as sbatch's does.
+        add("chdir", "Give an absolute path, or submit from a directory (a relative one follows it).")
+    work_dir = job_work_dir(request)
+    if len(work_dir) > MAX_PATH_CHARS or "\0" in work_dir:
+        add("chdir", f"A working directory has at most {MAX_PATH_CHARS} characters and no NUL.")
 
 
 def _validate_shape(request: JobRequest, add) -> None:

@@ -239,3 +239,41 @@ def test_a_batch_script_is_submitted_with_its_directives_and_the_options_given_w
         f"error: {script}: line 3: #SBATCH --gpus=abc: --gpus needs a whole number of GPUs\n"
     )
     assert not Job.objects.filter(name="bad").exists()
+
+
+def test_every_supported_directive_is_stored_as_it_says(service, tmp_path, capsys):
+    make_server("gpu02", gpus=4, cpus=12, mem_gb=250)
+    from tests.factories import TeamFactory
+
+    TeamFactory(name="vision").members.add(UserFactory(username="alice"))
+    run(capsys, "--server", service, "login", "--username", "alice")
+    code, out, _ = run(capsys, "submit", "first", "--command", "true", "--gpus", "1")
+    assert code == 0, out
+    first = Job.objects.get(name="first")
+    script = tmp_path / "all.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --job-name=all-directives\n"
+        "#SBATCH --gres=gpu:4 --nodes=2\n"
+        "#SBATCH -t 1-02:03:04\n"
+        "#SBATCH --array=0-1\n"
+        f"#SBATCH --dependency=afterok:{first.pk}\n"
+        "#SBATCH --output=%x-%A_%a.out --error=%x-%A_%a.err\n"
+        "#SBATCH --chdir=/srv/runs\n"
+        "#SBATCH --hold\n"
+        "#SBATCH --cpus-per-gpu=3 --mem-per-gpu=8G\n"
+        "#ATTUNE --iters 500 --team vision --max-latency 2d\n"
+        "torchrun train.py\n"
+    )
+    code, out, _ = run(capsys, "submit", str(script))
+    assert code == 0, out
+    tasks = list(Job.objects.filter(name="all-directives").order_by("array_task_id"))
+    assert [t.array_task_id for t in tasks] == [0, 1]
+    for job in tasks:
+        assert (job.num_gpus, job.num_nodes, job.time_limit_s) == (4, 2, 93784)
+        assert (job.output_path, job.error_path) == ("%x-%A_%a.out", "%x-%A_%a.err")
+        assert job.work_dir == "/srv/runs"
+        assert job.held and list(job.depends_on.values_list("pk", flat=True)) == [first.pk]
+        assert (job.cpus_per_gpu, job.mem_gb_per_gpu, job.total_iters) == (3.0, 8.0, 500)
+        assert job.team.name == "vision" and job.qos_max_latency_s == 2 * 86400
+        assert job.run_as == "alice" and job.script == script.read_text()

@@ -23,7 +23,7 @@ from profiles_app.services import workload_catalog_load
 from scheduler_app.models import AgentReport, Allocation, AllocationGpu, Job, JobEvent, JobState
 from tests.e2e.processes import wait_until
 from tests.factories import UserFactory
-from tests.standalone import ROOT, standalone_env
+from tests.standalone import standalone_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -241,7 +241,8 @@ def test_an_array_from_the_command_line_runs_each_task_with_its_index(start_agen
     argv = ["submit", "sweep", "--command", command, "--gpus", "1", "--iters", "1", "--array", "0-2"]
     result = subprocess.run(
         [sys.executable, "-m", "cli", "--server", live_server.url, *argv, "--wait", "--poll-s", "0.5"],
-        cwd=ROOT,
+        # As sbatch's, the job's working directory (and its output's) is where the command line ran.
+        cwd=job_runtime.make_shared_dir("attune-sweep-"),
         env=env,
         capture_output=True,
         text=True,

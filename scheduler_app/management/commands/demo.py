@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import random
 import subprocess
@@ -19,7 +20,7 @@ from django.db import close_old_connections
 from cluster_app.models import Server
 from cluster_app.services import GpuSpec, agent_credential_issue, server_create
 from profiles_app.models import Workload
-from scheduler_app.models import Team
+from scheduler_app.models import Team, UnixAccount
 from scheduler_app.services import JobRequest, job_submit
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.rounds import scheduling_round_run
@@ -49,6 +50,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         call_command("seed_demo", servers=0, verbosity=0)
+        self._explain_identity()
         url = f"http://{opts['addr']}"
         agents = [self._start_agent(name, url, opts["time_scale"]) for name in AGENT_NAMES]
         stop = threading.Event()
@@ -66,6 +68,21 @@ class Command(BaseCommand):
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+    def _explain_identity(self) -> None:
+        """Own commands run as the submitter's Unix account. Not as root, the demo's agents run the jobs
+        of one account, this one: the demo users are mapped to it. As root, say what to do."""
+        if os.geteuid() != 0:
+            me = getpass.getuser()
+            for user in get_user_model().objects.filter(unix_account__isnull=True):
+                UnixAccount.objects.create(user=user, unix_user=me)
+            self.stdout.write(f"demo: own commands and scripts of the demo users run as {me} (this account)")
+            return
+        self.stdout.write(
+            "demo: own commands and scripts run as the submitter's Unix account on the node (catalog "
+            "workloads as nobody); for the web user admin, create it (useradd -m admin) or map admin to "
+            "an existing account in the admin's Unix accounts page"
+        )
 
     def _start_agent(self, name: str, url: str, time_scale: float) -> subprocess.Popen:
         server = Server.objects.filter(name=name).first() or server_create(
@@ -100,6 +117,9 @@ class Command(BaseCommand):
                 "--work-dir",
                 str(base / "work"),
                 "--stop-leases-on-exit",
+                # One machine: every node's peers reach it on the loopback (multi-node rendezvous).
+                "--address",
+                "127.0.0.1",
             ],
             cwd=settings.BASE_DIR,
             # The token goes in the environment, not argv, where any user of the node could read it.
