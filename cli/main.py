@@ -137,7 +137,10 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         "each process sees ATTUNE_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID",
     )
     p.add_argument(
-        "-o", "--output", metavar="PATH", help="stdout file: %%j job id, %%a task, %%x name, %%u user"
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="stdout file: %%j job id, %%A array, %%a task, %%x name, %%u user, %%n node rank, %%N node",
     )
     p.add_argument("-e", "--error", metavar="PATH", help="stderr file (default: with stdout)")
     p.add_argument("-D", "--chdir", metavar="DIR", help="working directory (default: this one)")

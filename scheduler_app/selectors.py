@@ -34,7 +34,7 @@ from scheduler_app.core.types import (
     ServerShare,
     ServerView,
 )
-from scheduler_app.job_paths import DEFAULT_ARRAY_OUTPUT_PATTERN, DEFAULT_OUTPUT_PATTERN, output_path_expand
+from scheduler_app.job_paths import default_output_pattern, output_path_expand
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
     Allocation,
@@ -682,9 +682,10 @@ def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str
         return command
     # An own command or script runs as its owner's account, in its working directory, writing the
     # files it asked for (the agent resolves relative paths against the working directory).
-    pattern = job.output_path or (
-        DEFAULT_ARRAY_OUTPUT_PATTERN if job.array_job_id is not None else DEFAULT_OUTPUT_PATTERN
+    pattern = job.output_path or default_output_pattern(
+        array=job.array_job_id is not None, num_nodes=len(parts)
     )
+    node_rank = int(env["NODE_RANK"])
 
     def expand(p: str) -> str:
         return output_path_expand(
@@ -694,6 +695,8 @@ def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str
             array_task_id=job.array_task_id,
             name=job.name,
             user=job.run_as,
+            node_rank=node_rank,
+            node_name=parts[node_rank].server_name if parts else allocation.server.name,
         )
 
     command.update(

@@ -6,7 +6,7 @@
 #SBATCH --nodes=2
 #SBATCH --gpus=4
 #SBATCH --time=30:00
-#SBATCH --output=%x-%j.out
+#SBATCH --output=%x-%j.%n.out
 #ATTUNE --iters 100
 #
 # This script runs once on each server. Attune sets torchrun's rendezvous variables in every part:

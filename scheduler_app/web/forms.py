@@ -105,7 +105,8 @@ class JobSubmitForm(forms.Form):
         max_length=MAX_PATH_CHARS,
         label="Output file",
         help_text="stdout, in the working directory unless absolute: %j job id, %x name, %u user, "
-        "%A/%a array id and index. Default attune-%j.out.",
+        "%A/%a array id and index, %n/%N node rank and name. Default attune-%j.out (on several "
+        "servers attune-%j.%n.out, one per server).",
     )
     error_path = forms.CharField(
         required=False, max_length=MAX_PATH_CHARS, label="Error file", help_text="stderr; empty: with stdout."

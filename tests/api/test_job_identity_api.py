@@ -164,6 +164,11 @@ def test_a_two_node_job_gets_one_rendezvous_on_both_servers(two_servers):
         assert e["SLURM_JOB_NODELIST"] == "gpu01,gpu02"
         assert e["SLURM_NODEID"] == e["NODE_RANK"]
     assert all(start["script"].startswith("#!/bin/bash") and start["argv"] == [] for start in starts.values())
+    # One output file per node (a shared filesystem would interleave them otherwise).
+    assert sorted(start["stdout_path"] for start in starts.values()) == [
+        f"attune-{job.pk}.0.out",
+        f"attune-{job.pk}.1.out",
+    ]
 
 
 def test_two_running_jobs_never_share_a_rendezvous_port_on_one_server(two_servers):

@@ -69,8 +69,9 @@ def submit_example(live_server, job_runtime) -> tuple[Job, Path]:
 
 
 def job_output(job: Job, workdir: Path) -> str:
-    path = workdir / f"ddp-example-{job.pk}.out"
-    return path.read_text() if path.exists() else ""
+    """Both servers' output files (--output=%x-%j.%n.out: one per node rank)."""
+    paths = [workdir / f"ddp-example-{job.pk}.{rank}.out" for rank in (0, 1)]
+    return "".join(path.read_text() for path in paths if path.exists())
 
 
 def running_on_both(job: Job) -> bool:
@@ -143,7 +144,7 @@ def test_a_two_node_batch_script_trains_survives_a_preemption_and_completes(
     assert "rank 3/4" in output and "done: 100 steps" in output, output[-3000:]
     assert job.done_iters == 100
     # Each part really ran as the owner: its files are the account's, private.
-    out_file = workdir / f"ddp-example-{job.pk}.out"
+    out_file = workdir / f"ddp-example-{job.pk}.0.out"
     info = out_file.stat()
     assert (info.st_mode & 0o777) == 0o600
     if job_runtime.created_account:
