@@ -293,7 +293,9 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
             name=request.name.strip(),
             workload=request.workload,
             command=request.command.strip(),
-            script=request.script,
+            # A browser's textarea (and a Windows editor) sends CRLF, on which bash fails (sbatch
+            # refuses such scripts): the script is stored with Unix line endings.
+            script=request.script.replace("\r\n", "\n"),
             run_as=job_run_as(owner) if request.workload is None else "",
             work_dir=job_work_dir(request),
             output_path=request.output_path,

@@ -273,3 +273,10 @@ def test_a_requeued_job_rendezvouses_on_a_fresh_port(two_servers):
     scheduling_round_run()
     again = sorted(active(job), key=lambda a: a.pk)
     assert len(again) == 2 and again[0].rendezvous_port != rank0.rendezvous_port
+
+
+def test_a_script_with_windows_line_endings_is_stored_with_unix_ones(two_servers):
+    """What a browser's textarea sends: bash would fail on every \\r."""
+    answer = post(UserFactory(username="mona"), script="#!/bin/bash\r\n#SBATCH --job-name=w\r\nsleep 1\r\n")
+    assert answer.status_code == 201, answer.content
+    assert Job.objects.get(pk=answer.json()["id"]).script == "#!/bin/bash\n#SBATCH --job-name=w\nsleep 1\n"

@@ -151,3 +151,24 @@ def test_the_page_fixture_records_console_and_page_errors(browser_page, live_ser
     page.evaluate("setTimeout(() => { throw new Error('bang'); }, 0)")
     page.wait_for_timeout(200)
     assert page.console_errors[0] == "boom" and "bang" in page.console_errors[1]
+
+
+def test_a_batch_script_pasted_into_the_form_takes_its_directives(browser_page, live_server, login, cluster):
+    from tests.factories import UserFactory
+
+    page = login(browser_page, live_server, UserFactory(username="paula"))
+    page.get_by_role("link", name="Submit", exact=True).click()
+    # A malformed directive is shown next to the script, naming its line; nothing is stored.
+    page.get_by_label("Or a batch script").fill("#!/bin/bash\n#SBATCH --job-name=x\n#SBATCH --mem=4G\nrun\n")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#submit-form")).to_contain_text("line 3: #SBATCH --mem=4G")
+    assert not Job.objects.exists()
+
+    page.get_by_label("Or a batch script").fill("#!/bin/bash\n#SBATCH --job-name=from-script --gpus=2\nrun\n")
+    page.get_by_label("Time limit").fill("1:00:00")
+    page.get_by_role("button", name="Submit job").click()
+    job = Job.objects.get(name="from-script")
+    expect(page).to_have_url(f"{live_server.url}/jobs/{job.pk}/")
+    assert (job.num_gpus, job.time_limit_s, job.run_as, job.total_iters) == (2, 3600, "paula", None)
+    assert "\r" not in job.script  # the textarea's CRLF line endings are not bash's
+    expect(page.locator("#job-script")).to_contain_text("#SBATCH --job-name=from-script")
