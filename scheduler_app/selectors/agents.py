@@ -1,0 +1,199 @@
+"""Agent commands: what brings a node to the state the scheduler decided, rendezvous included."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Count, Prefetch
+
+from cluster_app.models import NodeState, Server
+from profiles_app.selectors import (
+    profiling_commands,
+    workload_launch,
+)
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.job_paths import default_output_pattern, output_path_expand
+from scheduler_app.models import (
+    Allocation,
+    AllocationGpu,
+    Job,
+    JobState,
+)
+
+# Lease end reasons after which a still-running process is stopped gracefully (checkpoint) rather
+# than cancelled.
+PREEMPT_END_REASONS = frozenset({"preempted"})
+
+
+@dataclass(frozen=True)
+class JobPart:
+    """One server's part of a running job, in rank order (the order its leases were created in)."""
+
+    allocation_id: int
+    server_name: str
+    address: str
+    num_gpus: int
+    rendezvous_port: int | None
+
+
+def job_parts(*, job_ids: Iterable[int]) -> dict[int, list[JobPart]]:
+    """Each job's active leases as rendezvous parts, rank 0 first (one query for all the jobs)."""
+    parts: dict[int, list[JobPart]] = defaultdict(list)
+    rows = (
+        Allocation.objects.filter(job_id__in=set(job_ids), ended_at__isnull=True)
+        .annotate(num_gpus=Count("gpu_holds"))
+        .order_by("job_id", "id")
+        .values_list(
+            "job_id",
+            "id",
+            "server__name",
+            "server__address",
+            "server__hostname",
+            "num_gpus",
+            "rendezvous_port",
+        )
+    )
+    for job_id, allocation_id, name, address, hostname, num_gpus, port in rows:
+        parts[job_id].append(JobPart(allocation_id, name, address or hostname or name, num_gpus, port))
+    return parts
+
+
+def rendezvous_env(job: Job, allocation: Allocation, parts: Sequence[JobPart]) -> dict[str, str]:
+    """torchrun's and Slurm's variables for one part of a job: where rank 0 listens, which node this is,
+    how many processes in all. Every part of a job gets the same MASTER_ADDR/MASTER_PORT."""
+    ranks = [p.allocation_id for p in parts]
+    node_rank = ranks.index(allocation.pk) if allocation.pk in ranks else 0
+    master = parts[0] if parts else None
+    local = parts[node_rank].num_gpus if parts else job.num_gpus
+    env = {
+        "NNODES": str(max(1, len(parts))),
+        "NODE_RANK": str(node_rank),
+        "WORLD_SIZE": str(sum(p.num_gpus for p in parts) or job.num_gpus),
+        "LOCAL_WORLD_SIZE": str(local),
+        "SLURM_JOB_ID": str(job.id),
+        "SLURM_JOB_NAME": job.name,
+        "SLURM_NNODES": str(max(1, len(parts))),
+        "SLURM_NODEID": str(node_rank),
+        "SLURM_JOB_NODELIST": ",".join(p.server_name for p in parts),
+        "SLURM_GPUS_ON_NODE": str(local),
+    }
+    if master is not None and master.rendezvous_port is not None:
+        # A job on one server rendezvouses with itself: loopback, so no firewall is in the way.
+        env["MASTER_ADDR"] = master.address if len(parts) > 1 else "127.0.0.1"
+        env["MASTER_PORT"] = str(master.rendezvous_port)
+    return env
+
+
+def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str, Any]:
+    job = allocation.job
+    env = {"ATTUNE_JOB_ID": str(job.id), "ATTUNE_MEM_GB": f"{allocation.mem_gb:g}"}
+    if job.array_job_id is not None:
+        # Slurm's names too, so that a sweep script ported from sbatch --array runs unchanged.
+        for prefix in ("ATTUNE", "SLURM"):
+            env[f"{prefix}_ARRAY_JOB_ID"] = str(job.array_job_id)
+            env[f"{prefix}_ARRAY_TASK_ID"] = str(job.array_task_id)
+    env.update(rendezvous_env(job, allocation, parts))
+    command: dict[str, Any] = {
+        "kind": "start",
+        "lease_id": str(allocation.lease_id),
+        "job_id": job.id,
+        "job_name": job.name,
+        "env": env,
+        "gpu_uuids": [hold.gpu.uuid for hold in allocation.gpu_holds.all()],
+        "num_cpus": allocation.num_cpus,
+        "mem_gb": allocation.mem_gb,
+        "resume_iters": job.done_iters,
+        "run_as": None,
+    }
+    if job.workload is not None:
+        argv, workload_env = workload_launch(job.workload, iters=job.total_iters)
+        env.update(workload_env)
+        command["argv"] = argv
+        return command
+    # An own command or script runs as its owner's account, in its working directory, writing the
+    # files it asked for (the agent resolves relative paths against the working directory).
+    pattern = job.output_path or default_output_pattern(
+        array=job.array_job_id is not None, num_nodes=len(parts)
+    )
+    node_rank = int(env["NODE_RANK"])
+
+    def expand(p: str) -> str:
+        return output_path_expand(
+            p,
+            job_id=job.id,
+            array_job_id=job.array_job_id,
+            array_task_id=job.array_task_id,
+            name=job.name,
+            user=job.run_as,
+            node_rank=node_rank,
+            node_name=parts[node_rank].server_name if parts else allocation.server.name,
+        )
+
+    command.update(
+        run_as=job.run_as,
+        workdir=job.work_dir,
+        stdout_path=expand(pattern),
+        stderr_path=expand(job.error_path) if job.error_path else "",
+    )
+    if job.script:
+        command.update(argv=[], script=job.script)
+    else:
+        command["argv"] = ["sh", "-c", job.command]
+    return command
+
+
+def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str, Any]]:
+    """The commands that bring `server` to the state the scheduler decided, from database state only.
+
+    - start: an active lease of this server whose job is RUNNING and which the agent does not run;
+    - preempt / cancel: a lease the agent runs that the service has ended (preempted by a round, or
+      ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
+    - drain: the server is DRAINING or DRAINED;
+    - profile: a running profiling run on this server (docs/profiling.md); its lease id is live.
+    Computed afresh on every poll, so a lost answer is simply repeated by the next one.
+    """
+    conf = scheduler_conf()
+    running = set(running)
+    holds = (
+        AllocationGpu.objects.filter(released_at__isnull=True).select_related("gpu").order_by("gpu__index")
+    )
+    active = (
+        Allocation.objects.filter(server=server, ended_at__isnull=True)
+        .select_related("job", "job__workload")
+        .prefetch_related(Prefetch("gpu_holds", queryset=holds))
+        .order_by("started_at", "id")
+    )
+    commands: list[dict[str, Any]] = []
+    live: set[UUID] = set()
+    to_start: list[Allocation] = []
+    for allocation in active:
+        if allocation.job.state != JobState.RUNNING:
+            continue
+        live.add(allocation.lease_id)
+        if allocation.lease_id not in running:
+            to_start.append(allocation)
+    if to_start:  # the rendezvous needs every part of those jobs, on whichever server
+        parts = job_parts(job_ids=(a.job_id for a in to_start))
+        commands += [_start_command(a, parts.get(a.job_id, [])) for a in to_start]
+    for command in profiling_commands(server=server):
+        live.add(UUID(command["lease_id"]))
+        commands.append(command)
+    stale = running - live
+    if stale:
+        ended = dict(
+            Allocation.objects.filter(server=server, lease_id__in=stale).values_list("lease_id", "end_reason")
+        )
+        for lease_id in sorted(stale, key=str):
+            if ended.get(lease_id) in PREEMPT_END_REASONS:
+                commands.append(
+                    {"kind": "preempt", "lease_id": str(lease_id), "grace_s": conf.preempt_grace_s}
+                )
+            else:
+                commands.append({"kind": "cancel", "lease_id": str(lease_id), "grace_s": conf.cancel_grace_s})
+    if server.state in (NodeState.DRAINING, NodeState.DRAINED):
+        commands.append({"kind": "drain"})
+    return commands

@@ -1,0 +1,141 @@
+"""Jobs as users see them: lists, details, dependencies, log tails and each lease's speed."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Case, Count, IntegerField, Prefetch, QuerySet, Value, When
+
+from profiles_app.selectors import (
+    speed_observations_by_allocation,
+)
+from scheduler_app.models import (
+    TERMINAL_JOB_STATES,
+    Allocation,
+    AllocationGpu,
+    Job,
+    JobState,
+    PendingReason,
+)
+
+
+def job_counts_by_state() -> dict[str, int]:
+    """State -> number of jobs, with every state present (zero when none)."""
+    counts = dict(Job.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
+    return {state: counts.get(state, 0) for state in JobState.values}
+
+
+def job_list(*, user: AbstractBaseUser) -> QuerySet[Job]:
+    """The jobs `user` may see: their own, or every job for staff."""
+    qs = Job.objects.select_related("owner", "team", "workload").order_by("-submitted_at", "-id")
+    if not user.is_staff:
+        qs = qs.filter(owner=user)
+    return qs
+
+
+def dependency_waits(*, job_ids: Iterable[int]) -> dict[int, dict[int, str]]:
+    """For each of `job_ids` with a dependency that has not COMPLETED: dependency id -> its state."""
+    waits: dict[int, dict[int, str]] = defaultdict(dict)
+    for job_id, dep_id, state in (
+        Job.depends_on.through.objects.filter(from_job_id__in=list(job_ids))
+        .exclude(to_job__state=JobState.COMPLETED)
+        .values_list("from_job_id", "to_job_id", "to_job__state")
+    ):
+        waits[job_id][dep_id] = state
+    return dict(waits)
+
+
+def dependency_pending_reason(dependency_states: Iterable[str]) -> str:
+    """Dependency while every unfinished dependency may still complete; DependencyNeverSatisfied
+    once one has ended otherwise (Slurm's reasons for afterok)."""
+    if any(state in TERMINAL_JOB_STATES for state in dependency_states):
+        return PendingReason.DEPENDENCY_NEVER_SATISFIED
+    return PendingReason.DEPENDENCY
+
+
+def job_detail_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
+    """job_list with each job's allocations (server, GPUs) and events prefetched."""
+    holds = AllocationGpu.objects.select_related("gpu").order_by("gpu__index")
+    allocations = (
+        Allocation.objects.select_related("server")
+        .prefetch_related(Prefetch("gpu_holds", queryset=holds))
+        .order_by("started_at", "id")
+    )
+    return (
+        job_list(user=user)
+        .select_related("admission_prediction")
+        .prefetch_related(Prefetch("allocations", queryset=allocations), "events")
+    )
+
+
+def job_log_tail(*, job: Job, lines: int = 200) -> list[str]:
+    """The last `lines` lines of the job's output, over all its leases in start order."""
+    out: list[str] = []
+    for tail in job.allocations.order_by("started_at", "id").values_list("log_tail", flat=True):
+        if tail:
+            out.extend(tail.splitlines())
+    return out[-lines:]
+
+
+def job_queue_page_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
+    """job_list in squeue's order (running, then pending, then finished; oldest first), each job with
+    its active leases (server, GPUs) prefetched into `active_allocations`: a page costs the same few
+    queries whatever its length."""
+    holds = AllocationGpu.objects.select_related("gpu").order_by("gpu__index")
+    active = (
+        Allocation.objects.filter(ended_at__isnull=True)
+        .select_related("server")
+        .prefetch_related(Prefetch("gpu_holds", queryset=holds))
+        .order_by("server__name", "id")
+    )
+    rank = Case(
+        When(state=JobState.RUNNING, then=Value(0)),
+        When(state=JobState.PENDING, then=Value(1)),
+        default=Value(2),
+        output_field=IntegerField(),
+    )
+    return (
+        job_list(user=user)
+        .prefetch_related(Prefetch("allocations", queryset=active, to_attr="active_allocations"))
+        .order_by(rank, "submitted_at", "id")
+    )
+
+
+@dataclass(frozen=True)
+class LeaseSpeed:
+    """One lease of a job with its predicted and measured speed, iterations per second (None: unknown).
+
+    Predicted: the profile's expectation for this allocation (its speed-up over the proportional share
+    divided by the workload's seconds per iteration there). Measured: the agent's last report. When a
+    SpeedObservation exists its pair wins, since it takes a fake node's time scale out of the measure.
+    """
+
+    allocation: Allocation
+    predicted_iters_per_s: float | None
+    measured_iters_per_s: float | None
+
+    @property
+    def measured_over_predicted(self) -> float | None:
+        if not self.predicted_iters_per_s or self.measured_iters_per_s is None:
+            return None
+        return self.measured_iters_per_s / self.predicted_iters_per_s
+
+
+def job_lease_speeds(*, job: Job) -> list[LeaseSpeed]:
+    """Every lease of `job` (from job_detail_queryset's prefetch) with predicted and measured speed."""
+    allocations = list(job.allocations.all())
+    observations = speed_observations_by_allocation(allocation_ids=[a.pk for a in allocations])
+    iter_time_s = job.workload.iter_time_s if job.workload is not None else None
+    out = []
+    for allocation in allocations:
+        obs = observations.get(allocation.pk)
+        if obs is not None:
+            predicted, measured = obs.predicted_iters_per_s, obs.measured_iters_per_s
+        else:
+            predicted = allocation.speedup / iter_time_s if iter_time_s else None
+            measured = allocation.iters_per_s
+        out.append(LeaseSpeed(allocation, predicted, measured))
+    return out

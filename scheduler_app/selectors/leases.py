@@ -1,0 +1,72 @@
+"""Active leases: what each running job holds, and how many GPUs each server has busy."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from scheduler_app.core.types import (
+    ServerShare,
+)
+from scheduler_app.models import (
+    Allocation,
+    AllocationGpu,
+)
+
+
+@dataclass(frozen=True)
+class ActiveLease:
+    """An allocation that has not ended, with the GPUs it holds (ids and indices on its server)."""
+
+    allocation_id: int
+    job_id: int
+    server_id: int
+    num_cpus: int
+    mem_gb: float
+    speedup: float
+    gpu_ids: tuple[int, ...]
+    gpu_indices: tuple[int, ...]
+    iters_per_s: float | None = None  # the agent's last measure of the job's speed on this lease
+
+    def share(self) -> ServerShare:
+        return ServerShare(self.server_id, self.gpu_indices, self.num_cpus, self.mem_gb)
+
+
+def active_leases() -> list[ActiveLease]:
+    """Every active allocation with its held GPUs: two queries, whatever the cluster size."""
+    gpus: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for allocation_id, gpu_id, index in AllocationGpu.objects.filter(released_at__isnull=True).values_list(
+        "allocation_id", "gpu_id", "gpu__index"
+    ):
+        gpus[allocation_id].append((index, gpu_id))
+    leases = []
+    for alloc_id, job_id, server_id, cpus, mem_gb, speedup, ips in Allocation.objects.filter(
+        ended_at__isnull=True
+    ).values_list("id", "job_id", "server_id", "num_cpus", "mem_gb", "speedup", "iters_per_s"):
+        held = sorted(gpus.get(alloc_id, ()))
+        leases.append(
+            ActiveLease(
+                allocation_id=alloc_id,
+                job_id=job_id,
+                server_id=server_id,
+                num_cpus=cpus,
+                mem_gb=mem_gb,
+                speedup=speedup,
+                gpu_ids=tuple(g for _, g in held),
+                gpu_indices=tuple(i for i, _ in held),
+                iters_per_s=ips,
+            )
+        )
+    return leases
+
+
+def server_busy_gpus() -> dict[int, int]:
+    """Server id -> GPUs held by active leases."""
+    return dict(
+        AllocationGpu.objects.filter(released_at__isnull=True)
+        .values_list("allocation__server_id")
+        .annotate(n=Count("id"))
+        .values_list("allocation__server_id", "n")
+    )
