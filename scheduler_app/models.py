@@ -190,6 +190,10 @@ class Job(models.Model):
             models.CheckConstraint(condition=Q(done_iters__gte=0), name="job_done_iters_nonneg"),
             models.CheckConstraint(condition=Q(attained_service_gpu_s__gte=0), name="job_service_nonneg"),
             models.CheckConstraint(
+                condition=Q(total_iters__isnull=True) | Q(done_iters__lte=models.F("total_iters")),
+                name="job_done_iters_within_total",
+            ),
+            models.CheckConstraint(
                 condition=Q(cpus_per_gpu__isnull=True) | Q(cpus_per_gpu__gt=0),
                 name="job_cpus_override_positive",
             ),
@@ -347,6 +351,16 @@ class Allocation(models.Model):
             models.CheckConstraint(
                 condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
                 name="allocation_ends_after_start",
+            ),
+            # What agents report (docs/agent-protocol.md section 4): a measured speed, an exit status.
+            models.CheckConstraint(
+                # Below infinity, which also keeps out NaN (PostgreSQL orders NaN above every number).
+                condition=Q(iters_per_s__isnull=True) | Q(iters_per_s__gt=0, iters_per_s__lt=float("inf")),
+                name="allocation_speed_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(exit_code__isnull=True) | Q(exit_code__gte=0, exit_code__lte=255),
+                name="allocation_exit_code_0_255",
             ),
         ]
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
+import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -44,6 +46,17 @@ from scheduler_app.services.rounds import scheduling_round_request_on_commit
 logger = logging.getLogger(__name__)
 
 MAX_LOG_LINE_CHARS = 2000
+# How far an agent's clock may run ahead of the service's: a report dated later than the service's clock
+# plus this is dated back to it (docs/agent-protocol.md section 4).
+AGENT_CLOCK_SKEW = timedelta(seconds=60)
+# A measured speed this many times above or below the profile's prediction is an outlier: recorded as
+# an event, never stored as the lease's speed nor folded into the speed observations.
+SPEED_OUTLIER_FACTOR = 1000.0
+# Whatever the workload, no speed above this is believed (own commands have no prediction to compare).
+MAX_ITERS_PER_S = 1e9
+MAX_REPORTED_ITERS = 2**62  # done_iters above this is malformed (the job row holds a 64-bit integer)
+AGENT_REPORT_MAX_SEQ = 2**63 - 1
+MAX_STOP_CHARS = 24  # "agent_" + stop must fit Allocation.end_reason
 REPORT_FIELDS = ["agent_started_at", "accounted_until", "iters_per_s", "exit_code", "log_tail"]
 
 
@@ -65,6 +78,38 @@ class ReportsOutcome:
     acked: list[tuple[str, int]] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     applied: int = 0
+
+
+# NUL (PostgreSQL text and jsonb cannot hold it) and lone surrogates (JSON's \ud800 escapes: not UTF-8).
+_NOT_STORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def clean_text(value: Any) -> Any:
+    """`value` with every string in it (dict keys too, at any depth) storable by PostgreSQL: NUL and
+    lone surrogates (what JSON can carry that is not UTF-8) become U+FFFD."""
+    if isinstance(value, str):
+        if value.isascii() and "\x00" not in value:
+            return value
+        return _NOT_STORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_text(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # jsonb holds no NaN or infinity
+    return value
+
+
+def _within_lease_life(r: LeaseReport, allocation: Allocation, *, now: datetime) -> LeaseReport:
+    """`r` dated within its lease's life as the service knows it: not before the lease started, not
+    after the service's clock plus AGENT_CLOCK_SKEW. Clamped rather than refused: a wrong clock must not
+    cost a job its exit report (it would stay RUNNING for ever), while the clamp keeps the GPU time it
+    can credit within the wall time that passed. The agent's own date is kept in `data.agent_at`."""
+    at = min(max(r.at, allocation.started_at), now + AGENT_CLOCK_SKEW)
+    if at == r.at:
+        return r
+    logger.warning("lease %s report %s: agent clock %s clamped to %s", r.lease_id, r.seq, r.at, at)
+    return replace(r, at=at, data={**r.data, "agent_at": r.at.isoformat()})
 
 
 @transaction.atomic
@@ -99,11 +144,15 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
        retry of the same batch waits on the unique index and then inserts nothing, so each report
        is applied by exactly one request.
     3. Apply only the new ones, in seq order per lease, with the affected job rows locked.
+    A report dated outside its lease's life is clamped into it (`_within_lease_life`), so that a buggy
+    agent cannot inflate a job's attained service; implausible values inside a report are clamped or
+    ignored when applied (docs/agent-protocol.md section 4).
     Reports about a profiling run of this server (its lease id) go to the profiling service instead.
     Everything in one transaction: if applying fails, the reports are not recorded either and the
     agent's retry applies them.
     """
     outcome = ReportsOutcome()
+    now = timezone.now()
     allocations = {
         a.lease_id: a
         for a in Allocation.objects.filter(server=server, lease_id__in={r.lease_id for r in reports})
@@ -127,13 +176,16 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
                 }
             )
         else:
-            known.setdefault((r.lease_id, r.seq), r)
+            known.setdefault((r.lease_id, r.seq), _within_lease_life(r, allocations[r.lease_id], now=now))
     if not known:
         return outcome
     batch_id = uuid.uuid4()
-    now = timezone.now()
     # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
-    ordered = [known[k] for k in sorted(known, key=lambda k: (str(k[0]), k[1]))]
+    # Strings cleaned once, for the stored row and for what is applied (PostgreSQL refuses NUL).
+    ordered = [
+        replace(known[k], data=clean_text(known[k].data))
+        for k in sorted(known, key=lambda k: (str(k[0]), k[1]))
+    ]
     outcome.acked += [(str(r.lease_id), r.seq) for r in ordered]
     AgentReport.objects.bulk_create(
         [
@@ -208,14 +260,13 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
             if allocation.agent_started_at is None:
                 allocation.agent_started_at = r.at
             if allocation.accounted_until is None:
-                allocation.accounted_until = r.at
-            data = {"lease_id": str(r.lease_id), "seq": r.seq, "agent_at": r.at.isoformat(), **r.data}
-            events.append(
-                job_event(job, "lease_started", reason=str(r.data.get("isolation", "")), at=now, data=data)
-            )
+                # GPU time is credited from the lease's start at the earliest (the agent's clock may lag).
+                allocation.accounted_until = max(r.at, allocation.started_at)
+            data = {**r.data, "lease_id": str(r.lease_id), "seq": r.seq, "agent_at": r.at.isoformat()}
+            isolation = str(r.data.get("isolation", ""))[:64]
+            events.append(job_event(job, "lease_started", reason=isolation, at=now, data=data))
         elif r.kind == AgentReportKind.PROGRESS:
-            _progress(job, allocation, r, gpus=allocation.num_gpus)
-            _observe_speed(job, allocation, r)
+            events.extend(_progress(job, allocation, r, gpus=allocation.num_gpus, now=now))
             dirty_jobs.add(job.pk)
         elif r.kind == AgentReportKind.LOG:
             lines = [str(line)[:MAX_LOG_LINE_CHARS] for line in r.data.get("lines", [])]
@@ -223,7 +274,7 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
                 tail = (allocation.log_tail.splitlines() if allocation.log_tail else []) + lines
                 allocation.log_tail = "\n".join(tail[-conf.log_tail_lines :])
         elif r.kind == AgentReportKind.EXITED:
-            _progress(job, allocation, r, gpus=allocation.num_gpus)
+            events.extend(_progress(job, allocation, r, gpus=allocation.num_gpus, now=now))
             dirty_jobs.add(job.pk)
             events.extend(_exited(job, allocation, r, now=now))
         # Only the fields reports own: ended_at / end_reason belong to job_finish and the round.
@@ -236,32 +287,107 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
     JobEvent.objects.bulk_create(events)
 
 
-def _progress(job: Job, allocation: Allocation, r: LeaseReport, *, gpus: int) -> None:
-    """Progress never goes backwards and is counted once, from rank 0 (every part of a multi-node job
-    runs the same training loop); GPU-seconds are credited to every part for agent time since its last
-    report."""
+def _progress(
+    job: Job, allocation: Allocation, r: LeaseReport, *, gpus: int, now: datetime
+) -> list[JobEvent]:
+    """Progress never goes backwards nor past the job's total (a report above it is clamped, and the
+    clamp recorded) and is counted once, from rank 0 (every part of a multi-node job runs the same
+    training loop); GPU-seconds are credited to every part for agent time since its last report, never
+    from before the lease started (reports dated after the service's clock were rejected on arrival)."""
+    events: list[JobEvent] = []
     done = r.data.get("done_iters")
-    if isinstance(done, int | float) and done >= 0 and allocation.rank == 0:
-        limit = job.total_iters if job.total_iters is not None else int(done)
-        job.done_iters = max(job.done_iters, min(int(done), limit))
-    ips = r.data.get("iters_per_s")
-    if isinstance(ips, int | float) and ips >= 0:
-        allocation.iters_per_s = float(ips)
+    if _finite(done) and done >= 0 and allocation.rank == 0:
+        reported = min(int(done), MAX_REPORTED_ITERS)  # the serializer refuses more; direct callers
+        if job.total_iters is not None and reported > job.total_iters:
+            events.append(
+                job_event(
+                    job,
+                    "progress_clamped",
+                    reason="above_total_iters",
+                    at=now,
+                    data={
+                        "lease_id": str(r.lease_id),
+                        "seq": r.seq,
+                        "reported_done_iters": reported,
+                        "total_iters": job.total_iters,
+                    },
+                )
+            )
+            reported = job.total_iters
+        job.done_iters = max(job.done_iters, reported)
+    ips = _measured_speed(r)
+    if ips is not None:
+        outlier = _speed_outlier(job, allocation, r, ips)
+        if outlier is not None:
+            events.append(job_event(job, "speed_outlier", reason=outlier[0], at=now, data=outlier[1]))
+        else:
+            allocation.iters_per_s = ips
+            if r.kind == AgentReportKind.PROGRESS:  # an exit's last figure is not a new measurement
+                _observe_speed(job, allocation, r, ips)
+    start = allocation.started_at
     if allocation.accounted_until is not None and r.at > allocation.accounted_until:
         job.attained_service_gpu_s += gpus * (r.at - allocation.accounted_until).total_seconds()
-    if allocation.accounted_until is None or r.at > allocation.accounted_until:
+    if allocation.accounted_until is None:
+        allocation.accounted_until = max(r.at, start)
+    elif r.at > allocation.accounted_until:
         allocation.accounted_until = r.at
+    return events
 
 
-def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport) -> None:
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _measured_speed(r: LeaseReport) -> float | None:
+    """The report's measured speed, in the agent's time (None: not measured, i.e. absent, 0 or not a
+    finite positive number)."""
+    ips = r.data.get("iters_per_s")
+    return float(ips) if _finite(ips) and ips > 0 else None
+
+
+def _time_scale(r: LeaseReport) -> float:
+    scale = r.data.get("time_scale")
+    return float(scale) if _finite(scale) and scale > 0 else 1.0
+
+
+def _predicted_speed(job: Job, allocation: Allocation) -> float | None:
+    """The profile's prediction for this lease, in the workload's own time (None: no profile)."""
+    workload = job.workload
+    if workload is None or not workload.tput_matrix or not workload.iter_time_s or allocation.speedup <= 0:
+        return None
+    return allocation.speedup / workload.iter_time_s
+
+
+def _speed_outlier(
+    job: Job, allocation: Allocation, r: LeaseReport, ips: float
+) -> tuple[str, dict[str, Any]] | None:
+    """(reason, data) when `ips` is not believable for this lease: above MAX_ITERS_PER_S, or more than
+    SPEED_OUTLIER_FACTOR times off the profile's prediction; None when it is believable."""
+    measured = ips * _time_scale(r)
+    predicted = _predicted_speed(job, allocation)
+    info: dict[str, Any] = {
+        "lease_id": str(r.lease_id),
+        "seq": r.seq,
+        "reported_iters_per_s": ips,
+        "time_scale": _time_scale(r),
+        "predicted_iters_per_s": predicted,
+    }
+    if ips > MAX_ITERS_PER_S or not math.isfinite(measured):
+        return "above_max_speed", info
+    if predicted is not None and not (
+        predicted / SPEED_OUTLIER_FACTOR <= measured <= predicted * SPEED_OUTLIER_FACTOR
+    ):
+        return "far_from_prediction", info
+    return None
+
+
+def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport, ips: float) -> None:
     """Predicted (the allocation's speed-up / seconds per iteration at proportional) versus measured."""
     workload = job.workload
-    ips = r.data.get("iters_per_s")
-    if workload is None or not workload.tput_matrix or not isinstance(ips, int | float) or ips <= 0:
-        return  # nothing predicted (own command, or not profiled) or nothing measured
+    predicted = _predicted_speed(job, allocation)
+    if workload is None or predicted is None:
+        return  # nothing predicted (own command, or not profiled)
     # A fake node runs synthetic jobs `time_scale` times faster; compare in the workload's own time.
-    scale = r.data.get("time_scale")
-    scale = float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0
     gpus = max(1, allocation.num_gpus)
     spread = allocation.num_servers > 1
     speed_observation_record(
@@ -270,8 +396,8 @@ def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport) -> None:
         allocation_id=allocation.pk,
         cpus_per_gpu=allocation.num_cpus / gpus,
         mem_gb_per_gpu=allocation.mem_gb / gpus,
-        predicted_iters_per_s=allocation.speedup / workload.iter_time_s,
-        measured_iters_per_s=float(ips) * scale,
+        predicted_iters_per_s=predicted,
+        measured_iters_per_s=ips * _time_scale(r),
         at=r.at,
         num_servers=allocation.num_servers,
         # The allocation's speed-up holds the penalty its round applied: today's, barring a refit since.
@@ -281,13 +407,19 @@ def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport) -> None:
 
 def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) -> list[JobEvent]:
     """What a lease's exit means for its job (see agent protocol, section 4)."""
+    # The serializer let through only exit codes 0-255 and signals 1-64; checked again, as the row's
+    # CHECK constraint would refuse anything else.
     exit_code = r.data.get("exit_code")
     signal = r.data.get("signal")
+    if not (isinstance(signal, int) and not isinstance(signal, bool) and 1 <= signal <= 64):
+        signal = None
     oom = bool(r.data.get("oom"))
-    if not isinstance(exit_code, int):
-        exit_code = 128 + signal if isinstance(signal, int) else None
+    if not (isinstance(exit_code, int) and not isinstance(exit_code, bool) and 0 <= exit_code <= 255):
+        exit_code = 128 + signal if signal is not None else None
     allocation.exit_code = exit_code
     stop = r.data.get("stop")
+    if stop is not None and not isinstance(stop, bool):
+        stop = str(stop)[:MAX_STOP_CHARS]
     error = str(r.data.get("error") or "")
     info = {
         "lease_id": str(r.lease_id),
