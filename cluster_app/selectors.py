@@ -66,3 +66,8 @@ def cluster_capacity() -> dict[str, float]:
         largest_server_gpus=Max("num_gpus"),
     )
     return {k: (v or 0) for k, v in totals.items()}
+
+
+def server_shapes() -> list[tuple[str, int, int, float]]:
+    """(name, GPUs, CPU cores, memory GB) of every server, by name: what one job's share could be."""
+    return list(Server.objects.order_by("name").values_list("name", "num_gpus", "num_cpus", "mem_gb"))

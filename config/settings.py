@@ -118,16 +118,24 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
 
 REST_FRAMEWORK = {
-    # Users: browser session or `Authorization: Token <key>`; agent endpoints set their own Bearer class.
+    # Users: `Authorization: Token <key>` or a browser session; agent endpoints set their own Bearer
+    # class. Token first: its challenge makes a missing or bad credential a 401 with
+    # `WWW-Authenticate: Token` (session authentication has no challenge, so DRF would answer 403).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "scheduler_app.api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 100,
+    # Bodies too large (413) or nested too deeply (400) are refused before they are parsed.
+    "DEFAULT_PARSER_CLASSES": [
+        "scheduler_app.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Attune API",

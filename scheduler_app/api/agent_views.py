@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import node_conf
 from cluster_app.services import GpuConflictError
+from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES
 from scheduler_app.api.serializers import (
     AgentHeartbeatResponseSerializer,
     AgentHeartbeatSerializer,
@@ -30,6 +31,7 @@ class AgentView(APIView):
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
+    max_body_bytes = AGENT_MAX_BODY_BYTES  # a batch of reports is larger than any user's request
 
 
 class AgentRegisterView(AgentView):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -9,6 +10,7 @@ from rest_framework import serializers
 
 from cluster_app.services import GpuSpec, GpuUsage, NodeInventory, UsageReport
 from profiles_app.models import Workload
+from scheduler_app.api.fields import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.models import (
     AdmissionPrediction,
@@ -19,8 +21,21 @@ from scheduler_app.models import (
     JobState,
     Team,
 )
-from scheduler_app.services.agents import LeaseReport
-from scheduler_app.services.jobs import MAX_DEPENDENCIES, MAX_PATH_CHARS, MAX_SCRIPT_CHARS, JobRequest
+from scheduler_app.services.agents import (
+    AGENT_REPORT_MAX_SEQ,
+    MAX_REPORTED_ITERS,
+    LeaseReport,
+    clean_text,
+)
+from scheduler_app.services.jobs import (
+    MAX_DEPENDENCIES,
+    MAX_DURATION_S,
+    MAX_JOB_ID,
+    MAX_PATH_CHARS,
+    MAX_SCRIPT_CHARS,
+    MAX_TOTAL_ITERS,
+    JobRequest,
+)
 from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
 
 # ---------------------------------------------------------------------------------------------------
@@ -140,25 +155,46 @@ class AgentPollResponseSerializer(serializers.Serializer):
 
 
 class AgentReportSerializer(serializers.Serializer):
+    """One report, checked for shape (docs/agent-protocol.md section 4); checks that need the database
+    (the lease's life, the job's total) are the service's. Strings in `data` are cleaned of NUL and of
+    what is not UTF-8 (lone surrogates), at any depth, before anything is stored."""
+
     lease_id = serializers.UUIDField()
-    seq = serializers.IntegerField(min_value=0)
+    seq = serializers.IntegerField(min_value=0, max_value=AGENT_REPORT_MAX_SEQ)
     # A profiling run's reports (docs/profiling.md) share the endpoint, under the run's lease id.
     kind = serializers.ChoiceField(choices=[*AgentReportKind.values, *PROFILING_REPORT_KINDS])
     at = serializers.DateTimeField()
     data = serializers.DictField(required=False, default=dict)
 
+    def validate_data(self, value: dict[str, Any]) -> dict[str, Any]:
+        return clean_text(value)
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         data, kind = attrs["data"], attrs["kind"]
         if kind == AgentReportKind.PROGRESS and not _is_number(data.get("done_iters")):
             raise serializers.ValidationError({"data": "progress needs a numeric done_iters"})
+        if kind in (AgentReportKind.PROGRESS, AgentReportKind.EXITED):
+            done = data.get("done_iters")
+            if done is not None and not (_is_number(done) and done <= MAX_REPORTED_ITERS):
+                raise serializers.ValidationError(
+                    {"data": f"done_iters must be a number between 0 and {MAX_REPORTED_ITERS}"}
+                )
+            ips = data.get("iters_per_s")
+            if ips is not None and not _is_number(ips):
+                raise serializers.ValidationError(
+                    {"data": "iters_per_s must be a finite number >= 0 (0 or null: not measured)"}
+                )
+            scale = data.get("time_scale")
+            if scale is not None and not (_is_number(scale) and scale > 0):
+                raise serializers.ValidationError({"data": "time_scale must be a finite number > 0"})
         if kind == AgentReportKind.LOG and not isinstance(data.get("lines"), list):
             raise serializers.ValidationError({"data": "log needs a list of lines"})
         if kind == AgentReportKind.EXITED:
             code, signal = data.get("exit_code"), data.get("signal")
-            if (code is not None and not isinstance(code, int)) or (
-                signal is not None and not isinstance(signal, int)
-            ):
-                raise serializers.ValidationError({"data": "exit_code and signal must be integers or null"})
+            if code is not None and not (_is_int(code) and 0 <= code <= 255):
+                raise serializers.ValidationError({"data": "exit_code must be an integer 0-255 or null"})
+            if signal is not None and not (_is_int(signal) and 1 <= signal <= 64):
+                raise serializers.ValidationError({"data": "signal must be an integer 1-64 or null"})
         return attrs
 
     def to_report(self) -> LeaseReport:
@@ -166,7 +202,14 @@ class AgentReportSerializer(serializers.Serializer):
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    """A finite number >= 0 (not a bool)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class AgentReportsSerializer(serializers.Serializer):
@@ -178,7 +221,9 @@ class AgentReportRejectedSerializer(serializers.Serializer):
     lease_id = serializers.CharField(allow_null=True)
     seq = serializers.IntegerField(allow_null=True)
     error = serializers.CharField()
-    code = serializers.IntegerField(help_text="404: lease not found on this server; 400: malformed")
+    code = serializers.IntegerField(
+        help_text="404: lease not found on this server; 400: malformed or implausible (section 4)"
+    )
 
 
 class AgentReportsResponseSerializer(serializers.Serializer):
@@ -195,7 +240,7 @@ class AgentReportsResponseSerializer(serializers.Serializer):
 
 
 class JobSubmitSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = StrictCharField(max_length=200)
     workload = serializers.SlugRelatedField(
         slug_field="name",
         queryset=Workload.objects.all(),
@@ -203,10 +248,10 @@ class JobSubmitSerializer(serializers.Serializer):
         allow_null=True,
         help_text="A catalog workload's name; or give `command`",
     )
-    command = serializers.CharField(
+    command = StrictCharField(
         required=False, allow_blank=True, default="", help_text="Own command, run by sh -c; or give `script`"
     )
-    script = serializers.CharField(
+    script = StrictCharField(
         required=False,
         allow_blank=True,
         default="",
@@ -215,7 +260,7 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Own batch script, run by bash. Its #ATTUNE and #SBATCH directives fill the fields "
         "this request does not give (the request's own fields win, as sbatch's options do).",
     )
-    nodes = serializers.IntegerField(
+    nodes = StrictIntegerField(
         required=False,
         allow_null=True,
         min_value=1,
@@ -224,7 +269,7 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Exactly this many servers, GPUs split evenly (--nodes); an own command without it "
         "runs on one server",
     )
-    chdir = serializers.CharField(
+    chdir = StrictCharField(
         required=False,
         allow_blank=True,
         default="",
@@ -232,7 +277,7 @@ class JobSubmitSerializer(serializers.Serializer):
         source="work_dir",
         help_text="Working directory on the node (absolute); default: submit_dir, else the account's home",
     )
-    script_name = serializers.CharField(
+    script_name = StrictCharField(
         required=False,
         allow_blank=True,
         default="",
@@ -240,14 +285,14 @@ class JobSubmitSerializer(serializers.Serializer):
         write_only=True,
         help_text="The script's file name: the job's name when neither `name` nor --job-name gives one",
     )
-    submit_dir = serializers.CharField(
+    submit_dir = StrictCharField(
         required=False,
         allow_blank=True,
         default="",
         max_length=MAX_PATH_CHARS,
         help_text="Where the submitting command line ran (sbatch's default working directory)",
     )
-    output = serializers.CharField(
+    output = StrictCharField(
         required=False,
         allow_blank=True,
         default="",
@@ -256,7 +301,7 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="stdout file, relative to the working directory: %j job id, %A array id, %a task "
         "index, %x name, %u user (default attune-%j.out)",
     )
-    error = serializers.CharField(
+    error = StrictCharField(
         required=False,
         allow_blank=True,
         default="",
@@ -267,31 +312,42 @@ class JobSubmitSerializer(serializers.Serializer):
     team = serializers.SlugRelatedField(
         slug_field="name", queryset=Team.objects.all(), required=False, allow_null=True
     )
-    num_gpus = serializers.IntegerField(min_value=1, max_value=32767, required=False, default=1)
-    total_iters = serializers.IntegerField(
+    num_gpus = StrictIntegerField(min_value=1, max_value=32767, required=False, default=1)
+    total_iters = StrictIntegerField(
         min_value=1,
+        max_value=MAX_TOTAL_ITERS,
         required=False,
         allow_null=True,
         help_text="Work in iterations; required for a catalog workload. An own command without it is "
         "as long as its time limit",
     )
-    cpus_per_gpu = serializers.FloatField(required=False, allow_null=True)
-    mem_gb_per_gpu = serializers.FloatField(required=False, allow_null=True)
-    qos_deadline_at = serializers.DateTimeField(required=False, allow_null=True)
-    qos_max_latency_s = serializers.FloatField(required=False, allow_null=True)
-    priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
-    time_limit_s = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    cpus_per_gpu = StrictFloatField(
+        required=False, allow_null=True, help_text="At most what the largest server offers per GPU"
+    )
+    mem_gb_per_gpu = StrictFloatField(
+        required=False, allow_null=True, help_text="At most what the largest server offers per GPU"
+    )
+    qos_deadline_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="At most 5 years ahead"
+    )
+    qos_max_latency_s = StrictFloatField(
+        required=False, allow_null=True, max_value=MAX_DURATION_S, help_text="At most 365 days"
+    )
+    priority = StrictIntegerField(required=False, default=0, min_value=-100, max_value=100)
+    time_limit_s = StrictIntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_DURATION_S, help_text="At most 365 days"
+    )
     depends_on = serializers.ListField(
-        child=serializers.IntegerField(min_value=1),
+        child=StrictIntegerField(min_value=1, max_value=MAX_JOB_ID),
         required=False,
         default=list,
         max_length=MAX_DEPENDENCIES,
         help_text="Ids of jobs that must complete before this one starts (Slurm's afterok)",
     )
-    hold = serializers.BooleanField(
+    hold = StrictBooleanField(
         required=False, default=False, help_text="Submit held (sbatch --hold): it waits for a release"
     )
-    array = serializers.CharField(
+    array = StrictCharField(
         required=False,
         allow_blank=True,
         default="",

@@ -1,11 +1,12 @@
 """Job services: submission and the append-only event history."""
 
+import math
 import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -13,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from cluster_app.selectors import cluster_capacity
+from cluster_app.selectors import cluster_capacity, server_shapes
 from profiles_app.models import Workload
 from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem, unix_user_problem
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobEvent, JobState, PendingReason, Team
@@ -54,6 +55,12 @@ MAX_DEPENDENCIES = 64
 # Slurm's default MaxArraySize is 1001 (indices 0-1000); a sweep larger than that is a mistake here.
 MAX_ARRAY_TASKS = 1000
 MAX_ARRAY_INDEX = 1_000_000
+# Bounds of what a user may ask for, from what the cluster and its model can mean (not column limits):
+# a year is longer than any job or wait anyone plans; 10^12 iterations is beyond any training run.
+MAX_TOTAL_ITERS = 10**12
+MAX_DURATION_S = 365 * 86400  # a time limit, a maximum latency
+MAX_DEADLINE_AHEAD = timedelta(days=5 * 365)
+MAX_JOB_ID = 2**63 - 1  # ids are 64-bit
 
 
 def parse_array_spec(spec: str) -> tuple[int, ...]:
@@ -171,6 +178,58 @@ def _validate_shape(request: JobRequest, add) -> None:
         add("nodes", f"{request.num_gpus // nodes} GPUs per server: the largest server has {largest}.")
 
 
+def _gpus_on_one_server(request: JobRequest) -> int:
+    """The fewest GPUs the job could have on one server: an exact node count splits them evenly, an
+    own command without one runs on one server, a catalog workload may spread down to one per server."""
+    if request.num_nodes:
+        return max(1, request.num_gpus // request.num_nodes)
+    return request.num_gpus if request.workload is None else 1
+
+
+def _validate_fit(request: JobRequest, add) -> None:
+    """Per-GPU cores and memory that no server could ever give: the job would wait forever, so say so
+    now, with the largest server's shape."""
+    cpus, mem = request.cpus_per_gpu, request.mem_gb_per_gpu
+    if cpus is None and mem is None:
+        return
+    gpus = _gpus_on_one_server(request)
+    shapes = [s for s in server_shapes() if s[1] >= gpus]
+    if not shapes:
+        return  # no servers yet, or too few GPUs on any: _validate_shape says so
+
+    def fits(shape, cpus=cpus, mem=mem) -> bool:
+        _, _, cores, mem_gb = shape
+        return (cpus is None or cpus * gpus <= cores) and (mem is None or mem * gpus <= mem_gb)
+
+    if any(fits(s) for s in shapes):
+        return
+    if cpus is not None and not any(fits(s, mem=None) for s in shapes):
+        field, wanted, largest = "cpus_per_gpu", f"{cpus:g} cores", max(shapes, key=lambda s: s[2])
+    elif mem is not None and not any(fits(s, cpus=None) for s in shapes):
+        field, wanted, largest = "mem_gb_per_gpu", f"{mem:g} GB", max(shapes, key=lambda s: s[3])
+    else:  # each fits somewhere, never both on one server
+        field, wanted = "cpus_per_gpu", f"both {cpus:g} cores and {mem:g} GB"
+        largest = max(shapes, key=lambda s: (s[2] / s[1], s[3] / s[1]))
+    name, num_gpus, cores, mem_gb = largest
+    on_one = f" for {gpus} GPUs on one server" if gpus > 1 else ""
+    add(
+        field,
+        f"No server offers {wanted} per GPU{on_one}: the largest, {name}, has {cores} cores and "
+        f"{mem_gb:g} GB for {num_gpus} GPUs, so the job could never run.",
+    )
+
+
+def _validate_deadline(deadline: datetime, add) -> None:
+    try:
+        if timezone.is_naive(deadline):
+            deadline = timezone.make_aware(deadline)
+        too_late = deadline > timezone.now() + MAX_DEADLINE_AHEAD
+    except (OverflowError, ValueError):
+        too_late = True
+    if too_late:
+        add("qos_deadline_at", f"A deadline is at most {MAX_DEADLINE_AHEAD.days // 365} years ahead.")
+
+
 def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int | None, ...], dict[int, str]]:
     """Raise ValidationError with per-field messages; nothing is written on bad input. Returns what
     the checks worked out: the task indices (None for a single job) and each dependency's state."""
@@ -198,14 +257,31 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
             add("total_iters", "Give the work to do in iterations.")
     elif request.total_iters < 1:
         add("total_iters", "The work must be at least one iteration.")
-    if request.cpus_per_gpu is not None and request.cpus_per_gpu <= 0:
-        add("cpus_per_gpu", "CPU cores per GPU must be positive.")
-    if request.mem_gb_per_gpu is not None and request.mem_gb_per_gpu <= 0:
-        add("mem_gb_per_gpu", "Memory per GPU must be positive.")
+    elif request.total_iters > MAX_TOTAL_ITERS:
+        add("total_iters", f"The work is at most {MAX_TOTAL_ITERS:.0e} iterations.")
+    per_gpu_ok = True
+    for field, value, what in (
+        ("cpus_per_gpu", request.cpus_per_gpu, "CPU cores per GPU"),
+        ("mem_gb_per_gpu", request.mem_gb_per_gpu, "Memory per GPU"),
+    ):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            add(field, f"{what} must be positive." if value <= 0 else f"{what} must be a finite number.")
+            per_gpu_ok = False
+    if per_gpu_ok and request.num_gpus >= 1:
+        _validate_fit(request, add)
+    if request.time_limit_s is not None and not 1 <= request.time_limit_s <= MAX_DURATION_S:
+        add("time_limit_s", f"A time limit is from 1 second to {MAX_DURATION_S // 86400} days.")
     if request.qos_deadline_at is not None and request.qos_max_latency_s is not None:
         add("qos_max_latency_s", "Give either a deadline or a maximum latency, not both.")
-    if request.qos_max_latency_s is not None and request.qos_max_latency_s <= 0:
-        add("qos_max_latency_s", "The maximum latency must be positive.")
+    if request.qos_max_latency_s is not None and not (
+        math.isfinite(request.qos_max_latency_s) and 0 < request.qos_max_latency_s <= MAX_DURATION_S
+    ):
+        add(
+            "qos_max_latency_s",
+            f"The maximum latency must be positive and at most {MAX_DURATION_S // 86400} days.",
+        )
+    if request.qos_deadline_at is not None:
+        _validate_deadline(request.qos_deadline_at, add)
     if request.team is not None and not request.team.members.filter(pk=owner.pk).exists():
         add("team", f"You are not a member of team {request.team.name}.")
     dependencies = _validate_dependencies(request, owner, add) if request.depends_on else {}
