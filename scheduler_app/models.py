@@ -30,6 +30,10 @@ class Team(models.Model):
         return self.name
 
 
+# No measured speed above this is believed or stored (services/agents.py; a CHECK constraint).
+MAX_STORED_ITERS_PER_S = 1e9
+
+
 class UnixAccount(models.Model):
     """The Unix account a user's jobs run as on the nodes, where it is not their username (staff set it).
 
@@ -354,8 +358,10 @@ class Allocation(models.Model):
             ),
             # What agents report (docs/agent-protocol.md section 4): a measured speed, an exit status.
             models.CheckConstraint(
-                # Below infinity, which also keeps out NaN (PostgreSQL orders NaN above every number).
-                condition=Q(iters_per_s__isnull=True) | Q(iters_per_s__gt=0, iters_per_s__lt=float("inf")),
+                # A finite bound keeps out infinity and NaN too (PostgreSQL orders NaN above every
+                # number), and renders on every database.
+                condition=Q(iters_per_s__isnull=True)
+                | Q(iters_per_s__gt=0, iters_per_s__lte=MAX_STORED_ITERS_PER_S),
                 name="allocation_speed_positive",
             ),
             models.CheckConstraint(

@@ -59,3 +59,24 @@ def test_admin_shows_a_server_with_its_gpus(client, demo, staff_user):
     response = client.get(reverse("admin:cluster_app_server_change", args=[server.pk]))
     assert response.status_code == 200
     assert server.gpus.first().uuid in response.content.decode()
+
+
+def test_the_embedded_mode_migrates_on_sqlite(tmp_path):
+    """`make demo` runs on SQLite: every migration must apply there too (CI runs PostgreSQL only)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.standalone import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'embedded.sqlite3'}"
+    result = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]

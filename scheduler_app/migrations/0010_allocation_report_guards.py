@@ -2,6 +2,19 @@
 
 from django.conf import settings
 from django.db import migrations, models
+from django.db.models import F, Q
+
+
+def repair_reported_values(apps, schema_editor):
+    """Make existing rows satisfy the new constraints (portable: the embedded mode runs SQLite)."""
+    Allocation = apps.get_model("scheduler_app", "Allocation")
+    Job = apps.get_model("scheduler_app", "Job")
+    # NaN and infinity compare above any number in PostgreSQL, so the bound catches them too.
+    Allocation.objects.filter(Q(iters_per_s__lte=0) | Q(iters_per_s__gt=1e9)).update(iters_per_s=None)
+    Allocation.objects.filter(Q(exit_code__lt=0) | Q(exit_code__gt=255)).update(exit_code=None)
+    Job.objects.filter(total_iters__isnull=False, done_iters__gt=F("total_iters")).update(
+        done_iters=F("total_iters")
+    )
 
 
 class Migration(migrations.Migration):
@@ -14,20 +27,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        # Rows written before the service checked agents' reports: a speed of 0 meant "not measured".
-        migrations.RunSQL(
-            sql=[
-                "UPDATE scheduler_app_allocation SET iters_per_s = NULL"
-                " WHERE iters_per_s <= 0 OR iters_per_s >= 'Infinity'::float8",
-                "UPDATE scheduler_app_allocation SET exit_code = NULL WHERE exit_code < 0 OR exit_code > 255",
-                "UPDATE scheduler_app_job SET done_iters = total_iters"
-                " WHERE total_iters IS NOT NULL AND done_iters > total_iters",
-            ],
-            reverse_sql=migrations.RunSQL.noop,
-        ),
+        # Rows written before the service checked agents' reports (a speed of 0 meant "not measured").
+        migrations.RunPython(repair_reported_values, migrations.RunPython.noop),
         migrations.AddConstraint(
             model_name='allocation',
-            constraint=models.CheckConstraint(condition=models.Q(('iters_per_s__isnull', True), models.Q(('iters_per_s__gt', 0), ('iters_per_s__lt', float("inf"))), _connector='OR'), name='allocation_speed_positive'),
+            constraint=models.CheckConstraint(condition=models.Q(('iters_per_s__isnull', True), models.Q(('iters_per_s__gt', 0), ('iters_per_s__lte', 1000000000.0)), _connector='OR'), name='allocation_speed_positive'),
         ),
         migrations.AddConstraint(
             model_name='allocation',

@@ -29,6 +29,7 @@ from profiles_app.selectors import profiling_runs_of_server
 from profiles_app.services import speed_observation_record
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
+    MAX_STORED_ITERS_PER_S,
     TERMINAL_JOB_STATES,
     AgentReport,
     AgentReportKind,
@@ -53,7 +54,7 @@ AGENT_CLOCK_SKEW = timedelta(seconds=60)
 # an event, never stored as the lease's speed nor folded into the speed observations.
 SPEED_OUTLIER_FACTOR = 1000.0
 # Whatever the workload, no speed above this is believed (own commands have no prediction to compare).
-MAX_ITERS_PER_S = 1e9
+MAX_ITERS_PER_S = MAX_STORED_ITERS_PER_S
 MAX_REPORTED_ITERS = 2**62  # done_iters above this is malformed (the job row holds a 64-bit integer)
 AGENT_REPORT_MAX_SEQ = 2**63 - 1
 MAX_STOP_CHARS = 24  # "agent_" + stop must fit Allocation.end_reason
