@@ -24,16 +24,6 @@ REPORTS = "/api/v1/agent/reports"
 
 
 @pytest.fixture
-def server():
-    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
-
-
-@pytest.fixture
-def agent(server):
-    return agent_client(server)
-
-
-@pytest.fixture
 def running(user, server, settings):
     """A res18 job placed on gpu01 by a real round."""
     settings.ATTUNE_SCHEDULER = {

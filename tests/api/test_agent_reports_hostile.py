@@ -18,21 +18,11 @@ from profiles_app.models import SpeedObservation
 from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobState
 from scheduler_app.services.agents import AGENT_CLOCK_SKEW, SPEED_OUTLIER_FACTOR
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import agent_client, lease_of, make_server, submit
+from tests.api.helpers import lease_of, submit
 
 pytestmark = pytest.mark.django_db
 
 REPORTS = "/api/v1/agent/reports"
-
-
-@pytest.fixture
-def server():
-    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
-
-
-@pytest.fixture
-def agent(server):
-    return agent_client(server)
 
 
 @pytest.fixture
