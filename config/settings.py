@@ -147,6 +147,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every operation documents the errors it can answer (400, 401 with its challenge, 403, 404, 413).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "scheduler_app.api.schema.add_error_responses",
+    ],
 }
 
 # Every scheduler knob lives here and is read only by scheduler_app/conf.py.

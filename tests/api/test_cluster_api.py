@@ -143,3 +143,19 @@ def test_swagger_ui_is_served_without_a_cdn(client):
     served = client.get(asset)
     assert served.status_code == 200
     assert b"".join(served.streaming_content if served.streaming else [served.content])
+
+
+def test_the_schema_documents_each_operations_errors_with_their_bodies():
+    schema = APIClient().get("/api/schema/", {"format": "json"}).json()
+    validate_schema(schema)
+    submit = schema["paths"]["/api/v1/jobs/"]["post"]["responses"]
+    assert {"201", "400", "401", "403", "413"} <= set(submit)
+    field_errors = {"$ref": "#/components/schemas/FieldErrors"}
+    assert submit["400"]["content"]["application/json"]["schema"] == field_errors
+    assert submit["401"]["headers"]["WWW-Authenticate"]["schema"]["example"] == "Token"
+    detail = schema["paths"]["/api/v1/jobs/{id}/"]["get"]["responses"]
+    assert "404" in detail and "400" not in detail  # no body, no query: nothing to be malformed
+    assert {"404", "409"} <= set(schema["paths"]["/api/v1/jobs/{id}/cancel/"]["post"]["responses"])
+    agent = schema["paths"]["/api/v1/agent/reports"]["post"]["responses"]
+    assert agent["401"]["headers"]["WWW-Authenticate"]["schema"]["example"] == "Bearer"
+    assert schema["components"]["schemas"]["ErrorDetail"]["required"] == ["detail"]
