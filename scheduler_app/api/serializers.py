@@ -299,7 +299,8 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=MAX_PATH_CHARS,
         source="output_path",
         help_text="stdout file, relative to the working directory: %j job id, %A array id, %a task "
-        "index, %x name, %u user (default attune-%j.out)",
+        "index, %x name, %u user, %n node rank, %N node name (default attune-%j.out; on several "
+        "servers attune-%j.%n.out)",
     )
     error = StrictCharField(
         required=False,

@@ -62,11 +62,15 @@ def job_parts(*, job_ids: Iterable[int]) -> dict[int, list[JobPart]]:
     return parts
 
 
-def rendezvous_env(job: Job, allocation: Allocation, parts: Sequence[JobPart]) -> dict[str, str]:
+def node_rank_of(allocation: Allocation, parts: Sequence[JobPart]) -> int:
+    """The allocation's place among its job's parts (0 when it is the only one)."""
+    ranks = [p.allocation_id for p in parts]
+    return ranks.index(allocation.pk) if allocation.pk in ranks else 0
+
+
+def rendezvous_env(job: Job, node_rank: int, parts: Sequence[JobPart]) -> dict[str, str]:
     """torchrun's and Slurm's variables for one part of a job: where rank 0 listens, which node this is,
     how many processes in all. Every part of a job gets the same MASTER_ADDR/MASTER_PORT."""
-    ranks = [p.allocation_id for p in parts]
-    node_rank = ranks.index(allocation.pk) if allocation.pk in ranks else 0
     master = parts[0] if parts else None
     local = parts[node_rank].num_gpus if parts else job.num_gpus
     env = {
@@ -96,7 +100,8 @@ def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str
         for prefix in ("ATTUNE", "SLURM"):
             env[f"{prefix}_ARRAY_JOB_ID"] = str(job.array_job_id)
             env[f"{prefix}_ARRAY_TASK_ID"] = str(job.array_task_id)
-    env.update(rendezvous_env(job, allocation, parts))
+    node_rank = node_rank_of(allocation, parts)
+    env.update(rendezvous_env(job, node_rank, parts))
     command: dict[str, Any] = {
         "kind": "start",
         "lease_id": str(allocation.lease_id),
@@ -119,7 +124,6 @@ def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str
     pattern = job.output_path or default_output_pattern(
         array=job.array_job_id is not None, num_nodes=len(parts)
     )
-    node_rank = int(env["NODE_RANK"])
 
     def expand(p: str) -> str:
         return output_path_expand(
