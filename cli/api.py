@@ -65,7 +65,7 @@ class Api:
         return body
 
     def token(self, username: str, password: str) -> str:
-        body = self.request("POST", "/api/v1/auth/token/", data={"username": username, "password": password})
+        body = self.request("POST", "/api/v1/auth/token/", json={"username": username, "password": password})
         return str(body["token"])
 
     def submit(self, job: dict[str, Any]) -> dict[str, Any]:

@@ -147,10 +147,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Clients send JSON: the schema documents that body type only. Users' endpoints also parse forms
+    # (the browsable API posts them), strictly, but a form cannot say null, a list or an object, so it
+    # is a convenience, not part of the contract.
+    "PARSER_WHITELIST": ["scheduler_app.api.parsers.BoundedJSONParser"],
     # Every operation documents the errors it can answer (400, 401 with its challenge, 403, 404, 413).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "scheduler_app.api.schema.add_error_responses",
+        "scheduler_app.api.schema.express_submission_variants",
     ],
 }
 

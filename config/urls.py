@@ -16,3 +16,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]
+
+# JSON for paths under /api/ that match no route (or fail), the site's pages elsewhere.
+handler404 = "scheduler_app.api.errors.not_found"
+handler500 = "scheduler_app.api.errors.server_error"

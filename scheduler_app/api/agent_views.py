@@ -9,8 +9,8 @@ from rest_framework.views import APIView
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import node_conf
 from cluster_app.services import GpuConflictError
-from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES
-from scheduler_app.api.serializers import (
+from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, BoundedJSONParser
+from scheduler_app.api.serializers.agents import (
     AgentHeartbeatResponseSerializer,
     AgentHeartbeatSerializer,
     AgentPollResponseSerializer,
@@ -31,6 +31,7 @@ class AgentView(APIView):
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
+    parser_classes = [BoundedJSONParser]  # the protocol is JSON; forms have no nulls, lists or objects
     max_body_bytes = AGENT_MAX_BODY_BYTES  # a batch of reports is larger than any user's request
 
 

@@ -29,6 +29,30 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID as a string only (DRF's also takes a JSON integer as the UUID's 128-bit value)."""
+
+    default_error_messages = {"not_text": "Give a UUID string, not {type}."}
+
+    def to_internal_value(self, data: Any):
+        if not isinstance(data, str):
+            self.fail("not_text", type=_json_type(data))
+        return super().to_internal_value(data)
+
+
+class StrictSlugRelatedField(serializers.SlugRelatedField):
+    """An object by its name: a non-empty string, or null where allowed. DRF's takes "" as null and
+    looks up 123 as "123"; the schema says neither."""
+
+    default_error_messages = {"not_name": "Give a name (a non-empty string){null}, not {given}."}
+
+    def run_validation(self, data: Any = serializers.empty):
+        if data is not serializers.empty and data is not None and (not isinstance(data, str) or not data):
+            null = " or null" if self.allow_null else ""
+            self.fail("not_name", null=null, given=_shown(data) if data != "" else "an empty string")
+        return super().run_validation(data)
+
+
 class StrictBooleanField(serializers.BooleanField):
     default_error_messages = {"invalid": "Give true or false, not {input}."}
     _FORM_VALUES = {"true": True, "false": False, "on": True}  # "on": an HTML checkbox

@@ -6,6 +6,7 @@ database error: ids are whole numbers within 64 bits.
 
 import django_filters
 from django import forms
+from drf_spectacular.utils import extend_schema_field
 
 from scheduler_app.models import Job, JobState
 
@@ -13,26 +14,50 @@ MAX_ID = 2**63 - 1
 MAX_IDS = 1000  # ids in one ?id= list
 
 
+ID_LIST_PATTERN = r"^([0-9]+(,[0-9]+)*)?$"
+
+
+def _job_id(item: str) -> int:
+    """One id as the schema says: ASCII digits only (no sign, space or decimal point), 1 to 2^63-1."""
+    if not (item.isascii() and item.isdigit() and 1 <= int(item) <= MAX_ID):
+        shown = f"“{item[:40]}”" if item else "an empty item"
+        # The item goes in as a parameter: django-filter %-formats the message, and an item with a
+        # "%" in it, spliced into the text, made that a TypeError (a 500).
+        raise forms.ValidationError(
+            "Give job ids (whole numbers from 1), comma-separated: %(item)s is not one.",
+            params={"item": shown},
+        )
+    return int(item)
+
+
 class IdListField(forms.Field):
-    """Comma-separated job ids ("1,2,3"): each a whole number from 1; no empty items."""
+    """Comma-separated job ids ("1,2,3"): each a whole number from 1; no empty items, no spaces."""
 
     def to_python(self, value):
         if value in (None, ""):
             return None
-        items = [item.strip() for item in str(value).split(",")]
+        items = str(value).split(",")
         if len(items) > MAX_IDS:
             raise forms.ValidationError(f"Give at most {MAX_IDS} ids.")
-        ids = []
-        for item in items:
-            if not (item.isascii() and item.isdigit() and 1 <= int(item) <= MAX_ID):
-                shown = f"“{item[:40]}”" if item else "an empty item"
-                raise forms.ValidationError(
-                    f"Give job ids (whole numbers from 1), comma-separated: {shown} is not one."
-                )
-            ids.append(int(item))
-        return ids
+        return [_job_id(item) for item in items]
 
 
+class IdField(forms.Field):
+    """One job id, digits only: forms.IntegerField would also take " 5 " and "5.0"."""
+
+    def to_python(self, value):
+        # Absent is None; present but empty ("?array_job=") is not a job id, as the schema says.
+        return None if value is None else _job_id(str(value))
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": ID_LIST_PATTERN,
+        "example": "12,15,16",
+        "description": "Job ids, comma-separated",
+    }
+)
 class IdInFilter(django_filters.Filter):
     field_class = IdListField
 
@@ -41,15 +66,19 @@ class IdInFilter(django_filters.Filter):
         super().__init__(*args, **kwargs)
 
 
-class IdFilter(django_filters.NumberFilter):
+@extend_schema_field(
+    {
+        "type": "integer",
+        "format": "int64",
+        "minimum": 1,
+        "maximum": MAX_ID,
+        "description": "The tasks of this array (its first task's id)",
+    }
+)
+class IdFilter(django_filters.Filter):
     """One job id: a whole number from 1 (NumberFilter alone takes decimals and any size)."""
 
-    field_class = forms.IntegerField
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("min_value", 1)
-        kwargs.setdefault("max_value", MAX_ID)
-        super().__init__(*args, **kwargs)
+    field_class = IdField
 
 
 class JobFilter(django_filters.FilterSet):

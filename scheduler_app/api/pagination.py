@@ -24,9 +24,19 @@ class StrictLimitOffsetPagination(LimitOffsetPagination):
             return 0
         return self._whole(request, self.offset_query_param, minimum=0, maximum=MAX_OFFSET)
 
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {
+            self.limit_query_param: {"minimum": 1},
+            self.offset_query_param: {"minimum": 0, "maximum": MAX_OFFSET},
+        }
+        for parameter in parameters:
+            parameter["schema"].update(bounds.get(parameter["name"], {}))
+        return parameters
+
     @staticmethod
     def _whole(request, name: str, *, minimum: int, maximum: int | None) -> int:
-        text = request.query_params[name].strip()
+        text = request.query_params[name]  # digits only, as the schema says: no sign, space or point
         if not (text.isascii() and text.isdigit() and len(text) <= 30) or int(text) < minimum:
             raise ValidationError({name: [f"Give a whole number from {minimum}."]})
         value = int(text)

@@ -18,11 +18,20 @@ SCHEMAS = {
         "required": ["detail"],
         "description": "What went wrong, in one sentence.",
     },
+    # DRF's shapes: {"field": ["message"]}; a nested object's errors as an object ({"data": {"x": [..]}});
+    # a list's errors by index ({"depends_on": {"2": [..]}}) or item by item ({"gpus": [{}, {"uuid":
+    # [..]}]}); a body that could not be parsed as {"detail": "JSON parse error - ..."}.
     "FieldErrors": {
         "type": "object",
-        "additionalProperties": {"type": "array", "items": {"type": "string"}},
+        "additionalProperties": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "object"}]}},
+                {"type": "object"},
+            ]
+        },
         "description": "Per field (or query parameter, or `detail` / `non_field_errors`), what is wrong "
-        "with it; nothing was stored.",
+        "with it; nested fields nest. Nothing was stored.",
     },
 }
 # Agents answer to a Bearer challenge, users to a Token one (config/settings.py, cluster_app/authentication).
@@ -67,4 +76,82 @@ def add_error_responses(result: dict[str, Any], generator, request, public) -> d
                 extra["413"] = _answer("The request body is over the size limit", DETAIL)
             for code, answer in extra.items():
                 responses.setdefault(code, answer)
+            for code, answer in responses.items():
+                # A view's own 4xx (409 "already finished") carries {"detail": ...} like the rest.
+                if code.startswith("4") and "content" not in answer:
+                    answer["content"] = {"application/json": {"schema": DETAIL}}
+    return result
+
+
+# A submission runs exactly one of a catalog workload, an own command or a batch script
+# (scheduler_app/services/jobs.py). Each is a schema of its own with every field, so that a generated
+# client gets three complete request types; the request body is oneOf them. "Given" means a string with
+# something besides whitespace; "not given" means absent, null, or blank.
+GIVEN = r"\S"
+BLANK = r"^\s*$"
+SUBMISSION_VARIANTS = {
+    "JobSubmitWorkload": {
+        "what": "a catalog workload (total_iters required)",
+        "required": ["name", "workload", "total_iters"],
+        "given": "workload",
+    },
+    "JobSubmitCommand": {
+        "what": "an own command, run by sh -c",
+        "required": ["name", "command"],
+        "given": "command",
+    },
+    "JobSubmitScript": {
+        "what": "an own batch script, run by bash; its directives fill the fields not given (the name too)",
+        "required": ["script"],
+        "given": "script",
+    },
+}
+SUBMISSION_SCHEMA = "JobSubmitRequest"
+
+
+def _variant(base: dict[str, Any], required: list[str], given: str, what: str) -> dict[str, Any]:
+    properties = {name: dict(spec) for name, spec in base["properties"].items()}
+    for name in ("workload", "command", "script"):
+        spec = properties[name]
+        if name == given and name == "workload":
+            spec.pop("nullable", None)
+        elif name == given:
+            spec["pattern"] = GIVEN
+            spec.pop("default", None)
+        elif name == "workload":
+            properties[name] = {
+                "type": "string",
+                "nullable": True,
+                "enum": [None],
+                "description": "Not used here",
+            }
+        else:
+            properties[name] = {"type": "string", "pattern": BLANK, "description": "Not used here: blank"}
+    if given == "workload":
+        properties["total_iters"].pop("nullable", None)
+    return {
+        "type": "object",
+        "description": f"Submit {what}.",
+        "properties": properties,
+        "required": required,
+    }
+
+
+def express_submission_variants(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
+    """POSTPROCESSING_HOOKS entry: POST /api/v1/jobs/ takes oneOf a workload, command or script job."""
+    schemas = result.get("components", {}).get("schemas", {})
+    base = schemas.pop(SUBMISSION_SCHEMA, None)
+    if base is None:
+        return result
+    for name, variant in SUBMISSION_VARIANTS.items():
+        schemas[name] = _variant(base, variant["required"], variant["given"], variant["what"])
+    one_of = {"oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in SUBMISSION_VARIANTS]}
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            content = (
+                operation.get("requestBody", {}).get("content", {}) if isinstance(operation, dict) else {}
+            )
+            for media in content.values():
+                if media.get("schema", {}).get("$ref", "").endswith(f"/{SUBMISSION_SCHEMA}"):
+                    media["schema"] = one_of
     return result

@@ -1,7 +1,6 @@
 """Routes of the REST API, mounted at /api/v1/ by config/urls.py."""
 
 from django.urls import path
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import SimpleRouter
 
 from scheduler_app.api import agent_views, views
@@ -17,6 +16,6 @@ urlpatterns = [
     path("agent/poll", agent_views.AgentPollView.as_view(), name="agent-poll"),
     path("agent/reports", agent_views.AgentReportsView.as_view(), name="agent-reports"),
     path("cluster/", views.ClusterView.as_view(), name="cluster"),
-    path("auth/token/", obtain_auth_token, name="auth-token"),
+    path("auth/token/", views.TokenView.as_view(), name="auth-token"),
     *router.urls,
 ]

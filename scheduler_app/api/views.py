@@ -5,8 +5,10 @@ from functools import cache
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
+from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,13 +17,17 @@ from rest_framework.views import APIView
 from cluster_app.models import Server
 from cluster_app.services import ServerStateError
 from scheduler_app.api.filters import JobFilter
-from scheduler_app.api.serializers import (
+from scheduler_app.api.parsers import BoundedJSONParser
+from scheduler_app.api.serializers.cluster import (
     ClusterOverviewSerializer,
+    ServerDrainSerializer,
+    ServerStateSerializer,
+)
+from scheduler_app.api.serializers.jobs import (
     JobDetailSerializer,
     JobSerializer,
     JobSubmitSerializer,
-    ServerDrainSerializer,
-    ServerStateSerializer,
+    JobSubmittedSerializer,
 )
 from scheduler_app.models import Job
 from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_list, job_queue
@@ -44,7 +50,7 @@ from scheduler_app.services.nodes import node_drain, node_resume
         summary="Submit a job",
         tags=["jobs"],
         request=JobSubmitSerializer,
-        responses={201: JobDetailSerializer},
+        responses={201: JobSubmittedSerializer},
     ),
 )
 class JobViewSet(
@@ -82,8 +88,7 @@ class JobViewSet(
             ) from exc
         job = job_detail_queryset(user=request.user).prefetch_related("depends_on").get(pk=jobs[0].pk)
         body = JobDetailSerializer(job, context=self.get_serializer_context()).data
-        if job.array_job_id is not None:
-            body["array_job_ids"] = [j.pk for j in jobs]  # every task, in index order
+        body["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
         return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -129,6 +134,17 @@ class JobViewSet(
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+
+
+class TokenView(ObtainAuthToken):
+    """A user's API token for a username and password (JSON; a form works too). No credential needed."""
+
+    authentication_classes: list = []
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
+
+    @extend_schema(tags=["auth"], summary="Get your API token: POST your username and password")
+    def post(self, request: Request, *args, **kwargs) -> Response:
+        return super().post(request, *args, **kwargs)
 
 
 class ClusterView(APIView):

@@ -49,6 +49,13 @@ class JobRequest:
 
 
 MAX_SCRIPT_CHARS = 256 * 1024
+# The smallest shares worth asking for: below them a job's per-GPU demand is a rounding error, and
+# 5e-324 cores per GPU made the allocators divide a server's cores into infinity.
+MIN_CPUS_PER_GPU = 0.01
+MIN_MEM_GB_PER_GPU = 0.01
+MIN_QOS_LATENCY_S = 1.0
+# `sh -c COMMAND` passes the command as one argument; Linux caps one argument at 128 KiB.
+MAX_COMMAND_CHARS = 64 * 1024
 
 # More would be a workflow engine's job, not a queue's; Slurm users chain a few steps.
 MAX_DEPENDENCIES = 64
@@ -134,6 +141,10 @@ def _validate_own_command(request: JobRequest, owner: AbstractBaseUser, add) -> 
         add("run_as", f"{problem} Ask staff to set the Unix account your jobs run as.")
     if len(request.script) > MAX_SCRIPT_CHARS:
         add("script", f"A script has at most {MAX_SCRIPT_CHARS // 1024} KiB.")
+    if len(request.command) > MAX_COMMAND_CHARS:
+        add(
+            "command", f"A command has at most {MAX_COMMAND_CHARS // 1024} KiB; put a longer one in a script."
+        )
     for field, path in (("output", request.output_path), ("error", request.error_path)):
         problem = output_pattern_problem(path)
         if problem:
@@ -260,12 +271,12 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
     elif request.total_iters > MAX_TOTAL_ITERS:
         add("total_iters", f"The work is at most {MAX_TOTAL_ITERS:.0e} iterations.")
     per_gpu_ok = True
-    for field, value, what in (
-        ("cpus_per_gpu", request.cpus_per_gpu, "CPU cores per GPU"),
-        ("mem_gb_per_gpu", request.mem_gb_per_gpu, "Memory per GPU"),
+    for field, value, what, least in (
+        ("cpus_per_gpu", request.cpus_per_gpu, "CPU cores per GPU", MIN_CPUS_PER_GPU),
+        ("mem_gb_per_gpu", request.mem_gb_per_gpu, "Memory per GPU (GB)", MIN_MEM_GB_PER_GPU),
     ):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            add(field, f"{what} must be positive." if value <= 0 else f"{what} must be a finite number.")
+        if value is not None and not (math.isfinite(value) and value >= least):
+            add(field, f"{what} must be at least {least:g}." if value < least else f"{what} must be finite.")
             per_gpu_ok = False
     if per_gpu_ok and request.num_gpus >= 1:
         _validate_fit(request, add)
@@ -274,11 +285,12 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
     if request.qos_deadline_at is not None and request.qos_max_latency_s is not None:
         add("qos_max_latency_s", "Give either a deadline or a maximum latency, not both.")
     if request.qos_max_latency_s is not None and not (
-        math.isfinite(request.qos_max_latency_s) and 0 < request.qos_max_latency_s <= MAX_DURATION_S
+        math.isfinite(request.qos_max_latency_s)
+        and MIN_QOS_LATENCY_S <= request.qos_max_latency_s <= MAX_DURATION_S
     ):
         add(
             "qos_max_latency_s",
-            f"The maximum latency must be positive and at most {MAX_DURATION_S // 86400} days.",
+            f"The maximum latency is from {MIN_QOS_LATENCY_S:g} second to {MAX_DURATION_S // 86400} days.",
         )
     if request.qos_deadline_at is not None:
         _validate_deadline(request.qos_deadline_at, add)

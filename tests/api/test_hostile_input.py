@@ -78,6 +78,14 @@ BAD_FIELDS = [
     ("depends_on", {"depends_on": [2**63]}),
     ("depends_on", {"depends_on": ["1"]}),
     ("team", {"team": {"name": "x"}}),
+    ("team", {"team": ""}),  # DRF took "" as null; the schema says a name or null
+    ("workload", {"workload": 123}),
+    ("workload", {"workload": ""}),
+    ("mem_gb_per_gpu", {"mem_gb_per_gpu": -1}),
+    ("qos_max_latency_s", {"qos_max_latency_s": 0}),
+    ("cpus_per_gpu", {"cpus_per_gpu": 5e-324}),  # the allocators divided a server's cores into infinity
+    ("mem_gb_per_gpu", {"mem_gb_per_gpu": 1e-300}),
+    ("command", {"workload": None, "command": "x" * (64 * 1024 + 1)}),
 ]
 
 
@@ -236,12 +244,18 @@ BAD_PARAMS = [
     ("id", "id=1,"),
     ("id", "id=-1"),
     ("id", "id=99999999999999999999"),
+    ("id", "id=5%25"),  # a "%" in the message once broke django-filter's formatting (a 500)
+    ("id", "id=1,%202"),  # spaces: the schema's pattern has none
     ("array_job", "array_job=x"),
     ("array_job", "array_job=1.5"),
     ("array_job", "array_job=99999999999999999999"),
+    ("array_job", "array_job=5.0"),
+    ("array_job", "array_job="),
+    ("array_job", "array_job=%205"),
     ("limit", "limit=-1"),
     ("limit", "limit=0"),
     ("limit", "limit=abc"),
+    ("limit", "limit=%205"),
     ("offset", "offset=-1"),
     ("offset", "offset=" + "9" * 30),
 ]

@@ -1,0 +1,216 @@
+"""Serializers of the agent protocol (docs/agent-protocol.md): registration, heartbeats, polls, reports."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rest_framework import serializers
+
+from cluster_app.services import GpuSpec, GpuUsage, NodeInventory, UsageReport
+from scheduler_app.api.fields import (
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictUUIDField,
+)
+from scheduler_app.models import AgentReportKind
+from scheduler_app.services.agents import AGENT_REPORT_MAX_SEQ, MAX_REPORTED_ITERS, LeaseReport, clean_text
+from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
+
+# Bounds of what a node can report, far above any real machine: what passes them fits the database's
+# columns and every sum the dashboards take of them.
+MAX_GPU_MEMORY_MB = 10**7  # 10 TB on one GPU
+MAX_NODE_MEM_GB = 10**6  # 1 PB of DRAM in one server
+MAX_STORAGE_MBPS = 10**7  # 10 TB/s
+
+
+class AgentGpuSerializer(serializers.Serializer):
+    index = StrictIntegerField(min_value=0, max_value=1023)
+    uuid = StrictCharField(max_length=64)
+    model = StrictCharField(max_length=100, required=False, allow_blank=True, default="")
+    memory_mb = StrictIntegerField(min_value=0, max_value=MAX_GPU_MEMORY_MB, required=False, default=0)
+
+
+class AgentRegisterSerializer(serializers.Serializer):
+    agent_version = StrictCharField(max_length=50, required=False, allow_blank=True, default="")
+    hostname = StrictCharField(max_length=255, required=False, allow_blank=True, default="")
+    address = StrictCharField(
+        max_length=255,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Where the node's peers reach it (a multi-node job's MASTER_ADDR); default: hostname",
+    )
+    num_cpus = StrictIntegerField(min_value=1, max_value=32767)
+    mem_gb = StrictFloatField(min_value=0.001, max_value=MAX_NODE_MEM_GB)
+    storage_mbps = StrictFloatField(min_value=0, max_value=MAX_STORAGE_MBPS, required=False, default=0.0)
+    gpus = AgentGpuSerializer(many=True, allow_empty=False)
+    cgroup_mode = StrictCharField(max_length=32, required=False, allow_blank=True, default="")
+
+    def validate_gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len({g["index"] for g in gpus}) != len(gpus):
+            raise serializers.ValidationError("GPU indices must be unique.")
+        if len({g["uuid"] for g in gpus}) != len(gpus):
+            raise serializers.ValidationError("GPU UUIDs must be unique.")
+        return gpus
+
+    def to_inventory(self) -> NodeInventory:
+        d = self.validated_data
+        return NodeInventory(
+            num_cpus=d["num_cpus"],
+            mem_gb=d["mem_gb"],
+            gpus=[GpuSpec(**g) for g in d["gpus"]],
+            hostname=d["hostname"],
+            address=d["address"],
+            agent_version=d["agent_version"],
+            storage_mbps=d["storage_mbps"],
+        )
+
+
+class AgentRegisterResponseSerializer(serializers.Serializer):
+    server = serializers.CharField()
+    heartbeat_interval_s = serializers.IntegerField()
+    poll_interval_s = serializers.IntegerField()
+
+
+class GpuConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    conflicting_uuids = serializers.ListField(child=serializers.CharField())
+
+
+class AgentGpuUsageSerializer(serializers.Serializer):
+    uuid = StrictCharField(max_length=64)
+    util_pct = StrictFloatField(min_value=0, max_value=100)
+    mem_used_mb = StrictFloatField(min_value=0, max_value=MAX_GPU_MEMORY_MB)
+
+
+class AgentHeartbeatSerializer(serializers.Serializer):
+    sampled_at = serializers.DateTimeField()
+    cpu_util_pct = StrictFloatField(min_value=0, max_value=100, help_text="The whole node's, 0-100")
+    mem_used_gb = StrictFloatField(min_value=0, max_value=MAX_NODE_MEM_GB)
+    gpus = AgentGpuUsageSerializer(many=True, required=False, default=list)
+
+    def to_usage(self) -> UsageReport:
+        d = self.validated_data
+        return UsageReport(
+            sampled_at=d["sampled_at"],
+            cpu_util_pct=d["cpu_util_pct"],
+            mem_used_gb=d["mem_used_gb"],
+            gpus=[GpuUsage(**g) for g in d["gpus"]],
+        )
+
+
+class AgentHeartbeatResponseSerializer(serializers.Serializer):
+    state = serializers.CharField()
+
+
+class AgentPollSerializer(serializers.Serializer):
+    running = serializers.ListField(child=StrictUUIDField(), required=False, default=list)
+
+
+class AgentCommandSerializer(serializers.Serializer):
+    """One command; which fields are present depends on `kind`."""
+
+    kind = serializers.ChoiceField(choices=["start", "preempt", "cancel", "drain", "profile"])
+    lease_id = serializers.UUIDField(required=False)
+    grace_s = serializers.IntegerField(required=False)
+    job_id = serializers.IntegerField(required=False)
+    job_name = serializers.CharField(required=False)
+    argv = serializers.ListField(child=serializers.CharField(), required=False)
+    env = serializers.DictField(child=serializers.CharField(), required=False)
+    gpu_uuids = serializers.ListField(child=serializers.CharField(), required=False)
+    num_cpus = serializers.IntegerField(required=False)
+    mem_gb = serializers.FloatField(required=False)
+    resume_iters = serializers.IntegerField(required=False)
+    workload = serializers.CharField(required=False, help_text="profile: the workload's name")
+    cpu_counts = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="profile: core counts to measure next"
+    )
+    warmup = serializers.BooleanField(required=False, help_text="profile: one untimed run first")
+    iters = serializers.IntegerField(required=False, help_text="profile: timed iterations per point")
+    warmup_iters = serializers.IntegerField(required=False, help_text="profile: untimed iterations first")
+
+
+class AgentPollResponseSerializer(serializers.Serializer):
+    commands = AgentCommandSerializer(many=True)
+
+
+class AgentReportSerializer(serializers.Serializer):
+    """One report, checked for shape (docs/agent-protocol.md section 4); checks that need the database
+    (the lease's life, the job's total) are the service's. Strings in `data` are cleaned of NUL and of
+    what is not UTF-8 (lone surrogates), at any depth, before anything is stored."""
+
+    lease_id = StrictUUIDField()
+    seq = StrictIntegerField(min_value=0, max_value=AGENT_REPORT_MAX_SEQ)
+    # A profiling run's reports (docs/profiling.md) share the endpoint, under the run's lease id.
+    kind = serializers.ChoiceField(choices=[*AgentReportKind.values, *PROFILING_REPORT_KINDS])
+    at = serializers.DateTimeField()
+    data = serializers.DictField(required=False, default=dict)
+
+    def validate_data(self, value: dict[str, Any]) -> dict[str, Any]:
+        return clean_text(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        data, kind = attrs["data"], attrs["kind"]
+        if kind == AgentReportKind.PROGRESS and not _is_number(data.get("done_iters")):
+            raise serializers.ValidationError({"data": "progress needs a numeric done_iters"})
+        if kind in (AgentReportKind.PROGRESS, AgentReportKind.EXITED):
+            done = data.get("done_iters")
+            if done is not None and not (_is_number(done) and done <= MAX_REPORTED_ITERS):
+                raise serializers.ValidationError(
+                    {"data": f"done_iters must be a number between 0 and {MAX_REPORTED_ITERS}"}
+                )
+            ips = data.get("iters_per_s")
+            if ips is not None and not _is_number(ips):
+                raise serializers.ValidationError(
+                    {"data": "iters_per_s must be a finite number >= 0 (0 or null: not measured)"}
+                )
+            scale = data.get("time_scale")
+            if scale is not None and not (_is_number(scale) and scale > 0):
+                raise serializers.ValidationError({"data": "time_scale must be a finite number > 0"})
+        if kind == AgentReportKind.LOG and not isinstance(data.get("lines"), list):
+            raise serializers.ValidationError({"data": "log needs a list of lines"})
+        if kind == AgentReportKind.EXITED:
+            code, signal = data.get("exit_code"), data.get("signal")
+            if code is not None and not (_is_int(code) and 0 <= code <= 255):
+                raise serializers.ValidationError({"data": "exit_code must be an integer 0-255 or null"})
+            if signal is not None and not (_is_int(signal) and 1 <= signal <= 64):
+                raise serializers.ValidationError({"data": "signal must be an integer 1-64 or null"})
+        return attrs
+
+    def to_report(self) -> LeaseReport:
+        return LeaseReport(**self.validated_data)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class AgentReportsSerializer(serializers.Serializer):
+    # Items are validated one by one in the view: a malformed report is rejected, not the batch.
+    reports = serializers.ListField(child=serializers.DictField(), max_length=5000)
+
+
+class AgentReportRejectedSerializer(serializers.Serializer):
+    lease_id = serializers.CharField(allow_null=True)
+    seq = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField()
+    code = serializers.IntegerField(
+        help_text="404: lease not found on this server; 400: malformed or implausible (section 4)"
+    )
+
+
+class AgentReportsResponseSerializer(serializers.Serializer):
+    acked = serializers.ListField(
+        child=serializers.ListField(child=serializers.JSONField(), min_length=2, max_length=2),
+        help_text="[lease_id, seq] pairs that are final (applied now or before)",
+    )
+    rejected = AgentReportRejectedSerializer(many=True)

@@ -1,0 +1,364 @@
+"""Serializers of the users' job endpoints: a submission into a JobRequest, a job with its leases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from profiles_app.models import Workload
+from scheduler_app.api.fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSlugRelatedField,
+)
+from scheduler_app.batch_script import DirectiveError, parse_directives
+from scheduler_app.models import AdmissionPrediction, Allocation, Job, JobEvent, JobState, Team
+from scheduler_app.services.jobs import (
+    MAX_COMMAND_CHARS,
+    MAX_DEPENDENCIES,
+    MAX_DURATION_S,
+    MAX_JOB_ID,
+    MAX_PATH_CHARS,
+    MAX_SCRIPT_CHARS,
+    MAX_TOTAL_ITERS,
+    MIN_CPUS_PER_GPU,
+    MIN_MEM_GB_PER_GPU,
+    MIN_QOS_LATENCY_S,
+    JobRequest,
+)
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = StrictCharField(max_length=200)
+    workload = StrictSlugRelatedField(
+        slug_field="name",
+        queryset=Workload.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="A catalog workload's name; or give `command`",
+    )
+    command = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_COMMAND_CHARS,
+        help_text="Own command, run by sh -c; or give `script`",
+    )
+    script = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        max_length=MAX_SCRIPT_CHARS,
+        help_text="Own batch script, run by bash. Its #ATTUNE and #SBATCH directives fill the fields "
+        "this request does not give (the request's own fields win, as sbatch's options do).",
+    )
+    nodes = StrictIntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=1024,
+        source="num_nodes",
+        help_text="Exactly this many servers, GPUs split evenly (--nodes); an own command without it "
+        "runs on one server",
+    )
+    chdir = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        source="work_dir",
+        help_text="Working directory on the node (absolute); default: submit_dir, else the account's home",
+    )
+    script_name = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=200,
+        write_only=True,
+        help_text="The script's file name: the job's name when neither `name` nor --job-name gives one",
+    )
+    submit_dir = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        help_text="Where the submitting command line ran (sbatch's default working directory)",
+    )
+    output = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        source="output_path",
+        help_text="stdout file, relative to the working directory: %j job id, %A array id, %a task "
+        "index, %x name, %u user, %n node rank, %N node name (default attune-%j.out; on several "
+        "servers attune-%j.%n.out)",
+    )
+    error = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_PATH_CHARS,
+        source="error_path",
+        help_text="stderr file (same patterns); default: with stdout",
+    )
+    team = StrictSlugRelatedField(
+        slug_field="name", queryset=Team.objects.all(), required=False, allow_null=True
+    )
+    num_gpus = StrictIntegerField(min_value=1, max_value=32767, required=False, default=1)
+    total_iters = StrictIntegerField(
+        min_value=1,
+        max_value=MAX_TOTAL_ITERS,
+        required=False,
+        allow_null=True,
+        help_text="Work in iterations; required for a catalog workload. An own command without it is "
+        "as long as its time limit",
+    )
+    cpus_per_gpu = StrictFloatField(
+        min_value=MIN_CPUS_PER_GPU,
+        required=False,
+        allow_null=True,
+        help_text="At most what the largest server offers per GPU",
+    )
+    mem_gb_per_gpu = StrictFloatField(
+        min_value=MIN_MEM_GB_PER_GPU,
+        required=False,
+        allow_null=True,
+        help_text="At most what the largest server offers per GPU",
+    )
+    qos_deadline_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="At most 5 years ahead"
+    )
+    qos_max_latency_s = StrictFloatField(
+        required=False,
+        allow_null=True,
+        min_value=MIN_QOS_LATENCY_S,
+        max_value=MAX_DURATION_S,
+        help_text="From 1 second to 365 days",
+    )
+    priority = StrictIntegerField(required=False, default=0, min_value=-100, max_value=100)
+    time_limit_s = StrictIntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_DURATION_S, help_text="At most 365 days"
+    )
+    depends_on = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=MAX_JOB_ID),
+        required=False,
+        default=list,
+        max_length=MAX_DEPENDENCIES,
+        help_text="Ids of jobs that must complete before this one starts (Slurm's afterok)",
+    )
+    hold = StrictBooleanField(
+        required=False, default=False, help_text="Submit held (sbatch --hold): it waits for a release"
+    )
+    array = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=1000,
+        help_text="Submit one job per task index (Slurm's --array): 0-9, 1,3,5-7 or 0-15:4",
+    )
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # A script's directives fill what the request leaves out; the request's own fields win. A
+        # script named by neither is named after its file, as sbatch does.
+        script = data.get("script") if hasattr(data, "get") else None
+        if isinstance(script, str) and script.strip():
+            try:
+                directives = parse_directives(script)
+            except DirectiveError as exc:
+                raise serializers.ValidationError({"script": [str(exc)]}) from exc
+            given = data.dict() if hasattr(data, "dict") else dict(data)
+            data = {**directives, **given}
+            if not data.get("name"):
+                data["name"] = str(given.get("script_name") or "") or "batch-script"
+        return super().to_internal_value(data)
+
+    def validate_priority(self, value: int) -> int:
+        request = self.context.get("request")
+        if value > 0 and not (request and request.user.is_staff):
+            raise serializers.ValidationError("Only staff may raise a job's priority.")
+        return value
+
+    def to_request(self) -> JobRequest:
+        data = {k: v for k, v in self.validated_data.items() if k != "script_name"}
+        return JobRequest(**{**data, "depends_on": tuple(data["depends_on"])})
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    team = serializers.CharField(source="team.name", read_only=True, allow_null=True, default=None)
+    workload = serializers.CharField(source="workload.name", read_only=True, allow_null=True, default=None)
+    queue_position = serializers.SerializerMethodField(help_text="1-based place among PENDING jobs")
+    estimated_start_at = serializers.SerializerMethodField(help_text="Rough estimate; see docs/rest-api.md")
+    depends_on = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True, help_text="Jobs that must complete before this one starts"
+    )
+    array_job = serializers.PrimaryKeyRelatedField(
+        read_only=True,
+        allow_null=True,
+        help_text="For a task of an array: the array's first task (Slurm's ArrayJobID)",
+    )
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "team",
+            "workload",
+            "command",
+            "script",
+            "run_as",
+            "work_dir",
+            "output_path",
+            "error_path",
+            "num_gpus",
+            "num_nodes",
+            "cpus_per_gpu",
+            "mem_gb_per_gpu",
+            "total_iters",
+            "done_iters",
+            "attained_service_gpu_s",
+            "priority",
+            "qos_deadline_at",
+            "qos_max_latency_s",
+            "time_limit_s",
+            "depends_on",
+            "held",
+            "array_job",
+            "array_task_id",
+            "state",
+            "pending_reason",
+            "queue_position",
+            "estimated_start_at",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "exit_code",
+        ]
+        read_only_fields = fields
+
+    def _queue_entry(self, job: Job):
+        if job.state != JobState.PENDING or "queue" not in self.context:
+            return None
+        return self.context["queue"]().get(job.pk)
+
+    def get_queue_position(self, job: Job) -> int | None:
+        entry = self._queue_entry(job)
+        return entry.position if entry else None
+
+    def get_estimated_start_at(self, job: Job) -> str | None:
+        entry = self._queue_entry(job)
+        if entry is None or entry.estimated_start_at is None:
+            return None
+        return serializers.DateTimeField().to_representation(entry.estimated_start_at)
+
+
+class AllocationSerializer(serializers.ModelSerializer):
+    server = serializers.CharField(source="server.name")
+    gpu_indices = serializers.SerializerMethodField()
+    gpu_uuids = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Allocation
+        fields = [
+            "lease_id",
+            "server",
+            "gpu_indices",
+            "gpu_uuids",
+            "num_cpus",
+            "mem_gb",
+            "speedup",
+            "started_at",
+            "ended_at",
+            "end_reason",
+            "exit_code",
+            "iters_per_s",
+        ]
+        read_only_fields = fields
+
+    def get_gpu_indices(self, allocation: Allocation) -> list[int]:
+        return [h.gpu.index for h in allocation.gpu_holds.all()]
+
+    def get_gpu_uuids(self, allocation: Allocation) -> list[str]:
+        return [h.gpu.uuid for h in allocation.gpu_holds.all()]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "kind", "from_state", "to_state", "reason", "message", "data"]
+        read_only_fields = fields
+
+
+class AdmissionSerializer(serializers.ModelSerializer):
+    finish_error_s = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="Actual minus predicted finish, once the job has ended"
+    )
+
+    class Meta:
+        model = AdmissionPrediction
+        fields = [
+            "created_at",
+            "policy",
+            "allocator",
+            "predicted_start_at",
+            "predicted_finish_at",
+            "deadline_at",
+            "attainable",
+            "detail",
+            "actual_start_at",
+            "actual_finish_at",
+            "met_deadline",
+            "finish_error_s",
+        ]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    allocations = AllocationSerializer(many=True, read_only=True)
+    events = JobEventSerializer(many=True, read_only=True)
+    log_tail = serializers.SerializerMethodField(help_text="The last lines of the job's output")
+    admission = serializers.SerializerMethodField(
+        help_text="Predicted at submission: start, finish, whether the QoS target is attainable"
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "admission", "allocations", "events", "log_tail"]
+        read_only_fields = fields
+
+    @extend_schema_field(AdmissionSerializer(allow_null=True))
+    def get_admission(self, job: Job) -> dict | None:
+        try:
+            prediction = job.admission_prediction
+        except AdmissionPrediction.DoesNotExist:
+            return None
+        return AdmissionSerializer(prediction).data
+
+    def get_log_tail(self, job: Job) -> list[str]:
+        lines: list[str] = []
+        for allocation in job.allocations.all():
+            if allocation.log_tail:
+                lines.extend(allocation.log_tail.splitlines())
+        return lines[-200:]
+
+
+class JobSubmittedSerializer(JobDetailSerializer):
+    """The answer to a submission: the job (an array's first task) and, for an array, every task."""
+
+    array_job_ids = serializers.ListField(
+        child=serializers.IntegerField(),
+        read_only=True,
+        allow_null=True,
+        help_text="An array's tasks' ids, in index order; null when `array` was not given",
+    )
+
+    class Meta(JobDetailSerializer.Meta):
+        fields = [*JobDetailSerializer.Meta.fields, "array_job_ids"]
+        read_only_fields = fields
