@@ -129,6 +129,7 @@ class Agent:
             "storage_mbps": self.config.storage_mbps,
             "gpus": [g.as_json() for g in self.gpus],
             "cgroup_mode": self.launcher.isolation,
+            "time_scale": self.config.time_scale,
         }
 
     def register(self) -> dict[str, Any]:

@@ -1,22 +1,28 @@
 """Page speed of the web UI and the dashboards' JSON on a week of history, against /healthz in the same run.
 
 Run: `python -m bench.web_pages [--servers 16] [--jobs 1000] [--days 7] [--repeats 7]
-[--raw-interval-s 60] [--raw-days 2]`. Creates a fresh PostgreSQL database (`attune_bench_web`,
-dropped at the end, also on error), 16 servers x 8 GPUs, the workload catalog, 1,000 jobs in mixed
-states submitted over the week (with their events, allocations on recorded rounds, QoS targets and
-teams), a round every 5 minutes and one usage sample per server and per GPU per minute (16 x 7 x
-1,440 = 161,280 server rows and 1,290,240 GPU rows, written by INSERT ... SELECT generate_series on
-the server side); with `--raw-interval-s 5`, one every 5 s over the last `--raw-days` (what
-production holds before the roll-up: 12x the rows there). The per-minute cluster sums the dashboards
-read are then built by the rebuild service, and the per-sample aggregation they replaced is timed
-once for comparison (logged). Then, through the Django test client
-logged in as staff (persistent connection, no HTTP), times every page and dashboard endpoint: the
-first request after the cache is cleared ("cold": the dashboards cache closed usage buckets, see
+[--raw-interval-s 60] [--raw-days 2] [--usage-days N] [--only TEXT]`. Creates a fresh PostgreSQL
+database (`attune_bench_web`, dropped at the end, also on error), 16 servers x 8 GPUs, the workload
+catalog, 1,000 jobs in mixed states submitted over the week (with their events, allocations on
+recorded rounds, QoS targets and teams), a round every 5 minutes and one usage sample per server and
+per GPU per minute (16 x 7 x 1,440 = 161,280 server rows and 1,290,240 GPU rows, written by INSERT ...
+SELECT generate_series on the server side); with `--raw-interval-s 5`, one every 5 s over the last
+`--raw-days` (what production holds before the roll-up: 12x the rows there). The per-minute cluster
+sums the dashboards read are then built by the rebuild service, and the per-sample aggregation they
+replaced is timed once for comparison (logged). Then, through the Django test client logged in as
+staff (persistent connection, no HTTP), times every page and dashboard endpoint: the first request
+after the cache is cleared ("cold": the dashboards cache closed usage buckets, see
 docs/dashboards.md), then the median of `--repeats` requests after it, and the query count.
 Baseline in the same run: `GET /healthz` (one `SELECT 1`); `x healthz` = page median / healthz
 median. User pages of the web app (queue, job, cluster, submit) are included when their URL names
-resolve. Exits 1 if any median
-is at or above the budget (500 ms) or any request fails; a cold request over it is shown, not failed.
+resolve, the accounting page and `GET /api/v1/accounting/` over 30 and 365 days among them. Exits 1 if
+any median is at or above the budget (500 ms) or any request fails; a cold request over it is shown,
+not failed.
+
+Accounting at scale (sacct over a year): `--jobs 100000 --days 365 --usage-days 7 --only accounting`
+submits 100,000 jobs over the year (their allocations, about 80,000, on 16 x 8 GPUs) and times only
+the requests whose label has "accounting" in it; `--usage-days` keeps the usage samples to the last
+week (a year of them, one a minute per GPU, is 67 million rows, which no accounting request reads).
 """
 
 from __future__ import annotations
@@ -308,6 +314,7 @@ def targets() -> list[tuple[str, str]]:
         ("user: job page", "web:job", {"pk": job_id}),
         ("user: cluster", "web:cluster", {}),
         ("user: submit form", "web:submit", {}),
+        ("user: accounting page (30d by user)", "web:accounting", {}),
     ):
         try:
             path = reverse(name, kwargs=kwargs)
@@ -315,13 +322,22 @@ def targets() -> list[tuple[str, str]]:
             continue
         if all(p != path for _, p in out):
             out.append((label, path))
+    try:
+        accounting = reverse("accounting")
+    except NoReverseMatch:
+        accounting = None
+    if accounting is not None:
+        page = reverse("web:accounting")
+        out.append(("user: accounting page (365d by team)", f"{page}?window=365d&by=team"))
+        for query in ("window=30d", "window=365d", "window=365d&by=team", "window=365d&format=csv"):
+            out.append((f"api accounting {query}", f"{accounting}?{query}"))
     for name in ("index", "utilisation", "jobs", "qos", "queue", "whatif"):
         out.append((f"dashboard page: {name}", reverse(f"dashboards:{name}")))
     out.append(("what-if run page", reverse("dashboards:whatif_run", args=[run_id])))
     out.append(("what-if run json", reverse("dashboards:api_whatif_run", args=[run_id])))
     for name in ("utilisation", "jct", "qos", "admission", "queue"):
-        for days in (1, 7, 30):
-            out.append((f"json {name} days={days}", reverse(f"dashboards:api_{name}") + f"?days={days}"))
+        for span in ("1h", "24h", "7d", "30d"):  # windows the dashboards offer (docs/dashboards.md)
+            out.append((f"json {name} window={span}", reverse(f"dashboards:api_{name}") + f"?window={span}"))
     return out
 
 
@@ -362,6 +378,13 @@ def main() -> int:
         help="seconds between samples over the last --raw-days (production agents: 5); older: one a minute",
     )
     parser.add_argument("--raw-days", type=float, default=2.0, help="days of raw samples (retention: 2)")
+    parser.add_argument(
+        "--usage-days",
+        type=int,
+        default=None,
+        help="days of usage samples (default: --days); fewer keep a long --days run small",
+    )
+    parser.add_argument("--only", default=None, help="time only the requests whose label contains this")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
     logging_setup()
@@ -373,7 +396,8 @@ def main() -> int:
         start = time.perf_counter()
         seed_work(args.servers, args.jobs, args.days, args.seed)
         raw_days = min(args.raw_days, args.days) if args.raw_interval_s != 60 else 0
-        server_rows, gpu_rows = seed_usage(args.days, raw_days, args.raw_interval_s)
+        usage_days = min(args.usage_days or args.days, args.days)
+        server_rows, gpu_rows = seed_usage(usage_days, min(raw_days, usage_days), args.raw_interval_s)
         seeded_s = time.perf_counter() - start
         minute_rows = seed_usage_minutes()
         logger.info(
@@ -385,7 +409,10 @@ def main() -> int:
             time.perf_counter() - start - seeded_s,
         )
         for days in (1, 7):
-            logger.info("per-sample aggregation (before), days=%d: %.0f ms", days, time_raw_measured(days))
+            if args.only is None or args.only in "per-sample aggregation":
+                logger.info(
+                    "per-sample aggregation (before), days=%d: %.0f ms", days, time_raw_measured(days)
+                )
         staff = get_user_model().objects.create_user("staff", password=None, is_staff=True, is_superuser=True)
         client = Client()
         client.force_login(staff)
@@ -395,6 +422,8 @@ def main() -> int:
         ]
         slow = []
         for label, path in targets():
+            if args.only is not None and args.only not in label:
+                continue
             cold_ms, median_ms, best_ms, status, queries = time_get(client, path, args.repeats)
             ok = status == 200 and median_ms < BUDGET_MS
             if not ok:

@@ -1,1 +1,1 @@
-"""attune: the users' command line (submit, queue, show, cancel, log), a standalone REST client."""
+"""attune: the users' command line (sbatch, squeue, sinfo, sreport and the rest), a standalone REST client."""

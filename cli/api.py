@@ -10,14 +10,16 @@ TIMEOUT_S = 30.0
 
 
 class CliError(Exception):
-    """Something the user should read; the command exits with `exit_code`."""
+    """Something the user should read; the command exits with `exit_code`. `fields` holds a refusal's
+    per-field messages ({"workload": ["..."]}) for a command that can explain one better."""
 
-    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+    def __init__(self, message: str, *, exit_code: int = 1, fields: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.fields = fields or {}
 
 
-def _error_lines(body: Any) -> list[str]:
+def error_lines(body: Any) -> list[str]:
     """DRF's error bodies ({"field": ["msg"]}, {"detail": "msg"}) as "field: msg" lines."""
     if isinstance(body, dict):
         lines = []
@@ -44,7 +46,10 @@ class Api:
     def close(self) -> None:
         self._client.close()
 
-    def request(self, method: str, path: str, *, not_found: str | None = None, **kwargs: Any) -> Any:
+    def request(
+        self, method: str, path: str, *, not_found: str | None = None, text: bool = False, **kwargs: Any
+    ) -> Any:
+        """The answer's JSON (its text when `text`); a refusal or failure as CliError."""
         try:
             response = self._client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -55,14 +60,15 @@ class Api:
                 "or set ATTUNE_TOKEN"
             )
         try:
-            body = response.json() if response.content else None
+            body = response.json() if response.content and not (text and response.is_success) else None
         except ValueError:
             body = response.text[:500]
         if response.status_code == 404:
             raise CliError(not_found or f"{path} is not on {self.server}: is that the Attune service?")
         if response.status_code >= 400:
-            raise CliError("\n".join(_error_lines(body)) or f"HTTP {response.status_code}")
-        return body
+            fields = body if isinstance(body, dict) else None
+            raise CliError("\n".join(error_lines(body)) or f"HTTP {response.status_code}", fields=fields)
+        return response.text if text else body
 
     def token(self, username: str, password: str) -> str:
         body = self.request("POST", "/api/v1/auth/token/", json={"username": username, "password": password})
@@ -71,16 +77,34 @@ class Api:
     def submit(self, job: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", "/api/v1/jobs/", json=job)
 
-    def jobs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Every job the filters select, following the pages."""
+    def _pages(self, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every item of a paged list, following the pages."""
         out: list[dict[str, Any]] = []
         offset = 0
         while True:
-            page = self.request("GET", "/api/v1/jobs/", params={**params, "limit": 500, "offset": offset})
+            page = self.request("GET", path, params={**params, "limit": 500, "offset": offset})
             out += page["results"]
-            if not page.get("next"):
+            if not page.get("next") or not page["results"]:
                 return out
             offset += len(page["results"])
+
+    def jobs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every job the filters select."""
+        return self._pages("/api/v1/jobs/", params)
+
+    def workloads(self) -> list[dict[str, Any]]:
+        """The catalog's workloads, by name, each with its profile's summary (null if unprofiled)."""
+        return self._pages("/api/v1/workloads/", {})
+
+    def cluster(self) -> dict[str, Any]:
+        """The servers with their state, capacity and use, and the cluster's totals."""
+        return self.request("GET", "/api/v1/cluster/")
+
+    def accounting(self, params: dict[str, Any], *, csv: bool = False) -> Any:
+        """The usage report (window or start/end, by): its JSON, or its CSV text when `csv`."""
+        if csv:
+            return self.request("GET", "/api/v1/accounting/", params={**params, "format": "csv"}, text=True)
+        return self.request("GET", "/api/v1/accounting/", params=params)
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}/", not_found=_no_job(job_id))

@@ -10,23 +10,10 @@ import time
 from datetime import datetime
 from typing import Any, TextIO
 
-from cli.api import Api, CliError
+from cli.api import Api, CliError, error_lines
 from cli.config import save_login
-from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb
-
-
-def _when(value: str | None) -> str:
-    """An API timestamp as local "YYYY-MM-DD HH:MM"; "-" when there is none."""
-    if not value:
-        return "-"
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
-
-
-def _table(rows: list[list[str]], out: TextIO) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        out.write("  ".join(cells).rstrip() + "\n")
+from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_time_limit_s
+from cli.output import choices_text, table, when
 
 
 def login(api: Api, *, username: str, out: TextIO) -> int:
@@ -79,9 +66,9 @@ def _converted(args: Any) -> dict[str, Any]:
         if args.deadline:
             body["qos_deadline_at"] = parse_deadline(args.deadline).isoformat()
         if args.max_latency:
-            body["qos_max_latency_s"] = parse_duration_s(args.max_latency)
+            body["qos_max_latency_s"] = parse_duration_s(args.max_latency, option="--max-latency")
         if args.time_limit:
-            body["time_limit_s"] = max(1, round(parse_duration_s(args.time_limit)))
+            body["time_limit_s"] = parse_time_limit_s(args.time_limit, option="--time")
         if args.mem_per_gpu:
             body["mem_gb_per_gpu"] = parse_mem_gb(args.mem_per_gpu)
     except ValueError as exc:
@@ -122,8 +109,9 @@ def submit(api: Api, args: Any, out: TextIO) -> int:
     try:
         job = api.submit(body)
     except CliError as exc:
+        exc = _with_workload_choices(api, exc, body.get("workload"))
         if "script" not in body:
-            raise
+            raise exc from None
         # The service names the script's bad line ("script: line 4: ..."); name the file as compilers do.
         lines = str(exc).splitlines()
         shown = "<stdin>" if args.target == "-" else args.target
@@ -146,16 +134,37 @@ def submit(api: Api, args: Any, out: TextIO) -> int:
     return wait(api, submitted, poll_s=args.poll_s, out=out) if args.wait else 0
 
 
+def _with_workload_choices(api: Api, exc: CliError, workload: str | None) -> CliError:
+    """A refusal of an unknown workload, restated with the catalog's names (the service's own words
+    for every other field). Left as it was when the catalog cannot be read (an older service)."""
+    if workload is None or "workload" not in exc.fields:
+        return exc
+    try:
+        names = [w["name"] for w in api.workloads()]
+    except CliError:
+        return exc
+    if workload in names:  # refused for another reason: the service says which
+        return exc
+    known = f"choose one of {choices_text(names)}" if names else "the catalog is empty"
+    lines = [f"unknown workload {workload!r}: {known} (python -m cli workloads lists them)"]
+    lines += error_lines({k: v for k, v in exc.fields.items() if k != "workload"})
+    return CliError("\n".join(lines), exit_code=exc.exit_code, fields=exc.fields)
+
+
 def _print_admission(admission: dict[str, Any], out: TextIO) -> None:
     """The forecast made at submission: start, finish, QoS verdict, and why one is unknown."""
     if admission:
         out.write(
-            f"  predicted start {_when(admission.get('predicted_start_at'))}, "
-            f"finish {_when(admission.get('predicted_finish_at'))}\n"
+            f"  predicted start {when(admission.get('predicted_start_at'))}, "
+            f"finish {when(admission.get('predicted_finish_at'))}\n"
         )
         if admission.get("attainable") is not None:
-            verdict = "attainable" if admission["attainable"] else "NOT attainable"
-            out.write(f"  QoS target {_when(admission.get('deadline_at'))}: {verdict}\n")
+            verdict = (
+                "attainable"
+                if admission["attainable"]
+                else "AT RISK: the job is accepted, but predicted to finish after it"
+            )
+            out.write(f"  QoS target {when(admission.get('deadline_at'))}: {verdict}\n")
         if admission.get("detail"):
             out.write(f"  note: {admission['detail']}\n")
 
@@ -164,10 +173,42 @@ FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF
 WAIT_CHUNK = 200  # ids per list request: keeps the URL under servers' request-line limits
 
 
+def _percent_done(job: dict[str, Any]) -> int | None:
+    """Whole percent of the job's iterations done, rounded down (99.6% is not yet 100%); None when
+    it has no total (an own command sized by its time limit)."""
+    total = job.get("total_iters")
+    if not total:
+        return None
+    return min(100, 100 * (job.get("done_iters") or 0) // total)
+
+
+def _change_key(job: dict[str, Any]) -> tuple[Any, ...]:
+    """What, when it changes, is worth a line: the state, a pending job's reason, the whole percent."""
+    reason = job.get("pending_reason") if job["state"] == "PENDING" else None
+    return job["state"], reason, _percent_done(job)
+
+
+def _change_line(job: dict[str, Any], at: datetime) -> str:
+    """ "14:02:31  job 42: RUNNING 37%", "job 42: PENDING (Resources)", "job 42: FAILED 37% (exit code 3)"."""
+    text = f"{at:%H:%M:%S}  job {job['id']}: {job['state']}"
+    percent = _percent_done(job)
+    if percent is not None and (percent or job["state"] != "PENDING"):  # not a fresh job's 0%
+        text += f" {percent}%"
+    elif job.get("done_iters"):
+        text += f" {job['done_iters']} iterations"
+    if job["state"] == "PENDING" and job.get("pending_reason"):
+        text += f" ({job['pending_reason']})"
+    if job.get("exit_code"):
+        text += f" (exit code {job['exit_code']})"
+    return text
+
+
 def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
-    """Poll until every job has ended (sbatch --wait); print each end. Exit 0 when all COMPLETED,
-    else the first failed job's exit code (1 when it has none, e.g. cancelled)."""
+    """Poll until every job has ended (sbatch --wait), printing a line whenever a job's state, reason
+    or whole percent done changes. Exit 0 when all COMPLETED, else the first failed job's exit code (1
+    when it has none, e.g. cancelled)."""
     left = list(job_ids)
+    seen: dict[int, tuple[Any, ...]] = {}
     status = 0
     while left:
         # One list request per 200 jobs (an array's tasks), not one request per job.
@@ -176,21 +217,25 @@ def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
             for k in range(0, len(left), WAIT_CHUNK)
             for job in api.jobs({"id": ",".join(map(str, left[k : k + WAIT_CHUNK]))})
         }
+        now = datetime.now()
         for job_id in list(left):
             job = states.get(job_id) or api.job(job_id)  # not listed: the detail call says why
+            if seen.get(job_id) != _change_key(job):
+                seen[job_id] = _change_key(job)
+                out.write(_change_line(job, now) + "\n")
             if job["state"] not in FINAL_STATES:
                 continue
             left.remove(job_id)
             code = job.get("exit_code")
-            out.write(f"job {job_id}: {job['state']}" + (f" (exit code {code})" if code else "") + "\n")
             if job["state"] != "COMPLETED" and status == 0:
                 status = code if isinstance(code, int) and 0 < code < 256 else 1
+        out.flush()  # a pipe (tee, a log file) sees each change as it happens, not at the end
         if left:
             time.sleep(poll_s)
     return status
 
 
-QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START"]
+QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END"]
 LIVE_STATES = ("PENDING", "RUNNING")
 
 
@@ -200,8 +245,52 @@ def _name(job: dict[str, Any]) -> str:
     return job["name"][:24] + (f"[{task}]" if task is not None else "")
 
 
+JOB_STATES = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "PREEMPTED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+)
+# squeue's short codes (squeue -t PD,R), as Slurm users type them.
+SQUEUE_STATE_CODES = {
+    "PD": "PENDING",
+    "R": "RUNNING",
+    "CD": "COMPLETED",
+    "F": "FAILED",
+    "CA": "CANCELLED",
+    "PR": "PREEMPTED",
+    "TO": "TIMEOUT",
+    "NF": "NODE_FAIL",
+    "OOM": "OUT_OF_MEMORY",
+}
+
+
+def parse_job_states(text: str) -> list[str]:
+    """Job states as squeue -t takes them: comma-separated, any case, full names or codes (PD, R).
+    ValueError listing the states otherwise."""
+    states = []
+    for typed in filter(None, (t.strip() for t in text.split(","))):
+        state = SQUEUE_STATE_CODES.get(typed.upper(), typed.upper())
+        if state not in JOB_STATES:
+            codes = ", ".join(SQUEUE_STATE_CODES)
+            raise ValueError(
+                f"unknown state {typed!r}: choose one of {', '.join(JOB_STATES)} (or squeue's {codes})"
+            )
+        states.append(state)
+    if not states:
+        raise ValueError("give a state, e.g. PENDING or PD")
+    return states
+
+
 def queue(api: Api, args: Any, out: TextIO) -> int:
-    params: dict[str, Any] = {"state": args.state or ([] if args.all else list(LIVE_STATES))}
+    # --state may be repeated and each may hold several (squeue -t PD,R).
+    wanted = [state for group in args.state or [] for state in group]
+    params: dict[str, Any] = {"state": wanted or ([] if args.all else list(LIVE_STATES))}
     if args.team:
         params["team"] = args.team
     if args.user:
@@ -228,10 +317,13 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
                 str(job["num_gpus"]),
                 job["pending_reason"] if pending else "",
                 str(job.get("queue_position") or "") if pending else "",
-                _when(start),
+                when(start),
+                when(
+                    job.get("estimated_finish_at") if job["state"] in LIVE_STATES else job.get("finished_at")
+                ),
             ]
         )
-    _table(rows, out)
+    table(rows, out)
     return 0
 
 
@@ -258,19 +350,29 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
         ),
         ("Progress", _progress(job)),
         ("After jobs", ", ".join(map(str, job.get("depends_on") or [])) or "-"),
-        ("Submitted", _when(job["submitted_at"])),
-        ("Started", _when(job.get("started_at"))),
-        ("Finished", _when(job.get("finished_at"))),
+        ("Submitted", when(job["submitted_at"])),
+        ("Started", when(job.get("started_at"))),
+        ("Finished", when(job.get("finished_at"))),
     ]
+    # The current estimate (the one the queue and the pages show), then what was predicted at submission.
+    if job["state"] == "PENDING":
+        facts.append(("Estimated start", when(job.get("estimated_start_at"))))
+    if job["state"] in LIVE_STATES:
+        detail = f" ({job['estimate_detail']})" if job.get("estimate_detail") else ""
+        facts.append(("Estimated finish", when(job.get("estimated_finish_at")) + detail))
     admission = job.get("admission") or {}
     if admission:
         facts.append(
             (
-                "Predicted",
-                f"start {_when(admission.get('predicted_start_at'))}, "
-                f"finish {_when(admission.get('predicted_finish_at'))}",
+                "Predicted at submission",
+                f"start {when(admission.get('predicted_start_at'))}, "
+                f"finish {when(admission.get('predicted_finish_at'))}",
             )
         )
+        if admission.get("attainable") is False:
+            facts.append(
+                ("QoS target", f"AT RISK: predicted to finish after {when(admission.get('deadline_at'))}")
+            )
     for lease in job.get("allocations") or []:
         if lease.get("ended_at") is None:
             gpus = ",".join(map(str, lease["gpu_indices"]))

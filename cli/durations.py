@@ -5,39 +5,65 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+# Standard library only, on purpose: this is the one parser of durations. The command line, the
+# service's batch-script reader (scheduler_app/batch_script.py) and the web form all import it, so
+# `-t 1-12:00` means the same wherever it is typed; and the command line must import without Django.
+
+DURATION_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 2d)"
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_SUFFIXED = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_ALL_SUFFIXED = re.compile(r"(?:\d+(?:\.\d+)?[smhd])+")
+_SUFFIXED = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
+_ALL_SUFFIXED = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhd])+")
+_WHOLE = re.compile(r"[0-9]+")
+# Far beyond any limit the service takes (365 days); it keeps a 400-digit number from overflowing a float.
+_MAX_PARSED_S = 1e12
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([kmgt]?)b?")
 _GB_PER_UNIT = {"k": 1 / 1024**2, "m": 1 / 1024, "g": 1.0, "t": 1024.0}
 
 
-def parse_duration_s(text: str) -> float:
-    """Seconds from "90s", "30m", "2h", "1h30m", "1.5d", or Slurm's "MM", "MM:SS", "HH:MM:SS",
-    "D-HH", "D-HH:MM", "D-HH:MM:SS". Raises ValueError with what was typed otherwise."""
+def parse_duration_s(text: str, *, option: str = "the duration", leave_out: str = "leave it out") -> float:
+    """Seconds from Attune's "90s", "30m", "6h", "1h30m", "1.5d", or Slurm's "MM", "MM:SS", "HH:MM:SS",
+    "D-HH", "D-HH:MM", "D-HH:MM:SS" (as sbatch --time: a bare number is minutes; the leading field may
+    be any size, 48:00:00, those after it stay within their unit).
+
+    Raises ValueError naming `option` (e.g. "--time") and what was typed; for UNLIMITED or zero it says
+    how to ask for no limit instead (`leave_out`, e.g. "leave the directive out")."""
     value = text.strip().lower()
-    if not value:
-        raise ValueError("an empty duration")
+    if value in ("unlimited", "infinite"):
+        raise ValueError(f"{option}: Attune takes a finite limit; {leave_out} for none")
     if _ALL_SUFFIXED.fullmatch(value):
-        seconds = sum(float(n) * _UNITS_S[unit] for n, unit in _SUFFIXED.findall(value))
+        seconds: float | None = sum(float(n) * _UNITS_S[unit] for n, unit in _SUFFIXED.findall(value))
     else:
-        seconds = _slurm_duration_s(value, text)
+        seconds = _slurm_time_s(value, option)
+    if seconds is None:
+        raise ValueError(f"{option} takes {DURATION_FORMATS}: {text.strip()!r} is not a duration")
+    if seconds > _MAX_PARSED_S:
+        raise ValueError(f"{option}: {text.strip()!r} is too long a duration")
     if seconds <= 0:
-        raise ValueError(f"{text!r} is not a positive duration")
-    return seconds
+        raise ValueError(f"{option} needs a positive duration; {leave_out} for no limit")
+    return float(seconds)
 
 
-def _slurm_duration_s(value: str, text: str) -> float:
-    days, _, clock = value.rpartition("-")
+def parse_time_limit_s(text: str, *, option: str = "the time limit", leave_out: str = "leave it out") -> int:
+    """A time limit in whole seconds (at least 1) from parse_duration_s's formats."""
+    return max(1, round(parse_duration_s(text, option=option, leave_out=leave_out)))
+
+
+def _slurm_time_s(value: str, option: str) -> int | None:
+    """Seconds from Slurm's forms; None when `value` is not one of them."""
+    days, dash, clock = value.rpartition("-")
     parts = clock.split(":")
-    if not all(p.isdigit() for p in parts) or (days and not days.isdigit()) or len(parts) > 3:
-        raise ValueError(f"{text!r} is not a duration: use 30m, 2h, 1h30m or Slurm's [D-]HH:MM:SS")
+    if (dash and not _WHOLE.fullmatch(days)) or len(parts) > 3 or not all(map(_WHOLE.fullmatch, parts)):
+        return None
     numbers = [int(p) for p in parts]
-    if days:
+    if dash:
         # D-HH, D-HH:MM, D-HH:MM:SS
         hours, minutes, seconds = [*numbers, 0, 0][:3]
+        if hours > 23 or minutes > 59 or seconds > 59:
+            raise ValueError(f"{option}: hours must be 0-23, minutes and seconds 0-59 after the days")
         return int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
     # MM, MM:SS, HH:MM:SS
+    if any(n > 59 for n in numbers[1:]):
+        raise ValueError(f"{option}: minutes and seconds after the first field must be 0-59")
     if len(numbers) == 1:
         return numbers[0] * 60
     if len(numbers) == 2:

@@ -1,11 +1,13 @@
-"""`python -m cli`: argument parsing and dispatch; each command lives in cli/commands.py."""
+"""`python -m cli`: argument parsing and dispatch; the jobs' commands live in cli/commands.py, the
+cluster's (nodes, workloads, acct) in cli/cluster_commands.py."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from cli import commands
+from cli import cluster_commands, commands
 from cli.api import Api, CliError
 from cli.config import resolve
 
@@ -17,12 +19,15 @@ examples:
   python -m cli login --username alice
   python -m cli submit train.sh          # a batch script: its #SBATCH / #ATTUNE lines are the options
   python -m cli submit train-r18 --workload res18 --gpus 2 --iters 20000 --max-latency 6h
-  python -m cli submit eval --command 'python eval.py' --gpus 1 --iters 100 --time-limit 30m --after 41
-  python -m cli submit prep --command 'python prep.py' --gpus 1 --iters 1 --wait && echo done
-  python -m cli submit sweep --command 'python train.py --lr-index $ATTUNE_ARRAY_TASK_ID' \
-      --gpus 1 --iters 1000 --array 0-7
-  python -m cli queue
+  python -m cli submit eval --command 'python eval.py' --gpus 1 --time 30 --after 41   # 30 minutes
+  python -m cli submit prep --command 'python prep.py' --gpus 1 -t 1-12:00 --wait && echo done
+  python -m cli submit sweep --command 'python train.py --lr-index $ATTUNE_ARRAY_TASK_ID' \\
+      --gpus 1 -t 6h --array 0-7
+  python -m cli queue                    # squeue; queue -t PD,R --all
   python -m cli show 42
+  python -m cli nodes                    # sinfo: free/total GPUs, cores and memory per server
+  python -m cli workloads                # the catalog, with what each profile says
+  python -m cli acct --window 7d --by team   # sreport: GPU-hours, jobs and waits (--csv)
   python -m cli hold 42; python -m cli release 42
   python -m cli cancel 42 43; python -m cli cancel --array 42
 """
@@ -37,6 +42,19 @@ def _job_ids(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"{token!r} is not a job id")
         ids.append(int(token))
     return ids
+
+
+def _choices(parse: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """An argparse type from a parser that raises ValueError (with the valid choices in its text)."""
+
+    def convert(text: str) -> list[str]:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__  # argparse names the type in some messages
+    return convert
 
 
 def _dependency(text: str) -> list[int]:
@@ -72,6 +90,9 @@ examples:
   python -m cli submit train.sh --gpus 4 -t 2:00:00      # these win over the script's directives
   python -m cli submit -J eval --command 'python eval.py' --gpus 1 -t 30m -d afterok:41
   python -m cli submit r18 --workload res18 --gpus 2 --iters 20000 --max-latency 6h
+
+times (-t, --max-latency): 90m, 6h, 1h30m, 2d, or Slurm's MM (a bare number is minutes, as sbatch),
+MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (1-12:00 is a day and a half).
 """
 
 
@@ -115,11 +136,13 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         "--time-limit",
         dest="time_limit",
         metavar="TIME",
-        help="e.g. 2h, 90m or Slurm's 1-12:00:00; the job is stopped after it",
+        help="e.g. 90m, 6h, 30 (minutes) or Slurm's 1-12:00; the job is stopped after it",
     )
     qos = p.add_argument_group("QoS target (one of the two)")
     qos.add_argument("--deadline", help="finish by this time, e.g. 2026-11-23T18:00 (local time)")
-    qos.add_argument("--max-latency", help="finish within this long of submission, e.g. 6h")
+    qos.add_argument(
+        "--max-latency", metavar="TIME", help="finish within this long of submission, e.g. 6h or 1-12:00"
+    )
     p.add_argument(
         "-d",
         "--dependency",
@@ -154,7 +177,8 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cli",
-        description="Attune from the command line: submit jobs, watch the queue, hold, release, cancel.",
+        description="Attune from the command line: submit jobs, watch the queue, hold, release, cancel; "
+        "see the servers, the workload catalog and the usage.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -168,7 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_submit(sub)
 
     p = sub.add_parser("queue", help="your pending and running jobs (squeue)")
-    p.add_argument("--state", action="append", help="only this state (repeatable), e.g. COMPLETED")
+    p.add_argument(
+        "-t",
+        "--state",
+        action="append",
+        type=_choices(commands.parse_job_states),
+        metavar="STATES",
+        help="only these states, e.g. COMPLETED or PD,R (squeue's codes); repeatable",
+    )
     p.add_argument("--all", action="store_true", help="every state, finished jobs too")
     p.add_argument("--team", help="only this team's jobs")
     p.add_argument("--user", help="only this user's jobs (staff see everyone's)")
@@ -191,8 +222,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("log", help="the last lines of a job's output")
     p.add_argument("job_id", type=int)
 
-    p = sub.add_parser("wait", help="return when these jobs have ended: 0 if all completed")
+    p = sub.add_parser(
+        "wait", help="print each job's state changes and progress until it ends: 0 if all completed"
+    )
     p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID")
+
+    p = sub.add_parser("nodes", help="servers: state, free/total GPUs, cores, memory, reason (sinfo)")
+    p.add_argument(
+        "-t",
+        "--state",
+        action="append",
+        type=_choices(cluster_commands.parse_node_states),
+        metavar="STATES",
+        help="only servers in these states, e.g. IDLE,MIXED or DRAINED; repeatable",
+    )
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("workloads", help="the catalog's workloads and what their profiles say")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser(
+        "acct", help="GPU-, core- and GB-hours, jobs by end state and waits per user or team (sreport)"
+    )
+    p.add_argument(
+        "--window",
+        choices=cluster_commands.ACCOUNTING_WINDOWS,
+        help="the last hour ... 365 days, up to now (default: the service's, 30d)",
+    )
+    p.add_argument("--start", metavar="TIME", help="instead of --window: from this time, e.g. 2026-05-01")
+    p.add_argument("--end", metavar="TIME", help="until this time (default: now); local time without offset")
+    p.add_argument("--by", choices=("user", "team"), default="user", help="one row per user or per team")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="the service's CSV, for a spreadsheet")
+    out.add_argument("--json", action="store_true")
     for p in (sub.choices["submit"], sub.choices["wait"]):
         p.add_argument("--poll-s", type=float, default=5.0, help=argparse.SUPPRESS)
     return parser
@@ -214,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             return commands.show(api, args.job_id, as_json=args.json, out=out)
         if args.command_name == "wait":
             return commands.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
+        if args.command_name in ("nodes", "workloads", "acct"):
+            return getattr(cluster_commands, args.command_name)(api, args, out)
         if args.command_name in ("cancel", "hold", "release"):
             job_ids = list(args.job_ids)
             if args.array:

@@ -36,6 +36,11 @@ class Server(models.Model):
     state_reason = models.CharField(max_length=255, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=50, blank=True)
+    time_scale = models.FloatField(
+        default=1.0,
+        help_text="Seconds of the node per second of a job's profile: 1 on a real node; a fake node's "
+        "--time-scale (0.05 runs synthetic jobs 20 times faster)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -45,6 +50,7 @@ class Server(models.Model):
             models.CheckConstraint(condition=Q(num_cpus__gt=0), name="server_num_cpus_positive"),
             models.CheckConstraint(condition=Q(mem_gb__gt=0), name="server_mem_gb_positive"),
             models.CheckConstraint(condition=Q(storage_mbps__gte=0), name="server_storage_mbps_nonneg"),
+            models.CheckConstraint(condition=Q(time_scale__gt=0), name="server_time_scale_positive"),
         ]
 
     def __str__(self) -> str:

@@ -83,6 +83,7 @@ class NodeInventory:
     agent_version: str = ""
     storage_mbps: float = 0.0
     address: str = ""  # where the node's peers reach it (a multi-node job's MASTER_ADDR)
+    time_scale: float = 1.0  # a fake node's --time-scale; forecasts turn profile time into wall time
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,7 @@ def node_register(
     server.hostname = inventory.hostname or server.hostname
     server.address = inventory.address or server.address
     server.agent_version = inventory.agent_version
+    server.time_scale = inventory.time_scale
     server.gpu_model = next((g.model for g in inventory.gpus if g.model), server.gpu_model)
     server.last_heartbeat_at = now
     _revive(server, busy_gpus=busy_gpus)

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "cluster_app",
     "profiles_app",
     "scheduler_app",
+    "notify_app",
 ]
 
 MIDDLEWARE = [
@@ -182,11 +183,44 @@ ATTUNE_SCHEDULER = {
     "forecast_horizon_h": env.float("ATTUNE_FORECAST_HORIZON_H", default=168.0),
     "forecast_time_budget_s": env.float("ATTUNE_FORECAST_TIME_BUDGET_S", default=2.0),
     "forecast_background_budget_s": env.float("ATTUNE_FORECAST_BACKGROUND_BUDGET_S", default=120.0),
+    # After each round every live job is re-forecast (the times the pages show) within this budget.
+    "forecast_refresh_budget_s": env.float("ATTUNE_FORECAST_REFRESH_BUDGET_S", default=5.0),
+    # Every user sees every job's summary in the queue (squeue); true: only their own (PrivateData=jobs).
+    "private_jobs": env.bool("ATTUNE_PRIVATE_JOBS", default=False),
     # ATTUNE_POLICY=fairshare: a user's past GPU-seconds count half after this many hours.
     "fairshare_half_life_h": env.float("ATTUNE_FAIRSHARE_HALF_LIFE_H", default=168.0),
     # MASTER_PORT of multi-node jobs' rendezvous, chosen per placement in this range (torchrun: 29500).
     "rendezvous_port_min": env.int("ATTUNE_RENDEZVOUS_PORT_MIN", default=29500),
     "rendezvous_port_max": env.int("ATTUNE_RENDEZVOUS_PORT_MAX", default=30499),
+}
+
+# Mail (notify_app's emails): Django's EMAIL_* settings. The embedded demo prints mail to the console.
+EMAIL_BACKEND = env(
+    "EMAIL_BACKEND",
+    default="django.core.mail.backends.smtp.EmailBackend"
+    if env.str("DATABASE_URL", default="")
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = env("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)  # a hung mail server must not hold a worker
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="Attune <attune@localhost>")
+# Notifications (notify_app); read only by notify_app/conf.py.
+ATTUNE_NOTIFY = {
+    "site_url": env("ATTUNE_SITE_URL", default="http://127.0.0.1:8000"),  # job links in messages
+    "max_tries": env.int("ATTUNE_NOTIFY_MAX_TRIES", default=5),
+    # Retry n waits backoff * 2^(n-1) s, at most backoff_max.
+    "retry_backoff_s": env.float("ATTUNE_NOTIFY_RETRY_BACKOFF_S", default=30.0),
+    "retry_backoff_max_s": env.float("ATTUNE_NOTIFY_RETRY_BACKOFF_MAX_S", default=600.0),
+    "webhook_timeout_s": env.float("ATTUNE_NOTIFY_WEBHOOK_TIMEOUT_S", default=10.0),
+    # Hosts (and their subdomains) webhooks may go to, e.g. hooks.slack.com; empty: any.
+    "webhook_hosts": env.list("ATTUNE_NOTIFY_WEBHOOK_HOSTS", default=[]),
+    # Without a worker (the embedded demo) deliver on a thread of the web process.
+    "inline": env.bool("ATTUNE_NOTIFY_INLINE", default=ATTUNE_SCHEDULER["inline_rounds"]),
 }
 
 # Node agents and liveness; read only by cluster_app/conf.py.
@@ -220,6 +254,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"quiet_agents": {"()": "config.log_filters.QuietAgentRequests"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        # runserver's access log (the demo): the agents' routine requests left out, errors kept.
+        "django.server": {"handlers": ["console"], "filters": ["quiet_agents"], "propagate": False},
+    },
 }

@@ -11,6 +11,7 @@ urlpatterns = [
     path("healthz", scheduler_views.healthz, name="healthz"),
     path("", include("scheduler_app.web.urls")),
     path("dashboards/", include("scheduler_app.dashboards.urls")),
+    path("account/", include("notify_app.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("scheduler_app.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

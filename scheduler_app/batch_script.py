@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cli.durations import parse_duration_s
+
 # Framework-free on purpose: the service, the web form and tests all call it, none needs Django here.
 
 _DIRECTIVE = re.compile(r"#(SBATCH|ATTUNE)(?:\s|$)")
@@ -18,9 +20,6 @@ _SIGNED = re.compile(r"[+-]?[0-9]+")
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _MEM = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGT]?)B?", re.IGNORECASE)
 _GB_PER_UNIT = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
-_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_SUFFIXED = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
-_ALL_SUFFIXED = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhd])+")
 _SHOWN_LINE_CHARS = 80
 
 
@@ -92,45 +91,13 @@ def _mem_gb(value: str, option: str) -> float:
     return float(match[1]) * _GB_PER_UNIT[(match[2] or "M").upper()]
 
 
-def _slurm_time_s(value: str) -> int | None:
-    """Seconds from Slurm's MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; None if not that form.
-    The leading field may be any size (48:00:00); those after it stay within their unit."""
-    days, dash, clock = value.rpartition("-")
-    parts = clock.split(":")
-    if (dash and not _WHOLE.fullmatch(days)) or len(parts) > 3 or not all(map(_WHOLE.fullmatch, parts)):
-        return None
-    numbers = [int(p) for p in parts]
-    if dash:
-        hours, minutes, seconds = [*numbers, 0, 0][:3]
-        if hours > 23 or minutes > 59 or seconds > 59:
-            raise _Invalid("hours must be 0-23, minutes and seconds 0-59 after the days")
-        return int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
-    if any(n > 59 for n in numbers[1:]):
-        raise _Invalid("minutes and seconds after the first field must be 0-59")
-    if len(numbers) == 1:
-        return numbers[0] * 60
-    if len(numbers) == 2:
-        return numbers[0] * 60 + numbers[1]
-    return numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
-
-
 def _duration_s(value: str, option: str) -> float:
-    """Slurm's time formats, or Attune's 90s, 30m, 6h, 1h30m, 2d (as the command line's --max-latency)."""
-    text = value.strip().lower()
-    if text in ("unlimited", "infinite"):
-        raise _Invalid(f"{option}: Attune takes a finite limit; leave the directive out for none")
+    """Slurm's time formats, or Attune's 90s, 30m, 6h, 1h30m, 2d: cli.durations, the one parser of
+    durations (the command line's and the web form's too)."""
     try:
-        if _ALL_SUFFIXED.fullmatch(text):
-            seconds: float | None = sum(float(n) * _UNITS_S[u] for n, u in _SUFFIXED.findall(text))
-        else:
-            seconds = _slurm_time_s(text)
-    except _Invalid as exc:
-        raise _Invalid(f"{option}: {exc}") from None
-    if seconds is None:
-        raise _Invalid(f"{option} takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 2d)")
-    if not 0 < seconds < math.inf:
-        raise _Invalid(f"{option} needs a positive duration; leave the directive out for no limit")
-    return seconds
+        return parse_duration_s(value, option=option, leave_out="leave the directive out")
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
 
 
 def _time_limit_s(value: str, option: str) -> int:

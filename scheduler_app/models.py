@@ -177,6 +177,9 @@ class Job(models.Model):
             models.Index(fields=["state", "submitted_at"]),
             models.Index(fields=["owner", "state"]),
             models.Index(fields=["team", "state"]),
+            # Accounting (selectors/accounting.py) reads the jobs that ended or started in a window.
+            models.Index(fields=["finished_at"]),
+            models.Index(fields=["started_at"]),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(num_gpus__gt=0), name="job_num_gpus_positive"),
@@ -346,6 +349,8 @@ class Allocation(models.Model):
         indexes = [
             models.Index(fields=["job", "started_at"]),
             models.Index(fields=["server", "ended_at"]),
+            # Accounting reads the leases that ended in a window (and the active ones, indexed below).
+            models.Index(fields=["ended_at"]),
             # Every round and poll reads the active leases; history grows without bound beside them.
             models.Index(fields=["server"], condition=Q(ended_at__isnull=True), name="allocation_active"),
         ]
@@ -496,3 +501,21 @@ class AdmissionPrediction(models.Model):
         if self.actual_finish_at is None or self.predicted_finish_at is None:
             return None
         return (self.actual_finish_at - self.predicted_finish_at).total_seconds()
+
+
+class JobForecast(models.Model):
+    """The current estimate of a pending or running job's start and finish (services/forecasts.py).
+
+    One row per live job, replaced after every scheduling round and at submission; every page, the API
+    and the command line show these times. The prediction made at submission stays in
+    AdmissionPrediction, to compare with.
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="forecast")
+    start_at = models.DateTimeField(null=True, blank=True)
+    finish_at = models.DateTimeField(null=True, blank=True)
+    detail = models.CharField(max_length=255, blank=True, help_text="Why a time is unknown")
+    computed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"forecast for job {self.job_id}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.http import QueryDict
 from rest_framework import serializers
 
@@ -42,15 +43,38 @@ class StrictUUIDField(serializers.UUIDField):
 
 class StrictSlugRelatedField(serializers.SlugRelatedField):
     """An object by its name: a non-empty string, or null where allowed. DRF's takes "" as null and
-    looks up 123 as "123"; the schema says neither."""
+    looks up 123 as "123"; the schema says neither. An unknown name is answered with the names there
+    are (up to MAX_CHOICES_SHOWN), not DRF's "Object with name=... does not exist."."""
 
-    default_error_messages = {"not_name": "Give a name (a non-empty string){null}, not {given}."}
+    MAX_CHOICES_SHOWN = 20
+    default_error_messages = {
+        "not_name": "Give a name (a non-empty string){null}, not {given}.",
+        "unknown": "Unknown {what} {given}: choose one of {choices}.",
+        "none_yet": "Unknown {what} {given}: there are none yet.",
+    }
 
     def run_validation(self, data: Any = serializers.empty):
         if data is not serializers.empty and data is not None and (not isinstance(data, str) or not data):
             null = " or null" if self.allow_null else ""
             self.fail("not_name", null=null, given=_shown(data) if data != "" else "an empty string")
         return super().run_validation(data)
+
+    def to_internal_value(self, data: Any):
+        queryset = self.get_queryset()
+        try:
+            return queryset.get(**{self.slug_field: data})
+        except ObjectDoesNotExist:
+            pass
+        except (TypeError, ValueError):  # e.g. a NUL character, which PostgreSQL cannot compare
+            self.fail("invalid")
+        ordered = queryset.order_by(self.slug_field).values_list(self.slug_field, flat=True)
+        names = [str(name) for name in ordered[: self.MAX_CHOICES_SHOWN]]
+        what = queryset.model._meta.verbose_name
+        if not names:
+            self.fail("none_yet", what=what, given=_shown(data))
+        more = queryset.count() - len(names) if len(names) == self.MAX_CHOICES_SHOWN else 0
+        choices = ", ".join(names) + (f" and {more} more" if more else "")
+        self.fail("unknown", what=what, given=_shown(data), choices=choices)
 
 
 class StrictBooleanField(serializers.BooleanField):

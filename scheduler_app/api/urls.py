@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api import agent_views, views
+from scheduler_app.api import accounting_views, agent_views, views, workload_views
 
 router = SimpleRouter()
 router.register("jobs", views.JobViewSet, basename="job")
@@ -16,6 +16,8 @@ urlpatterns = [
     path("agent/poll", agent_views.AgentPollView.as_view(), name="agent-poll"),
     path("agent/reports", agent_views.AgentReportsView.as_view(), name="agent-reports"),
     path("cluster/", views.ClusterView.as_view(), name="cluster"),
+    path("workloads/", workload_views.WorkloadListView.as_view(), name="workload-list"),
     path("auth/token/", views.TokenView.as_view(), name="auth-token"),
+    path("accounting/", accounting_views.AccountingView.as_view(), name="accounting"),
     *router.urls,
 ]

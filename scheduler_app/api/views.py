@@ -7,7 +7,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_
 from rest_framework import mixins, status, viewsets
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
@@ -30,7 +30,7 @@ from scheduler_app.api.serializers.jobs import (
     JobSubmittedSerializer,
 )
 from scheduler_app.models import Job
-from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_list, job_queue
+from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_list, job_manageable, job_queue
 from scheduler_app.services.job_control import (
     JobStateError,
     job_cancel,
@@ -42,7 +42,9 @@ from scheduler_app.services.nodes import node_drain, node_resume
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Jobs you may see (staff: all), newest first", tags=["jobs"]),
+    list=extend_schema(
+        summary="Every user's jobs, newest first (squeue; only yours with ATTUNE_PRIVATE_JOBS)", tags=["jobs"]
+    ),
     retrieve=extend_schema(
         summary="A job with its queue position, leases, events and log tail", tags=["jobs"]
     ),
@@ -87,9 +89,9 @@ class JobViewSet(
                 exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
             ) from exc
         job = job_detail_queryset(user=request.user).prefetch_related("depends_on").get(pk=jobs[0].pk)
-        body = JobDetailSerializer(job, context=self.get_serializer_context()).data
-        body["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
-        return Response(body, status=status.HTTP_201_CREATED)
+        context = self.get_serializer_context()
+        context["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
+        return Response(JobSubmittedSerializer(job, context=context).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         request=None,
@@ -126,8 +128,11 @@ class JobViewSet(
         return self._change(lambda job: job_release(job=job, by=request.user))
 
     def _change(self, change) -> Response:
-        """Apply a job service to the requested job; its state errors are 409s."""
+        """Apply a job service to the requested job; its state errors are 409s. Every user sees every
+        job, but only its owner and staff act on it (403)."""
         job = self.get_object()
+        if not job_manageable(user=self.request.user).filter(pk=job.pk).exists():
+            raise PermissionDenied("Only the job's owner or staff may change it.")
         try:
             change(job)
         except JobStateError as exc:

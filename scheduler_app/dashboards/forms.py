@@ -38,7 +38,13 @@ class WhatIfForm(forms.Form):
             (TRACE_HISTORY, "the cluster's own recorded job history (completed jobs)"),
         ),
     )
-    workload = forms.ChoiceField(choices=[(w, w) for w in WORKLOADS], initial="philly")
+    workload = forms.ChoiceField(
+        choices=[(w, w) for w in WORKLOADS],
+        initial="philly",
+        # Without deadlines the deadline policies order by arrival like fifo, and no QoS rate exists.
+        help_text="philly: Synergy's mix, no job has a QoS target (edf and swaf then match fifo); "
+        "genie: GENIE's QoS workload, every job has a deadline",
+    )
     num_jobs = forms.IntegerField(
         label="Jobs",
         min_value=1,

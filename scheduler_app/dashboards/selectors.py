@@ -1,4 +1,7 @@
-"""Dashboard reads: utilisation, JCT, QoS and queue series over a time window, aggregated in the database."""
+"""Dashboard reads: utilisation, JCT, QoS and queue series over a time window, aggregated in the database.
+
+What-if runs are read in whatif_selectors.py.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +37,6 @@ from scheduler_app.models import (
     Job,
     JobState,
     SchedulingRound,
-    SimulationRun,
     qos_deadline,
 )
 
@@ -445,52 +447,4 @@ def queue_series(*, window: Window) -> dict[str, Any]:
         "max_waiting": column("max_waiting"),
         "avg_running": column("avg_running"),
         "rounds": [by_pos[i]["rounds"] if i in by_pos else 0 for i in range(n)],
-    }
-
-
-# ---------------------------------------------------------------------------------------------------
-# What-if runs
-# ---------------------------------------------------------------------------------------------------
-
-
-def simulation_runs_recent(*, limit: int = 10) -> list[dict[str, Any]]:
-    """The latest what-if runs, without their (possibly large) stored trace and results."""
-    return list(
-        SimulationRun.objects.order_by("-created_at", "-id").values(
-            "id",
-            "created_at",
-            "status",
-            "progress",
-            policies=F("parameters__policies"),
-            allocators=F("parameters__allocators"),
-            trace_source=F("parameters__extra__trace_source"),
-        )[:limit]
-    )
-
-
-def simulation_run_view(run: SimulationRun) -> dict[str, Any]:
-    """A what-if run as the page and its JSON show it: status, progress, the grid's results and, for
-    a run over the recorded history, what really happened to those jobs."""
-    params = run.parameters or {}
-    extra = params.get("extra") or {}
-    history = extra.get("trace_source") == "history"
-    return {
-        "id": run.pk,
-        "status": run.status,
-        "progress": run.progress,
-        "error": run.error,
-        "created_at": run.created_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-        "trace_source": extra.get("trace_source", "generated"),
-        "jobs": len(extra.get("history_trace", [])) if history else params.get("num_jobs"),
-        "history_skipped": extra.get("history_skipped") if history else None,
-        "workload": None if history else params.get("workload"),
-        "policies": params.get("policies", []),
-        "allocators": params.get("allocators", []),
-        "cluster": {
-            key: params.get(key)
-            for key in ("servers", "gpus_per_server", "cpus_per_server", "mem_gb_per_server")
-        },
-        "runs": (run.results or {}).get("runs", []),
-        "actual": extra.get("actual") if history else None,
     }

@@ -4,29 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from scheduler_app.dashboards import selectors
-from scheduler_app.dashboards.buckets import MAX_DAYS, Window, window_for
+from scheduler_app.dashboards import selectors, whatif_selectors
+from scheduler_app.dashboards.buckets import DEFAULT_WINDOW, window_from_query, window_options, window_span_s
 from scheduler_app.dashboards.forms import WhatIfForm
 from scheduler_app.dashboards.services import whatif_run_create, whatif_run_dispatch
 from scheduler_app.models import SimulationRun
 from scheduler_app.web.access import staff_required
 
-DAY_CHOICES = (1, 7, 30, 90)
-DEFAULT_DAYS = 7
 REFRESH_S = 30
 
 
+def _page_window(request: HttpRequest) -> str:
+    """The window in the page's URL (`?window=6h`), kept by a reload or a shared link; else the default."""
+    window = request.GET.get("window", DEFAULT_WINDOW).strip()
+    try:
+        window_span_s(window)
+    except ValueError:
+        return DEFAULT_WINDOW  # a mistyped link still shows the dashboard
+    return window
+
+
 def _page(request: HttpRequest, template: str, **context: Any) -> HttpResponse:
+    window = _page_window(request)
     return render(
         request,
         f"dashboards/{template}",
-        {"day_choices": DAY_CHOICES, "default_days": DEFAULT_DAYS, "refresh_s": REFRESH_S, **context},
+        {
+            "window": window,
+            "window_options": window_options(window),
+            # Appended to the links between dashboards, so that following one keeps the window.
+            "window_query": "" if window == DEFAULT_WINDOW else "?" + urlencode({"window": window}),
+            "default_window": DEFAULT_WINDOW,
+            "refresh_s": REFRESH_S,
+            **context,
+        },
     )
 
 
@@ -49,18 +67,15 @@ queue = _page_view("queue.html")
 
 
 def _series_endpoint(build: Callable[..., dict[str, Any]]) -> Callable[[HttpRequest], HttpResponse]:
-    """A JSON endpoint over `?days=N` (0 < N <= MAX_DAYS, default 7): `build(window=...)` as JSON."""
+    """A JSON endpoint over `?window=6h` (or `?days=N`; default 24h): `build(window=...)` as JSON."""
 
     @staff_required
     @require_GET
     def endpoint(request: HttpRequest) -> HttpResponse:
         try:
-            days = float(request.GET.get("days", DEFAULT_DAYS))
-        except ValueError:
-            days = -1.0
-        if not 0 < days <= MAX_DAYS:
-            return JsonResponse({"error": f"days must be a number in (0, {MAX_DAYS}]"}, status=400)
-        window: Window = window_for(days=days, now=timezone.now())
+            window = window_from_query(request.GET, now=timezone.now())
+        except ValueError as exc:
+            return JsonResponse({"error": str(exc)}, status=400)
         return JsonResponse(build(window=window))
 
     return endpoint
@@ -81,18 +96,18 @@ def whatif(request: HttpRequest) -> HttpResponse:
         run = whatif_run_create(request=form.request, history=form.history, created_by=request.user)
         whatif_run_dispatch(run=run)
         return redirect("dashboards:whatif_run", run_id=run.pk)
-    return _page(request, "whatif.html", form=form, runs=selectors.simulation_runs_recent())
+    return _page(request, "whatif.html", form=form, runs=whatif_selectors.simulation_runs_recent())
 
 
 @staff_required
 @require_GET
 def whatif_run(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(SimulationRun, pk=run_id)
-    return _page(request, "whatif_run.html", run=run, summary=selectors.simulation_run_view(run))
+    return _page(request, "whatif_run.html", run=run, summary=whatif_selectors.simulation_run_view(run))
 
 
 @staff_required
 @require_GET
 def whatif_run_json(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(SimulationRun, pk=run_id)
-    return JsonResponse(selectors.simulation_run_view(run))
+    return JsonResponse(whatif_selectors.simulation_run_view(run))

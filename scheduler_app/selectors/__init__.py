@@ -1,8 +1,22 @@
 """Every read of the work tables, by subject; turns rows into the core's views (snapshot, jobs).
 
-Import from here: the modules are an internal split (leases, rounds, jobs, queue, cluster, agents).
+Import from here: the modules are an internal split (leases, rounds, jobs, queue, cluster, agents,
+accounting).
 """
 
+from scheduler_app.selectors.accounting import (
+    ACCOUNTING_BY,
+    ACCOUNTING_WINDOWS,
+    DEFAULT_ACCOUNTING_WINDOW,
+    END_STATES,
+    MAX_ACCOUNTING_SPAN,
+    NO_TEAM,
+    AccountingBy,
+    AccountingReport,
+    AccountingRow,
+    accounting_report,
+    accounting_window,
+)
 from scheduler_app.selectors.agents import (
     PREEMPT_END_REASONS,
     JobPart,
@@ -17,13 +31,15 @@ from scheduler_app.selectors.jobs import (
     dependency_waits,
     job_counts_by_state,
     job_detail_queryset,
+    job_details_visible,
     job_lease_speeds,
     job_list,
     job_log_tail,
+    job_manageable,
     job_queue_page_queryset,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpus
-from scheduler_app.selectors.queue import QueueEntry, job_queue
+from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue
 from scheduler_app.selectors.rounds import (
     OWN_COMMAND_GUESS_ITER_S,
     OWN_COMMAND_GUESS_LENGTH_S,
@@ -39,14 +55,25 @@ from scheduler_app.selectors.rounds import (
 )
 
 __all__ = [
+    "ACCOUNTING_BY",
+    "ACCOUNTING_WINDOWS",
+    "DEFAULT_ACCOUNTING_WINDOW",
+    "END_STATES",
+    "MAX_ACCOUNTING_SPAN",
+    "NO_TEAM",
     "OWN_COMMAND_GUESS_ITER_S",
     "OWN_COMMAND_GUESS_LENGTH_S",
     "PREEMPT_END_REASONS",
+    "AccountingBy",
+    "AccountingReport",
+    "AccountingRow",
     "ActiveLease",
     "JobPart",
     "LeaseSpeed",
     "QueueEntry",
     "RoundInputs",
+    "accounting_report",
+    "accounting_window",
     "active_leases",
     "agent_commands",
     "borrowing_teams",
@@ -55,9 +82,12 @@ __all__ = [
     "dependency_waits",
     "job_counts_by_state",
     "job_detail_queryset",
+    "job_details_visible",
+    "job_estimate",
     "job_lease_speeds",
     "job_list",
     "job_log_tail",
+    "job_manageable",
     "job_num_nodes",
     "job_parts",
     "job_queue",

@@ -56,6 +56,7 @@ def cluster_overview() -> dict[str, Any]:
             "gpu_model": s.gpu_model,
             "last_heartbeat_at": s.last_heartbeat_at,
             "agent_version": s.agent_version,
+            "time_scale": s.time_scale,
             "capacity": {"gpus": len(gpus), "cpus": s.num_cpus, "mem_gb": s.mem_gb},
             "in_use": {
                 "gpus": sum(1 for g in gpus if g["busy"]),

@@ -12,6 +12,7 @@ from django.db.models import Case, Count, IntegerField, Prefetch, QuerySet, Valu
 from profiles_app.selectors import (
     speed_observations_by_allocation,
 )
+from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
     Allocation,
@@ -29,11 +30,25 @@ def job_counts_by_state() -> dict[str, int]:
 
 
 def job_list(*, user: AbstractBaseUser) -> QuerySet[Job]:
-    """The jobs `user` may see: their own, or every job for staff."""
-    qs = Job.objects.select_related("owner", "team", "workload").order_by("-submitted_at", "-id")
-    if not user.is_staff:
+    """The jobs `user` may see, as squeue shows them: everyone's (their summaries; what a job runs and
+    writes stays its owner's, see job_details_visible), or only their own when the cluster keeps jobs
+    private (ATTUNE_PRIVATE_JOBS, Slurm's PrivateData=jobs). Staff see every job."""
+    qs = Job.objects.select_related("owner", "team", "workload", "forecast").order_by("-submitted_at", "-id")
+    if scheduler_conf().private_jobs and not user.is_staff:
         qs = qs.filter(owner=user)
     return qs
+
+
+def job_manageable(*, user: AbstractBaseUser) -> QuerySet[Job]:
+    """The jobs `user` may act on (cancel, hold, release, depend on): their own; staff: every job."""
+    qs = Job.objects.select_related("owner", "team", "workload").order_by("-submitted_at", "-id")
+    return qs if user.is_staff else qs.filter(owner=user)
+
+
+def job_details_visible(job: Job, user: AbstractBaseUser) -> bool:
+    """Whether `user` may read what `job` runs and writes (command, script, paths, log, event messages):
+    its owner and staff, as with Slurm's scontrol show job and the job's output files."""
+    return user.is_staff or job.owner_id == user.pk
 
 
 def dependency_waits(*, job_ids: Iterable[int]) -> dict[int, dict[int, str]]:

@@ -8,140 +8,44 @@ as an AdmissionPrediction, and fills in what really happened when the job ends.
 from __future__ import annotations
 
 import logging
-import math
-import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from cluster_app.models import Server
-from cluster_app.selectors import SCHEDULABLE_STATES
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import AdmissionPrediction, Job, JobState, PendingReason
-from scheduler_app.selectors import (
-    borrowing_teams,
-    dependency_pending_reason,
-    dependency_waits,
-    next_round_at,
-    round_inputs,
-    team_quotas_left,
-)
-from scheduler_app.simulator.forecast import JobForecast, forecast
+from scheduler_app.models import AdmissionPrediction, Job, JobState
+from scheduler_app.services.forecasts import HELD, OWN_COMMAND_UNKNOWN, job_forecasts_store, live_forecast
 
 logger = logging.getLogger(__name__)
-
-OWN_COMMAND_UNKNOWN = "own command without a time limit: its finish cannot be predicted"
-NEVER_STARTS = "a job it depends on ended without completing: it will not start"
-HELD = "held: it starts only once released"
 
 
 class QosUnattainableError(ValidationError):
     """The job's QoS target cannot be met and the cluster is set to refuse such submissions."""
 
 
-def _at(seconds: float | None) -> datetime | None:
-    if seconds is None or not math.isfinite(seconds):
-        return None
-    return datetime.fromtimestamp(seconds, tz=timezone.get_current_timezone())
-
-
 Target = tuple[AdmissionPrediction, Job]
 
 
 def _forecast_into(targets: list[Target], now: datetime, budget_s: float) -> set[int]:
-    """Fill each prediction's times from one forecast of the current queue (the tasks of an array
-    together); the ids of the jobs left undecided when it ran out of time."""
-    conf = scheduler_conf()
-    pending: list[Target] = []
+    """Fill each prediction's times from one forecast of the current queue (services/forecasts.py, the
+    one the pages show; the tasks of an array together), store those estimates as the jobs' current
+    ones, and return the ids of the jobs left undecided when it ran out of time."""
+    estimates = live_forecast(
+        now=now,
+        budget_s=budget_s,
+        targets=[job.pk for _, job in targets],
+        extra_jobs=[job for _, job in targets],
+        early_round=True,
+    )
     for prediction, job in targets:
-        if job.held:
-            prediction.detail = HELD
-        else:
-            pending.append((prediction, job))
-    if not pending:
-        return set()
-    servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
-    # Held jobs do not run until released: not in the forecast.
-    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING], held=False)
-    jobs = list(live.select_related("workload"))
-    known = {j.pk for j in jobs}
-    jobs += [job for _, job in pending if job.pk not in known]
-    # Jobs after others (afterok) join the forecast's queue when those finish in it; a job after one
-    # that ended without completing never runs, so it is left out.
-    waits = dependency_waits(job_ids=[j.pk for j in jobs if j.state == JobState.PENDING])
-    never = {
-        job_id
-        for job_id, deps in waits.items()
-        if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
-    }
-    jobs = [j for j in jobs if j.pk not in never]
-    inputs = round_inputs(servers=servers, jobs=jobs)
-    placeable: list[Target] = []
-    for prediction, job in pending:
-        if job.pk in never:
-            prediction.detail = NEVER_STARTS
-        elif job.pk not in inputs.jobs:
-            prediction.detail = "the job's servers are not schedulable"
-        else:
-            placeable.append((prediction, job))
-    if not placeable:
-        return set()
-    started_s = {
-        j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
-    }
-    wall_start = time.perf_counter()
-    predicted = forecast(
-        inputs.snapshot,
-        inputs.views,
-        policy=conf.policy,
-        allocator=conf.allocator,
-        first_round_s=next_round_at(now, conf.round_s).timestamp(),
-        round_s=conf.round_s,
-        started_s=started_s,
-        until_finished=[job.pk for _, job in placeable],
-        max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
-        time_budget_s=budget_s,
-        team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
-        borrowing_teams=borrowing_teams(),
-        after={job_id: deps.keys() for job_id, deps in waits.items() if job_id not in never},
-    )
-    # Why a target has no finish: the time budget ran out, or the horizon was reached.
-    cut_short = (
-        f"within {budget_s:g} s of forecasting" if time.perf_counter() - wall_start >= budget_s else None
-    )
-    horizon = f"within the forecast's {conf.forecast_horizon_h:g} h"
-    return {
-        job.pk
-        for prediction, job in placeable
-        if not _fill(prediction, job, predicted[job.pk], cut_short, horizon)
-    }
-
-
-def _fill(
-    prediction: AdmissionPrediction, job: Job, predicted: JobForecast, cut_short: str | None, horizon: str
-) -> bool:
-    """One target's prediction from the forecast; False when it was cut short by the time budget."""
-    prediction.predicted_start_at = _at(predicted.start_s)
-    prediction.predicted_finish_at = _at(predicted.finish_s)
-    prediction.detail = ""
-    start = prediction.predicted_start_at
-    if job.workload_id is None and start is not None:
-        # An own command has no profile, so its length is unknown; a time limit bounds it (what
-        # Slurm's backfill assumes too). The forecast only placed it with a guessed speed.
-        if job.time_limit_s:
-            prediction.predicted_finish_at = start + timedelta(seconds=job.time_limit_s)
-            prediction.detail = "own command: finish = start + its time limit"
-        else:
-            prediction.predicted_finish_at = None
-            prediction.detail = OWN_COMMAND_UNKNOWN
-        return True
-    if predicted.finish_s is not None:
-        return True
-    what = "started" if predicted.start_s is None else "finished"
-    prediction.detail = f"not {what} {cut_short or horizon}"
-    return cut_short is None
+        estimate = estimates[job.pk]
+        prediction.predicted_start_at = estimate.start_at
+        prediction.predicted_finish_at = estimate.finish_at
+        prediction.detail = estimate.detail
+    job_forecasts_store(estimates, now=now, prune=False)
+    return {job.pk for _, job in targets if estimates[job.pk].cut_short}
 
 
 def _judge(prediction: AdmissionPrediction) -> None:
@@ -205,6 +109,23 @@ def _settle(targets: list[Target], undecided: set[int]) -> None:
     if undecided and worker:
         first = min(undecided)
         transaction.on_commit(lambda: _request_completion(first))
+
+
+def qos_at_risk_message(prediction: AdmissionPrediction | None) -> str:
+    """One sentence for a submission whose QoS target is predicted to be missed; "" otherwise. The form,
+    the API's clients and the CLI say the same."""
+    if prediction is None or prediction.attainable is not False or prediction.deadline_at is None:
+        return ""
+    finish = prediction.predicted_finish_at
+    when = (
+        f"finish at {timezone.localtime(finish):%Y-%m-%d %H:%M}"
+        if finish
+        else "not finish within the forecast"
+    )
+    return (
+        f"Its QoS target is at risk: it is predicted to {when}, after its target "
+        f"{timezone.localtime(prediction.deadline_at):%Y-%m-%d %H:%M}."
+    )
 
 
 def _unattainable(prediction: AdmissionPrediction, job: Job) -> QosUnattainableError:

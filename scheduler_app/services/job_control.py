@@ -14,6 +14,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from notify_app.services import notification_job_ended
 from profiles_app.services import placement_penalty_refit, speed_correction_fold
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
@@ -176,6 +177,7 @@ def job_finish(
         if measured:  # only a job whose leases were measured adds to the placement fit
             placement_penalty_refit(workload_id=job.workload_id)
     admission_outcome_record(job=job)
+    notification_job_ended(job=job, state=state, reason=reason, data=data)
     _request_round("job_end")
     return job
 
@@ -214,6 +216,7 @@ def job_cancel(*, job: Job, by: AbstractBaseUser | None = None) -> Job:
         state=JobState.CANCELLED,
         reason="cancelled_by_user",
         message=f"cancelled by {by_name}" if by_name else "cancelled",
+        data={"cancelled_by_id": by.pk} if by is not None else None,  # notifications: who cancelled
     )
 
 

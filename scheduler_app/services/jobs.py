@@ -18,7 +18,7 @@ from cluster_app.selectors import cluster_capacity, server_shapes
 from profiles_app.models import Workload
 from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem, unix_user_problem
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobEvent, JobState, PendingReason, Team
-from scheduler_app.selectors import dependency_pending_reason, dependency_waits, job_list
+from scheduler_app.selectors import dependency_pending_reason, dependency_waits, job_manageable
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) ->
         add("depends_on", f"A job may wait for at most {MAX_DEPENDENCIES} jobs.")
         return {}
     ids = set(dependency_ids(request.depends_on))
-    found = dict(job_list(user=owner).filter(pk__in=ids).values_list("pk", "state"))
+    found = dict(job_manageable(user=owner).filter(pk__in=ids).values_list("pk", "state"))
     missing = sorted(ids - found.keys())
     if missing:
         add("depends_on", f"No job {', '.join(map(str, missing))} that you can see.")

@@ -41,6 +41,7 @@ from scheduler_app.selectors import (
     server_busy_gpus,
     team_quotas_left,
 )
+from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.job_control import allocations_end, job_interruption_events
 from scheduler_app.services.jobs import job_dependencies_hold, job_event
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
@@ -135,12 +136,17 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
     5. Store the SchedulingRound, a RoundDecision per job and a JobEvent per state change; give
        profiling runs still queued what the plan left free; refresh server states.
     6. Agents learn of their commands on their next poll; after commit we only log.
+    7. After commit, refresh every live job's forecast (services/forecasts.py).
     """
     with _single_flight() as acquired:
         if not acquired:
             logger.info("scheduling round (%s) skipped: another round is running", trigger)
             return None
-        return _round(trigger)
+        sround = _round(trigger)
+    # After the round's transaction, so that its job rows are not held locked while the queue is
+    # played forward: every time shown anywhere is this forecast (services/forecasts.py).
+    job_forecasts_refresh()
+    return sround
 
 
 def _round(trigger: str) -> SchedulingRound:

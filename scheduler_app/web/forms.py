@@ -11,9 +11,10 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from cli.durations import parse_duration_s, parse_time_limit_s
 from profiles_app.models import Workload
 from scheduler_app.api.filters import JobFilter
-from scheduler_app.batch_script import DirectiveError, parse_directives, parse_time_limit_s
+from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.job_paths import MAX_PATH_CHARS
 from scheduler_app.models import JobState, Team
 from scheduler_app.services.jobs import MAX_SCRIPT_CHARS, JobRequest
@@ -33,6 +34,8 @@ SCRIPT_PLACEHOLDER = """#!/bin/bash
 python train.py --resume-from "$ATTUNE_CHECKPOINT_DIR"
 """
 
+# The command line's duration syntax (cli/durations.py, the one parser), said once for both fields.
+DURATION_HELP = "E.g. 90m, 6h, 1h30m, 2d, or Slurm's 1-12:00 (D-HH:MM), HH:MM:SS, or minutes (30)."
 # What the queue shows when no state is ticked: squeue's default, the jobs still in the system.
 DEFAULT_QUEUE_STATES = (JobState.PENDING, JobState.RUNNING)
 
@@ -92,7 +95,12 @@ class JobSubmitForm(forms.Form):
         required=False,
         max_length=32,
         label="Time limit",
-        help_text="Slurm's format: minutes, HH:MM:SS or D-HH:MM.",
+        help_text=f"The job is stopped after it. {DURATION_HELP}",
+    )
+    hold = forms.BooleanField(
+        required=False,
+        label="Submit held",
+        help_text="It waits out of the queue until you release it from its page (sbatch --hold).",
     )
     work_dir = forms.CharField(
         required=False,
@@ -142,10 +150,12 @@ class JobSubmitForm(forms.Form):
         label="Deadline",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
-    qos_max_latency_s = forms.FloatField(
+    qos_max_latency_s = forms.CharField(
         required=False,
-        label="Maximum latency (s)",
-        help_text="QoS target from submission to the end (queueing and running); or give a deadline.",
+        max_length=32,
+        label="Maximum latency",
+        help_text="QoS target from submission to the end (queueing and running); or give a deadline. "
+        + DURATION_HELP,
     )
 
     def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
@@ -171,7 +181,16 @@ class JobSubmitForm(forms.Form):
         if not text:
             return None
         try:
-            return parse_time_limit_s(text)
+            return parse_time_limit_s(text, option="The time limit", leave_out="leave it empty")
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+
+    def clean_qos_max_latency_s(self) -> float | None:
+        text = self.cleaned_data["qos_max_latency_s"].strip()
+        if not text:
+            return None
+        try:
+            return parse_duration_s(text, option="The maximum latency", leave_out="leave it empty")
         except ValueError as exc:
             raise ValidationError(str(exc)) from exc
 
@@ -195,7 +214,10 @@ class JobSubmitForm(forms.Form):
         sbatch's command-line options do)."""
         for key, value in directives.items():
             field = DIRECTIVE_FIELDS.get(key, key)
-            if cleaned.get(field) not in (None, "", ()):
+            # An unticked box cannot say "not given": a ticked one or the script's --hold holds it.
+            current = cleaned.get(field)
+            given = current is True if field == "hold" else current not in (None, "", ())
+            if given:
                 continue
             if field == "team":
                 team = self.fields["team"].queryset.filter(name=value).first()

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from scheduler_app.web import views
+from scheduler_app.web import accounting_views, glossary_views, views
 
 app_name = "web"
 
@@ -21,6 +21,8 @@ urlpatterns = [
     path("jobs/<int:pk>/hold/", views.job_hold_view, name="job-hold"),
     path("jobs/<int:pk>/release/", views.job_release_view, name="job-release"),
     path("cluster/", views.cluster, name="cluster"),
+    path("accounting/", accounting_views.accounting, name="accounting"),
     path("cluster/servers/<str:name>/drain/", views.server_drain, name="server-drain"),
     path("cluster/servers/<str:name>/resume/", views.server_resume, name="server-resume"),
+    path("glossary/", glossary_views.glossary, name="glossary"),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -15,16 +16,21 @@ from django.views.decorators.http import require_POST
 
 from cluster_app.selectors import server_get_by_name
 from cluster_app.services import ServerStateError
+from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState
 from scheduler_app.selectors import (
     cluster_overview,
     job_detail_queryset,
+    job_details_visible,
+    job_estimate,
     job_lease_speeds,
     job_list,
     job_log_tail,
+    job_manageable,
     job_queue,
     job_queue_page_queryset,
 )
+from scheduler_app.services.admission import qos_at_risk_message
 from scheduler_app.services.job_control import (
     JobStateError,
     job_cancel,
@@ -42,7 +48,8 @@ QUEUE_PAGE_SIZE = 100
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
-    """squeue in a page: the user's jobs (staff: everyone's), filtered, 100 a page."""
+    """squeue in a page: every user's jobs (only one's own with ATTUNE_PRIVATE_JOBS), filtered, 100 a
+    page, each with its position and the current forecast (the same the job page and the API show)."""
     data = request.GET.copy()
     if not data.getlist("state"):
         data.setlist("state", list(DEFAULT_QUEUE_STATES))
@@ -50,13 +57,19 @@ def queue(request: HttpRequest) -> HttpResponse:
     page = Paginator(jobs.qs, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
     # Position and estimated start cost one pass over the pending jobs: only when the page shows one.
     positions = job_queue() if any(j.state == JobState.PENDING for j in page) else {}
-    rows = [(job, positions.get(job.pk)) for job in page]
+    rows = [(job, positions.get(job.pk), job_estimate(job)) for job in page]
     query = data.copy()
     query.pop("page", None)
     return render(
         request,
         "web/queue.html",
-        {"filter": jobs, "page": page, "rows": rows, "query": query.urlencode()},
+        {
+            "filter": jobs,
+            "page": page,
+            "rows": rows,
+            "query": query.urlencode(),
+            "everyone": request.user.is_staff or not scheduler_conf().private_jobs,
+        },
     )
 
 
@@ -71,12 +84,16 @@ def job_submit(request: HttpRequest) -> HttpResponse:
             form.add_service_errors(exc)
         else:
             job = jobs[0]
-            if job.array_job_id is None:
-                messages.success(request, f"Job {job.pk} ({job.name}) submitted.")
+            what = (
+                f"Job {job.pk} ({job.name}) submitted."
+                if job.array_job_id is None
+                else f"Array of {len(jobs)} tasks submitted: jobs {jobs[0].pk} to {jobs[-1].pk}."
+            )
+            at_risk = qos_at_risk_message(_admission_prediction(job))
+            if at_risk:  # accepted, but said plainly: amber, with the predicted finish
+                messages.warning(request, f"{what} {at_risk}")
             else:
-                messages.success(
-                    request, f"Array of {len(jobs)} tasks submitted: jobs {jobs[0].pk} to {jobs[-1].pk}."
-                )
+                messages.success(request, what)
             return redirect("web:job", pk=job.pk)
     return render(request, "web/submit.html", {"form": form})
 
@@ -94,19 +111,48 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A job: where it stands, its prediction, timeline, leases with speeds, log tail, cancel."""
     # Scoped to what the user may see: another user's job is a 404, not a 403 (no existence leak).
     job = get_object_or_404(job_detail_queryset(user=request.user), pk=pk)
+    return render(request, "web/job.html", _job_context(request, job))
+
+
+def _off_by(predicted: datetime | None, actual: datetime | None) -> str:
+    """How far what happened was from the prediction, in words ("12 min later"); "" if either is unknown."""
+    if predicted is None or actual is None:
+        return ""
+    seconds = (actual - predicted).total_seconds()
+    if abs(seconds) < 60:
+        return "on time (within a minute)"
+    size = abs(seconds)
+    words = (
+        f"{size / 60:.0f} min"
+        if size < 5400
+        else f"{size / 3600:.1f} h"
+        if size < 172800
+        else f"{size / 86400:.1f} d"
+    )
+    return f"{words} {'later' if seconds > 0 else 'earlier'}"
+
+
+def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    """What the job page (and its live fragment) shows: another user's job without what it runs and
+    writes, and without the buttons."""
     entry = job_queue().get(job.pk) if job.state == JobState.PENDING else None
-    context = {
+    mine = job_details_visible(job, request.user)
+    prediction = _admission_prediction(job)
+    return {
+        "start_error": prediction and _off_by(prediction.predicted_start_at, job.started_at),
+        "finish_error": prediction and _off_by(prediction.predicted_finish_at, job.finished_at),
         "job": job,
+        "details_visible": mine,
         "queue_entry": entry,
-        "prediction": _admission_prediction(job),
+        "estimate": job_estimate(job),
+        "prediction": prediction,
         "speeds": job_lease_speeds(job=job),
-        "log_lines": job_log_tail(job=job),
-        "can_cancel": job.state not in TERMINAL_JOB_STATES,
-        "can_hold": job.state == JobState.PENDING and not job.held,
-        "can_release": job.held and job_release_allowed(job, request.user),
+        "log_lines": job_log_tail(job=job) if mine else [],
+        "can_cancel": mine and job.state not in TERMINAL_JOB_STATES,
+        "can_hold": mine and job.state == JobState.PENDING and not job.held,
+        "can_release": mine and job.held and job_release_allowed(job, request.user),
         "progress_pct": 100.0 * job.done_iters / job.total_iters if job.total_iters else 0.0,
     }
-    return render(request, "web/job.html", context)
 
 
 @require_POST
@@ -116,11 +162,11 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     return _job_change_view(request, pk, lambda job: job_cancel(job=job, by=request.user), "cancelled")
 
 
-def _job_change_view(
-    request: HttpRequest, pk: int, change: Callable[[Job], Job], done: str
-) -> HttpResponse:
+def _job_change_view(request: HttpRequest, pk: int, change: Callable[[Job], Job], done: str) -> HttpResponse:
     """Apply a job service to a job the user may see (404 otherwise); its refusal becomes a message."""
     job = get_object_or_404(job_list(user=request.user), pk=pk)
+    if not job_manageable(user=request.user).filter(pk=job.pk).exists():
+        raise PermissionDenied("Only the job's owner or staff may change it.")
     try:
         change(job)
     except (JobStateError, PermissionDenied) as exc:

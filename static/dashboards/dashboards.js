@@ -1,8 +1,51 @@
 /* Attune dashboards: each chart fetches its JSON endpoint and redraws on a timer, no page reload.
    Charts are <div class="chart" data-endpoint="..." data-chart="kind">; one fetch per endpoint
-   feeds every chart that names it. The what-if run page polls its run until it is done. */
+   feeds every chart that names it, over the window chosen in #dash-window, which the page's URL
+   keeps (?window=6h). Durations read "42 s", "7 min", "3.2 h", "2.1 d". The what-if run page polls
+   its run until it is done. */
 (function () {
   "use strict";
+
+  /* ---- durations: the same rules as scheduler_app/durations.py (the browser test compares them) ---- */
+
+  var DURATION_UNITS = [[1, "s", 60], [60, "min", 60], [3600, "h", 24], [86400, "d", Infinity]];
+  var MISSING = "\u2013";
+
+  function rounded(v) {  // half up; one decimal below 10, whole numbers above
+    return v < 10 ? Math.floor(v * 10 + 0.5) / 10 : Math.floor(v + 0.5);
+  }
+
+  function durationUnit(seconds) {  // [seconds per unit, name]: the unit formatDuration writes `seconds` in
+    var size = Math.abs(seconds);
+    for (var i = 0; i < DURATION_UNITS.length; i++) {
+      if (rounded(size / DURATION_UNITS[i][0]) < DURATION_UNITS[i][2]) { return DURATION_UNITS[i]; }
+    }
+    return DURATION_UNITS[DURATION_UNITS.length - 1];
+  }
+
+  function formatDuration(seconds) {
+    if (seconds === null || seconds === undefined || typeof seconds !== "number" || !isFinite(seconds)) { return MISSING; }
+    var unit = durationUnit(seconds);
+    var v = rounded(Math.abs(seconds) / unit[0]);
+    return (v && seconds < 0 ? "-" : "") + String(v) + " " + unit[1];
+  }
+
+  function hoursText(h) { return h === null || h === undefined ? MISSING : formatDuration(h * 3600); }
+
+  /* An axis of durations given in hours: the unit of its largest value, and the values in that unit. */
+  function hoursAxis(lists) {
+    var most = 0;
+    lists.forEach(function (values) {
+      values.forEach(function (v) { if (v !== null && v !== undefined) { most = Math.max(most, Math.abs(v)); } });
+    });
+    var unit = durationUnit(most * 3600);
+    return {
+      name: unit[1],
+      scale: function (values) { return values.map(function (v) { return v === null || v === undefined ? null : v * 3600 / unit[0]; }); },
+    };
+  }
+
+  window.AttuneDashboards = { formatDuration: formatDuration };
 
   var CONFIG = { responsive: true, displaylogo: false };
   var BASE_LAYOUT = { margin: { l: 55, r: 20, t: 40, b: 45 }, legend: { orientation: "h", y: -0.2 } };
@@ -41,25 +84,33 @@
     "util-cpu": utilisation("cpu", "CPU"),
     "util-mem": utilisation("mem", "Memory"),
     "jct-cdf": function (d) {
+      var xs = d.cdf.jct_h.slice(0, 1).concat(d.cdf.jct_h);
+      var axis = hoursAxis([xs]);
+      var title = "JCT distribution (" + d.jobs + " completed jobs" + (d.jobs ? ", median " + hoursText(d.p50_jct_h) : "") + ")";
       return {
         // A step that starts from 0 at the shortest JCT, as an empirical CDF does.
-        traces: [{ x: d.cdf.jct_h.slice(0, 1).concat(d.cdf.jct_h), y: (d.jobs ? [0] : []).concat(d.cdf.fraction),
-          type: "scatter", mode: "lines", line: { shape: "hv" }, name: "CDF" }],
-        layout: noData(layout("JCT distribution (" + d.jobs + " completed jobs)", {
-          xaxis: { title: { text: "job completion time (h)" } }, yaxis: { range: [0, 1.02], title: { text: "fraction of jobs" } },
+        traces: [{ x: axis.scale(xs), y: (d.jobs ? [0] : []).concat(d.cdf.fraction), customdata: xs.map(hoursText),
+          type: "scatter", mode: "lines", line: { shape: "hv" }, name: "CDF",
+          hovertemplate: "%{y:.0%} of jobs within %{customdata}<extra></extra>" }],
+        layout: noData(layout(title, {
+          xaxis: { title: { text: "job completion time (" + axis.name + ")" } }, yaxis: { range: [0, 1.02], title: { text: "fraction of jobs" } },
         }), d.jobs === 0),
       };
     },
     "jct-week": function (d) {
-      var traces = Object.keys(d.by_week.series).map(function (label) {
+      var labels = Object.keys(d.by_week.series);
+      var axis = hoursAxis(labels.map(function (label) { return d.by_week.series[label].avg_jct_h; }));
+      var traces = labels.map(function (label) {
         var s = d.by_week.series[label];
-        return { x: d.by_week.weeks, y: s.avg_jct_h, customdata: s.jobs, name: label, type: "bar",
-          hovertemplate: "%{y:.2f} h over %{customdata} jobs<extra>" + label + "</extra>" };
+        return { x: d.by_week.weeks, y: axis.scale(s.avg_jct_h), name: label, type: "bar",
+          customdata: s.avg_jct_h.map(function (h, i) { return [hoursText(h), s.jobs[i]]; }),
+          hovertemplate: "%{customdata[0]} over %{customdata[1]} jobs<extra>" + label + "</extra>" };
       });
       return {
         traces: traces,
         layout: noData(layout("Average JCT by week and policy/allocator", {
-          barmode: "group", xaxis: { title: { text: "week starting" }, type: "category" }, yaxis: { title: { text: "average JCT (h)" } },
+          barmode: "group", xaxis: { title: { text: "week starting" }, type: "category" },
+          yaxis: { title: { text: "average JCT (" + axis.name + ")" } },
         }), traces.length === 0),
       };
     },
@@ -82,31 +133,36 @@
     },
     "admission-time": function (d) {
       var o = d.overall;
-      var title = "Finish error of admission forecasts (h)";
+      var title = "Finish error of admission forecasts";
       if (o.jobs) {
-        title += " (" + o.jobs + " jobs, median " + o.median_abs_error_h.toFixed(2) + " h" +
+        title += " (" + o.jobs + " jobs, median " + hoursText(o.median_abs_error_h) +
           (o.verdicts_right_pct === null ? "" : ", verdict right " + o.verdicts_right_pct.toFixed(0) + "%") + ")";
       }
+      var axis = hoursAxis([d.median_abs_error_h, d.mean_error_h]);
       return {
         traces: [
-          { x: d.t, y: d.median_abs_error_h, customdata: d.jobs, name: "median |error|", type: "scatter", mode: "lines+markers",
-            hovertemplate: "%{y:.2f} h over %{customdata} jobs<extra></extra>" },
-          { x: d.t, y: d.mean_error_h, name: "mean error (late > 0)", type: "scatter", mode: "lines", line: { dash: "dot" } },
+          { x: d.t, y: axis.scale(d.median_abs_error_h), name: "median |error|", type: "scatter", mode: "lines+markers",
+            customdata: d.median_abs_error_h.map(function (h, i) { return [hoursText(h), d.jobs[i]]; }),
+            hovertemplate: "%{customdata[0]} over %{customdata[1]} jobs<extra></extra>" },
+          { x: d.t, y: axis.scale(d.mean_error_h), name: "mean error (late > 0)", type: "scatter", mode: "lines", line: { dash: "dot" },
+            customdata: d.mean_error_h.map(hoursText), hovertemplate: "%{customdata}<extra>mean error</extra>" },
         ],
-        layout: noData(layout(title, { yaxis: { zeroline: true } }), isEmpty(d.median_abs_error_h)),
+        layout: noData(layout(title, { yaxis: { zeroline: true, title: { text: axis.name } } }), isEmpty(d.median_abs_error_h)),
       };
     },
     "admission-workload": function (d) {
       var w = d.workloads;
+      var axis = hoursAxis([w.median_abs_error_h]);
       return {
-        traces: [{ x: w.workload, y: w.median_abs_error_h, type: "bar", name: "median |error|",
+        traces: [{ x: w.workload, y: axis.scale(w.median_abs_error_h), type: "bar", name: "median |error|",
           customdata: w.workload.map(function (_, i) {
             var fixed = function (v) { return v === null ? "-" : v.toFixed(2); };
-            return [w.jobs[i], fixed(w.speed_correction[i]), fixed(w.placement_penalty[i])];
+            return [hoursText(w.median_abs_error_h[i]), w.jobs[i], fixed(w.speed_correction[i]), fixed(w.placement_penalty[i])];
           }),
-          hovertemplate: "%{y:.2f} h over %{customdata[0]} jobs, speed correction %{customdata[1]}, " +
-            "placement penalty %{customdata[2]}<extra></extra>" }],
-        layout: noData(layout("Median finish error per workload (h)", { xaxis: { type: "category" } }), w.workload.length === 0),
+          hovertemplate: "%{customdata[0]} over %{customdata[1]} jobs, speed correction %{customdata[2]}, " +
+            "placement penalty %{customdata[3]}<extra></extra>" }],
+        layout: noData(layout("Median finish error per workload", { xaxis: { type: "category" }, yaxis: { title: { text: axis.name } } }),
+          w.workload.length === 0),
       };
     },
     "queue": function (d) {
@@ -136,15 +192,31 @@
     });
   }
 
+  function chosenWindow() {
+    var select = document.getElementById("dash-window");
+    return select ? select.value : "24h";
+  }
+
+  /* The page's URL and the dashboard links keep the window, so a reload or a shared link shows it. */
+  function keepWindow(span) {
+    var here = new URL(window.location.href);
+    here.searchParams.set("window", span);
+    window.history.replaceState(window.history.state, "", here.pathname + here.search + here.hash);
+    document.querySelectorAll("a[data-keeps-window]").forEach(function (a) {
+      var target = new URL(a.href, window.location.href);
+      target.searchParams.set("window", span);
+      a.href = target.pathname + target.search;
+    });
+  }
+
   function refreshCharts() {
     var charts = Array.prototype.slice.call(document.querySelectorAll(".chart[data-endpoint]"));
     if (!charts.length) { return; }
-    var select = document.getElementById("dash-days");
-    var days = select ? select.value : "7";
+    var span = chosenWindow();
     var byEndpoint = {};
     charts.forEach(function (el) { (byEndpoint[el.dataset.endpoint] = byEndpoint[el.dataset.endpoint] || []).push(el); });
     var jobs = Object.keys(byEndpoint).map(function (endpoint) {
-      return fetchJson(endpoint + "?days=" + encodeURIComponent(days)).then(function (data) {
+      return fetchJson(endpoint + "?window=" + encodeURIComponent(span)).then(function (data) {
         byEndpoint[endpoint].forEach(function (el) {
           var figure = RENDERERS[el.dataset.chart](data);
           Plotly.react(el, figure.traces, figure.layout, CONFIG);
@@ -160,21 +232,30 @@
 
   /* ---- what-if run page ---- */
 
-  var METRICS = [["avg_jct_h", "Average JCT (h)"], ["p99_jct_h", "p99 JCT (h)"], ["makespan_h", "Makespan (h)"]];
+  var METRICS = [["avg_jct_h", "Average JCT"], ["p99_jct_h", "p99 JCT"], ["makespan_h", "Makespan"]];
 
   function drawWhatIf(run) {
     var labels = run.runs.map(function (r) { return r.policy + "/" + r.allocator; });
     METRICS.forEach(function (m) {
       var el = document.querySelector('.whatif-chart[data-metric="' + m[0] + '"]');
       if (!el) { return; }
-      var traces = [{ x: labels, y: run.runs.map(function (r) { return r[m[0]]; }), type: "bar", name: "simulated",
-        text: run.runs.map(function (r) { return r[m[0]] === null ? "" : r[m[0]].toFixed(2); }), textposition: "auto" }];
-      if (run.actual && run.actual[m[0]] !== undefined && run.actual[m[0]] !== null) {
-        traces.push({ x: ["recorded (what happened)"], y: [run.actual[m[0]]], type: "bar", name: "recorded",
-          text: [run.actual[m[0]].toFixed(2)], textposition: "auto" });
+      var simulated = run.runs.map(function (r) { return r[m[0]]; });
+      var recorded = run.actual && run.actual[m[0]] !== undefined && run.actual[m[0]] !== null ? [run.actual[m[0]]] : null;
+      var axis = hoursAxis(recorded ? [simulated, recorded] : [simulated]);
+      var traces = [{ x: labels, y: axis.scale(simulated), type: "bar", name: "simulated",
+        text: simulated.map(function (h) { return h === null ? "" : hoursText(h); }), textposition: "auto",
+        hovertemplate: "%{text}<extra>%{x}</extra>" }];
+      if (recorded) {
+        traces.push({ x: ["recorded (what happened)"], y: axis.scale(recorded), type: "bar", name: "recorded",
+          text: recorded.map(hoursText), textposition: "auto", hovertemplate: "%{text}<extra>recorded</extra>" });
       }
-      Plotly.react(el, traces, layout(m[1], { xaxis: { type: "category" }, showlegend: !!run.actual }), CONFIG);
+      Plotly.react(el, traces, layout(m[1], { xaxis: { type: "category" }, yaxis: { title: { text: axis.name } },
+        showlegend: !!run.actual }), CONFIG);
     });
+    var note = document.getElementById("whatif-no-qos");
+    if (note) {  // no QoS target in the trace: say why deadline policies match fifo and QoS is a dash
+      note.hidden = !(run.runs.length && run.runs.every(function (r) { return !r.qos_jobs; }));
+    }
     var body = document.getElementById("whatif-table-body");
     if (body) {
       body.innerHTML = "";
@@ -182,10 +263,9 @@
       if (run.actual) { rows.push(["recorded (what happened)", run.actual]); }
       rows.forEach(function (row) {
         var tr = document.createElement("tr");
-        var cells = [row[0]].concat(["avg_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "qos_pct"].map(function (k) {
-          var v = row[1][k];
-          return v === null || v === undefined ? "–" : Number(v).toFixed(2);
-        }));
+        var cells = [row[0]].concat(["avg_jct_h", "median_jct_h", "p99_jct_h", "makespan_h"].map(function (k) {
+          return hoursText(row[1][k]);
+        })).concat([row[1].qos_pct === null || row[1].qos_pct === undefined ? MISSING : Number(row[1].qos_pct).toFixed(1)]);
         cells.forEach(function (c) { var td = document.createElement("td"); td.textContent = c; tr.appendChild(td); });
         body.appendChild(tr);
       });
@@ -222,8 +302,15 @@
     var root = document.querySelector("[data-refresh-s]");
     if (!root) { return; }
     refreshCharts();
-    var select = document.getElementById("dash-days");
-    if (select) { select.addEventListener("change", refreshCharts); }
+    var select = document.getElementById("dash-window");
+    if (select) {
+      select.addEventListener("change", function () {
+        keepWindow(select.value);
+        refreshCharts();
+      });
+      // Without script the form reloads the page with ?window=; with it, the charts redraw in place.
+      select.form.addEventListener("submit", function (event) { event.preventDefault(); });
+    }
     window.setInterval(refreshCharts, 1000 * Number(root.dataset.refreshS || 30));
   }
 

@@ -61,6 +61,9 @@ def test_a_job_behind_a_long_one_is_told_its_target_cannot_be_met(client):
     assert blocker_finish <= start <= blocker_finish + timedelta(seconds=60)  # the next round after it
     assert finish > at(admission["deadline_at"])
     assert admission["attainable"] is False
+    # Accepted, and said plainly, with the predicted finish (the form and the CLI say the same).
+    assert body["qos_warning"].startswith("Its QoS target is at risk: it is predicted to finish at ")
+    assert blocker["qos_warning"] == ""
     stored = AdmissionPrediction.objects.get(job_id=body["id"])
     assert stored.attainable is False and stored.predicted_finish_at == finish
 

@@ -135,11 +135,24 @@ def test_staff_may_raise_priority(staff_user, cluster):
     assert response.status_code == 201
 
 
-def test_users_list_their_own_jobs_and_staff_all(user, staff_user, cluster):
+def test_every_user_lists_every_job_as_squeue_does(user, staff_user, cluster):
     other = UserFactory()
+    mine = submit(user, name="mine", command="echo secret-argument", time_limit_s=600)
+    theirs = submit(other, name="theirs", command="echo their-secret", time_limit_s=600)
+    rows = {j["id"]: j for j in client_for(user).get(JOBS).json()["results"]}
+    assert set(rows) == {mine.pk, theirs.pk}
+    assert rows[theirs.pk]["owner"] == other.username and rows[theirs.pk]["details_hidden"] is True
+    assert rows[theirs.pk]["command"] == "" and rows[theirs.pk]["run_as"] == ""
+    assert rows[mine.pk]["command"] == "echo secret-argument" and rows[mine.pk]["details_hidden"] is False
+    assert client_for(staff_user).get(JOBS).json()["count"] == 2
+
+
+def test_private_jobs_lists_only_ones_own_as_slurms_privatedata(user, staff_user, cluster, settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "private_jobs": True}
     mine = submit(user, name="mine")
-    submit(other, name="theirs")
+    theirs = submit(UserFactory(), name="theirs")
     assert [j["id"] for j in client_for(user).get(JOBS).json()["results"]] == [mine.pk]
+    assert client_for(user).get(f"{JOBS}{theirs.pk}/").status_code == 404
     assert client_for(staff_user).get(JOBS).json()["count"] == 2
 
 
@@ -199,13 +212,18 @@ def test_detail_shows_queue_position_estimate_allocations_and_events(user, clust
     assert ((start - last_round).total_seconds() % 60) == pytest.approx(0, abs=1e-3)
 
 
-def test_another_users_job_is_not_found(user, cluster):
-    job = submit(UserFactory(), name="theirs")
+def test_another_users_job_shows_its_summary_but_not_what_it_runs_and_cannot_be_changed(user, cluster):
+    job = submit(UserFactory(), name="theirs", command="echo their-secret", time_limit_s=600)
     client = client_for(user)
-    assert client.get(f"{JOBS}{job.pk}/").status_code == 404
-    assert client.post(f"{JOBS}{job.pk}/cancel/").status_code == 404
+    body = client.get(f"{JOBS}{job.pk}/").json()
+    assert body["name"] == "theirs" and body["details_hidden"] is True
+    assert body["command"] == "" and body["log_tail"] == []
+    assert all(e["message"] == "" and e["data"] == {} for e in body["events"])
+    for action in ("cancel", "hold"):
+        response = client.post(f"{JOBS}{job.pk}/{action}/")
+        assert response.status_code == 403 and "owner" in response.json()["detail"]
     job.refresh_from_db()
-    assert job.state == JobState.PENDING
+    assert job.state == JobState.PENDING and not job.held
 
 
 def test_cancel_a_running_job(user, cluster):

@@ -74,3 +74,20 @@ def login(page: Any, live_server: Any, user: Any, password: str = TEST_PASSWORD)
 def login_fixture():
     """`login` as a fixture, for tests that prefer asking for it to importing it."""
     return login
+
+
+@pytest.fixture
+def cluster(settings, monkeypatch):
+    """One 4-GPU server and res18 under FIFO + tune; rounds run only when a test says so (no Redis,
+    no beat)."""
+    from tests.api.helpers import make_server, workload
+
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "fifo",
+        "allocator": "tune",
+        "inline_rounds": False,
+    }
+    monkeypatch.setattr("scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: None)
+    workload("res18")
+    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)

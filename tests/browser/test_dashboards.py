@@ -9,8 +9,10 @@ from django.core.cache import cache
 from django.urls import reverse
 from playwright.sync_api import expect
 
+from scheduler_app.durations import format_duration
 from scheduler_app.models import SimulationRun, SimulationStatus
 from tests.dashboards.test_views import seed_a_little
+from tests.scheduler_app.test_durations import CASES
 
 DASHBOARDS = ["index", "utilisation", "jobs", "qos", "queue"]
 ALL_CHARTS_DRAWN = """() => {
@@ -41,19 +43,58 @@ def test_every_dashboard_draws_its_charts(browser_page, live_server, login, staf
         expect(page.locator("#dash-status")).to_contain_text("updated")
         if name == "qos":  # seed_a_little's five forecasts, each 30 min early, 3 of 5 verdicts right
             expect(page.locator('[data-chart="admission-time"] .gtitle')).to_contain_text(
-                "5 jobs, median 0.50 h, verdict right 60%"
+                "5 jobs, median 30 min, verdict right 60%"
             )
+        if name == "jobs":  # five jobs of 2 h each
+            cdf = page.locator('[data-chart="jct-cdf"]')
+            expect(cdf.locator(".gtitle")).to_contain_text("5 completed jobs, median 2 h")
+            expect(cdf.locator(".xtitle")).to_have_text("job completion time (h)")
         assert (
             page.locator(".chart[data-endpoint] .main-svg").count()
             >= page.locator(".chart[data-endpoint]").count()
         )
-    # A new window redraws in place, without a page reload.
+    # A new window redraws in place, without a page reload, and the page's URL keeps it.
     page.evaluate("document.body.dataset.marker = 'same-page'")
-    with page.expect_response(re.compile(r"/dashboards/api/queue\.json\?days=30")):
-        page.locator("#dash-days").select_option("30")
+    with page.expect_response(re.compile(r"/dashboards/api/queue\.json\?window=30d$")):
+        page.locator("#dash-window").select_option("30d")
     page.wait_for_function(ALL_CHARTS_DRAWN)
     assert page.evaluate("document.body.dataset.marker") == "same-page"
+    assert page.url.endswith("/dashboards/queue/?window=30d")
     assert page.console_errors == []
+
+
+def test_the_window_survives_a_reload_and_goes_with_every_data_request(
+    browser_page, live_server, login, staff_user, quiet_scheduler
+):
+    seed_a_little()
+    page = login(browser_page, live_server, staff_user)
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(r.url) if "/dashboards/api/" in r.url else None)
+    page.goto(f"{live_server.url}{reverse('dashboards:utilisation')}")
+    page.wait_for_function(ALL_CHARTS_DRAWN)
+    expect(page.locator("#dash-window")).to_have_value("24h")  # the default
+    assert requested and all(url.endswith("?window=24h") for url in requested)
+    with page.expect_response(re.compile(r"/dashboards/api/utilisation\.json\?window=6h$")):
+        page.locator("#dash-window").select_option("6h")
+    assert page.url.endswith("/dashboards/utilisation/?window=6h")
+    requested.clear()
+    page.reload()
+    page.wait_for_function(ALL_CHARTS_DRAWN)
+    expect(page.locator("#dash-window")).to_have_value("6h")
+    assert requested and all(url.endswith("?window=6h") for url in requested)
+    # Going to another dashboard keeps it too.
+    page.get_by_role("link", name="Queue", exact=True).last.click()
+    page.wait_for_url(re.compile(r"/dashboards/queue/\?window=6h$"))
+    expect(page.locator("#dash-window")).to_have_value("6h")
+    assert page.console_errors == []
+
+
+def test_the_charts_write_durations_as_the_server_does(browser_page, live_server, login, staff_user):
+    page = login(browser_page, live_server, staff_user)
+    page.goto(f"{live_server.url}{reverse('dashboards:queue')}")
+    seconds = [s for s, _ in CASES] + [None, 1e-9, 86399.9, 123456789.0]
+    got = page.evaluate("xs => xs.map(x => window.AttuneDashboards.formatDuration(x))", seconds)
+    assert got == [format_duration(s) for s in seconds]
 
 
 def test_a_what_if_run_shows_its_progress_and_result_charts(
@@ -74,6 +115,11 @@ def test_a_what_if_run_shows_its_progress_and_result_charts(
     )
     expect(page.locator("#whatif-table-body tr")).to_have_count(2)
     expect(page.locator("#whatif-table-body")).to_contain_text("fifo/tune")
+    # Durations in readable units; the philly trace has no QoS target, and the page says what that means.
+    cells = page.locator("#whatif-table-body tr").first.locator("td").all_inner_texts()
+    assert all(re.fullmatch(r"-?[0-9.]+ (s|min|h|d)", c) for c in cells[1:5]), cells
+    assert cells[5] == "\u2013"
+    expect(page.locator("#whatif-no-qos")).to_be_visible()
     expect(page.locator("#whatif-status")).to_contain_text("SUCCEEDED")
     run = SimulationRun.objects.get()
     assert run.status == SimulationStatus.SUCCEEDED and len(run.results["runs"]) == 2

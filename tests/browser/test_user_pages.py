@@ -2,27 +2,11 @@
 
 import re
 
-import pytest
 from playwright.sync_api import expect
 
 from cluster_app.models import NodeState
 from scheduler_app.models import Job, JobState
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import make_server, workload
-
-
-@pytest.fixture
-def cluster(settings, monkeypatch):
-    """One 4-GPU server, the res18 workload; rounds run only when a test says so (no Redis, no beat)."""
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "tune",
-        "inline_rounds": False,
-    }
-    monkeypatch.setattr("scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: None)
-    workload("res18")
-    return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
 
 
 def test_submit_see_it_queued_open_it_and_cancel_it(browser_page, live_server, login, user, cluster):
@@ -33,7 +17,7 @@ def test_submit_see_it_queued_open_it_and_cancel_it(browser_page, live_server, l
     page.get_by_label("Catalog workload").select_option("res18")
     page.get_by_label("GPUs").fill("2")
     page.get_by_label("Total iterations").fill("20000")
-    page.get_by_label("Maximum latency (s)").fill("7200")
+    page.get_by_label("Maximum latency").fill("2h")  # the command line's durations (cli/durations.py)
     page.get_by_role("button", name="Submit job").click()
 
     job = Job.objects.get(name="resnet-a")
@@ -41,16 +25,18 @@ def test_submit_see_it_queued_open_it_and_cancel_it(browser_page, live_server, l
     expect(page.get_by_role("status")).to_contain_text(f"Job {job.pk} (resnet-a) submitted.")
     expect(page.locator("#job-state")).to_have_text("PENDING")
     # The admission prediction stored at submission: start, finish, and the QoS verdict.
-    expect(page.locator("#predicted-start time")).to_be_visible()
-    expect(page.locator("#predicted-finish")).to_be_visible()
-    expect(page.locator("#qos-attainable")).to_contain_text("attainable")
+    expect(page.locator("#estimated-start time")).to_be_visible()
+    expect(page.locator("#predicted-at-submission time").nth(1)).to_be_visible()
+    # A 2 h target for a job predicted to take longer: accepted, and said plainly (amber) at submission.
+    expect(page.locator("#qos-attainable")).to_contain_text("at risk: predicted to finish after its target")
+    expect(page.locator(".messages li.warning")).to_contain_text("Its QoS target is at risk")
     expect(page.locator("#schedule")).to_contain_text("Priority")
 
     page.get_by_role("link", name="Queue", exact=True).click()
     row = page.locator(f"#job-{job.pk}")
     expect(row).to_contain_text("resnet-a")
     expect(row).to_contain_text("PENDING")
-    expect(row.locator("td").nth(4)).to_have_text("1")  # position
+    expect(row.locator("td").nth(5)).to_have_text("1")  # position (after the User column every user now sees)
 
     # A round places it: the queue and the job page show its allocation.
     scheduling_round_run(trigger="test")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 import sys
@@ -11,11 +12,12 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from cli.main import main
+from cli.api import Api
 from scheduler_app.models import Allocation, Job, JobState
 from scheduler_app.services.job_control import job_finish
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, workload
+from tests.cli.helpers import run, usage_error
 from tests.factories import UserFactory
 from tests.standalone import ROOT, assert_imports_no_service, standalone_env
 
@@ -23,29 +25,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("fifo_proportional_minute_rounds"),
 ]
-
-PASSWORD = "correct horse battery staple"
-
-
-@pytest.fixture
-def service(live_server, tmp_path, monkeypatch):
-    """A live API with one 4-GPU server and res18; the CLI's login file in a temporary place."""
-    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
-    workload("res18")
-    user = UserFactory(username="alice")
-    user.set_password(PASSWORD)
-    user.save()
-    monkeypatch.setenv("ATTUNE_TOKEN_FILE", str(tmp_path / "token"))
-    monkeypatch.setenv("ATTUNE_PASSWORD", PASSWORD)
-    for name in ("ATTUNE_SERVER", "ATTUNE_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    return live_server.url
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_user_logs_in_submits_a_pipeline_watches_the_queue_and_cancels(service, tmp_path, capsys):
@@ -87,20 +66,28 @@ def test_a_user_logs_in_submits_a_pipeline_watches_the_queue_and_cancels(service
 
     code, out, _ = run(capsys, "queue")
     header, *rows = out.splitlines()
-    assert header.split() == ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START"]
+    assert header.split() == ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END"]
     by_id = {row.split()[0]: row.split() for row in rows}
     assert by_id[str(train.pk)][1:5] == ["train", "alice", "PENDING", "2"]
     assert by_id[str(evaluate.pk)][5] == "Dependency"
 
     code, out, _ = run(capsys, "show", str(evaluate.pk))
-    assert code == 0 and f"After jobs  {train.pk}" in out and "command: python eval.py" in out
+    assert (
+        code == 0 and re.search(rf"^After jobs +{train.pk}$", out, re.M) and "command: python eval.py" in out
+    )
+    # Nothing happened since the submission: the current estimate is the one predicted then.
+    estimated = re.search(r"^Estimated start +(\S+ \S+)$", out, re.M).group(1)
+    assert re.search(rf"^Predicted at submission +start {estimated}, ", out, re.M)
 
     # A round places the first job; its lease and output are what `show` and `log` print.
     scheduling_round_run()
     lease = train.allocations.get()
     Allocation.objects.filter(pk=lease.pk).update(log_tail="epoch 1 loss 2.31\nepoch 2 loss 1.87")
     code, out, _ = run(capsys, "show", str(train.pk))
-    assert "State       RUNNING" in out and f"Lease       gpu01 GPUs 0,1, {lease.num_cpus} cores" in out
+    assert re.search(r"^State +RUNNING$", out, re.M)
+    assert re.search(rf"^Lease +gpu01 GPUs 0,1, {lease.num_cpus} cores", out, re.M)
+    assert re.search(r"^Estimated finish +\d{4}-\d\d-\d\d \d\d:\d\d$", out, re.M)
+    assert re.search(r"^Predicted at submission +start \d{4}-\d\d-\d\d \d\d:\d\d, finish ", out, re.M)
     assert run(capsys, "log", str(train.pk)) == (0, "epoch 1 loss 2.31\nepoch 2 loss 1.87\n", "")
 
     assert run(capsys, "hold", str(evaluate.pk)) == (0, f"job {evaluate.pk}: PENDING (JobHeldUser)\n", "")
@@ -122,12 +109,30 @@ def test_the_services_refusals_reach_the_user_field_by_field(service, capsys):
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "10", "--after", "424242"
     )
     assert code == 1 and err == "error: depends_on: No job 424242 that you can see.\n"
+    workload("res50")
     code, _, err = run(capsys, "submit", "x", "--workload", "nope", "--gpus", "1", "--iters", "10")
-    assert code == 1 and err.startswith("error: workload: ")
+    assert (code, err) == (
+        1,
+        "error: unknown workload 'nope': choose one of res18, res50 (python -m cli workloads lists them)\n",
+    )
+    # Another field's refusal still comes, in the service's words.
+    code, _, err = run(capsys, "submit", "x", "--workload", "nope", "--priority", "5", "--iters", "10")
+    assert code == 1 and err.splitlines() == [
+        "error: unknown workload 'nope': choose one of res18, res50 (python -m cli workloads lists them)",
+        "priority: Only staff may raise a job's priority.",
+    ]
+    # A team: the service's own message names the teams there are.
+    code, _, err = run(capsys, "submit", "x", "--command", "true", "--team", "nope")
+    assert (code, err) == (1, "error: team: Unknown team “nope”: there are none yet.\n")
     code, _, err = run(
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "10", "--max-latency", "soon"
     )
-    assert code == 2 and "not a duration" in err
+    assert code == 2 and err == (
+        "error: --max-latency takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 2d): "
+        "'soon' is not a duration\n"
+    )
+    code, _, err = run(capsys, "submit", "x", "--command", "true", "-t", "1-24:00")
+    assert code == 2 and err == "error: --time: hours must be 0-23, minutes and seconds 0-59 after the days\n"
     code, _, err = run(capsys, "submit", "x", "--gpus", "1", "--iters", "10")
     assert code == 2 and "--workload NAME or --command" in err
     assert Job.objects.count() == before
@@ -161,16 +166,55 @@ def test_the_command_line_imports_no_django_and_explains_itself():
     )
 
 
-def test_submit_wait_returns_with_the_jobs_outcome(service, capsys):
+def _changes(out: str) -> list[str]:
+    """The change lines of `wait` without their time: "job 42: RUNNING 50%"."""
+    lines = [line for line in out.splitlines() if re.match(r"\d\d:\d\d:\d\d  job ", line)]
+    return [line[10:] for line in lines]
+
+
+class Polls:
+    """Counts the command line's polls, so that each change the test makes is seen by one of them
+    however slow the machine (a fixed sleep would miss a change now and then)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.count = 0
+        self.changed = threading.Condition()
+        listed = Api.jobs
+
+        def counted(api: Api, params: dict) -> list[dict]:
+            jobs = listed(api, params)
+            with self.changed:
+                self.count += 1
+                self.changed.notify_all()
+            return jobs
+
+        monkeypatch.setattr(Api, "jobs", counted)
+
+    def two_more(self) -> None:
+        """Return after two more polls: the second began after this call, so it saw what came before."""
+        with self.changed:
+            target = self.count + 2
+            assert self.changed.wait_for(lambda: self.count >= target, timeout=60)
+
+
+def test_submit_wait_prints_each_change_as_it_happens_and_returns_with_the_outcome(
+    service, capsys, monkeypatch
+):
     run(capsys, "--server", service, "login", "--username", "alice")
+    polls = Polls(monkeypatch)
 
     def end_later(name: str, state: str, exit_code: int | None) -> threading.Thread:
         def end() -> None:
             while not Job.objects.filter(name=name).exists():
                 time.sleep(0.05)
             job = Job.objects.get(name=name)
+            polls.two_more()  # seen PENDING
             scheduling_round_run()
-            time.sleep(0.3)  # a few polls see it RUNNING first
+            polls.two_more()  # seen RUNNING
+            Job.objects.filter(pk=job.pk).update(done_iters=5)
+            polls.two_more()  # seen half done
+            if state == JobState.COMPLETED:
+                Job.objects.filter(pk=job.pk).update(done_iters=10)  # the agent's last progress report
             with transaction.atomic():
                 job_finish(
                     job=Job.objects.select_for_update().get(pk=job.pk), state=state, exit_code=exit_code
@@ -185,12 +229,21 @@ def test_submit_wait_returns_with_the_jobs_outcome(service, capsys):
     thread = end_later("ok", JobState.COMPLETED, 0)
     code, out, _ = run(capsys, *submit[:1], "ok", *submit[1:])
     thread.join()
-    assert code == 0 and out.splitlines()[-1] == f"job {Job.objects.get(name='ok').pk}: COMPLETED"
+    ok = Job.objects.get(name="ok")
+    # One line per change, not one per poll.
+    assert polls.count > 6
+    assert code == 0 and _changes(out) == [
+        f"job {ok.pk}: PENDING (Priority)",
+        f"job {ok.pk}: RUNNING 0%",
+        f"job {ok.pk}: RUNNING 50%",
+        f"job {ok.pk}: COMPLETED 100%",
+    ]
     thread = end_later("bad", JobState.FAILED, 3)
     code, out, _ = run(capsys, *submit[:1], "bad", *submit[1:])
     thread.join()
-    assert code == 3 and out.splitlines()[-1].endswith("FAILED (exit code 3)")
-    assert run(capsys, "wait", str(Job.objects.get(name="ok").pk))[0] == 0
+    assert code == 3 and _changes(out)[-1].endswith("FAILED 50% (exit code 3)")
+    code, out, _ = run(capsys, "wait", str(ok.pk))
+    assert code == 0 and _changes(out) == [f"job {ok.pk}: COMPLETED 100%"]
 
 
 def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
@@ -277,3 +330,40 @@ def test_every_supported_directive_is_stored_as_it_says(service, tmp_path, capsy
         assert (job.cpus_per_gpu, job.mem_gb_per_gpu, job.total_iters) == (3.0, 8.0, 500)
         assert job.team.name == "vision" and job.qos_max_latency_s == 2 * 86400
         assert job.run_as == "alice" and job.script == script.read_text()
+
+
+@pytest.mark.parametrize(
+    ("typed", "seconds"),
+    [("90m", 5400), ("6h", 21600), ("1-12:00", 129600), ("30", 1800), ("01:30:00", 5400), ("1h30m", 5400)],
+)
+def test_an_own_command_needs_no_iterations_and_every_duration_takes_slurms_formats(
+    service, capsys, typed, seconds
+):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    code, out, _ = run(
+        capsys, "submit", "mine", "--command", "python train.py", "-t", typed, "--max-latency", typed
+    )
+    assert code == 0, out
+    job = Job.objects.get(name="mine")
+    assert (job.total_iters, job.time_limit_s, job.qos_max_latency_s) == (None, seconds, seconds)
+
+
+def test_queue_takes_squeues_state_codes_and_lists_the_states_it_knows(service, capsys):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    run(capsys, "submit", "big", "--workload", "res18", "--gpus", "4", "--iters", "10")
+    scheduling_round_run()
+    run(capsys, "submit", "waits", "--workload", "res18", "--gpus", "4", "--iters", "10")
+
+    def names(*argv: str) -> list[str]:
+        code, out, err = run(capsys, "queue", *argv)
+        assert code == 0, err
+        return [line.split()[1] for line in out.splitlines()[1:]]
+
+    assert names("-t", "pd") == ["waits"]
+    assert names("--state", "R") == ["big"]
+    assert names("-t", "R,PD") == names("-t", "running", "-t", "PENDING") == ["big", "waits"]
+    err = usage_error(capsys, "queue", "--state", "active")
+    assert (
+        "unknown state 'active': choose one of PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, PREEMPTED, "
+        "TIMEOUT, NODE_FAIL, OUT_OF_MEMORY (or squeue's PD, R, CD, F, CA, PR, TO, NF, OOM)"
+    ) in err

@@ -1,10 +1,13 @@
-"""Durations, deadlines and memory sizes as users type them (Slurm's formats too)."""
+"""Durations, deadlines and memory sizes as users type them (Slurm's formats too).
+
+cli/durations.py is the one parser of durations: the batch-script reader and the web form call it too.
+"""
 
 from datetime import UTC, datetime
 
 import pytest
 
-from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb
+from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_time_limit_s
 
 
 @pytest.mark.parametrize(
@@ -21,17 +24,52 @@ from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb
         ("1-12", 129600),  # D-HH
         ("1-12:30", 131400),  # D-HH:MM
         ("2-00:00:10", 172810),  # D-HH:MM:SS
+        ("90:00", 5400),  # the first field may be any size
+        ("48:00:00", 172800),
+        ("1-0", 86400),
         (" 2H ", 7200),
+        ("2d", 172800),
     ],
 )
 def test_durations(typed, seconds):
     assert parse_duration_s(typed) == seconds
 
 
-@pytest.mark.parametrize("typed", ["", "soon", "1x", "-5m", "1:2:3:4", "a-10:00", "0m", "0"])
-def test_what_is_not_a_duration_is_refused_with_what_was_typed(typed):
-    with pytest.raises(ValueError, match="duration"):
-        parse_duration_s(typed)
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        (
+            "soon",
+            "--time takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 2d): "
+            "'soon' is not a duration",
+        ),
+        ("", "--time takes MM"),
+        ("1x", "'1x' is not a duration"),
+        ("-5m", "'-5m' is not a duration"),
+        ("1:2:3:4", "'1:2:3:4' is not a duration"),
+        ("a-10:00", "'a-10:00' is not a duration"),
+        ("\uff11\uff10", "is not a duration"),  # full-width digits: str.isdigit() says yes
+        ("0m", "--time needs a positive duration; leave it out for no limit"),
+        ("0", "--time needs a positive duration"),
+        ("UNLIMITED", "--time: Attune takes a finite limit; leave it out for none"),
+        ("1:60", "--time: minutes and seconds after the first field must be 0-59"),
+        ("1-24", "--time: hours must be 0-23, minutes and seconds 0-59 after the days"),
+        ("1-00:60", "0-59 after the days"),
+        ("9" * 400 + "d", "is too long a duration"),
+        ("9" * 400, "is too long a duration"),
+    ],
+)
+def test_what_is_not_a_duration_is_refused_naming_the_option_and_what_was_typed(typed, message):
+    with pytest.raises(ValueError) as refused:
+        parse_duration_s(typed, option="--time")
+    assert message in str(refused.value)
+
+
+def test_a_time_limit_is_whole_seconds_at_least_one():
+    assert parse_time_limit_s("1-12:00") == 129600 and parse_time_limit_s("0.001s") == 1
+    assert parse_time_limit_s("1.5m") == 90 and isinstance(parse_time_limit_s("30"), int)
+    with pytest.raises(ValueError, match="leave the field empty for none"):
+        parse_time_limit_s("infinite", leave_out="leave the field empty")
 
 
 def test_deadlines_without_an_offset_are_local_time():

@@ -12,7 +12,17 @@ from cluster_app.models import GpuUsageSample, UsageSample
 from cluster_app.services import GpuUsage, UsageReport, cluster_usage_minutes_rebuild, node_heartbeat
 from profiles_app.models import Workload
 from scheduler_app.dashboards import selectors
-from scheduler_app.dashboards.buckets import BUCKET_LADDER_S, MAX_POINTS, EpochBucket, Window, window_for
+from scheduler_app.dashboards.buckets import (
+    BUCKET_LADDER_S,
+    TARGET_POINTS,
+    WINDOW_CHOICES,
+    EpochBucket,
+    Window,
+    window_for,
+    window_label,
+    window_span_s,
+    window_spanning,
+)
 from scheduler_app.models import AdmissionPrediction, AllocationGpu, JobState, SchedulingRound
 from tests.dashboards.conftest import T0, at, completed_job
 from tests.factories import AllocationFactory, JobFactory, ServerFactory, TeamFactory, WorkloadFactory
@@ -28,11 +38,25 @@ def hourly(hours: int) -> Window:
 def test_windows_have_a_bounded_number_of_aligned_buckets(days):
     now = T0 + timedelta(days=400, seconds=1234)
     window = window_for(days=days, now=now)
-    assert window.num_buckets <= MAX_POINTS
+    assert window.num_buckets <= TARGET_POINTS
     assert window.bucket_s in BUCKET_LADDER_S
     assert int(window.start.timestamp()) % window.bucket_s == 0
     assert window.start <= now - timedelta(days=days) < window.start + timedelta(seconds=window.bucket_s)
     assert len(window.bucket_starts()) == window.num_buckets
+
+
+def test_the_offered_windows_get_buckets_sized_for_them():
+    now = T0 + timedelta(days=400, seconds=1234)
+    widths = {w: window_spanning(span_s=window_span_s(w), now=now).bucket_s for w in WINDOW_CHOICES}
+    assert widths == {"1h": 60, "6h": 300, "24h": 900, "7d": 7200, "30d": 21600}
+    assert [window_label(w) for w in WINDOW_CHOICES] == ["1 hour", "6 hours", "24 hours", "7 days", "30 days"]
+
+
+@pytest.mark.parametrize(
+    ("text", "span_s"), [("1h", 3600), ("0.5h", 1800), ("7d", 604800), ("366d", 366 * 86400)]
+)
+def test_window_texts(text, span_s):
+    assert window_span_s(text) == span_s
 
 
 def test_utilisation_allocated_and_measured():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -106,6 +108,30 @@ def test_a_run_goes_through_the_task_to_its_results(
     assert all(r["finished_jobs"] == 20 and r["avg_jct_h"] > 0 for r in data["runs"])
     page = staff_client.get(reverse("dashboards:whatif_run", args=[run.pk]))
     assert page.status_code == 200 and b'data-metric="avg_jct_h"' in page.content
+    # The philly trace has no QoS target: the page says why edf would match fifo and QoS is a dash.
+    assert data["qos_jobs"] == 0
+    assert b'<p id="whatif-no-qos" class="dash-help">No job of this trace' in page.content
+    assert b"rounds every 5 min" in page.content
+    listing = staff_client.get(reverse("dashboards:whatif")).content.decode()
+    took = re.search(rf'href="/dashboards/whatif/{run.pk}/".*?<td>([^<]*)</td></tr>', listing, re.S)
+    assert took and re.fullmatch(r"[0-9.]+ (s|min)", took.group(1))
+
+
+def test_a_trace_with_qos_targets_has_no_such_note(staff_client):
+    run = whatif_run_create(
+        request=SimulationRequest(servers=1, num_jobs=5, workload="genie", allocators=("tune",))
+    )
+    run = whatif_run_execute(run_id=run.pk)
+    assert run.status == SimulationStatus.SUCCEEDED, run.error
+    assert staff_client.get(reverse("dashboards:api_whatif_run", args=[run.pk])).json()["qos_jobs"] == 5
+    page = staff_client.get(reverse("dashboards:whatif_run", args=[run.pk])).content.decode()
+    assert '<p id="whatif-no-qos" class="dash-help" hidden>' in page
+
+
+def test_policies_and_allocators_are_explained_on_hover(staff_client):
+    html = staff_client.get(reverse("dashboards:whatif")).content.decode()
+    assert '<abbr class="term" title="First in, first out' in html
+    assert 'title="Synergy-TUNE: best-case cores' in html
 
 
 def test_the_task_runs_a_queued_run_once():

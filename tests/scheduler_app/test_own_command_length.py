@@ -17,6 +17,7 @@ from scheduler_app.selectors import (
     own_command_iter_time_s,
     round_inputs,
 )
+from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import lease_of, submit
 
@@ -83,9 +84,11 @@ def test_a_job_behind_an_own_command_that_reports_its_speed_starts_when_it_will_
     Job.objects.filter(pk=blocker.pk).update(done_iters=0)
     pending = submit(user, gpus=1, iters=100)
     now = timezone.now()
+    job_forecasts_refresh(now=now)
     (entry,) = job_queue(now=now).values()
     assert entry.estimated_start_at is not None
     assert now + timedelta(seconds=2000) <= entry.estimated_start_at <= now + timedelta(seconds=2000 + 120)
     # Without a measure or a time limit nobody can say when it frees its GPUs.
     Allocation.objects.filter(pk=lease_of(blocker).pk).update(iters_per_s=None)
+    job_forecasts_refresh(now=now)
     assert job_queue(now=now)[pending.pk].estimated_start_at is None

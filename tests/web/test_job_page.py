@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from profiles_app.models import SpeedObservation, Workload
 from scheduler_app.models import AdmissionPrediction, JobState
+from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.jobs import job_event_append
 from scheduler_app.web import views
 from tests.factories import UserFactory
@@ -13,13 +14,21 @@ from tests.web.conftest import pending_job, running_job
 pytestmark = pytest.mark.django_db
 
 
-def test_another_users_job_is_a_404_to_see_and_to_cancel(user, client_of, cluster):
-    job = pending_job(UserFactory())
+def test_another_users_job_shows_its_summary_and_cannot_be_cancelled(user, client_of, cluster):
+    job = pending_job(UserFactory(), command="echo their-secret", workload=None, time_limit_s=600)
     client = client_of(user)
-    assert client.get(f"/jobs/{job.pk}/").status_code == 404
-    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 404
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f"Job {job.pk}: {job.name}" in html and 'id="details-hidden"' in html
+    assert "their-secret" not in html and 'id="cancel-job"' not in html and 'id="hold-job"' not in html
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 403
     job.refresh_from_db()
     assert job.state == JobState.PENDING
+
+
+def test_private_jobs_makes_another_users_job_a_404(user, client_of, cluster, settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "private_jobs": True}
+    job = pending_job(UserFactory())
+    assert client_of(user).get(f"/jobs/{job.pk}/").status_code == 404
 
 
 def test_staff_see_and_cancel_anyones_job(staff_user, client_of, cluster):
@@ -61,10 +70,12 @@ def test_the_cancel_form_carries_a_csrf_token(user, cluster):
 
 def test_a_pending_job_shows_its_reason_position_and_estimated_start(user, client_of, cluster):
     job = pending_job(user)
+    job_forecasts_refresh()
     html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
     assert "<code>Priority</code>" in html
     assert "<dt>Queue position</dt><dd>1</dd>" in html
-    assert '<dt>Estimated start</dt><dd id="predicted-start"><time' in html
+    assert '<dt>Estimated start</dt><dd id="estimated-start"><time' in html
+    assert '<dt>Estimated finish</dt><dd id="estimated-finish"><time' in html
 
 
 def test_a_stored_admission_prediction_is_shown(user, client_of, cluster):
@@ -80,10 +91,10 @@ def test_a_stored_admission_prediction_is_shown(user, client_of, cluster):
         attainable=False,
     )
     html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
-    assert f'<dd id="predicted-start"><time datetime="{start:%Y-%m-%dT%H:%M:%S}' in html
-    assert 'id="predicted-finish"><time' in html
-    assert '<dd id="qos-attainable"><span class="bad">not attainable</span>' in html
-    assert "<dt>Estimated start</dt>" not in html  # the stored prediction replaces the rough estimate
+    assert f'<dd id="predicted-at-submission">start <time datetime="{start:%Y-%m-%dT%H:%M:%S}' in html
+    assert f', finish <time datetime="{start + timezone.timedelta(hours=2):%Y-%m-%dT%H:%M:%S}' in html
+    assert '<dd id="qos-attainable"><span class="warn">at risk' in html
+    assert "<dt>Estimated start</dt>" in html  # the current estimate, beside what was predicted
 
 
 def test_without_a_prediction_the_helper_gives_none(user, cluster):
@@ -186,4 +197,25 @@ def test_a_pending_job_is_held_and_released_from_its_page(
     assert "only staff can release it" in html
     job.refresh_from_db()
     assert job.held
-    assert client_of(UserFactory()).post(f"/jobs/{job.pk}/hold/").status_code == 404
+    assert client_of(UserFactory()).post(f"/jobs/{job.pk}/hold/").status_code == 403
+
+
+def test_a_finished_job_shows_how_far_it_was_from_its_prediction(user, client_of, cluster):
+    submitted = timezone.now() - timezone.timedelta(hours=3)
+    job = pending_job(
+        user,
+        state=JobState.COMPLETED,
+        started_at=submitted + timezone.timedelta(minutes=42),
+        finished_at=submitted + timezone.timedelta(hours=2, minutes=30),
+    )
+    AdmissionPrediction.objects.create(
+        job=job,
+        policy="fifo",
+        allocator="tune",
+        predicted_start_at=submitted + timezone.timedelta(minutes=30),
+        predicted_finish_at=submitted + timezone.timedelta(hours=3),
+    )
+    html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
+    assert '<small class="muted" id="start-error">(actual start: 12 min later)</small>' in html
+    assert '<small class="muted" id="finish-error">(actual finish: 30 min earlier)</small>' in html
+    assert 'id="estimated-finish"' not in html  # a finished job has no current estimate

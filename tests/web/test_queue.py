@@ -7,6 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler_app.models import JobState
+from scheduler_app.services.forecasts import job_forecasts_refresh
 from tests.api.helpers import make_server
 from tests.factories import TeamFactory, UserFactory
 from tests.web.conftest import pending_job, running_job
@@ -20,7 +21,18 @@ def job_ids(html: str) -> list[int]:
     return [int(i) for i in re.findall(r'<tr id="job-(\d+)"', html)]
 
 
-def test_a_user_sees_only_their_own_jobs_and_staff_see_all(user, staff_user, client_of, cluster):
+def test_every_user_sees_every_job_as_squeue_shows_them(user, staff_user, client_of, cluster):
+    mine = pending_job(user)
+    other = UserFactory()
+    theirs = pending_job(other)
+    html = client_of(user).get(URL).content.decode()
+    assert job_ids(html) == [mine.pk, theirs.pk]
+    assert f"<td>{other.username}</td>" in html.split(f'<tr id="job-{theirs.pk}"')[1].split("</tr>")[0]
+    assert job_ids(client_of(staff_user).get(URL).content.decode()) == [mine.pk, theirs.pk]
+
+
+def test_private_jobs_shows_a_user_only_their_own(user, staff_user, client_of, cluster, settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "private_jobs": True}
     mine = pending_job(user)
     theirs = pending_job(UserFactory())
     assert job_ids(client_of(user).get(URL).content.decode()) == [mine.pk]
@@ -31,13 +43,17 @@ def test_running_then_pending_with_position_reason_estimate_and_allocation(user,
     first = pending_job(user)
     second = pending_job(user, num_gpus=4)
     running, _ = running_job(user, cluster, gpus=2, done_iters=250)
+    job_forecasts_refresh()
     html = client_of(user).get(URL).content.decode()
     assert job_ids(html) == [running.pk, first.pk, second.pk]
     row = html.split(f'<tr id="job-{first.pk}"')[1].split("</tr>")[0]
     cells = re.findall(r"<td>(.*?)</td>", row, re.S)
-    assert "PENDING" in cells[3] and cells[4] == "1" and "Priority" in cells[5] and "<time" in cells[6]
+    assert "PENDING" in cells[4] and cells[5] == "1" and "Priority" in cells[6]
+    assert re.search(r'<td class="est-start"><time', row) and re.search(
+        r'<td class="est-finish"><span[^>]*><time', row
+    )
     row = html.split(f'<tr id="job-{second.pk}"')[1].split("</tr>")[0]
-    assert re.findall(r"<td>(.*?)</td>", row, re.S)[4] == "2"
+    assert re.findall(r"<td>(.*?)</td>", row, re.S)[5] == "2"
     row = html.split(f'<tr id="job-{running.pk}"')[1].split("</tr>")[0]
     assert "<strong>gpu01</strong> GPU 0,1 · 6 cores · 125 GB" in row
     assert 'value="250"' in row and "25%" in row

@@ -100,8 +100,16 @@ def test_a_service_error_shows_next_to_its_field_and_keeps_what_was_typed(user, 
     [
         ({}, "workload", "Choose a catalog workload, or give a command or a batch script to run."),
         ({"workload": "res18", "command": "x"}, "command", "not both"),
-        ({"workload": "res18", "cpus_per_gpu": "0"}, "cpus_per_gpu", "CPU cores per GPU must be at least 0.01."),
-        ({"workload": "res18", "mem_gb_per_gpu": "-1"}, "mem_gb_per_gpu", "Memory per GPU (GB) must be at least 0.01."),
+        (
+            {"workload": "res18", "cpus_per_gpu": "0"},
+            "cpus_per_gpu",
+            "CPU cores per GPU must be at least 0.01.",
+        ),
+        (
+            {"workload": "res18", "mem_gb_per_gpu": "-1"},
+            "mem_gb_per_gpu",
+            "Memory per GPU (GB) must be at least 0.01.",
+        ),
         ({"workload": "res18", "num_gpus": "0"}, "num_gpus", "greater than or equal to 1"),
         ({"workload": "res18", "total_iters": "abc"}, "total_iters", "Enter a whole number."),
         (
@@ -109,7 +117,16 @@ def test_a_service_error_shows_next_to_its_field_and_keeps_what_was_typed(user, 
             "qos_max_latency_s",
             "Give either a deadline or a maximum latency, not both.",
         ),
-        ({"workload": "res18", "qos_max_latency_s": "-5"}, "qos_max_latency_s", "from 1 second"),
+        ({"workload": "res18", "qos_max_latency_s": "0.5s"}, "qos_max_latency_s", "from 1 second"),
+        (
+            {"workload": "res18", "qos_max_latency_s": "-5"},
+            "qos_max_latency_s",
+            "The maximum latency takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, "
+            "2d): &#x27;-5&#x27; is not a duration",
+        ),
+        ({"workload": "res18", "time_limit": "soon"}, "time_limit", "The time limit takes MM, MM:SS"),
+        ({"workload": "res18", "time_limit": "UNLIMITED"}, "time_limit", "leave it empty for none"),
+        ({"workload": "res18", "time_limit": "1-24:00"}, "time_limit", "hours must be 0-23"),
         ({"workload": "res18", "team": "other"}, "team", "Select a valid choice"),
         ({"workload": "nope"}, "workload", "Select a valid choice"),
     ],
@@ -188,3 +205,61 @@ def test_an_array_from_the_form_is_one_job_per_task(user, client_of, cluster, no
     response = client.post(URL, {**base, "array": "9-1"})
     assert field_errors(response.content.decode(), "array") == ["“9-1” is an empty range"]
     assert Job.objects.count() == 3
+
+
+@pytest.mark.parametrize(
+    ("typed", "seconds"),
+    [("90m", 5400), ("6h", 21600), ("1-12:00", 129600), ("30", 1800), ("01:30:00", 5400), ("1h30m", 5400)],
+)
+def test_the_time_limit_and_the_latency_take_the_command_lines_durations(
+    user, client_of, cluster, typed, seconds
+):
+    response = client_of(user).post(
+        URL,
+        {"name": "t", "command": "python train.py", "time_limit": typed, "qos_max_latency_s": typed},
+    )
+    job = Job.objects.get()
+    assert response.status_code == 302
+    # An own command needs no iterations: its time limit sizes it.
+    assert (job.time_limit_s, job.qos_max_latency_s, job.total_iters) == (seconds, seconds, None)
+
+
+def test_a_job_is_submitted_held_on_given_servers(user, client_of, cluster, no_rounds):
+    from tests.api.helpers import make_server
+
+    make_server("gpu02", gpus=4, cpus=12, mem_gb=250)
+    html = client_of(user).get(URL).content.decode()
+    assert 'type="checkbox" name="hold"' in html and 'name="num_nodes"' in html
+    response = client_of(user).post(
+        URL,
+        {"name": "later", "command": "torchrun train.py", "num_gpus": "4", "num_nodes": "2", "hold": "on"},
+    )
+    job = Job.objects.get()
+    assert response.status_code == 302
+    assert job.held and job.pending_reason == "JobHeldUser" and (job.num_gpus, job.num_nodes) == (4, 2)
+
+
+def test_a_scripts_hold_directive_holds_it_though_the_box_is_unticked(user, client_of, cluster):
+    client = client_of(user)
+    client.post(URL, {"script": "#!/bin/bash\n#SBATCH --job-name=held --hold\n#SBATCH -t 1-00:00\ntrue\n"})
+    client.post(URL, {"script": "#!/bin/bash\n#SBATCH --job-name=free\ntrue\n"})
+    held, free = Job.objects.get(name="held"), Job.objects.get(name="free")
+    assert held.held and held.time_limit_s == 86400 and not free.held
+
+
+def test_a_refused_duration_keeps_what_was_typed(user, client_of, cluster):
+    html = (
+        client_of(user)
+        .post(
+            URL,
+            {
+                "name": "j",
+                "workload": "res18",
+                "total_iters": "10",
+                "time_limit": "soon",
+                "qos_max_latency_s": "6h",
+            },
+        )
+        .content.decode()
+    )
+    assert 'name="time_limit" value="soon"' in html and 'name="qos_max_latency_s" value="6h"' in html

@@ -47,6 +47,13 @@ class AgentRegisterSerializer(serializers.Serializer):
     storage_mbps = StrictFloatField(min_value=0, max_value=MAX_STORAGE_MBPS, required=False, default=0.0)
     gpus = AgentGpuSerializer(many=True, allow_empty=False)
     cgroup_mode = StrictCharField(max_length=32, required=False, allow_blank=True, default="")
+    time_scale = StrictFloatField(
+        min_value=1e-4,
+        max_value=1e4,
+        required=False,
+        default=1.0,
+        help_text="A fake node's time per second of a job's profile (0.05: 20x faster); 1 on a real node",
+    )
 
     def validate_gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len({g["index"] for g in gpus}) != len(gpus):
@@ -65,6 +72,7 @@ class AgentRegisterSerializer(serializers.Serializer):
             address=d["address"],
             agent_version=d["agent_version"],
             storage_mbps=d["storage_mbps"],
+            time_scale=d["time_scale"],
         )
 
 

@@ -25,6 +25,9 @@ class OverviewServerSerializer(serializers.Serializer):
     state_reason = serializers.CharField()
     gpu_model = serializers.CharField()
     agent_version = serializers.CharField()
+    time_scale = serializers.FloatField(
+        help_text="1 on a real node; a fake node's --time-scale (0.05: 20x faster)"
+    )
     last_heartbeat_at = serializers.DateTimeField(allow_null=True)
     capacity = ResourcesSerializer()
     in_use = ResourcesSerializer()

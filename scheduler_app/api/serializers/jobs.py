@@ -17,6 +17,8 @@ from scheduler_app.api.fields import (
 )
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.models import AdmissionPrediction, Allocation, Job, JobEvent, JobState, Team
+from scheduler_app.selectors import job_details_visible, job_estimate
+from scheduler_app.services.admission import qos_at_risk_message
 from scheduler_app.services.jobs import (
     MAX_COMMAND_CHARS,
     MAX_DEPENDENCIES,
@@ -189,12 +191,25 @@ class JobSubmitSerializer(serializers.Serializer):
         return JobRequest(**{**data, "depends_on": tuple(data["depends_on"])})
 
 
+# What another user's job does not show: what it runs and where it writes (its owner's business).
+HIDDEN_FROM_OTHERS = ("command", "script", "run_as", "work_dir", "output_path", "error_path")
+
+
 class JobSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     team = serializers.CharField(source="team.name", read_only=True, allow_null=True, default=None)
     workload = serializers.CharField(source="workload.name", read_only=True, allow_null=True, default=None)
     queue_position = serializers.SerializerMethodField(help_text="1-based place among PENDING jobs")
-    estimated_start_at = serializers.SerializerMethodField(help_text="Rough estimate; see docs/rest-api.md")
+    estimated_start_at = serializers.SerializerMethodField(
+        help_text="A pending job's current estimate, the same on every page (docs/rest-api.md)"
+    )
+    estimated_finish_at = serializers.SerializerMethodField(
+        help_text="A pending or running job's current estimate (null: unknown, see estimate_detail)"
+    )
+    estimate_detail = serializers.SerializerMethodField(help_text="Why an estimate is unknown")
+    details_hidden = serializers.SerializerMethodField(
+        help_text="Another user's job: command, script, paths, log and event messages are left out"
+    )
     depends_on = serializers.PrimaryKeyRelatedField(
         many=True, read_only=True, help_text="Jobs that must complete before this one starts"
     )
@@ -237,6 +252,9 @@ class JobSerializer(serializers.ModelSerializer):
             "pending_reason",
             "queue_position",
             "estimated_start_at",
+            "estimated_finish_at",
+            "estimate_detail",
+            "details_hidden",
             "submitted_at",
             "started_at",
             "finished_at",
@@ -253,11 +271,31 @@ class JobSerializer(serializers.ModelSerializer):
         entry = self._queue_entry(job)
         return entry.position if entry else None
 
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_estimated_start_at(self, job: Job) -> str | None:
-        entry = self._queue_entry(job)
-        if entry is None or entry.estimated_start_at is None:
-            return None
-        return serializers.DateTimeField().to_representation(entry.estimated_start_at)
+        start = job_estimate(job).start_at if job.state == JobState.PENDING else None
+        return serializers.DateTimeField().to_representation(start) if start else None
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_estimated_finish_at(self, job: Job) -> str | None:
+        finish = job_estimate(job).finish_at if job.state in (JobState.PENDING, JobState.RUNNING) else None
+        return serializers.DateTimeField().to_representation(finish) if finish else None
+
+    def get_estimate_detail(self, job: Job) -> str:
+        return job_estimate(job).detail if job.state in (JobState.PENDING, JobState.RUNNING) else ""
+
+    def get_details_hidden(self, job: Job) -> bool:
+        request = self.context.get("request")
+        return request is not None and not job_details_visible(job, request.user)
+
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        data = super().to_representation(job)
+        if data.get("details_hidden"):
+            # Another user's job: its summary, not what it runs or writes (scontrol show job's rule).
+            for field in HIDDEN_FROM_OTHERS:
+                if field in data:
+                    data[field] = ""
+        return data
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -341,6 +379,14 @@ class JobDetailSerializer(JobSerializer):
             return None
         return AdmissionSerializer(prediction).data
 
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        data = super().to_representation(job)
+        if data.get("details_hidden"):
+            data["log_tail"] = []
+            for event in data.get("events", []):
+                event["message"], event["data"] = "", {}
+        return data
+
     def get_log_tail(self, job: Job) -> list[str]:
         lines: list[str] = []
         for allocation in job.allocations.all():
@@ -352,13 +398,23 @@ class JobDetailSerializer(JobSerializer):
 class JobSubmittedSerializer(JobDetailSerializer):
     """The answer to a submission: the job (an array's first task) and, for an array, every task."""
 
-    array_job_ids = serializers.ListField(
-        child=serializers.IntegerField(),
-        read_only=True,
-        allow_null=True,
-        help_text="An array's tasks' ids, in index order; null when `array` was not given",
+    array_job_ids = serializers.SerializerMethodField(
+        help_text="An array's tasks' ids, in index order; null when `array` was not given"
+    )
+    qos_warning = serializers.SerializerMethodField(
+        help_text="Said plainly if the QoS target is predicted to be missed (the job is accepted), or empty"
     )
 
     class Meta(JobDetailSerializer.Meta):
-        fields = [*JobDetailSerializer.Meta.fields, "array_job_ids"]
+        fields = [*JobDetailSerializer.Meta.fields, "array_job_ids", "qos_warning"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField(), allow_null=True))
+    def get_array_job_ids(self, job: Job) -> list[int] | None:
+        return self.context.get("array_job_ids")
+
+    def get_qos_warning(self, job: Job) -> str:
+        try:
+            return qos_at_risk_message(job.admission_prediction)
+        except AdmissionPrediction.DoesNotExist:
+            return ""

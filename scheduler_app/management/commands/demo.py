@@ -20,8 +20,9 @@ from django.db import close_old_connections
 from cluster_app.models import Server
 from cluster_app.services import GpuSpec, agent_credential_issue, server_create
 from profiles_app.models import Workload
-from scheduler_app.models import Team, UnixAccount
-from scheduler_app.services import JobRequest, job_submit
+from scheduler_app.models import Job, JobState, Team, UnixAccount
+from scheduler_app.services import JobRequest
+from scheduler_app.services.job_control import job_enqueue
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.rounds import scheduling_round_run
 
@@ -47,16 +48,29 @@ class Command(BaseCommand):
             help="synthetic jobs run this much faster (default 0.05)",
         )
         parser.add_argument("--submit-every-s", type=float, default=30.0, help="a new demo job this often")
+        parser.add_argument(
+            "--max-pending",
+            type=int,
+            default=4,
+            help="submit only while fewer demo jobs than this wait (default 4): a short, moving queue",
+        )
 
     def handle(self, *args, **opts) -> None:
+        # The forecasts must know this demo's round length (its rounds run in this process).
+        settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "round_s": opts["round_s"]}
         call_command("seed_demo", servers=0, verbosity=0)
         self._explain_identity()
         url = f"http://{opts['addr']}"
         agents = [self._start_agent(name, url, opts["time_scale"]) for name in AGENT_NAMES]
         stop = threading.Event()
         threading.Thread(target=self._rounds, args=(stop, opts["round_s"]), daemon=True).start()
-        threading.Thread(target=self._trickle, args=(stop, opts["submit_every_s"]), daemon=True).start()
-        self.stdout.write(self.style.SUCCESS(f"demo: {url}/ (admin: {url}/admin/, login admin / admin)"))
+        threading.Thread(
+            target=self._trickle,
+            args=(stop, opts["submit_every_s"], opts["max_pending"], opts["time_scale"]),
+            daemon=True,
+        ).start()
+        threading.Thread(target=self._announce_ready, args=(stop, url), daemon=True).start()
+        self.stdout.write(f"demo: starting the web server at {url}/ and three agents (logs in var/agent/)")
         try:
             call_command("runserver", opts["addr"], use_reloader=False)
         finally:
@@ -139,20 +153,55 @@ class Command(BaseCommand):
             finally:
                 close_old_connections()
 
-    def _trickle(self, stop: threading.Event, every_s: float) -> None:
-        """Submit a random catalog job now and then, so a newcomer sees the queue move."""
+    def _announce_ready(self, stop: threading.Event, url: str, timeout_s: float = 120.0) -> None:
+        """Say the demo is ready once the agents registered, naming them (not before: "0 servers")."""
+        deadline = time.monotonic() + timeout_s
+        while not stop.wait(1.0):
+            try:
+                ready = list(
+                    Server.objects.filter(name__in=AGENT_NAMES, last_heartbeat_at__isnull=False)
+                    .exclude(agent_version="")
+                    .order_by("name")
+                )
+            finally:
+                close_old_connections()
+            if len(ready) == len(AGENT_NAMES) or time.monotonic() > deadline:
+                break
+        if stop.is_set():
+            return
+        if not ready:
+            self.stderr.write("demo: no agent registered yet; see var/agent/*/agent.log")
+            return
+        servers = ", ".join(
+            f"{s.name} ({s.num_gpus} GPUs, {s.num_cpus} cores, {s.mem_gb:g} GB)" for s in ready
+        )
+        scale = ready[0].time_scale
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"demo ready: {url}/ (login admin / admin) with {servers}; fake GPUs, jobs run "
+                f"{1 / scale:g}x faster than their profiles"
+            )
+        )
+
+    def _trickle(self, stop: threading.Event, every_s: float, max_pending: int, time_scale: float) -> None:
+        """Submit a random catalog job now and then, so a newcomer sees the queue move; only while fewer
+        than `max_pending` wait, so that the queue stays short instead of flooding."""
         rng = random.Random(7)
         while not stop.wait(every_s):
             try:
+                if Job.objects.filter(state=JobState.PENDING).count() >= max_pending:
+                    continue
                 team = rng.choice(list(Team.objects.prefetch_related("members")))
                 owner = team.members.first() or get_user_model().objects.get(username="admin")
                 workload = rng.choice(list(Workload.objects.exclude(name__in=["bert", "vae"])))
-                job_submit(
+                # Through job_enqueue, as the API and the form: a prediction at submission, an early round.
+                job_enqueue(
                     owner=owner,
                     request=JobRequest(
                         name=f"{workload.name}-{int(time.time()) % 100000}",
                         num_gpus=rng.choice([1, 1, 1, 2, 4]),
-                        total_iters=int(rng.uniform(120, 600) / (workload.iter_time_s * 0.05)),
+                        # 2 to 10 minutes of wall time at the fake nodes' speed.
+                        total_iters=int(rng.uniform(120, 600) / (workload.iter_time_s * time_scale)),
                         workload=workload,
                         team=team,
                     ),

@@ -101,9 +101,10 @@ class Command(BaseCommand):
                     ),
                 )
                 submitted += 1
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"demo ready: {Server.objects.count()} servers ({created_servers} new), {workloads} catalog "
-                f"workloads, {submitted} jobs submitted; admin login: admin / {opts['admin_password']}"
+        if opts["verbosity"] > 0:  # `demo` seeds quietly and says "ready" once its agents registered
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"seeded: {Server.objects.count()} servers ({created_servers} new), {workloads} catalog "
+                    f"workloads, {submitted} jobs submitted; admin login: admin / {opts['admin_password']}"
+                )
             )
-        )

@@ -1,0 +1,237 @@
+"""One forecast of the live queue: when each pending or running job starts and finishes, from now.
+
+Every time the service shows (the queue, the job page, the API, `cli queue` and `cli show`) reads the
+estimate this module stores (JobForecast), refreshed after every scheduling round and at submission;
+the prediction made at submission (services/admission.py) comes from the same function, so the two
+differ only by what happened in between.
+
+The forecast plays the queue forward with the simulator's forecast (the same core, policy and
+allocator as the live rounds, no future arrivals) in wall-clock time: a running job goes at the speed
+its agent measures, a job not yet measured at its profile's speed times its servers' time scale (a
+fake node with time scale 0.05 runs its synthetic jobs 20 times faster than their profiles).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import statistics
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from cluster_app.models import Server
+from cluster_app.selectors import SCHEDULABLE_STATES
+from notify_app.services import notification_qos_at_risk
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.core.types import JobView
+from scheduler_app.models import Job, JobForecast, JobState, PendingReason
+from scheduler_app.selectors import (
+    borrowing_teams,
+    dependency_pending_reason,
+    dependency_waits,
+    next_round_at,
+    own_command_iter_time_s,
+    round_inputs,
+    team_quotas_left,
+)
+from scheduler_app.simulator.forecast import forecast
+
+logger = logging.getLogger(__name__)
+
+OWN_COMMAND_UNKNOWN = "own command without a time limit: its finish cannot be predicted"
+NEVER_STARTS = "a job it depends on ended without completing: it will not start"
+HELD = "held: it starts only once released"
+NOT_SCHEDULABLE = "the job's servers are not schedulable"
+UNKNOWN_LENGTH_ITER_S = 1e12  # far past any horizon
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A job's predicted start and finish (None: unknown, `detail` says why) and whether the forecast
+    ran out of its time budget before deciding it."""
+
+    start_at: datetime | None
+    finish_at: datetime | None
+    detail: str = ""
+    cut_short: bool = False
+
+
+def _at(seconds: float | None) -> datetime | None:
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return datetime.fromtimestamp(seconds, tz=timezone.get_current_timezone())
+
+
+def cluster_time_scale(servers: Sequence[Server]) -> float:
+    """How much faster than wall time the schedulable servers run their jobs' iterations: 1 on real
+    nodes; a fake node's --time-scale (0.05: 20 times faster). The median, should they differ."""
+    scales = [s.time_scale for s in servers if s.time_scale and s.time_scale > 0]
+    return statistics.median(scales) if scales else 1.0
+
+
+def _in_wall_time(view: JobView, job: Job, leases, scale: float) -> JobView:
+    """The view with its profile's seconds per iteration in wall time: from the speed the job's agent
+    measures while it runs (its current placement's speed-up over the measured iterations per second),
+    else the profile's times the cluster's time scale. An own command that nothing sizes (no measure,
+    no time limit) never ends in the forecast: what waits for its GPUs gets no time, not a guess."""
+    measured = [lease.iters_per_s for lease in leases if lease.iters_per_s] if job.total_iters else []
+    if job.workload_id is None and own_command_iter_time_s(job, measured) is None:
+        iter_time_s = UNKNOWN_LENGTH_ITER_S
+    elif measured and view.current is not None and view.current.speedup > 0:
+        iter_time_s = view.current.speedup / max(measured)
+    else:
+        iter_time_s = view.profile.iter_time_s * scale
+    if iter_time_s == view.profile.iter_time_s:
+        return view
+    return dataclasses.replace(view, profile=dataclasses.replace(view.profile, iter_time_s=iter_time_s))
+
+
+def live_forecast(
+    *,
+    now: datetime,
+    budget_s: float,
+    targets: Collection[int] | None = None,
+    extra_jobs: Sequence[Job] = (),
+    early_round: bool = False,
+) -> dict[int, Estimate]:
+    """Estimates for the `targets` (default: every pending or running job), from one forecast of the
+    live queue. `extra_jobs`: jobs to add to the queue as they are (just submitted, not yet visible).
+    `early_round`: a submission asks for a round right away (inline) or after early_round_delay_s,
+    so the forecast's first round is then, not the next periodic one."""
+    conf = scheduler_conf()
+    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("workload")
+    jobs = list(live)
+    known = {j.pk for j in jobs}
+    jobs += [j for j in extra_jobs if j.pk not in known]
+    wanted = set(targets) if targets is not None else {j.pk for j in jobs}
+    out: dict[int, Estimate] = {}
+    for job in jobs:
+        if job.pk in wanted and job.held and job.state == JobState.PENDING:
+            out[job.pk] = Estimate(None, None, HELD)
+    # Held jobs do not run until released: not in the forecast. Jobs after others (afterok) join its
+    # queue when those finish in it; a job after one that ended without completing never runs.
+    jobs = [j for j in jobs if not (j.held and j.state == JobState.PENDING)]
+    waits = dependency_waits(job_ids=[j.pk for j in jobs if j.state == JobState.PENDING])
+    never = {
+        job_id
+        for job_id, deps in waits.items()
+        if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
+    }
+    jobs = [j for j in jobs if j.pk not in never]
+    servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
+    inputs = round_inputs(servers=servers, jobs=jobs)
+    placeable = []
+    for job_id in sorted(wanted - out.keys()):
+        if job_id in never:
+            out[job_id] = Estimate(None, None, NEVER_STARTS)
+        elif job_id not in inputs.jobs:
+            out[job_id] = Estimate(None, None, NOT_SCHEDULABLE)
+        else:
+            placeable.append(job_id)
+    if not placeable:
+        return out
+    scale = cluster_time_scale(servers)
+    views = [
+        _in_wall_time(v, inputs.jobs[v.job_id], inputs.leases_by_job.get(v.job_id, ()), scale)
+        for v in inputs.views
+    ]
+    started_s = {
+        j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
+    }
+    wall_start = time.perf_counter()
+    predicted = forecast(
+        inputs.snapshot,
+        views,
+        policy=conf.policy,
+        allocator=conf.allocator,
+        first_round_s=_first_round_at(now, early_round).timestamp(),
+        round_s=conf.round_s,
+        started_s=started_s,
+        until_finished=placeable,
+        max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
+        time_budget_s=budget_s,
+        team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
+        borrowing_teams=borrowing_teams(),
+        after={job_id: deps.keys() for job_id, deps in waits.items() if job_id not in never},
+    )
+    cut_short = time.perf_counter() - wall_start >= budget_s
+    horizon = f"within the forecast's {conf.forecast_horizon_h:g} h"
+    for job_id in placeable:
+        job, one = inputs.jobs[job_id], predicted[job_id]
+        out[job_id] = _estimate(job, _at(one.start_s), _at(one.finish_s), cut_short, budget_s, horizon)
+    return out
+
+
+def _first_round_at(now: datetime, early_round: bool) -> datetime:
+    conf = scheduler_conf()
+    periodic = next_round_at(now, conf.round_s)
+    if not early_round:
+        return periodic
+    delay_s = 0.0 if conf.inline_rounds else max(0.0, conf.early_round_delay_s)
+    return min(periodic, now + timedelta(seconds=delay_s))
+
+
+def _estimate(
+    job: Job, start: datetime | None, finish: datetime | None, cut_short: bool, budget_s: float, horizon: str
+) -> Estimate:
+    if job.workload_id is None and start is not None:
+        # An own command has no profile, so its length is unknown; a time limit bounds it (what
+        # Slurm's backfill assumes too). The forecast only placed it with a guessed speed.
+        if job.time_limit_s:
+            return Estimate(
+                start,
+                start + timedelta(seconds=job.time_limit_s),
+                "own command: finish = start + its time limit",
+            )
+        return Estimate(start, None, OWN_COMMAND_UNKNOWN)
+    if finish is not None:
+        return Estimate(start, finish)
+    what = "started" if start is None else "finished"
+    within = f"within {budget_s:g} s of forecasting" if cut_short else horizon
+    return Estimate(start, None, f"not {what} {within}", cut_short=cut_short)
+
+
+def job_forecasts_refresh(*, now: datetime | None = None) -> int:
+    """Re-forecast every pending and running job and store the estimates (JobForecast); rows of jobs
+    that ended are removed. Returns how many were stored. Called after each scheduling round."""
+    conf = scheduler_conf()
+    now = now or timezone.now()
+    estimates = live_forecast(now=now, budget_s=conf.forecast_refresh_budget_s)
+    job_forecasts_store(estimates, now=now)
+    _qos_at_risk_notify(estimates)
+    return len(estimates)
+
+
+def _qos_at_risk_notify(estimates: dict[int, Estimate]) -> None:
+    """Owners who opted in hear once when the forecast puts their job's finish after its QoS target."""
+    with_targets = Job.objects.filter(pk__in=estimates.keys()).filter(
+        Q(qos_deadline_at__isnull=False) | Q(qos_max_latency_s__isnull=False)
+    )
+    for job in with_targets:
+        notification_qos_at_risk(job=job, predicted_finish_at=estimates[job.pk].finish_at)
+
+
+def job_forecasts_store(estimates: dict[int, Estimate], *, now: datetime, prune: bool = True) -> None:
+    """Upsert the estimates; with `prune`, drop the rows of every job not in them (ended since)."""
+    rows = [
+        JobForecast(
+            job_id=job_id, start_at=e.start_at, finish_at=e.finish_at, detail=e.detail[:255], computed_at=now
+        )
+        for job_id, e in estimates.items()
+    ]
+    with transaction.atomic():
+        if prune:
+            JobForecast.objects.exclude(job_id__in=estimates.keys()).delete()
+        JobForecast.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["job"],
+            update_fields=["start_at", "finish_at", "detail", "computed_at"],
+        )

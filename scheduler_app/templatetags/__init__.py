@@ -1,0 +1,1 @@
+"""Template filters and tags of the site: glossary terms, readable durations."""

@@ -1,0 +1,97 @@
+"""One forecast: every page, the API and the queue show the estimate the rounds store, in wall time."""
+
+from datetime import datetime, timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from cluster_app.models import Server
+from scheduler_app.models import Allocation, Job, JobForecast, JobState
+from scheduler_app.selectors import job_queue
+from scheduler_app.services.forecasts import job_forecasts_refresh
+from scheduler_app.services.job_control import job_cancel
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import lease_of, submit, workload
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
+
+
+def at(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def api(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_a_round_stores_every_live_jobs_estimate_and_drops_ended_ones(user, gpu01_res18):
+    running = submit(user, gpus=4, iters=1000)
+    waiting = submit(user, gpus=4, iters=1000)
+    scheduling_round_run()
+    forecasts = {f.job_id: f for f in JobForecast.objects.all()}
+    assert set(forecasts) == {running.pk, waiting.pk}
+    # The second job starts when the first ends: one forecast, the same numbers.
+    assert forecasts[waiting.pk].start_at >= forecasts[running.pk].finish_at
+    job_cancel(job=Job.objects.get(pk=waiting.pk), by=user)
+    scheduling_round_run()
+    assert set(JobForecast.objects.values_list("job_id", flat=True)) == {running.pk}
+
+
+def test_a_fake_nodes_time_scale_makes_the_forecast_that_much_shorter(user, gpu01_res18):
+    iter_s = workload("res18").iter_time_s
+    job = submit(user, gpus=1, iters=1000)
+    job_forecasts_refresh()
+    real = JobForecast.objects.get(job=job)
+    Server.objects.update(time_scale=0.05)  # the demo's agents: synthetic jobs 20 times faster
+    job_forecasts_refresh()
+    fake = JobForecast.objects.get(job=job)
+    assert (real.finish_at - real.start_at).total_seconds() == pytest.approx(1000 * iter_s, rel=0.01)
+    assert (fake.finish_at - fake.start_at).total_seconds() == pytest.approx(1000 * iter_s * 0.05, rel=0.01)
+
+
+def test_a_running_job_finishes_at_the_speed_its_agent_measures(user, gpu01_res18):
+    job = submit(user, gpus=1, iters=1000)
+    scheduling_round_run()
+    Job.objects.filter(pk=job.pk).update(done_iters=400)
+    Allocation.objects.filter(pk=lease_of(job).pk).update(iters_per_s=2.0)  # 600 left: 300 s
+    now = timezone.now()
+    job_forecasts_refresh(now=now)
+    finish = JobForecast.objects.get(job=job).finish_at
+    # It finishes inside a round at its exact time; the forecast's rounds start at the next one (60 s).
+    assert now + timedelta(seconds=300) <= finish <= now + timedelta(seconds=300 + 61)
+
+
+def test_the_queue_the_api_and_the_job_page_show_the_same_estimate(user, gpu01_res18, client):
+    submit(user, gpus=4, iters=1000)
+    job = submit(user, gpus=4, iters=500)
+    scheduling_round_run()
+    stored = JobForecast.objects.get(job=job)
+    entry = job_queue()[job.pk]
+    listed = next(j for j in api(user).get("/api/v1/jobs/").json()["results"] if j["id"] == job.pk)
+    detail = api(user).get(f"/api/v1/jobs/{job.pk}/").json()
+    assert entry.estimated_start_at == stored.start_at and entry.estimated_finish_at == stored.finish_at
+    for body in (listed, detail):
+        assert at(body["estimated_start_at"]) == stored.start_at
+        assert at(body["estimated_finish_at"]) == stored.finish_at
+    client.force_login(user)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    queue = client.get("/jobs/").content.decode()
+    shown = timezone.localtime(stored.finish_at).strftime("%Y-%m-%d %H:%M")
+    assert (
+        f'id="estimated-finish"><time datetime="{timezone.localtime(stored.finish_at):%Y-%m-%dT%H:%M:%S}'
+        in page
+    )
+    assert shown in page and shown in queue.split(f'<tr id="job-{job.pk}"')[1].split("</tr>")[0]
+
+
+def test_a_job_behind_an_unsized_own_command_gets_no_start_rather_than_a_guess(user, gpu01_res18):
+    submit(user, gpus=4, iters=100, command="python train.py")  # no measure, no time limit
+    scheduling_round_run()
+    behind = submit(user, gpus=1, iters=10)
+    job_forecasts_refresh()
+    forecast = JobForecast.objects.get(job=behind)
+    assert forecast.start_at is None and "not started within" in forecast.detail
+    assert Job.objects.get(pk=behind.pk).state == JobState.PENDING
