@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from cluster_app.selectors import server_get_by_name
 from cluster_app.services import ServerStateError
 from scheduler_app.conf import scheduler_conf
+from scheduler_app.durations import format_duration
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState
 from scheduler_app.selectors import (
     cluster_overview,
@@ -121,14 +122,7 @@ def _off_by(predicted: datetime | None, actual: datetime | None) -> str:
     seconds = (actual - predicted).total_seconds()
     if abs(seconds) < 60:
         return "on time (within a minute)"
-    size = abs(seconds)
-    words = (
-        f"{size / 60:.0f} min"
-        if size < 5400
-        else f"{size / 3600:.1f} h"
-        if size < 172800
-        else f"{size / 86400:.1f} d"
-    )
+    words = format_duration(abs(seconds))  # the one readable-duration helper ("12 min", "1.5 h")
     return f"{words} {'later' if seconds > 0 else 'earlier'}"
 
 
