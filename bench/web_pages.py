@@ -156,6 +156,7 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
         SimulationStatus,
         Team,
     )
+    from scheduler_app.services.forecasts import job_forecasts_refresh
 
     rng = random.Random(seed)
     now = timezone.now()
@@ -260,6 +261,7 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
             job=job,
             round=rounds[k],
             server_id=server_id,
+            num_gpus=len(chosen),
             num_cpus=3 * len(chosen),
             mem_gb=62.5 * len(chosen),
             started_at=job.started_at,
@@ -288,6 +290,10 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
             "runs": [{"policy": "fifo", "allocator": a, "avg_jct_h": 2.0} for a in ("proportional", "tune")]
         },
     )
+    # What the last round stored: every live job's forecast and the pending jobs' queue positions.
+    refresh_start = time.perf_counter()
+    forecasts = job_forecasts_refresh()
+    logger.info("forecasts of %d live jobs stored in %.1f s", forecasts, time.perf_counter() - refresh_start)
     logger.info(
         "%d servers, %d jobs, %d events, %d allocations, %d rounds",
         len(servers),

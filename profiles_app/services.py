@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -288,44 +289,75 @@ def profiling_run_requeue(*, run: ProfilingRun, reason: str, now: datetime | Non
     return run
 
 
-def speed_observation_record(
-    *,
-    workload_id: int,
-    job_id: int,
-    allocation_id: int,
-    cpus_per_gpu: float,
-    mem_gb_per_gpu: float,
-    predicted_iters_per_s: float,
-    measured_iters_per_s: float,
-    at: datetime,
-    num_servers: int = 1,
-    placement_penalty: float = 1.0,
-) -> SpeedObservation:
-    """Record the latest measured speed of a lease next to what its profile predicted (one row per lease).
+@dataclass(frozen=True)
+class SpeedMeasurement:
+    """A lease's measured speed next to what its profile predicted (see SpeedObservation)."""
 
-    `placement_penalty` is the penalty the prediction holds (1 on one server); the placement fit takes
-    it out again. Both are kept from the lease's first report.
+    workload_id: int
+    job_id: int
+    allocation_id: int
+    cpus_per_gpu: float
+    mem_gb_per_gpu: float
+    predicted_iters_per_s: float
+    measured_iters_per_s: float
+    at: datetime
+    num_servers: int = 1
+    placement_penalty: float = 1.0
+
+
+def speed_observations_record(measurements: Sequence[SpeedMeasurement]) -> int:
+    """Record the latest measured speed of each lease next to its prediction, one row per lease, in one
+    statement whatever their number (an agent's sync carries a report per running lease).
+
+    INSERT ... ON CONFLICT (allocation) DO UPDATE: a new lease's row is created with its first report's
+    prediction and penalty (`placement_penalty` is the penalty the prediction holds, 1 on one server;
+    the placement fit takes it out again); a known one gets the new speed, one more sample and the
+    later date. Of several measurements of one lease in a batch the latest counts, each as a sample.
+    Returns how many leases were recorded.
     """
-    obs = SpeedObservation.objects.filter(allocation_id=allocation_id).first()
-    if obs is None:
-        return SpeedObservation.objects.create(
-            workload_id=workload_id,
-            job_id=job_id,
-            allocation_id=allocation_id,
-            cpus_per_gpu=cpus_per_gpu,
-            mem_gb_per_gpu=mem_gb_per_gpu,
-            num_servers=num_servers,
-            placement_penalty=placement_penalty,
-            predicted_iters_per_s=predicted_iters_per_s,
-            measured_iters_per_s=measured_iters_per_s,
-            first_at=at,
-            at=at,
-        )
-    obs.measured_iters_per_s = measured_iters_per_s
-    obs.samples += 1
-    obs.at = max(obs.at, at)
-    obs.save(update_fields=["measured_iters_per_s", "samples", "at"])
-    return obs
+    latest: dict[int, SpeedMeasurement] = {}
+    counts: dict[int, int] = {}
+    for m in measurements:
+        counts[m.allocation_id] = counts.get(m.allocation_id, 0) + 1
+        if m.allocation_id not in latest or m.at >= latest[m.allocation_id].at:
+            latest[m.allocation_id] = m
+    if not latest:
+        return 0
+    meta, qn = SpeedObservation._meta, connection.ops.quote_name
+    table = qn(meta.db_table)
+    names = [
+        "workload_id",
+        "job_id",
+        "allocation_id",
+        "cpus_per_gpu",
+        "mem_gb_per_gpu",
+        "num_servers",
+        "placement_penalty",
+        "predicted_iters_per_s",
+        "measured_iters_per_s",
+        "samples",
+        "first_at",
+        "at",
+    ]
+    fields = [meta.get_field(n) for n in names]
+    params: list[Any] = []
+    for allocation_id, m in sorted(latest.items()):  # sorted: concurrent batches lock rows in one order
+        values = {**m.__dict__, "samples": counts[allocation_id], "first_at": m.at}
+        params += [f.get_db_prep_save(values[n], connection) for n, f in zip(names, fields, strict=True)]
+    one = "(" + ", ".join(["%s"] * len(names)) + ")"
+    col = {n: qn(f.column) for n, f in zip(names, fields, strict=True)}
+    sql = (
+        f"INSERT INTO {table} ({', '.join(col.values())}) VALUES {', '.join([one] * len(latest))} "
+        f"ON CONFLICT ({col['allocation_id']}) DO UPDATE SET "
+        f"{col['measured_iters_per_s']} = CASE WHEN EXCLUDED.{col['at']} >= {table}.{col['at']} "
+        f"THEN EXCLUDED.{col['measured_iters_per_s']} ELSE {table}.{col['measured_iters_per_s']} END, "
+        f"{col['samples']} = {table}.{col['samples']} + EXCLUDED.{col['samples']}, "
+        f"{col['at']} = CASE WHEN EXCLUDED.{col['at']} > {table}.{col['at']} "
+        f"THEN EXCLUDED.{col['at']} ELSE {table}.{col['at']} END"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return len(latest)
 
 
 # GENIE's feedback (PAPERS 5.6): r <- (1 - weight) r + weight x observed / predicted.

@@ -326,6 +326,10 @@ class Allocation(models.Model):
     )
     server = models.ForeignKey("cluster_app.Server", on_delete=models.PROTECT, related_name="allocations")
     lease_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # The GPUs held, as a count: the number of its AllocationGpu rows, fixed when the lease is made (a
+    # lease keeps its GPUs until it ends). Stored so that accounting sums GPU-seconds over a year of
+    # leases without joining every GPU row (sacct's AllocTRES, likewise, is kept on the job record).
+    num_gpus = models.PositiveSmallIntegerField()
     num_cpus = models.PositiveSmallIntegerField()
     mem_gb = models.FloatField()
     speedup = models.FloatField(default=1.0, help_text="Expected speed relative to the proportional share")
@@ -516,6 +520,9 @@ class JobForecast(models.Model):
     finish_at = models.DateTimeField(null=True, blank=True)
     detail = models.CharField(max_length=255, blank=True, help_text="Why a time is unknown")
     computed_at = models.DateTimeField()
+    position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A pending job's place in the policy's order at the last round"
+    )
 
     def __str__(self) -> str:
         return f"forecast for job {self.job_id}"

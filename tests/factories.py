@@ -2,6 +2,7 @@
 
 import factory
 from django.contrib.auth import get_user_model
+from django.db.models import F
 
 from cluster_app.models import Gpu, Server
 from profiles_app.catalog import profile_for
@@ -91,10 +92,15 @@ class AllocationFactory(factory.django.DjangoModelFactory):
 
     job = factory.SubFactory(JobFactory)
     server = factory.SubFactory(ServerFactory)
+    num_gpus = 0  # hold_gpus counts the GPUs it attaches
     num_cpus = 3
     mem_gb = 62.5
 
 
 def hold_gpus(allocation: Allocation, *gpus: Gpu) -> list[AllocationGpu]:
-    """Attach GPUs to an allocation, one INSERT each (so the database checks every row)."""
-    return [AllocationGpu.objects.create(allocation=allocation, gpu=g) for g in gpus]
+    """Attach GPUs to an allocation, one INSERT each (so the database checks every row), and count them
+    in its num_gpus as a round does."""
+    holds = [AllocationGpu.objects.create(allocation=allocation, gpu=g) for g in gpus]
+    Allocation.objects.filter(pk=allocation.pk).update(num_gpus=F("num_gpus") + len(holds))
+    allocation.refresh_from_db(fields=["num_gpus"])
+    return holds

@@ -73,7 +73,6 @@ def _allocated_seconds(window: Window) -> dict[str, list[float]]:
     leases = (
         Allocation.objects.filter(started_at__lt=window.end)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=window.start))
-        .annotate(num_gpus=Count("gpu_holds"))
         .order_by()
         .values_list("started_at", "ended_at", "num_gpus", "num_cpus", "mem_gb")
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Count, Prefetch
+from django.db.models import Prefetch
 
 from cluster_app.models import NodeState, Server
 from profiles_app.selectors import (
@@ -45,7 +45,6 @@ def job_parts(*, job_ids: Iterable[int]) -> dict[int, list[JobPart]]:
     parts: dict[int, list[JobPart]] = defaultdict(list)
     rows = (
         Allocation.objects.filter(job_id__in=set(job_ids), ended_at__isnull=True)
-        .annotate(num_gpus=Count("gpu_holds"))
         .order_by("job_id", "id")
         .values_list(
             "job_id",

@@ -2,54 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.utils import timezone
 
-from cluster_app.models import Server
-from cluster_app.selectors import SCHEDULABLE_STATES
-from scheduler_app.conf import scheduler_conf
-from scheduler_app.core.policies import POLICIES
 from scheduler_app.models import Job, JobForecast, JobState
-from scheduler_app.selectors.rounds import round_inputs
 
 
 @dataclass(frozen=True)
 class QueueEntry:
-    """A pending job's 1-based place in the policy's order and its current estimate (None: unknown)."""
+    """A pending job's 1-based place in the policy's order and its current estimate (None: unknown;
+    a position is unknown for a job submitted since the last round)."""
 
-    position: int
+    position: int | None
     estimated_start_at: datetime | None
     estimated_finish_at: datetime | None = None
 
 
-def job_queue(*, now: datetime | None = None) -> dict[int, QueueEntry]:
-    """Queue position and current estimate of every PENDING job.
+def job_queue(*, job_ids: Iterable[int] | None = None) -> dict[int, QueueEntry]:
+    """Queue position and current estimate of every PENDING job (or of those among `job_ids`).
 
-    Position: the current policy's order (conf.policy, the core's own ordering) over the pending jobs.
-    The estimate is the stored forecast (JobForecast, services/forecasts.py): the one every page, the
-    API and the command line show, refreshed after each round.
+    Both are what the last round stored (JobForecast, services/forecasts.py: the policy's order over
+    the pending jobs and the one forecast every page, the API and the command line show), read in one
+    query without building a model per job: a queue can hold tens of thousands.
     """
-    conf = scheduler_conf()
-    now = now or timezone.now()
-    pending = list(Job.objects.filter(state=JobState.PENDING).select_related("forecast"))
-    if not pending:
-        return {}
-    servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
-    inputs = round_inputs(servers=servers, jobs=pending)
-    policy = POLICIES.get(conf.policy)()
-    ordered = [view.job_id for view in policy.order(inputs.views, inputs.snapshot, now.timestamp())]
-    # Jobs the round cannot place (no schedulable server fits them) go last, in submission order.
-    ordered += [
-        job.pk for job in sorted(pending, key=lambda j: (j.submitted_at, j.pk)) if job.pk not in inputs.jobs
-    ]
-    by_id = {job.pk: job for job in pending}
-    result: dict[int, QueueEntry] = {}
-    for position, job_id in enumerate(ordered, start=1):
-        estimate = job_estimate(by_id[job_id])
-        result[job_id] = QueueEntry(position, estimate.start_at, estimate.finish_at)
-    return result
+    rows = JobForecast.objects.filter(job__state=JobState.PENDING)
+    if job_ids is not None:
+        rows = rows.filter(job_id__in=list(job_ids))
+    return {
+        job_id: QueueEntry(position, start_at, finish_at)
+        for job_id, position, start_at, finish_at in rows.values_list(
+            "job_id", "position", "start_at", "finish_at"
+        )
+    }
 
 
 def job_estimate(job: Job) -> JobForecast:

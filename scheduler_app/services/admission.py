@@ -16,7 +16,15 @@ from django.utils import timezone
 
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AdmissionPrediction, Job, JobState
-from scheduler_app.services.forecasts import HELD, OWN_COMMAND_UNKNOWN, job_forecasts_store, live_forecast
+from scheduler_app.services.forecasts import (
+    HELD,
+    OWN_COMMAND_UNKNOWN,
+    job_forecasts_store,
+    job_positions_store,
+    live_forecast,
+    live_queue,
+    queue_positions,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +40,13 @@ def _forecast_into(targets: list[Target], now: datetime, budget_s: float) -> set
     """Fill each prediction's times from one forecast of the current queue (services/forecasts.py, the
     one the pages show; the tasks of an array together), store those estimates as the jobs' current
     ones, and return the ids of the jobs left undecided when it ran out of time."""
+    queue = live_queue(extra_jobs=[job for _, job in targets])
     estimates = live_forecast(
         now=now,
         budget_s=budget_s,
         targets=[job.pk for _, job in targets],
-        extra_jobs=[job for _, job in targets],
         early_round=True,
+        queue=queue,
     )
     for prediction, job in targets:
         estimate = estimates[job.pk]
@@ -45,6 +54,8 @@ def _forecast_into(targets: list[Target], now: datetime, budget_s: float) -> set
         prediction.predicted_finish_at = estimate.finish_at
         prediction.detail = estimate.detail
     job_forecasts_store(estimates, now=now, prune=False)
+    # The new jobs take their places in the queue now, not at the next round.
+    job_positions_store(queue_positions(queue, now=now))
     return {job.pk for _, job in targets if estimates[job.pk].cut_short}
 
 

@@ -17,6 +17,7 @@ from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from cluster_app.bulk_sql import update_from_values
 from cluster_app.models import Server
 from cluster_app.services import (
     UNRESPONSIVE_STATES,
@@ -25,8 +26,9 @@ from cluster_app.services import (
     node_heartbeat,
     node_register,
 )
+from cluster_app.usage_minutes import insert_new
 from profiles_app.selectors import profiling_runs_of_server
-from profiles_app.services import speed_observation_record
+from profiles_app.services import SpeedMeasurement, speed_observations_record
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
     MAX_STORED_ITERS_PER_S,
@@ -188,23 +190,25 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
         for k in sorted(known, key=lambda k: (str(k[0]), k[1]))
     ]
     outcome.acked += [(str(r.lease_id), r.seq) for r in ordered]
-    AgentReport.objects.bulk_create(
+    inserted = insert_new(
+        AgentReport,
+        ("lease_id", "seq"),
         [
-            AgentReport(
-                allocation=allocations[r.lease_id],
-                lease_id=r.lease_id,
-                seq=r.seq,
-                kind=r.kind,
-                at=r.at,
-                data=r.data,
-                batch_id=batch_id,
-                received_at=now,
-            )
+            {
+                "allocation_id": allocations[r.lease_id].pk,
+                "lease_id": r.lease_id,
+                "seq": r.seq,
+                "kind": r.kind,
+                "at": r.at,
+                "data": r.data,
+                "batch_id": batch_id,
+                "received_at": now,
+            }
             for r in ordered
         ],
-        ignore_conflicts=True,
+        ("lease_id", "seq"),
     )
-    fresh = set(AgentReport.objects.filter(batch_id=batch_id).values_list("lease_id", "seq"))
+    fresh = {(UUID(str(lease_id)), seq) for lease_id, seq in inserted}
     to_apply = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     if to_apply:
         _apply_reports(to_apply, now=now)
@@ -247,13 +251,13 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
     allocations = {
         a.lease_id: a
         for a in Allocation.objects.filter(lease_id__in=lease_ids).annotate(
-            num_gpus=Count("gpu_holds"),
             num_servers=Coalesce(Subquery(siblings), 1),
             rank=Coalesce(Subquery(earlier), 0),
         )
     }
     events: list[JobEvent] = []
     dirty_jobs: set[int] = set()
+    measurements: list[SpeedMeasurement] = []
     for r in reports:  # already in (lease, seq) order
         allocation = allocations[r.lease_id]
         job = jobs[allocation.job_id]
@@ -267,7 +271,7 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
             isolation = str(r.data.get("isolation", ""))[:64]
             events.append(job_event(job, "lease_started", reason=isolation, at=now, data=data))
         elif r.kind == AgentReportKind.PROGRESS:
-            events.extend(_progress(job, allocation, r, gpus=allocation.num_gpus, now=now))
+            events.extend(_progress(job, allocation, r, gpus=allocation.num_gpus, now=now, out=measurements))
             dirty_jobs.add(job.pk)
         elif r.kind == AgentReportKind.LOG:
             lines = [str(line)[:MAX_LOG_LINE_CHARS] for line in r.data.get("lines", [])]
@@ -277,19 +281,47 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
         elif r.kind == AgentReportKind.EXITED:
             events.extend(_progress(job, allocation, r, gpus=allocation.num_gpus, now=now))
             dirty_jobs.add(job.pk)
+            # A job that ends folds its leases' measured speeds into the workload's correction: they
+            # must be stored first (exits are rare, so this extra statement is too).
+            speed_observations_record(measurements)
+            measurements.clear()
             events.extend(_exited(job, allocation, r, now=now))
-        # Only the fields reports own: ended_at / end_reason belong to job_finish and the round.
-        allocation.save(update_fields=REPORT_FIELDS)
-    for job_id in dirty_jobs:
-        job = jobs[job_id]
-        Job.objects.filter(pk=job_id).update(
-            done_iters=job.done_iters, attained_service_gpu_s=job.attained_service_gpu_s
-        )
+    # One statement each, whatever the batch holds. Only the fields reports own: ended_at / end_reason
+    # belong to job_finish and the round.
+    touched = {r.lease_id for r in reports}
+    update_from_values(
+        Allocation,
+        [
+            {"pk": a.pk, **{f: getattr(a, f) for f in REPORT_FIELDS}}
+            for a in sorted(allocations.values(), key=lambda a: a.pk)
+            if a.lease_id in touched
+        ],
+        REPORT_FIELDS,
+    )
+    update_from_values(
+        Job,
+        [
+            {
+                "pk": j,
+                "done_iters": jobs[j].done_iters,
+                "attained_service_gpu_s": jobs[j].attained_service_gpu_s,
+            }
+            for j in sorted(dirty_jobs)
+        ],
+        ["done_iters", "attained_service_gpu_s"],
+    )
+    speed_observations_record(measurements)
     JobEvent.objects.bulk_create(events)
 
 
 def _progress(
-    job: Job, allocation: Allocation, r: LeaseReport, *, gpus: int, now: datetime
+    job: Job,
+    allocation: Allocation,
+    r: LeaseReport,
+    *,
+    gpus: int,
+    now: datetime,
+    out: list[SpeedMeasurement] | None = None,
 ) -> list[JobEvent]:
     """Progress never goes backwards nor past the job's total (a report above it is clamped, and the
     clamp recorded) and is counted once, from rank 0 (every part of a multi-node job runs the same
@@ -323,8 +355,10 @@ def _progress(
             events.append(job_event(job, "speed_outlier", reason=outlier[0], at=now, data=outlier[1]))
         else:
             allocation.iters_per_s = ips
-            if r.kind == AgentReportKind.PROGRESS:  # an exit's last figure is not a new measurement
-                _observe_speed(job, allocation, r, ips)
+            if r.kind == AgentReportKind.PROGRESS and out is not None:  # not an exit's last figure
+                measurement = _observed_speed(job, allocation, r, ips)
+                if measurement is not None:
+                    out.append(measurement)
     start = allocation.started_at
     if allocation.accounted_until is not None and r.at > allocation.accounted_until:
         job.attained_service_gpu_s += gpus * (r.at - allocation.accounted_until).total_seconds()
@@ -382,16 +416,17 @@ def _speed_outlier(
     return None
 
 
-def _observe_speed(job: Job, allocation: Allocation, r: LeaseReport, ips: float) -> None:
-    """Predicted (the allocation's speed-up / seconds per iteration at proportional) versus measured."""
+def _observed_speed(job: Job, allocation: Allocation, r: LeaseReport, ips: float) -> SpeedMeasurement | None:
+    """Predicted (the allocation's speed-up / seconds per iteration at proportional) versus measured;
+    None when nothing was predicted (own command, or not profiled)."""
     workload = job.workload
     predicted = _predicted_speed(job, allocation)
     if workload is None or predicted is None:
-        return  # nothing predicted (own command, or not profiled)
+        return None
     # A fake node runs synthetic jobs `time_scale` times faster; compare in the workload's own time.
     gpus = max(1, allocation.num_gpus)
     spread = allocation.num_servers > 1
-    speed_observation_record(
+    return SpeedMeasurement(
         workload_id=workload.pk,
         job_id=job.pk,
         allocation_id=allocation.pk,

@@ -30,6 +30,7 @@ from cluster_app.models import Server
 from cluster_app.selectors import SCHEDULABLE_STATES
 from notify_app.services import notification_qos_at_risk
 from scheduler_app.conf import scheduler_conf
+from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.types import JobView
 from scheduler_app.models import Job, JobForecast, JobState, PendingReason
 from scheduler_app.selectors import (
@@ -41,6 +42,7 @@ from scheduler_app.selectors import (
     round_inputs,
     team_quotas_left,
 )
+from scheduler_app.selectors.rounds import RoundInputs
 from scheduler_app.simulator.forecast import forecast
 
 logger = logging.getLogger(__name__)
@@ -93,6 +95,39 @@ def _in_wall_time(view: JobView, job: Job, leases, scale: float) -> JobView:
     return dataclasses.replace(view, profile=dataclasses.replace(view.profile, iter_time_s=iter_time_s))
 
 
+@dataclass
+class LiveQueue:
+    """The live queue as the forecast sees it: its jobs, who cannot run, and the round's inputs."""
+
+    jobs: list[Job]
+    held: set[int]
+    never: set[int]
+    waits: dict
+    servers: list[Server]
+    inputs: RoundInputs
+
+
+def live_queue(extra_jobs: Sequence[Job] = ()) -> LiveQueue:
+    """Read the live queue once (pending and running jobs, plus just-submitted `extra_jobs`) for a
+    forecast and the queue positions."""
+    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("workload")
+    jobs = list(live)
+    known = {j.pk for j in jobs}
+    jobs += [j for j in extra_jobs if j.pk not in known]
+    # Held jobs do not run until released: not in the forecast. Jobs after others (afterok) join its
+    # queue when those finish in it; a job after one that ended without completing never runs.
+    held = {j.pk for j in jobs if j.held and j.state == JobState.PENDING}
+    waits = dependency_waits(job_ids=[j.pk for j in jobs if j.state == JobState.PENDING and j.pk not in held])
+    never = {
+        job_id
+        for job_id, deps in waits.items()
+        if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
+    }
+    servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
+    inputs = round_inputs(servers=servers, jobs=[j for j in jobs if j.pk not in held and j.pk not in never])
+    return LiveQueue(jobs=jobs, held=held, never=never, waits=waits, servers=servers, inputs=inputs)
+
+
 def live_forecast(
     *,
     now: datetime,
@@ -100,36 +135,20 @@ def live_forecast(
     targets: Collection[int] | None = None,
     extra_jobs: Sequence[Job] = (),
     early_round: bool = False,
+    queue: LiveQueue | None = None,
 ) -> dict[int, Estimate]:
     """Estimates for the `targets` (default: every pending or running job), from one forecast of the
     live queue. `extra_jobs`: jobs to add to the queue as they are (just submitted, not yet visible).
     `early_round`: a submission asks for a round right away (inline) or after early_round_delay_s,
     so the forecast's first round is then, not the next periodic one."""
     conf = scheduler_conf()
-    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("workload")
-    jobs = list(live)
-    known = {j.pk for j in jobs}
-    jobs += [j for j in extra_jobs if j.pk not in known]
-    wanted = set(targets) if targets is not None else {j.pk for j in jobs}
-    out: dict[int, Estimate] = {}
-    for job in jobs:
-        if job.pk in wanted and job.held and job.state == JobState.PENDING:
-            out[job.pk] = Estimate(None, None, HELD)
-    # Held jobs do not run until released: not in the forecast. Jobs after others (afterok) join its
-    # queue when those finish in it; a job after one that ended without completing never runs.
-    jobs = [j for j in jobs if not (j.held and j.state == JobState.PENDING)]
-    waits = dependency_waits(job_ids=[j.pk for j in jobs if j.state == JobState.PENDING])
-    never = {
-        job_id
-        for job_id, deps in waits.items()
-        if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
-    }
-    jobs = [j for j in jobs if j.pk not in never]
-    servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
-    inputs = round_inputs(servers=servers, jobs=jobs)
+    queue = queue or live_queue(extra_jobs)
+    inputs = queue.inputs
+    wanted = set(targets) if targets is not None else {j.pk for j in queue.jobs}
+    out: dict[int, Estimate] = {job_id: Estimate(None, None, HELD) for job_id in queue.held & wanted}
     placeable = []
     for job_id in sorted(wanted - out.keys()):
-        if job_id in never:
+        if job_id in queue.never:
             out[job_id] = Estimate(None, None, NEVER_STARTS)
         elif job_id not in inputs.jobs:
             out[job_id] = Estimate(None, None, NOT_SCHEDULABLE)
@@ -137,7 +156,8 @@ def live_forecast(
             placeable.append(job_id)
     if not placeable:
         return out
-    scale = cluster_time_scale(servers)
+    jobs = [j for j in queue.jobs if j.pk not in queue.held and j.pk not in queue.never]
+    scale = cluster_time_scale(queue.servers)
     views = [
         _in_wall_time(v, inputs.jobs[v.job_id], inputs.leases_by_job.get(v.job_id, ()), scale)
         for v in inputs.views
@@ -159,7 +179,7 @@ def live_forecast(
         time_budget_s=budget_s,
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
         borrowing_teams=borrowing_teams(),
-        after={job_id: deps.keys() for job_id, deps in waits.items() if job_id not in never},
+        after={job_id: deps.keys() for job_id, deps in queue.waits.items() if job_id not in queue.never},
     )
     cut_short = time.perf_counter() - wall_start >= budget_s
     horizon = f"within the forecast's {conf.forecast_horizon_h:g} h"
@@ -167,6 +187,39 @@ def live_forecast(
         job, one = inputs.jobs[job_id], predicted[job_id]
         out[job_id] = _estimate(job, _at(one.start_s), _at(one.finish_s), cut_short, budget_s, horizon)
     return out
+
+
+def job_positions_store(positions: dict[int, int]) -> int:
+    """Store queue positions that differ from the stored ones (a submission moves the jobs behind it
+    down one place; under FIFO that is none). Returns how many rows changed."""
+    stored = dict(
+        JobForecast.objects.filter(job_id__in=positions.keys()).values_list("job_id", "position")
+    )
+    changed = [
+        JobForecast(job_id=job_id, position=position)
+        for job_id, position in positions.items()
+        if job_id in stored and stored[job_id] != position
+    ]
+    JobForecast.objects.bulk_update(changed, ["position"], batch_size=1000)
+    return len(changed)
+
+
+def queue_positions(queue: LiveQueue, *, now: datetime) -> dict[int, int]:
+    """Each pending job's 1-based place in the current policy's order (the core's own ordering, as the
+    round sorts them); jobs the round cannot consider (held, never starting, no schedulable server
+    fits them) come last, in submission order."""
+    pending = {j.pk: j for j in queue.jobs if j.state == JobState.PENDING}
+    policy = POLICIES.get(scheduler_conf().policy)()
+    ordered = [
+        view.job_id
+        for view in policy.order(queue.inputs.views, queue.inputs.snapshot, now.timestamp())
+        if view.job_id in pending
+    ]
+    placed = set(ordered)
+    ordered += [
+        j.pk for j in sorted(pending.values(), key=lambda j: (j.submitted_at, j.pk)) if j.pk not in placed
+    ]
+    return {job_id: position for position, job_id in enumerate(ordered, start=1)}
 
 
 def _first_round_at(now: datetime, early_round: bool) -> datetime:
@@ -199,12 +252,15 @@ def _estimate(
 
 
 def job_forecasts_refresh(*, now: datetime | None = None) -> int:
-    """Re-forecast every pending and running job and store the estimates (JobForecast); rows of jobs
-    that ended are removed. Returns how many were stored. Called after each scheduling round."""
+    """Re-forecast every pending and running job and store the estimates and the pending jobs' queue
+    positions (JobForecast); rows of jobs that ended are removed. Returns how many were stored. Called
+    after each scheduling round, so the queue pages read what the round decided instead of ordering
+    tens of thousands of jobs on every request."""
     conf = scheduler_conf()
     now = now or timezone.now()
-    estimates = live_forecast(now=now, budget_s=conf.forecast_refresh_budget_s)
-    job_forecasts_store(estimates, now=now)
+    queue = live_queue()
+    estimates = live_forecast(now=now, budget_s=conf.forecast_refresh_budget_s, queue=queue)
+    job_forecasts_store(estimates, now=now, positions=queue_positions(queue, now=now))
     _qos_at_risk_notify(estimates)
     return len(estimates)
 
@@ -218,14 +274,29 @@ def _qos_at_risk_notify(estimates: dict[int, Estimate]) -> None:
         notification_qos_at_risk(job=job, predicted_finish_at=estimates[job.pk].finish_at)
 
 
-def job_forecasts_store(estimates: dict[int, Estimate], *, now: datetime, prune: bool = True) -> None:
-    """Upsert the estimates; with `prune`, drop the rows of every job not in them (ended since)."""
+def job_forecasts_store(
+    estimates: dict[int, Estimate],
+    *,
+    now: datetime,
+    prune: bool = True,
+    positions: dict[int, int] | None = None,
+) -> None:
+    """Upsert the estimates; with `prune`, drop the rows of every job not in them (ended since).
+    `positions`: queue positions to store with them (None: keep the stored ones)."""
     rows = [
         JobForecast(
-            job_id=job_id, start_at=e.start_at, finish_at=e.finish_at, detail=e.detail[:255], computed_at=now
+            job_id=job_id,
+            start_at=e.start_at,
+            finish_at=e.finish_at,
+            detail=e.detail[:255],
+            computed_at=now,
+            position=(positions or {}).get(job_id),
         )
         for job_id, e in estimates.items()
     ]
+    fields = ["start_at", "finish_at", "detail", "computed_at"]
+    if positions is not None:
+        fields.append("position")
     with transaction.atomic():
         if prune:
             JobForecast.objects.exclude(job_id__in=estimates.keys()).delete()
@@ -233,5 +304,5 @@ def job_forecasts_store(estimates: dict[int, Estimate], *, now: datetime, prune:
             rows,
             update_conflicts=True,
             unique_fields=["job"],
-            update_fields=["start_at", "finish_at", "detail", "computed_at"],
+            update_fields=fields,
         )

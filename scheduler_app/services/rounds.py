@@ -375,6 +375,7 @@ def _allocations_create(
                     job_id=placement.job_id,
                     round=sround,
                     server_id=share.server_id,
+                    num_gpus=len(share.gpu_indices),
                     num_cpus=cpus,
                     mem_gb=mem_gb,
                     speedup=placement.speedup,

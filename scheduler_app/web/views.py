@@ -56,8 +56,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         data.setlist("state", list(DEFAULT_QUEUE_STATES))
     jobs = QueueFilter(data, queryset=job_queue_page_queryset(user=request.user), request=request)
     page = Paginator(jobs.qs, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
-    # Position and estimated start cost one pass over the pending jobs: only when the page shows one.
-    positions = job_queue() if any(j.state == JobState.PENDING for j in page) else {}
+    positions = job_queue(job_ids=[j.pk for j in page if j.state == JobState.PENDING])
     rows = [(job, positions.get(job.pk), job_estimate(job)) for job in page]
     query = data.copy()
     query.pop("page", None)
@@ -129,7 +128,7 @@ def _off_by(predicted: datetime | None, actual: datetime | None) -> str:
 def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     """What the job page (and its live fragment) shows: another user's job without what it runs and
     writes, and without the buttons."""
-    entry = job_queue().get(job.pk) if job.state == JobState.PENDING else None
+    entry = job_queue(job_ids=[job.pk]).get(job.pk) if job.state == JobState.PENDING else None
     mine = job_details_visible(job, request.user)
     prediction = _admission_prediction(job)
     return {

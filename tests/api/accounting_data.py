@@ -46,7 +46,13 @@ class Ledger:
     ) -> Allocation:
         """An allocation holding `gpus` GPUs of `server` (the next ones round-robin; released at its end)."""
         allocation = Allocation.objects.create(
-            job=job, server=server, num_cpus=cpus, mem_gb=mem_gb, started_at=started_at, ended_at=ended_at
+            job=job,
+            server=server,
+            num_gpus=gpus,
+            num_cpus=cpus,
+            mem_gb=mem_gb,
+            started_at=started_at,
+            ended_at=ended_at,
         )
         indices = [(self._next_gpu.get(server.pk, 0) + i) % server.num_gpus for i in range(gpus)]
         self._next_gpu[server.pk] = (indices[-1] + 1) % server.num_gpus

@@ -46,11 +46,13 @@ def history(user):
 
 
 def gpu_hours_of(led: Ledger, owner, *, start, now) -> float:
-    """Sum over `owner`'s allocations of (overlap with [start, now)) x GPUs, in hours."""
+    """Sum over `owner`'s allocations of (overlap with [start, now)) x GPUs, in hours; the GPUs counted
+    from the allocation's GPU rows in the database (the page reads the count stored on the lease)."""
     total = 0.0
-    for allocation, gpus in led.allocations:
+    for allocation, _ in led.allocations:
         if allocation.job.owner_id != owner.pk:
             continue
+        gpus = allocation.gpu_holds.count()
         until = min(allocation.ended_at or now, now)
         total += max(0.0, (until - max(allocation.started_at, start)).total_seconds()) / 3600 * gpus
     return total

@@ -64,11 +64,13 @@ def test_utilisation_allocated_and_measured():
     b = ServerFactory(name="b", num_gpus=8, num_cpus=8, mem_gb=100)  # capacity 16 GPUs, 32 cores, 600 GB
     a_gpus, b_gpus = list(a.gpus.order_by("index")), list(b.gpus.order_by("index"))
     # 4 GPUs, 12 cores, 250 GB on a for 30 min in each hour bucket (00:30 to 01:30).
-    ended = AllocationFactory(server=a, num_cpus=12, mem_gb=250, started_at=at(0.5), ended_at=at(1.5))
+    ended = AllocationFactory(
+        server=a, num_gpus=4, num_cpus=12, mem_gb=250, started_at=at(0.5), ended_at=at(1.5)
+    )
     for g in a_gpus[:4]:
         AllocationGpu.objects.create(allocation=ended, gpu=g, released_at=at(1.5))
     # All of b, still running, since before the window: the whole of both buckets.
-    running = AllocationFactory(server=b, num_cpus=8, mem_gb=100, started_at=at(-1))
+    running = AllocationFactory(server=b, num_gpus=8, num_cpus=8, mem_gb=100, started_at=at(-1))
     for g in b_gpus:
         AllocationGpu.objects.create(allocation=running, gpu=g)
     # Over before the window starts: not counted.
@@ -110,7 +112,7 @@ def test_utilisation_of_an_empty_cluster_is_null_not_an_error():
 
 def test_the_last_bucket_counts_only_its_elapsed_part():
     server = ServerFactory(num_gpus=2)
-    lease = AllocationFactory(server=server, started_at=at(-1))
+    lease = AllocationFactory(server=server, num_gpus=1, started_at=at(-1))
     AllocationGpu.objects.create(allocation=lease, gpu=server.gpus.first())
     window = Window(start=T0, end=at(1.25), bucket_s=3600)  # "now" is a quarter into hour 2
     assert selectors.utilisation_series(window=window)["gpu"]["allocated_pct"] == [50.0, 50.0]

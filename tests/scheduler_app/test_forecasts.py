@@ -10,7 +10,8 @@ from cluster_app.models import Server
 from scheduler_app.models import Allocation, Job, JobForecast, JobState
 from scheduler_app.selectors import job_queue
 from scheduler_app.services.forecasts import job_forecasts_refresh
-from scheduler_app.services.job_control import job_cancel
+from scheduler_app.services.job_control import job_cancel, job_enqueue
+from scheduler_app.services.jobs import JobRequest
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import lease_of, submit, workload
 
@@ -95,3 +96,32 @@ def test_a_job_behind_an_unsized_own_command_gets_no_start_rather_than_a_guess(u
     forecast = JobForecast.objects.get(job=behind)
     assert forecast.start_at is None and "not started within" in forecast.detail
     assert Job.objects.get(pk=behind.pk).state == JobState.PENDING
+
+
+def test_a_round_stores_the_policys_order_and_a_submission_takes_its_place_at_once(
+    user, gpu01_res18, settings
+):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "policy": "srtf"}
+    submit(user, gpus=4, iters=1000, name="running")  # holds gpu01's 4 GPUs
+    long = submit(user, gpus=4, iters=9000, name="long")
+    short = submit(user, gpus=4, iters=3000, name="short")
+    scheduling_round_run()
+    # SRTF: the shorter job first, whatever the submission order.
+    assert {k: e.position for k, e in job_queue().items()} == {short.pk: 1, long.pk: 2}
+    # A still shorter job goes first at its submission (admission, as the API and the form submit); the
+    # two behind it move down one place.
+    request = JobRequest(name="shortest", num_gpus=4, total_iters=2000, workload=workload("res18"))
+    shortest = job_enqueue(owner=user, request=request)
+    positions = {k: e.position for k, e in job_queue().items()}
+    assert positions == {shortest.pk: 1, short.pk: 2, long.pk: 3}
+    assert job_queue(job_ids=[long.pk]) == {long.pk: job_queue()[long.pk]}
+
+
+def test_jobs_the_round_cannot_consider_come_last_in_submission_order(user, gpu01_res18):
+    held = submit(user, gpus=4, iters=1000, name="held", hold=True)
+    first = submit(user, gpus=4, iters=1000, name="first")
+    held_too = submit(user, gpus=4, iters=1000, name="held-too", hold=True)
+    second = submit(user, gpus=4, iters=1000, name="second")
+    job_forecasts_refresh()
+    positions = {k: e.position for k, e in job_queue().items()}
+    assert positions == {first.pk: 1, second.pk: 2, held.pk: 3, held_too.pk: 4}

@@ -85,10 +85,10 @@ def test_a_job_behind_an_own_command_that_reports_its_speed_starts_when_it_will_
     pending = submit(user, gpus=1, iters=100)
     now = timezone.now()
     job_forecasts_refresh(now=now)
-    (entry,) = job_queue(now=now).values()
+    (entry,) = job_queue().values()
     assert entry.estimated_start_at is not None
     assert now + timedelta(seconds=2000) <= entry.estimated_start_at <= now + timedelta(seconds=2000 + 120)
     # Without a measure or a time limit nobody can say when it frees its GPUs.
     Allocation.objects.filter(pk=lease_of(blocker).pk).update(iters_per_s=None)
     job_forecasts_refresh(now=now)
-    assert job_queue(now=now)[pending.pk].estimated_start_at is None
+    assert job_queue()[pending.pk].estimated_start_at is None

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from cluster_app.models import NodeState
@@ -49,6 +49,7 @@ def test_a_round_places_pending_jobs_and_records_everything(user, fifo_tune):
         allocation = lease_of(job)
         assert allocation.server == server and allocation.round == sround
         assert allocation.gpu_holds.filter(released_at__isnull=True).count() == job.num_gpus
+        assert allocation.num_gpus == job.num_gpus  # the count accounting reads
         assert kinds(job)[-1] == ("scheduled", "PENDING", "RUNNING")
     server.refresh_from_db()
     assert server.state == NodeState.MIXED
@@ -190,6 +191,8 @@ def test_no_gpu_is_ever_double_booked_across_many_rounds(user, staff_user, setti
                 assert per_job[job.pk] == job.num_gpus, job
             else:
                 assert per_job[job.pk] == 0, job
+        for allocation in Allocation.objects.annotate(held=Count("gpu_holds")):
+            assert allocation.num_gpus == allocation.held, allocation
         for server in servers:
             used = Allocation.objects.filter(server=server, ended_at__isnull=True).aggregate(
                 cpus=Sum("num_cpus"), mem=Sum("mem_gb")

@@ -48,6 +48,7 @@ def test_time_paused_by_preemption_is_not_charged(user):
         job=job,
         server=first.server,
         round=first.round,
+        num_gpus=first.num_gpus,
         num_cpus=first.num_cpus,
         mem_gb=first.mem_gb,
         speedup=1.0,

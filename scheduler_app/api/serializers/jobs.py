@@ -199,7 +199,9 @@ class JobSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     team = serializers.CharField(source="team.name", read_only=True, allow_null=True, default=None)
     workload = serializers.CharField(source="workload.name", read_only=True, allow_null=True, default=None)
-    queue_position = serializers.SerializerMethodField(help_text="1-based place among PENDING jobs")
+    queue_position = serializers.SerializerMethodField(
+        help_text="1-based place among PENDING jobs in the policy's order at the last round (null: not yet)"
+    )
     estimated_start_at = serializers.SerializerMethodField(
         help_text="A pending job's current estimate, the same on every page (docs/rest-api.md)"
     )
