@@ -82,7 +82,11 @@ class IdFilter(django_filters.Filter):
 
 
 class JobFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=JobState.choices, help_text="Repeat for several")
+    # distinct=False: the state is the job's own column, so no row can repeat; django-filter's default
+    # DISTINCT made PostgreSQL sort every matching job (all columns, scripts included) on each page.
+    state = django_filters.MultipleChoiceFilter(
+        choices=JobState.choices, distinct=False, help_text="Repeat for several"
+    )
     team = django_filters.CharFilter(field_name="team__name", help_text="Team name")
     owner = django_filters.CharFilter(field_name="owner__username", help_text="Owner's username")
     workload = django_filters.CharFilter(field_name="workload__name", help_text="Catalog workload name")

@@ -271,7 +271,7 @@ class QueueFilter(JobFilter):
     """The API's job filters with widgets for a page: state boxes to tick, a team list."""
 
     state = django_filters.MultipleChoiceFilter(
-        choices=JobState.choices, widget=forms.CheckboxSelectMultiple, label="State"
+        choices=JobState.choices, distinct=False, widget=forms.CheckboxSelectMultiple, label="State"
     )
     team = django_filters.ModelChoiceFilter(
         field_name="team",
