@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -71,6 +72,9 @@ class Command(BaseCommand):
         ).start()
         threading.Thread(target=self._announce_ready, args=(stop, url), daemon=True).start()
         self.stdout.write(f"demo: starting the web server at {url}/ and three agents (logs in var/agent/)")
+        # `kill` (SIGTERM) stops the demo like Ctrl-C: through the finally below, agents and their jobs too
+        # (Python's default would end this process alone and leave the agents running).
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
             call_command("runserver", opts["addr"], use_reloader=False)
         finally:
