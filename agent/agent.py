@@ -1,4 +1,4 @@
-"""The agent: registers, heartbeats, polls for commands, supervises leases and ships reports (threads)."""
+"""The agent: registers, syncs with the service (usage, reports, commands), supervises leases (threads)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from agent.gpus import GpuBackend, GpuBackendError
 from agent.host import HostBackend
 from agent.launcher import Launcher, ProcessLauncher, choose_isolation
 from agent.leases import LeaseManager
-from agent.sender import ReportSender
 from agent.spool import Spool
+from agent.syncer import Syncer
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,7 @@ class AgentConfig:
     time_scale: float = 1.0
     storage_mbps: float = 0.0
     isolation: str = "auto"
-    heartbeat_interval_s: float = 5.0
-    poll_interval_s: float = 2.0
+    sync_interval_s: float = 10.0
     progress_interval_s: float = 3.0
     log_interval_s: float = 1.0
     tick_s: float = 0.2
@@ -64,9 +63,10 @@ class AgentConfig:
 class Agent:
     """One node's agent. `run()` blocks until `stop()`; the pieces are public so tests can drive them.
 
-    Threads: supervisor (reaps and signals processes, ships logs/progress into the spool), sender (spool ->
-    service), heartbeat, poll. Only the sender, heartbeat and poll threads touch the network, so a slow or
-    dead service never delays a SIGKILL that a grace period calls for.
+    Threads: supervisor (reaps and signals processes, ships logs/progress into the spool), sync (spool,
+    usage and running leases -> service; commands back) and wait (the long-poll between syncs). Only
+    sync and wait touch the network, so a slow or dead service never delays a SIGKILL that a grace
+    period calls for.
     """
 
     def __init__(
@@ -93,8 +93,15 @@ class Agent:
             job_path=config.job_path,
             workload_python=config.workload_python,
         )
-        self.sender = ReportSender(
-            self.spool, self.client, stop_event=self.stop_event, max_backoff_s=config.max_backoff_s
+        self.syncer = Syncer(
+            self.spool,
+            self.client,
+            sample=self.usage_sample,
+            running=lambda: self.leases.running_ids(),
+            apply_commands=lambda commands: self.leases.apply_commands(commands),
+            interval_s=config.sync_interval_s,
+            stop_event=self.stop_event,
+            max_backoff_s=config.max_backoff_s,
         )
         self.leases = LeaseManager(
             spool=self.spool,
@@ -105,12 +112,10 @@ class Agent:
             time_scale=config.time_scale,
             progress_interval_s=config.progress_interval_s,
             log_interval_s=config.log_interval_s,
-            on_report=self.sender.notify,
+            on_report=self.syncer.notify,
             bandwidths=NodeBandwidths(work_dir=config.work_dir, storage_mbps=config.storage_mbps),
             identity=self.identity,
         )
-        self.heartbeat_interval_s = config.heartbeat_interval_s
-        self.poll_interval_s = config.poll_interval_s
         self.registered = threading.Event()
         self.fatal_error: AgentFatalError | None = None
         self._threads: list[threading.Thread] = []
@@ -150,61 +155,41 @@ class Agent:
             if exc.status_code in (401, 403):
                 raise AgentFatalError(f"the service refused the agent token: {exc.body}") from exc
             raise AgentFatalError(f"registration refused: {exc}") from exc
-        self.heartbeat_interval_s = float(answer.get("heartbeat_interval_s") or self.heartbeat_interval_s)
-        self.poll_interval_s = float(answer.get("poll_interval_s") or self.poll_interval_s)
+        self.syncer.interval_s = float(answer.get("sync_interval_s") or self.syncer.interval_s)
         log.info(
-            "registered as %s: %d GPUs (%s), %d cores, %.1f GB, isolation %s; heartbeat %.1fs, poll %.1fs",
+            "registered as %s: %d GPUs (%s), %d cores, %.1f GB, isolation %s; sync every %.1fs",
             answer.get("server", self.config.name),
             len(self.gpus),
             self.gpu_backend.name,
             payload["num_cpus"],
             payload["mem_gb"],
             self.launcher.isolation,
-            self.heartbeat_interval_s,
-            self.poll_interval_s,
+            self.syncer.interval_s,
         )
         self.registered.set()
         return answer
 
-    def heartbeat_once(self) -> dict[str, Any]:
+    def usage_sample(self) -> dict[str, Any]:
+        """The node's usage now (a sync's `sample`); GPUs left out when NVML fails, the rest still sent."""
         host = self.host_backend.sample()
         try:
             gpus = [s.as_json() for s in self.gpu_backend.sample(self.leases.busy_gpu_uuids())]
         except GpuBackendError as exc:  # still tell the service we are alive
             log.warning("GPU usage unavailable: %s", exc)
             gpus = []
-        return self.client.heartbeat(
-            {
-                "sampled_at": utc_iso(),
-                "cpu_util_pct": host.cpu_util_pct,
-                "mem_used_gb": host.mem_used_gb,
-                "gpus": gpus,
-            }
-        )
+        return {
+            "sampled_at": utc_iso(),
+            "cpu_util_pct": host.cpu_util_pct,
+            "mem_used_gb": host.mem_used_gb,
+            "gpus": gpus,
+        }
 
-    def poll_once(self) -> list[dict[str, Any]]:
-        answer = self.client.poll(self.leases.running_ids())
-        commands = answer.get("commands") or []
-        self.leases.apply_commands(commands)
-        return commands
+    def sync_once(self) -> dict[str, Any]:
+        """One sync now (tests drive the agent with it); raises ServiceError."""
+        answer, _ = self.syncer.sync_once()
+        return answer
 
     # -- threads -------------------------------------------------------------------------------
-
-    def _every(self, name: str, interval_s: Callable[[], float], step: Callable[[], object]) -> None:
-        """Run `step` every interval until stopped; failures are logged (once per outage) and retried."""
-        failing = False
-        while not self.stop_event.is_set():
-            try:
-                step()
-                if failing:
-                    log.info("%s: the service answers again", name)
-                failing = False
-            except ServiceError as exc:
-                log.log(logging.DEBUG if failing else logging.WARNING, "%s failed: %s", name, exc)
-                failing = True
-            except Exception:
-                log.exception("%s failed", name)
-            self.stop_event.wait(interval_s())
 
     def _supervise_loop(self) -> None:
         while not self.stop_event.is_set():
@@ -241,8 +226,7 @@ class Agent:
             log.info("catalog workloads run with %s (and this agent's packages)", workload_python)
         self.leases.restore()
         self._spawn("supervisor", self._supervise_loop)
-        self.sender.start()
-        self._spawn("register-poll", self._main)
+        self._spawn("register", self._main)
 
     def _main(self) -> None:
         try:
@@ -254,10 +238,7 @@ class Agent:
             return
         except ServiceError:
             return  # stopped while retrying
-        self._spawn(
-            "heartbeat", self._every, "heartbeat", lambda: self.heartbeat_interval_s, self.heartbeat_once
-        )
-        self._every("poll", lambda: self.poll_interval_s, self.poll_once)
+        self.syncer.start()
 
     def run(self) -> None:
         """Start and block until stopped (signal handler or fatal error). Raises AgentFatalError."""
@@ -285,11 +266,11 @@ class Agent:
         self.stop_event.set()
         for thread in self._threads:
             thread.join(timeout_s)
-        self.sender.join(timeout_s)
+        self.syncer.join(timeout_s)
         if self.config.stop_leases_on_exit:
             self.leases.stop_all(grace_s=self.config.exit_grace_s)
             try:
-                self.sender.send_batch()  # one attempt: stop_event is set, so no retries
+                self.syncer.sync_once()  # one attempt, no retries: the exits go now or with the next agent
             except ServiceError as exc:
                 log.info("exit reports stay spooled for the next agent: %s", exc)
         left = self.leases.running_ids()

@@ -1,4 +1,4 @@
-"""HTTP client for the agent protocol (docs/agent-protocol.md): register, heartbeat, poll, reports."""
+"""HTTP client for the agent protocol (docs/agent-protocol.md): register, sync, wait."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import tenacity
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1/agent"
+WAIT_MARGIN_S = 5.0  # a long-poll's answer may take this much longer than the wait it asked for
 
 
 class ServiceError(Exception):
@@ -77,14 +78,23 @@ class ServiceClient:
     def register(self, payload: dict[str, Any]) -> dict[str, Any]:
         return self._post("register", payload)
 
-    def heartbeat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self._post("heartbeat", payload)
+    def sync(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._post("sync", payload)
 
-    def poll(self, running: list[str]) -> dict[str, Any]:
-        return self._post("poll", {"running": running})
-
-    def send_reports(self, reports: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._post("reports", {"reports": reports})
+    def wait(self, path: str, *, ticket: str, generation: int, timeout_s: float) -> dict[str, Any]:
+        """Long-poll `path` (the sync answer's wait.url): returns when the server's commands changed or
+        after `timeout_s`."""
+        params = {"ticket": ticket, "generation": str(generation), "timeout_s": f"{timeout_s:g}"}
+        try:
+            response = self._http.get(path, params=params, timeout=timeout_s + WAIT_MARGIN_S)
+        except httpx.HTTPError as exc:
+            raise ServiceError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise ServiceError(f"GET {path}: HTTP {response.status_code}", status_code=response.status_code)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ServiceError(f"GET {path}: answer is not JSON", status_code=response.status_code) from exc
 
 
 def call_with_retry(

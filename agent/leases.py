@@ -129,8 +129,8 @@ def output_tail_lines(spec: LaunchSpec) -> list[str]:
 class LeaseManager:
     """Brings the node to what the service's commands say, and turns what happens into spooled reports.
 
-    Thread-safe: the poll thread calls `apply_commands`/`running_ids`, the supervisor thread `tick`, all
-    under one lock. Nothing here blocks on the network; the sender ships the spooled reports.
+    Thread-safe: the sync thread calls `apply_commands`/`running_ids`, the supervisor thread `tick`, all
+    under one lock. Nothing here blocks on the network; the syncer ships the spooled reports.
 
     Invariants: a lease id is launched at most once per node (running, or marked finished in the spool);
     a GPU is used by at most one local process group: a start whose GPUs are still held by a lease
@@ -152,7 +152,7 @@ class LeaseManager:
         time_scale: float = 1.0,
         progress_interval_s: float = 3.0,
         log_interval_s: float = 1.0,
-        on_report: Callable[[], None] = lambda: None,
+        on_report: Callable[..., None] = lambda urgent=True: None,
         clock: Callable[[], float] = time.monotonic,
         bandwidths: NodeBandwidths | None = None,
         identity: JobIdentity | None = None,
@@ -200,7 +200,7 @@ class LeaseManager:
     # -- commands ------------------------------------------------------------------------------
 
     def apply_commands(self, commands: Iterable[dict[str, Any]]) -> None:
-        """Carry out one poll answer. Starts are queued and launched by `tick` once their GPUs are free."""
+        """Carry out one sync answer. Starts are queued and launched by `tick` once their GPUs are free."""
         starts: dict[str, dict[str, Any]] = {}
         draining = False
         with self._lock:
@@ -224,7 +224,7 @@ class LeaseManager:
                     "draining" if draining else "no longer draining",
                 )
                 self.draining = draining
-            # The answer is recomputed from the service's database on every poll, so the queue is exactly
+            # The answer is recomputed from the service's database on every sync, so the queue is exactly
             # this answer's starts: a queued start that the service no longer asks for (it ended that lease
             # before the GPUs became free) is dropped here, never launched late.
             self.pending = {}
@@ -361,7 +361,7 @@ class LeaseManager:
         for path in lease.spec.job_output_files:
             shipped |= self._ship_file(lease, path, lease.spec.job_uid, final=final)
         if shipped:
-            self.on_report()
+            self.on_report(urgent=final)  # lines go with the next sync; a lease's last ones with its exit
             # After the report: a crash in between re-ships these lines, it never loses them.
             self.spool.lease_update(lease.lease_id, lease.record())
 
@@ -418,7 +418,7 @@ class LeaseManager:
             data["time_scale"] = lease.spec.time_scale
         self.spool.append(lease.lease_id, "progress", data)
         self.spool.lease_update(lease.lease_id, lease.record())
-        self.on_report()
+        self.on_report(urgent=False)  # goes with the next sync
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -429,7 +429,7 @@ class LeaseManager:
                 continue  # a profiling run holds them: the service started this lease before its end
             holders = [lease for lease in self.leases.values() if gpu_uuids & set(lease.spec.gpu_uuids)]
             if holders:
-                # Preempt-then-start on the same GPUs arrives in one poll answer: the old process may still
+                # Preempt-then-start on the same GPUs arrives in one sync answer: the old process may still
                 # be checkpointing. Starting now would put two jobs on one GPU (and likely OOM it).
                 for holder in holders:
                     if holder.stop_kind is None and not holder.gpu_wait_logged:

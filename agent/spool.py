@@ -62,7 +62,7 @@ class Spool:
     """Durable agent state in one SQLite file. Thread-safe: one connection behind a lock.
 
     Every write commits before the call returns (WAL with synchronous=FULL fsyncs the log on commit),
-    so a report handed to the sender has already survived a crash of the agent or of the machine.
+    so a report handed to the syncer has already survived a crash of the agent or of the machine.
     """
 
     def __init__(self, path: Path) -> None:
@@ -77,7 +77,7 @@ class Spool:
             self._lock_file.close()
             raise SpoolLockedError(f"another agent is using the spool {path}") from None
         self._lock = threading.Lock()
-        # check_same_thread=False: the sender, poller and supervisor threads share it under _lock.
+        # check_same_thread=False: the sync and supervisor threads share it under _lock.
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")

@@ -4,13 +4,17 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from cluster_app.agent_wake import AGENT_WAIT_MAX_S
+
 
 @dataclass(frozen=True)
 class NodeConf:
-    """How often agents call in, and when a silent server is NOT_RESPONDING, then DOWN (seconds)."""
+    """How often agents sync, how long they long-poll in between, and when a silent server is
+    NOT_RESPONDING, then DOWN (seconds)."""
 
-    heartbeat_interval_s: int
-    poll_interval_s: int
+    sync_interval_s: float
+    wake: bool
+    wait_timeout_s: float
     not_responding_after_s: int
     down_after_s: int
     usage_raw_retention_days: int
@@ -19,8 +23,10 @@ class NodeConf:
 def node_conf() -> NodeConf:
     # Read on every call (cheap) so that tests can override settings.
     return NodeConf(
-        heartbeat_interval_s=settings.ATTUNE_HEARTBEAT_INTERVAL_S,
-        poll_interval_s=settings.ATTUNE_POLL_INTERVAL_S,
+        sync_interval_s=settings.ATTUNE_AGENT_SYNC_INTERVAL_S,
+        wake=settings.ATTUNE_AGENT_WAKE,
+        # What the wait endpoint holds at most: a longer setting would have every wait refused.
+        wait_timeout_s=min(float(settings.ATTUNE_AGENT_WAIT_TIMEOUT_S), AGENT_WAIT_MAX_S),
         not_responding_after_s=settings.ATTUNE_NODE_NOT_RESPONDING_AFTER_S,
         down_after_s=settings.ATTUNE_NODE_DOWN_AFTER_S,
         usage_raw_retention_days=settings.ATTUNE_USAGE_RAW_RETENTION_DAYS,

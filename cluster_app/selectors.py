@@ -21,13 +21,18 @@ def server_get_by_name(*, name: str) -> Server | None:
 
 
 def servers_lock_all() -> list[Server]:
-    """Every server, locked FOR UPDATE in id order; call inside a transaction.
+    """Every server, locked FOR NO KEY UPDATE in id order; call inside a transaction.
 
     Lock order, shared by every writer that touches both servers and jobs (the round, the liveness
     sweep): all server rows first, then job rows, each in id order. Taking the same order everywhere
     is what keeps those writers from deadlocking each other.
+
+    NO KEY: a transaction that holds a job and updates one of its leases twice (applying an exit
+    report) has PostgreSQL re-check the lease's foreign keys at COMMIT, with FOR KEY SHARE on its
+    server. FOR UPDATE would make that COMMIT wait for the round while the round waits for the job:
+    a deadlock (tests/faults/test_round_lock_order.py). Every write to a server row still waits.
     """
-    return list(Server.objects.select_for_update().order_by("id"))
+    return list(Server.objects.select_for_update(no_key=True).order_by("id"))
 
 
 def server_lock(*, server: Server) -> Server:

@@ -1,8 +1,35 @@
-"""ASGI entry point."""
+"""ASGI entry point, what the image runs (gunicorn with uvicorn workers): the agents' long-poll
+(config/agent_wait.py) natively async, every other request to Django's WSGI application on a pool of
+threads (a2wsgi). Threads that live as long as the process keep Django's persistent database
+connections (CONN_MAX_AGE); Django's own ASGI handler would open one per request.
+"""
 
 import os
 
-from django.core.asgi import get_asgi_application
+from a2wsgi import WSGIMiddleware
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-application = get_asgi_application()
+django_wsgi = get_wsgi_application()
+
+from django.conf import settings  # noqa: E402  (after the settings module is chosen)
+
+from config.agent_wait import WAIT_PATH, agent_wait_app, wake_hub  # noqa: E402
+
+django_app = WSGIMiddleware(django_wsgi, workers=settings.ATTUNE_WEB_THREADS)
+
+
+async def application(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await wake_hub().close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] == "http" and scope["path"] == WAIT_PATH:
+        await agent_wait_app(scope, receive, send)
+        return
+    await django_app(scope, receive, send)

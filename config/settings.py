@@ -72,7 +72,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The embedded demo has the web server, rounds and agents' reports writing at once: wait for the
     # write lock instead of failing, and take it at the start of each transaction (no upgrade deadlock).
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
+# Persistent connections by default: a sync call is a few milliseconds of work, and opening a PostgreSQL
+# connection costs as much again (config/asgi.py keeps its threads, so their connections live on).
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=300)
 # With persistent connections, check a reused one before a request uses it (a restarted PostgreSQL).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = DATABASES["default"]["CONN_MAX_AGE"] > 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -224,13 +226,28 @@ ATTUNE_NOTIFY = {
 }
 
 # Node agents and liveness; read only by cluster_app/conf.py.
-ATTUNE_HEARTBEAT_INTERVAL_S = env.int("ATTUNE_HEARTBEAT_INTERVAL_S", default=5)
-ATTUNE_POLL_INTERVAL_S = env.int("ATTUNE_POLL_INTERVAL_S", default=2)
+# One sync call per agent per interval (docs/agent-protocol.md). Between syncs the agent long-polls
+# /api/v1/agent/wait, woken through Redis when its server's commands change (cluster_app/agent_wake.py):
+# on by default wherever rounds run on a worker (so Redis is there), off in the embedded demo, whose
+# agents then sync more often instead.
+ATTUNE_AGENT_WAKE = env.bool("ATTUNE_AGENT_WAKE", default=not ATTUNE_SCHEDULER["inline_rounds"])
+ATTUNE_AGENT_SYNC_INTERVAL_S = env.float(
+    "ATTUNE_AGENT_SYNC_INTERVAL_S", default=10.0 if ATTUNE_AGENT_WAKE else 2.0
+)
+ATTUNE_AGENT_WAIT_TIMEOUT_S = env.float("ATTUNE_AGENT_WAIT_TIMEOUT_S", default=30.0)
+# Threads per web process serving Django (config/asgi.py); gunicorn's --workers sets the processes.
+ATTUNE_WEB_THREADS = env.int("ATTUNE_WEB_THREADS", default=8)
 ATTUNE_NODE_NOT_RESPONDING_AFTER_S = env.int("ATTUNE_NODE_NOT_RESPONDING_AFTER_S", default=30)
 ATTUNE_NODE_DOWN_AFTER_S = env.int("ATTUNE_NODE_DOWN_AFTER_S", default=120)
 ATTUNE_LIVENESS_SWEEP_S = env.int("ATTUNE_LIVENESS_SWEEP_S", default=5)
 # Raw usage samples older than this are rolled up into one averaged sample per minute.
 ATTUNE_USAGE_RAW_RETENTION_DAYS = env.int("ATTUNE_USAGE_RAW_RETENTION_DAYS", default=2)
+
+# Prometheus metrics at /metrics (docs/metrics.md); read only by scheduler_app/metrics/access.py. A
+# scrape is let in by `Authorization: Bearer <token>` or from an allowed address (IPs or CIDRs, matched
+# against REMOTE_ADDR). With neither set only loopback (127.0.0.1, ::1) may scrape.
+ATTUNE_METRICS_TOKEN = env("ATTUNE_METRICS_TOKEN", default="")
+ATTUNE_METRICS_ALLOWED_IPS = env.list("ATTUNE_METRICS_ALLOWED_IPS", default=[])
 
 CELERY_BEAT_SCHEDULE = {
     "scheduling-round": {

@@ -1,14 +1,17 @@
-"""Top-level URL routes: home page, user pages, admin, health check, the REST API and its schema/docs."""
+"""Top-level URL routes: home page, user pages, admin, health check, metrics, the REST API and its docs."""
 
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from scheduler_app import views as scheduler_views
+from scheduler_app.metrics.views import metrics
 
 urlpatterns = [
     path("", scheduler_views.home, name="home"),
     path("healthz", scheduler_views.healthz, name="healthz"),
+    # Prometheus's conventional path, outside /api/v1/ (docs/metrics.md).
+    path("metrics", metrics, name="metrics"),
     path("", include("scheduler_app.web.urls")),
     path("dashboards/", include("scheduler_app.dashboards.urls")),
     path("account/", include("notify_app.urls")),

@@ -140,7 +140,7 @@ SERVER_STATES = {
     "DRAINING": "Taking no new jobs; the running ones finish first.",
     "DRAINED": "Taking no jobs, none running: ready for maintenance.",
     "DOWN": "Not in service.",
-    "NOT_RESPONDING": "Its agent has missed its heartbeats.",
+    "NOT_RESPONDING": "Its agent has not synced for a while (it may be down or cut off).",
 }
 
 # How a node agent confines a job (agent/launcher.py ISOLATION_MODES).

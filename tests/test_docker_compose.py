@@ -4,7 +4,8 @@ from pathlib import Path
 
 import yaml
 
-COMPOSE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
 
 
 def load() -> dict:
@@ -30,10 +31,19 @@ def test_app_services_share_env_and_wait_for_healthy_dependencies():
             "postgres": {"condition": "service_healthy"},
             "redis": {"condition": "service_healthy"},
         }
-    assert "gunicorn config.wsgi" in " ".join(services["web"]["command"])
+    assert "gunicorn -c config/gunicorn.conf.py" in " ".join(services["web"]["command"])
     assert services["worker"]["command"][:4] == ["celery", "-A", "config", "worker"]
     assert services["beat"]["command"][:4] == ["celery", "-A", "config", "beat"]
 
 
 def test_web_health_check_hits_a_real_route(client, db):
     assert client.get("/healthz").status_code == 200
+
+
+def test_the_web_tier_config_serves_the_asgi_router_with_uvicorn_workers():
+    """The image and compose run config/gunicorn.conf.py: the agents' long-poll exists only there."""
+    settings: dict = {}
+    exec(compile((ROOT / "config" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"), settings)
+    assert settings["wsgi_app"] == "config.asgi:application"
+    assert settings["worker_class"] == "uvicorn_worker.UvicornWorker"
+    assert settings["keepalive"] > 10  # longer than an agent's sync interval

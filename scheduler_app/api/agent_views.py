@@ -1,4 +1,4 @@
-"""Agent endpoints (docs/agent-protocol.md): register, heartbeat, poll, reports; Bearer-token auth."""
+"""Agent endpoints (docs/agent-protocol.md): register and sync; Bearer-token auth."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -6,24 +6,23 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from cluster_app.agent_call_counter import count_agent_call
+from cluster_app.agent_wake import AGENT_WAIT_PATH, wait_ticket
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import node_conf
 from cluster_app.services import GpuConflictError
 from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, BoundedJSONParser
 from scheduler_app.api.serializers.agents import (
-    AgentHeartbeatResponseSerializer,
     AgentHeartbeatSerializer,
-    AgentPollResponseSerializer,
-    AgentPollSerializer,
     AgentRegisterResponseSerializer,
     AgentRegisterSerializer,
     AgentReportSerializer,
-    AgentReportsResponseSerializer,
-    AgentReportsSerializer,
+    AgentSyncResponseSerializer,
+    AgentSyncSerializer,
     GpuConflictSerializer,
 )
-from scheduler_app.selectors import agent_commands
-from scheduler_app.services.agents import agent_heartbeat, agent_register, agent_reports_ingest
+from scheduler_app.services.agent_sync import SyncRequest, agent_sync
+from scheduler_app.services.agents import agent_register
 
 
 class AgentView(APIView):
@@ -43,6 +42,7 @@ class AgentRegisterView(AgentView):
         summary="Register the agent's server and replace its inventory",
     )
     def post(self, request: Request) -> Response:
+        count_agent_call("register")
         serializer = AgentRegisterSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
@@ -55,53 +55,24 @@ class AgentRegisterView(AgentView):
         return Response(
             {
                 "server": server.name,
-                "heartbeat_interval_s": conf.heartbeat_interval_s,
-                "poll_interval_s": conf.poll_interval_s,
+                "sync_interval_s": conf.sync_interval_s,
             }
         )
 
 
-class AgentHeartbeatView(AgentView):
+class AgentSyncView(AgentView):
     @extend_schema(
         tags=["agent"],
-        request=AgentHeartbeatSerializer,
-        responses=AgentHeartbeatResponseSerializer,
-        summary="Liveness and usage sample",
+        request=AgentSyncSerializer,
+        responses=AgentSyncResponseSerializer,
+        summary="One sync: usage, reports and running leases in; commands and acks out",
     )
     def post(self, request: Request) -> Response:
-        serializer = AgentHeartbeatSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        server = agent_heartbeat(server=request.auth, usage=serializer.to_usage())
-        return Response({"state": server.state})
-
-
-class AgentPollView(AgentView):
-    @extend_schema(
-        tags=["agent"],
-        request=AgentPollSerializer,
-        responses=AgentPollResponseSerializer,
-        summary="Commands that bring the node to the scheduler's decision",
-    )
-    def post(self, request: Request) -> Response:
-        serializer = AgentPollSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        return Response(
-            {"commands": agent_commands(server=request.auth, running=serializer.validated_data["running"])}
-        )
-
-
-class AgentReportsView(AgentView):
-    @extend_schema(
-        tags=["agent"],
-        request=AgentReportsSerializer,
-        responses=AgentReportsResponseSerializer,
-        summary="Lease reports (idempotent by lease_id + seq)",
-    )
-    def post(self, request: Request) -> Response:
-        batch = AgentReportsSerializer(data=request.data)
-        batch.is_valid(raise_exception=True)
+        count_agent_call("sync")
+        body = AgentSyncSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
         valid, rejected = [], []
-        for item in batch.validated_data["reports"]:
+        for item in body.validated_data["reports"]:
             one = AgentReportSerializer(data=item)
             if one.is_valid():
                 valid.append(one.to_report())
@@ -115,9 +86,29 @@ class AgentReportsView(AgentView):
                         "code": 400,
                     }
                 )
-        outcome = agent_reports_ingest(server=request.auth, reports=valid)
+        usage = AgentHeartbeatSerializer.usage_of(body.validated_data["sample"])
+        running = body.validated_data["running"]
+        outcome = agent_sync(
+            server=request.auth, request=SyncRequest(usage=usage, running=running, reports=valid)
+        )
+        conf = node_conf()
+        wait = None
+        if conf.wake:
+            wait = {
+                "url": AGENT_WAIT_PATH,
+                "ticket": wait_ticket(outcome.server.pk),
+                "generation": outcome.generation,
+                "timeout_s": conf.wait_timeout_s,
+            }
         return Response(
-            {"acked": [list(pair) for pair in outcome.acked], "rejected": rejected + outcome.rejected}
+            {
+                "state": outcome.server.state,
+                "commands": outcome.commands,
+                "acked": [list(pair) for pair in outcome.reports.acked],
+                "rejected": rejected + outcome.reports.rejected,
+                "sync_interval_s": conf.sync_interval_s,
+                "wait": wait,
+            }
         )
 
 

@@ -12,9 +12,8 @@ router.register("servers", views.ServerViewSet, basename="server")
 urlpatterns = [
     # The agent protocol's paths have no trailing slash (docs/agent-protocol.md).
     path("agent/register", agent_views.AgentRegisterView.as_view(), name="agent-register"),
-    path("agent/heartbeat", agent_views.AgentHeartbeatView.as_view(), name="agent-heartbeat"),
-    path("agent/poll", agent_views.AgentPollView.as_view(), name="agent-poll"),
-    path("agent/reports", agent_views.AgentReportsView.as_view(), name="agent-reports"),
+    path("agent/sync", agent_views.AgentSyncView.as_view(), name="agent-sync"),
+    # agent/wait, the long-poll between syncs, is served by config/asgi.py outside Django's views.
     path("cluster/", views.ClusterView.as_view(), name="cluster"),
     path("workloads/", workload_views.WorkloadListView.as_view(), name="workload-list"),
     path("auth/token/", views.TokenView.as_view(), name="auth-token"),

@@ -157,29 +157,31 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
       ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
     - drain: the server is DRAINING or DRAINED;
     - profile: a running profiling run on this server (docs/profiling.md); its lease id is live.
-    Computed afresh on every poll, so a lost answer is simply repeated by the next one.
+    Computed afresh on every sync, so a lost answer is simply repeated by the next one.
     """
     conf = scheduler_conf()
     running = set(running)
-    holds = (
-        AllocationGpu.objects.filter(released_at__isnull=True).select_related("gpu").order_by("gpu__index")
-    )
-    active = (
-        Allocation.objects.filter(server=server, ended_at__isnull=True)
-        .select_related("job", "job__workload")
-        .prefetch_related(Prefetch("gpu_holds", queryset=holds))
-        .order_by("started_at", "id")
+    # Most syncs change nothing: the live leases' ids first (one light query), and the leases to
+    # start, with their jobs, GPUs and rendezvous, only when there are some.
+    live: set[UUID] = set(
+        Allocation.objects.filter(
+            server=server, ended_at__isnull=True, job__state=JobState.RUNNING
+        ).values_list("lease_id", flat=True)
     )
     commands: list[dict[str, Any]] = []
-    live: set[UUID] = set()
-    to_start: list[Allocation] = []
-    for allocation in active:
-        if allocation.job.state != JobState.RUNNING:
-            continue
-        live.add(allocation.lease_id)
-        if allocation.lease_id not in running:
-            to_start.append(allocation)
-    if to_start:  # the rendezvous needs every part of those jobs, on whichever server
+    if live - running:
+        holds = (
+            AllocationGpu.objects.filter(released_at__isnull=True)
+            .select_related("gpu")
+            .order_by("gpu__index")
+        )
+        to_start = list(
+            Allocation.objects.filter(lease_id__in=live - running, ended_at__isnull=True)
+            .select_related("job", "job__workload")
+            .prefetch_related(Prefetch("gpu_holds", queryset=holds))
+            .order_by("started_at", "id")
+        )
+        # The rendezvous needs every part of those jobs, on whichever server.
         parts = job_parts(job_ids=(a.job_id for a in to_start))
         commands += [_start_command(a, parts.get(a.job_id, [])) for a in to_start]
     for command in profiling_commands(server=server):

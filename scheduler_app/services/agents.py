@@ -1,4 +1,4 @@
-"""What node agents tell the service: registration, heartbeats and lease reports (idempotent)."""
+"""What node agents tell the service: registration, usage samples and lease reports (idempotent)."""
 
 from __future__ import annotations
 
@@ -211,15 +211,15 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
     fresh = {(UUID(str(lease_id)), seq) for lease_id, seq in inserted}
     to_apply = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     if to_apply:
-        _apply_reports(to_apply, now=now)
+        _apply_reports(to_apply, now=now, job_ids={allocations[r.lease_id].job_id for r in to_apply})
     outcome.applied = len(to_apply)
     return outcome
 
 
-def _apply_reports(reports: list[LeaseReport], *, now: datetime) -> None:
+def _apply_reports(reports: list[LeaseReport], *, now: datetime, job_ids: set[int]) -> None:
+    """Apply new reports of the leases of `job_ids` (a lease's job never changes)."""
     conf = scheduler_conf()
     lease_ids = {r.lease_id for r in reports}
-    job_ids = set(Allocation.objects.filter(lease_id__in=lease_ids).values_list("job_id", flat=True))
     # Lock the jobs (in id order, like every other writer), then re-read their leases: a round or a
     # cancel may have ended a lease between our first read and the lock.
     jobs = {

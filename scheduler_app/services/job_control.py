@@ -14,6 +14,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
 from notify_app.services import notification_job_ended
 from profiles_app.services import placement_penalty_refit, speed_correction_fold
 from scheduler_app.models import (
@@ -54,6 +55,8 @@ def allocations_end(*, allocation_ids: Iterable[int], reason: str, now: datetime
         ended_at=Greatest(Value(now), F("started_at")), end_reason=reason
     )
     AllocationGpu.objects.filter(allocation_id__in=ids, released_at__isnull=True).update(released_at=now)
+    if ended and wake_enabled():  # their agents stop the processes now, not at their next sync
+        agents_wake_on_commit(Allocation.objects.filter(pk__in=ids).values_list("server_id", flat=True))
     return ended
 
 

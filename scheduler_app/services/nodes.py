@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from cluster_app.agent_wake import agents_wake_on_commit
 from cluster_app.models import NodeState, Server
 from cluster_app.selectors import server_ids_in_states, server_lock
 from cluster_app.services import (
@@ -78,6 +79,7 @@ def node_drain(*, server: Server, reason: str = "") -> Server:
     """DRAINING: running leases finish, nothing new is placed; DRAINED once the server holds none."""
     # Count its leases only under the server lock: a round holds that lock while it places work.
     server = server_lock(server=server)
+    agents_wake_on_commit([server.pk])  # the agent hears of the drain at once
     return server_drain(server=server, reason=reason, busy_gpus=server_busy_gpus().get(server.pk, 0))
 
 

@@ -17,6 +17,7 @@ from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from cluster_app.agent_wake import agents_wake_on_commit
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import server_states_refresh
 from scheduler_app.conf import scheduler_conf
@@ -135,7 +136,8 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
        jobs are preempted (leases ended, GPUs released); new placements get Allocation rows.
     5. Store the SchedulingRound, a RoundDecision per job and a JobEvent per state change; give
        profiling runs still queued what the plan left free; refresh server states.
-    6. Agents learn of their commands on their next poll; after commit we only log.
+    6. After commit, the agents of the servers that got new leases are woken (cluster_app/agent_wake.py)
+       and sync at once; those whose leases ended are woken by allocations_end.
     7. After commit, refresh every live job's forecast (services/forecasts.py).
     """
     with _single_flight() as acquired:
@@ -155,8 +157,10 @@ def _round(trigger: str) -> SchedulingRound:
     now = timezone.now()
     servers = servers_lock_all()
     # of=("self",) locks only job rows; the round reads but never writes anything joined to them.
+    # no_key: a foreign key check of another transaction (its rows pointing at a job) must not wait
+    # for the round, for the reason given in servers_lock_all.
     jobs = list(
-        Job.objects.select_for_update(of=("self",))
+        Job.objects.select_for_update(of=("self",), no_key=True)
         .filter(state__in=[JobState.PENDING, JobState.RUNNING])
         .order_by("id")
     )
@@ -385,6 +389,7 @@ def _allocations_create(
             )
             gpu_lists.append([inputs.gpu_ids[(share.server_id, i)] for i in share.gpu_indices])
     Allocation.objects.bulk_create(allocations, batch_size=1000)  # PostgreSQL and SQLite return the ids
+    agents_wake_on_commit({a.server_id for a in allocations})  # their agents start them at once
     AllocationGpu.objects.bulk_create(
         [
             AllocationGpu(allocation_id=a.pk, gpu_id=g)

@@ -39,10 +39,12 @@ def assert_seqs_contiguous(reports: list[dict]) -> None:
     assert [r["seq"] for r in reports] == list(range(1, len(reports) + 1))
 
 
-def test_register_reports_fake_inventory_and_heartbeats(service, make_agent):
+def test_register_reports_fake_inventory_and_syncs_usage(service, make_agent):
+    service.sync_interval_s = 0.25
     agent = make_agent()
+    assert agent.syncer.interval_s == 10.0  # AgentConfig's default, until the register answer
     agent.start()
-    wait_for(lambda: service.heartbeats)
+    wait_for(lambda: service.syncs)
     registration = service.registrations[0]
     assert registration["num_cpus"] == 24
     assert registration["mem_gb"] == 500.0
@@ -50,10 +52,68 @@ def test_register_reports_fake_inventory_and_heartbeats(service, make_agent):
     assert registration["hostname"] == "node-a"
     assert [g["index"] for g in registration["gpus"]] == [0, 1]
     assert all(g["uuid"].startswith("GPU-") for g in registration["gpus"])
-    beat = service.heartbeats[0]
-    assert {g["uuid"] for g in beat["gpus"]} == {g["uuid"] for g in registration["gpus"]}
-    assert beat["sampled_at"].endswith("Z")
-    assert agent.poll_interval_s == service.poll_interval_s  # the register answer sets the intervals
+    sample = service.samples[0]
+    assert {g["uuid"] for g in sample["gpus"]} == {g["uuid"] for g in registration["gpus"]}
+    assert sample["sampled_at"].endswith("Z")
+    assert {"cpu_util_pct", "mem_used_gb"} <= set(sample)
+    assert service.running[0] == [] and service.syncs[0]["reports"] == []
+    assert agent.syncer.interval_s == 0.25  # the register answer sets the interval
+    wait_for(lambda: len(service.syncs) >= 3)  # and syncs keep coming at it
+
+
+def test_sync_once_drives_the_agent_without_threads(service, make_agent):
+    agent = make_agent()
+    agent.register()
+    gpu = agent.gpus[0].uuid
+    service.commands = [start_cmd("lease-1", gpu_uuids=[gpu], iters=100_000)]
+    answer = agent.sync_once()
+    assert answer["commands"] == service.commands and answer["state"] == "IDLE"
+    assert agent.leases.running_ids() == []  # a start is queued; the supervisor's tick launches it
+    agent.leases.tick()
+    assert agent.leases.running_ids() == ["lease-1"]
+    answer = agent.sync_once()
+    assert service.running[-1] == ["lease-1"] and answer["state"] == "MIXED"
+    assert [r["kind"] for r in service.reports_for("lease-1")] == ["started"]
+    busy = {g["uuid"]: g for g in service.samples[-1]["gpus"]}
+    assert busy[gpu]["util_pct"] > 0 and busy[agent.gpus[1].uuid]["util_pct"] == 0  # usage per GPU
+
+    service.commands = [{"kind": "cancel", "lease_id": "lease-1", "grace_s": 5}]
+    agent.sync_once()
+
+    def exited_locally() -> bool:
+        agent.leases.tick()
+        return not agent.leases.running_ids()
+
+    wait_for(exited_locally)
+    assert agent.spool.pending_count() >= 1 and service.exited("lease-1") is None  # spooled, not sent
+    agent.sync_once()
+    assert service.exited("lease-1")["data"]["stop"] == "cancel"
+    assert agent.spool.pending_count() == 0 and service.running[-1] == []
+    assert_seqs_contiguous(service.reports_for("lease-1"))
+
+
+def test_a_wake_brings_commands_at_once_and_urgent_reports_beat_the_interval(service, make_agent):
+    service.sync_interval_s, service.offer_wait, service.wait_timeout_s = 5.0, True, 20.0
+    agent = make_agent()
+    agent.start()
+    wait_for(lambda: len(service.syncs) == 1 and service.waiting == 1)
+    woken_s = time.monotonic()
+    service.wake(commands=[start_cmd("lease-1", gpu_uuids=[agent.gpus[0].uuid], iters=60)])
+    # The wake's sync fetches the start; the `started` report is urgent, so its own sync follows.
+    wait_for(lambda: service.reports_for("lease-1", "started"), timeout_s=3)
+    assert time.monotonic() - woken_s < 2.0
+    # Progress and log lines wait for the next sync; the exit is urgent and takes them along.
+    exited = wait_for(lambda: service.exited("lease-1"), timeout_s=4)
+    assert exited["data"]["exit_code"] == 0 and time.monotonic() - woken_s < 4.0  # within one interval
+    progress = service.reports_for("lease-1", "progress")
+    assert progress and progress[-1]["data"]["done_iters"] == 60
+    assert len(service.syncs) <= 6  # no sync per progress report (one every 0.1 s)
+    assert_seqs_contiguous(service.reports_for("lease-1"))
+    # A wait is held right now; stopping does not wait it out.
+    wait_for(lambda: service.waiting == 1)
+    stopping_s = time.monotonic()
+    agent.shutdown()
+    assert time.monotonic() - stopping_s < 1.5
 
 
 def test_register_retries_until_the_service_answers(service, make_agent):
@@ -99,8 +159,8 @@ def test_lease_runs_to_completion_with_ordered_reports(service, make_agent):
     lines = [line for r in reports if r["kind"] == "log" for line in r["data"]["lines"]]
     assert any("iteration 60/60" in line for line in lines)
     assert any(line.startswith("done:") for line in lines)
-    assert any("lease-1" in running for running in service.polls)
-    assert service.polls[-1] == []
+    assert any("lease-1" in running for running in service.running)
+    assert service.running[-1] == []
 
 
 def test_start_is_idempotent(service, make_agent):
@@ -108,8 +168,8 @@ def test_start_is_idempotent(service, make_agent):
     service.commands = [start_cmd("lease-1", gpu_uuids=[agent.gpus[0].uuid], iters=100_000)]
     agent.start()
     wait_for(lambda: service.reports_for("lease-1", "started"))
-    polls_before = len(service.polls)
-    wait_for(lambda: len(service.polls) >= polls_before + 5)  # the same start, five more times
+    syncs_before = len(service.syncs)
+    wait_for(lambda: len(service.syncs) >= syncs_before + 5)  # the same start, five more times
     assert len(service.reports_for("lease-1", "started")) == 1
     assert agent.leases.running_ids() == ["lease-1"]
 
@@ -152,7 +212,7 @@ def test_start_waits_for_the_stopping_lease_on_the_same_gpu(service, make_agent)
     agent.start()
     wait_for(lambda: logged(service, "lease-a", "running"))
     a_pid = service.reports_for("lease-a", "started")[0]["data"]["pid"]
-    # One poll answer both preempts A and starts B on A's GPU, as after a scheduling round.
+    # One sync answer both preempts A and starts B on A's GPU, as after a scheduling round.
     service.commands = [
         {"kind": "preempt", "lease_id": "lease-a", "grace_s": 5},
         start_cmd("lease-b", gpu_uuids=[gpu], job_id=2, iters=100_000),
@@ -204,26 +264,42 @@ def test_memory_error_under_the_cap_is_oom(service, make_agent):
 
 def test_reports_spooled_while_the_service_is_down_survive_an_agent_restart(service, make_agent):
     first = make_agent()
-    service.commands = [start_cmd("lease-1", gpu_uuids=[first.gpus[0].uuid], iters=30)]
+    service.commands = [start_cmd("lease-1", gpu_uuids=[first.gpus[0].uuid], iters=150)]
     first.start()
     wait_for(lambda: service.reports_for("lease-1", "progress"))
-    service.reports_down = True  # nothing more is acknowledged
+    service.sync_status = 503  # the service goes away: no sync gets through
     posted_before = len(service.report_posts)
-    wait_for(lambda: not first.leases.running_ids())  # the lease ends while reports cannot be delivered
-    first.shutdown()
+    wait_for(lambda: not first.leases.running_ids())  # the lease runs on and ends meanwhile
+    first.shutdown()  # its one last sync fails too
     assert service.exited("lease-1") is None
-    acked_before = set(service.reports)
+    assert first.syncer.syncs >= 1
+    acked_before = set(service.acked)
 
-    service.reports_down = False
+    service.sync_status = 200
     service.commands = []
     second = make_agent()
     second.start()
     exited = wait_for(lambda: service.exited("lease-1"))
-    assert exited["data"]["done_iters"] == 30
+    assert exited["data"]["done_iters"] == 150
     assert_seqs_contiguous(service.reports_for("lease-1"))
     # Reports acknowledged before the restart are not sent again.
     resent = {(r["lease_id"], r["seq"]) for r in service.report_posts[posted_before:]}
-    assert not resent & acked_before
+    assert resent and not resent & acked_before
+
+
+def test_reports_whose_acks_were_lost_are_sent_again_and_counted_once(service, make_agent):
+    service.ack = False  # the service commits every report, but no answer reaches the agent's spool
+    agent = make_agent()
+    service.commands = [start_cmd("lease-1", gpu_uuids=[agent.gpus[0].uuid], iters=20)]
+    agent.start()
+    wait_for(lambda: service.exited("lease-1"))
+    wait_for(lambda: len(service.report_posts) > len(service.reports))  # at-least-once: sent again
+    assert agent.spool.pending_count() >= len(service.reports_for("lease-1"))
+    service.ack = True
+    wait_for(lambda: agent.spool.pending_count() == 0)
+    reports = service.reports_for("lease-1")
+    assert_seqs_contiguous(reports)  # each (lease_id, seq) once, however often it came
+    assert [r["kind"] for r in reports].count("exited") == 1
 
 
 def test_restarted_agent_adopts_a_running_lease(service, make_agent):
@@ -236,7 +312,7 @@ def test_restarted_agent_adopts_a_running_lease(service, make_agent):
 
     second = make_agent()
     second.start()
-    wait_for(lambda: any(running == ["lease-1"] for running in service.polls[-3:]))
+    wait_for(lambda: any(running == ["lease-1"] for running in service.running[-3:]))
     exited = wait_for(lambda: service.exited("lease-1"))["data"]
     assert exited["exit_code"] == 0 and exited["done_iters"] == 150
     reports = service.reports_for("lease-1")
@@ -280,7 +356,7 @@ def test_agent_cli_runs_and_stops_on_sigterm(service, tmp_path):
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     try:
-        wait_for(lambda: service.heartbeats, timeout_s=15)
+        wait_for(lambda: service.syncs, timeout_s=15)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=10)

@@ -1,7 +1,7 @@
 """Profiling runs on the agent: the `profile` command, points measured through the launcher and reported.
 
 The fake service plays the real one's part: it runs the CPU search (profiles_app/optimistic.py, pure
-Python) over the points reported so far and answers each poll with the core counts still to measure.
+Python) over the points reported so far and answers each sync with the core counts still to measure.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def profile_command(gpu: str, *, argv: list[str], cpu_counts: list[int], warmup:
 
 
 def searching_service(service, gpu: str, *, argv: list[str], max_cpus: int) -> None:
-    """Answer polls like the service: the search's next core counts; `cancel` once the run is done."""
+    """Answer syncs like the service: the search's next core counts; `cancel` once the run is done."""
 
     def answer(running: list[str]) -> list[dict]:
         points = points_of(service)

@@ -1,7 +1,14 @@
-"""Helpers for service and API tests of the live driver: servers with tokens, jobs, rounds, leases."""
+"""Helpers for service and API tests of the live driver: servers with tokens, jobs, rounds, leases, and
+the agent's one call (a sync)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from django.utils import timezone
+from rest_framework.response import Response
 from rest_framework.test import APIClient
 
 from cluster_app.models import NodeState, Server
@@ -18,10 +25,48 @@ def make_server(
     return ServerFactory(name=name, num_gpus=gpus, num_cpus=cpus, mem_gb=mem_gb, state=state)
 
 
+SYNC = "/api/v1/agent/sync"
+
+
 def agent_client(server: Server) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_credential_issue(server=server)}")
     return client
+
+
+def usage_sample(**fields: Any) -> dict[str, Any]:
+    """A sync's `sample`: an almost idle node sampled now, without GPU figures, unless `fields` say."""
+    return {
+        "sampled_at": timezone.now().isoformat(),
+        "cpu_util_pct": 1.0,
+        "mem_used_gb": 1.0,
+        "gpus": [],
+        **fields,
+    }
+
+
+def sync(
+    client: APIClient,
+    *,
+    running: Iterable[Any] = (),
+    reports: Iterable[dict[str, Any]] = (),
+    sample: dict[str, Any] | None = None,
+) -> Response:
+    """POST one sync (docs/agent-protocol.md): `sample` (default: usage_sample()), the leases the agent
+    runs and its reports. Sent as JSON text, so that NUL and lone surrogates travel as JSON escapes."""
+    body = {
+        "sample": sample if sample is not None else usage_sample(),
+        "running": [str(lease) for lease in running],
+        "reports": list(reports),
+    }
+    return client.post(SYNC, data=json.dumps(body), content_type="application/json")
+
+
+def synced(client: APIClient, **kwargs: Any) -> dict[str, Any]:
+    """sync(), asserting a 200; its answer (state, commands, acked, rejected, sync_interval_s, wait)."""
+    response = sync(client, **kwargs)
+    assert response.status_code == 200, response.content[:2000]
+    return response.json()
 
 
 def workload(name: str = "res18") -> Workload:

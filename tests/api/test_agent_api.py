@@ -1,4 +1,6 @@
-"""The agent HTTP contract (docs/agent-protocol.md): auth, register, heartbeat, poll and reports."""
+"""The agent HTTP contract (docs/agent-protocol.md): auth, register, and the one sync call (its usage
+sample, its commands and its reports). The sync's own guarantees (reports before commands, constant cost,
+a poisoned batch, waking) are tested in tests/api/test_agent_sync.py."""
 
 import json
 import uuid
@@ -13,14 +15,11 @@ from cluster_app.models import AgentCredential, Gpu, GpuUsageSample, NodeState, 
 from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobState
 from scheduler_app.services.job_control import job_cancel
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import agent_client, lease_of, make_server, submit
+from tests.api.helpers import SYNC, agent_client, lease_of, make_server, submit, sync, synced, usage_sample
 
 pytestmark = pytest.mark.django_db
 
 REGISTER = "/api/v1/agent/register"
-HEARTBEAT = "/api/v1/agent/heartbeat"
-POLL = "/api/v1/agent/poll"
-REPORTS = "/api/v1/agent/reports"
 
 
 @pytest.fixture
@@ -66,7 +65,7 @@ def report(lease, seq, kind, **data):
 # --- authentication ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [REGISTER, HEARTBEAT, POLL, REPORTS])
+@pytest.mark.parametrize("path", [REGISTER, SYNC])
 def test_agent_endpoints_refuse_missing_and_wrong_tokens(path, server):
     assert APIClient().post(path, {}, format="json").status_code == 401
     wrong = APIClient()
@@ -79,30 +78,31 @@ def test_agent_endpoints_refuse_missing_and_wrong_tokens(path, server):
 def test_a_revoked_token_is_refused(server):
     client = agent_client(server)
     AgentCredential.objects.update(revoked_at=timezone.now())
-    assert client.post(POLL, {"running": []}, format="json").status_code == 401
+    assert sync(client).status_code == 401
 
 
 def test_a_user_token_does_not_open_agent_endpoints_and_an_agent_token_not_user_ones(user, server):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    assert client.post(POLL, {"running": []}, format="json").status_code == 401
+    assert sync(client).status_code == 401
     assert agent_client(server).get("/api/v1/jobs/").status_code in (401, 403)
 
 
 def test_the_credential_records_its_last_use(agent):
-    agent.post(POLL, {"running": []}, format="json")
+    synced(agent)
     assert AgentCredential.objects.get().last_used_at is not None
 
 
 # --- register -----------------------------------------------------------------------------------------
 
 
-def test_register_replaces_the_inventory_and_answers_the_intervals(agent, server):
+def test_register_replaces_the_inventory_and_answers_the_sync_interval(agent, server, settings):
+    settings.ATTUNE_AGENT_SYNC_INTERVAL_S = 7.5
     server.state = NodeState.NOT_RESPONDING
     server.save()
     response = agent.post(REGISTER, inventory(n=2), format="json")
     assert response.status_code == 200, response.json()
-    assert response.json() == {"server": "gpu01", "heartbeat_interval_s": 5, "poll_interval_s": 2}
+    assert response.json() == {"server": "gpu01", "sync_interval_s": 7.5}
     server.refresh_from_db()
     assert (server.num_gpus, server.num_cpus, server.mem_gb) == (2, 12, 250.0)
     assert server.state == NodeState.IDLE and server.last_heartbeat_at is not None
@@ -149,45 +149,84 @@ def test_register_validates_its_body(agent):
     assert agent.post(REGISTER, {**inventory(), "gpus": []}, format="json").status_code == 400
 
 
-# --- heartbeat ----------------------------------------------------------------------------------------
+# --- the sync's answer ---------------------------------------------------------------------------------
 
 
-def test_a_heartbeat_is_stored_once_per_sampled_at(agent, server):
+def test_a_sync_answers_state_commands_acks_and_interval_and_no_wait_without_waking(agent, settings):
+    settings.ATTUNE_AGENT_WAKE = False
+    settings.ATTUNE_AGENT_SYNC_INTERVAL_S = 4.0
+    assert synced(agent) == {
+        "state": "IDLE",
+        "commands": [],
+        "acked": [],
+        "rejected": [],
+        "sync_interval_s": 4.0,
+        "wait": None,
+    }
+
+
+# --- the sample (usage; marks the server alive) ---------------------------------------------------------
+
+
+def test_a_sample_is_stored_once_per_sampled_at(agent, server):
     gpu = server.gpus.get(index=0)
-    beat = {
-        "sampled_at": "2026-11-21T12:00:05Z",
-        "cpu_util_pct": 41.5,
-        "mem_used_gb": 120.3,
-        "gpus": [
+    beat = usage_sample(
+        sampled_at="2026-11-21T12:00:05Z",
+        cpu_util_pct=41.5,
+        mem_used_gb=120.3,
+        gpus=[
             {"uuid": gpu.uuid, "util_pct": 97.0, "mem_used_mb": 20480},
             {"uuid": "GPU-elsewhere", "util_pct": 1, "mem_used_mb": 1},
         ],
-    }
+    )
     for _ in range(2):
-        response = agent.post(HEARTBEAT, beat, format="json")
-        assert response.status_code == 200
-        assert response.json() == {"state": "IDLE"}
+        assert synced(agent, sample=beat)["state"] == "IDLE"
     assert UsageSample.objects.filter(server=server).count() == 1
     assert GpuUsageSample.objects.filter(gpu=gpu).count() == 1
     assert GpuUsageSample.objects.count() == 1
 
 
 @pytest.mark.parametrize("state", [NodeState.NOT_RESPONDING, NodeState.DOWN])
-def test_a_heartbeat_brings_a_silent_server_back(agent, server, running, state):
+def test_a_sync_brings_a_silent_server_back(agent, server, running, state):
     Server.objects.filter(pk=server.pk).update(state=state, state_reason="silent")
-    beat = {"sampled_at": timezone.now().isoformat(), "cpu_util_pct": 1, "mem_used_gb": 1}
-    assert agent.post(HEARTBEAT, beat, format="json").json() == {"state": "MIXED"}
+    beat = {"sampled_at": timezone.now().isoformat(), "cpu_util_pct": 1, "mem_used_gb": 1}  # no "gpus"
+    assert synced(agent, sample=beat, running=[lease_of(running).lease_id])["state"] == "MIXED"
     server.refresh_from_db()
     assert server.state == NodeState.MIXED and server.state_reason == ""
 
 
-# --- poll -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "sample",
+    [
+        None,
+        {},
+        {"cpu_util_pct": 1, "mem_used_gb": 1},  # no sampled_at
+        {**usage_sample(), "cpu_util_pct": 101},
+        {**usage_sample(), "mem_used_gb": -1},
+        {**usage_sample(), "gpus": [{"uuid": "GPU-0", "util_pct": "busy", "mem_used_mb": 1}]},
+        "now",
+    ],
+)
+def test_a_malformed_sample_refuses_the_whole_sync(agent, running, sample):
+    lease = lease_of(running).lease_id
+    body = {"running": [str(lease)], "reports": [report(lease, 1, "progress", done_iters=10)]}
+    if sample is not None:
+        body["sample"] = sample
+    response = agent.post(SYNC, body, format="json")
+    assert response.status_code == 400
+    assert "sample" in response.json()
+    assert not AgentReport.objects.exists() and not UsageSample.objects.exists()
+    running.refresh_from_db()
+    assert running.done_iters == 0
 
 
-def test_poll_starts_the_leases_the_agent_does_not_run(agent, running):
+# --- commands ---------------------------------------------------------------------------------------
+
+
+def test_a_sync_starts_the_leases_the_agent_does_not_run(agent, running):
     Job.objects.filter(pk=running.pk).update(done_iters=120)
     lease = lease_of(running)
-    (command,) = agent.post(POLL, {"running": []}, format="json").json()["commands"]
+    (command,) = synced(agent, running=[])["commands"]
     assert command["kind"] == "start"
     assert command["lease_id"] == str(lease.lease_id)
     assert command["job_id"] == running.pk and command["job_name"] == "res18-a"
@@ -200,45 +239,52 @@ def test_poll_starts_the_leases_the_agent_does_not_run(agent, running):
     profile = json.loads(env["ATTUNE_PROFILE_JSON"])
     assert set(profile) == {"iter_time_s", "cpu_per_gpu_grid", "mem_gb_per_gpu_grid", "tput"}
     # Once the agent runs it, nothing more to do.
-    assert agent.post(POLL, {"running": [str(lease.lease_id)]}, format="json").json() == {"commands": []}
+    assert synced(agent, running=[lease.lease_id])["commands"] == []
 
 
-def test_poll_start_for_an_own_command(agent, user, settings):
+def test_a_sync_starts_an_own_command(agent, user, settings):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
     job = submit(user, gpus=1, command="python train.py --epochs 3")
     scheduling_round_run()
-    (command,) = agent.post(POLL, {}, format="json").json()["commands"]
+    # `running` and `reports` may be left out: a sync of a node that runs nothing and has nothing to say.
+    response = agent.post(SYNC, {"sample": usage_sample()}, format="json")
+    assert response.status_code == 200, response.json()
+    (command,) = response.json()["commands"]
     assert command["argv"] == ["sh", "-c", "python train.py --epochs 3"]
     assert "ATTUNE_PROFILE_JSON" not in command["env"] and command["job_id"] == job.pk
 
 
-def test_poll_preempts_a_lease_the_scheduler_ended(agent, running, staff_user):
+def test_a_sync_preempts_a_lease_the_scheduler_ended(agent, running, staff_user):
     lease = lease_of(running)
     submit(staff_user, gpus=4, priority=10, name="urgent")
     scheduling_round_run()
-    commands = agent.post(POLL, {"running": [str(lease.lease_id)]}, format="json").json()["commands"]
+    commands = synced(agent, running=[lease.lease_id])["commands"]
     assert {"kind": "preempt", "lease_id": str(lease.lease_id), "grace_s": 30} in commands
     assert [c["kind"] for c in commands].count("start") == 1  # the urgent job
 
 
-def test_poll_cancels_a_cancelled_job_and_unknown_leases(agent, running, user):
+def test_a_sync_cancels_a_cancelled_job_and_unknown_leases(agent, running, user):
     lease = lease_of(running)
     job_cancel(job=running, by=user)
     stranger = uuid.uuid4()
-    commands = agent.post(POLL, {"running": [str(lease.lease_id), str(stranger)]}, format="json").json()[
-        "commands"
-    ]
+    commands = synced(agent, running=[lease.lease_id, stranger])["commands"]
     assert {"kind": "cancel", "lease_id": str(lease.lease_id), "grace_s": 10} in commands
     assert {"kind": "cancel", "lease_id": str(stranger), "grace_s": 10} in commands
 
 
-def test_poll_tells_a_draining_server_to_drain(agent, server):
+def test_a_sync_tells_a_draining_server_to_drain(agent, server):
     Server.objects.filter(pk=server.pk).update(state=NodeState.DRAINING)
-    assert agent.post(POLL, {"running": []}, format="json").json() == {"commands": [{"kind": "drain"}]}
+    answer = synced(agent)
+    assert answer["commands"] == [{"kind": "drain"}] and answer["state"] == "DRAINING"
 
 
-def test_poll_rejects_bad_lease_ids(agent):
-    assert agent.post(POLL, {"running": ["nope"]}, format="json").status_code == 400
+@pytest.mark.parametrize("bad", [["nope"], "nope", [1], [None], {"lease": "x"}])
+def test_a_malformed_running_list_refuses_the_whole_sync(agent, running, bad):
+    lease = lease_of(running).lease_id
+    body = {"sample": usage_sample(), "running": bad, "reports": [report(lease, 1, "progress", done_iters=5)]}
+    response = agent.post(SYNC, body, format="json")
+    assert response.status_code == 400 and "running" in response.json()
+    assert not AgentReport.objects.exists()
 
 
 # --- reports ----------------------------------------------------------------------------------------
@@ -258,9 +304,9 @@ def test_reports_apply_started_progress_and_log(agent, running):
         },
         report(lease, 3, "log", lines=["epoch 1", "epoch 2"]),
     ]
-    response = agent.post(REPORTS, {"reports": batch}, format="json")
-    assert response.status_code == 200
-    assert response.json() == {"acked": [[str(lease), 1], [str(lease), 2], [str(lease), 3]], "rejected": []}
+    answer = synced(agent, running=[lease], reports=batch)
+    assert answer["acked"] == [[str(lease), 1], [str(lease), 2], [str(lease), 3]]
+    assert answer["rejected"] == [] and answer["commands"] == []
     running.refresh_from_db()
     assert running.done_iters == 500
     assert running.attained_service_gpu_s == pytest.approx(2 * 10.0)
@@ -269,7 +315,7 @@ def test_reports_apply_started_progress_and_log(agent, running):
     event = JobEvent.objects.get(job=running, kind="lease_started")
     assert event.data["pid"] == 4242 and event.reason == "affinity+rlimit"
     # Progress never goes backwards.
-    agent.post(REPORTS, {"reports": [report(lease, 4, "progress", done_iters=100)]}, format="json")
+    synced(agent, running=[lease], reports=[report(lease, 4, "progress", done_iters=100)])
     running.refresh_from_db()
     assert running.done_iters == 500
 
@@ -282,9 +328,10 @@ def test_the_same_batch_twice_is_applied_once(agent, running):
         {**report(lease, 2, "progress", done_iters=200), "at": (t0 + timedelta(seconds=5)).isoformat()},
         report(lease, 3, "log", lines=["hello"]),
     ]
-    first = agent.post(REPORTS, {"reports": batch}, format="json").json()
-    second = agent.post(REPORTS, {"reports": batch}, format="json").json()
-    assert first == second and len(second["acked"]) == 3
+    first = synced(agent, running=[lease], reports=batch)
+    second = synced(agent, running=[lease], reports=batch)
+    assert (first["acked"], first["rejected"]) == (second["acked"], second["rejected"])
+    assert len(second["acked"]) == 3 and second["rejected"] == []
     running.refresh_from_db()
     assert running.attained_service_gpu_s == pytest.approx(2 * 5.0)
     assert JobEvent.objects.filter(job=running, kind="lease_started").count() == 1
@@ -295,14 +342,13 @@ def test_the_same_batch_twice_is_applied_once(agent, running):
 def test_a_report_for_another_servers_lease_is_rejected_as_not_found(running):
     other = agent_client(make_server("gpu02", gpus=1))
     lease = lease_of(running).lease_id
-    response = other.post(REPORTS, {"reports": [report(lease, 1, "progress", done_iters=999)]}, format="json")
-    assert response.status_code == 200
-    assert response.json() == {
-        "acked": [],
-        "rejected": [
-            {"lease_id": str(lease), "seq": 1, "error": "lease not found on this server", "code": 404}
-        ],
-    }
+    answer = synced(other, running=[lease], reports=[report(lease, 1, "progress", done_iters=999)])
+    assert answer["acked"] == []
+    assert answer["rejected"] == [
+        {"lease_id": str(lease), "seq": 1, "error": "lease not found on this server", "code": 404}
+    ]
+    # Nor is the lease its own to run: gpu02's agent is told to stop it.
+    assert answer["commands"] == [{"kind": "cancel", "lease_id": str(lease), "grace_s": 10}]
     running.refresh_from_db()
     assert running.done_iters == 0
 
@@ -311,10 +357,15 @@ def test_a_malformed_report_is_rejected_and_the_rest_applied(agent, running):
     lease = lease_of(running).lease_id
     bad = report(lease, 1, "progress")  # no done_iters
     good = report(lease, 2, "progress", done_iters=10)
-    body = agent.post(REPORTS, {"reports": [bad, good, {"seq": "x"}]}, format="json").json()
+    body = synced(agent, running=[lease], reports=[bad, good, {"seq": "x"}])
     assert body["acked"] == [[str(lease), 2]]
     assert [(r["seq"], r["code"]) for r in body["rejected"]] == [(1, 400), (None, 400)]
-    assert agent.post(REPORTS, {"reports": "nope"}, format="json").status_code == 400
+    running.refresh_from_db()
+    assert running.done_iters == 10
+    # A `reports` that is not a list of objects is the whole call's fault.
+    for reports in ("nope", ["nope"], [1]):
+        response = agent.post(SYNC, {"sample": usage_sample(), "reports": reports}, format="json")
+        assert response.status_code == 400 and "reports" in response.json()
 
 
 def test_exit_zero_with_all_work_done_completes_the_job(
@@ -325,16 +376,9 @@ def test_exit_zero_with_all_work_done_completes_the_job(
         "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: requested.append(trigger)
     )
     lease = lease_of(running)
+    exited = report(lease.lease_id, 1, "exited", exit_code=0, signal=None, oom=False, done_iters=1000)
     with django_capture_on_commit_callbacks(execute=True):
-        agent.post(
-            REPORTS,
-            {
-                "reports": [
-                    report(lease.lease_id, 1, "exited", exit_code=0, signal=None, oom=False, done_iters=1000)
-                ]
-            },
-            format="json",
-        )
+        synced(agent, reports=[exited])  # the process is gone: not in `running`
     running.refresh_from_db()
     assert running.state == JobState.COMPLETED and running.exit_code == 0 and running.finished_at
     assert running.done_iters == 1000
@@ -355,7 +399,7 @@ def test_exit_zero_with_all_work_done_completes_the_job(
 )
 def test_other_exits_fail_the_job(agent, running, data, state, exit_code):
     lease = lease_of(running)
-    agent.post(REPORTS, {"reports": [report(lease.lease_id, 1, "exited", **data)]}, format="json")
+    synced(agent, reports=[report(lease.lease_id, 1, "exited", **data)])
     running.refresh_from_db()
     assert (running.state, running.exit_code) == (state, exit_code)
 
@@ -366,15 +410,12 @@ def test_a_preempted_lease_exiting_leaves_the_job_queued_with_its_progress(agent
     scheduling_round_run()
     running.refresh_from_db()
     assert running.state == JobState.PENDING
-    agent.post(
-        REPORTS,
-        {
-            "reports": [
-                report(lease.lease_id, 1, "progress", done_iters=400),
-                report(lease.lease_id, 2, "exited", exit_code=None, signal=15, done_iters=420),
-            ]
-        },
-        format="json",
+    synced(
+        agent,
+        reports=[
+            report(lease.lease_id, 1, "progress", done_iters=400),
+            report(lease.lease_id, 2, "exited", exit_code=None, signal=15, done_iters=420),
+        ],
     )
     running.refresh_from_db()
     assert running.state == JobState.PENDING and running.done_iters == 420
@@ -384,9 +425,7 @@ def test_a_preempted_lease_exiting_leaves_the_job_queued_with_its_progress(agent
 def test_a_cancelled_lease_exiting_keeps_the_job_cancelled(agent, running, user):
     lease = lease_of(running)
     job_cancel(job=running, by=user)
-    agent.post(
-        REPORTS, {"reports": [report(lease.lease_id, 1, "exited", exit_code=None, signal=15)]}, format="json"
-    )
+    synced(agent, reports=[report(lease.lease_id, 1, "exited", exit_code=None, signal=15)])
     running.refresh_from_db()
     assert running.state == JobState.CANCELLED
 
@@ -399,10 +438,9 @@ def test_registration_and_a_returning_server_ask_for_an_early_round(
         "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: requested.append(trigger)
     )
     Server.objects.filter(pk=server.pk).update(state=NodeState.DOWN)
-    beat = {"sampled_at": timezone.now().isoformat(), "cpu_util_pct": 1, "mem_used_gb": 1}
     with django_capture_on_commit_callbacks(execute=True):
-        agent.post(HEARTBEAT, beat, format="json")
-        agent.post(HEARTBEAT, {**beat, "sampled_at": timezone.now().isoformat()}, format="json")
+        synced(agent)  # back: asks for a round
+        synced(agent)  # alive already: asks for nothing
         agent.post(REGISTER, inventory(), format="json")
     assert requested == ["node_back", "register"]
 
@@ -417,10 +455,8 @@ def test_a_lease_that_could_not_start_fails_the_job_with_the_agents_error(agent,
         "stop": None,
         "error": "start failed: this node has no GPU GPU-x",
     }
-    body = agent.post(
-        REPORTS, {"reports": [report(lease.lease_id, 1, "exited", **data)]}, format="json"
-    ).json()
-    assert body["rejected"] == []
+    body = synced(agent, reports=[report(lease.lease_id, 1, "exited", **data)])
+    assert body["rejected"] == [] and body["acked"] == [[str(lease.lease_id), 1]]
     running.refresh_from_db()
     assert running.state == JobState.FAILED and running.exit_code is None
     event = JobEvent.objects.get(job=running, kind="failed")
@@ -430,7 +466,7 @@ def test_a_lease_that_could_not_start_fails_the_job_with_the_agents_error(agent,
 def test_a_lease_stopped_by_the_agents_own_shutdown_requeues_the_job(agent, running):
     lease = lease_of(running)
     data = {"exit_code": None, "signal": 15, "oom": False, "done_iters": 250, "stop": "agent_exit"}
-    agent.post(REPORTS, {"reports": [report(lease.lease_id, 1, "exited", **data)]}, format="json")
+    synced(agent, reports=[report(lease.lease_id, 1, "exited", **data)])
     running.refresh_from_db()
     lease.refresh_from_db()
     assert running.state == JobState.PENDING and running.done_iters == 250

@@ -1,7 +1,7 @@
 """A buggy or compromised node agent cannot corrupt the schedule (docs/agent-protocol.md section 4).
 
-Each implausible report is answered 200 with the item in `rejected` (code 400), or cleaned or clamped
-where that is the rule; nothing corrupt is stored; the rest of the batch is applied.
+Each implausible report in a sync is answered 200 with the item in `rejected` (code 400), or cleaned or
+clamped where that is the rule; nothing corrupt is stored; the rest of the batch is applied.
 """
 
 import json
@@ -18,11 +18,9 @@ from profiles_app.models import SpeedObservation
 from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobState
 from scheduler_app.services.agents import AGENT_CLOCK_SKEW, SPEED_OUTLIER_FACTOR
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import lease_of, submit
+from tests.api.helpers import lease_of, submit, synced
 
 pytestmark = pytest.mark.django_db
-
-REPORTS = "/api/v1/agent/reports"
 
 
 @pytest.fixture
@@ -65,10 +63,9 @@ def report(lease, seq, kind, at=None, **data):
 
 
 def post(agent, reports):
-    """Sent as JSON text (escaped, so that lone surrogates and NUL travel as JSON can carry them)."""
-    response = agent.post(REPORTS, data=json.dumps({"reports": reports}), content_type="application/json")
-    assert response.status_code == 200, response.content
-    return response.json()
+    """One sync carrying `reports`, sent as JSON text (escaped, so that lone surrogates and NUL travel as
+    JSON can carry them); its answer."""
+    return synced(agent, reports=reports)
 
 
 def rejected(body) -> dict[int, str]:

@@ -116,9 +116,7 @@ def test_the_schema_is_valid_openapi_and_lists_every_endpoint():
     assert schema["openapi"].startswith("3.")
     assert {
         "/api/v1/agent/register",
-        "/api/v1/agent/heartbeat",
-        "/api/v1/agent/poll",
-        "/api/v1/agent/reports",
+        "/api/v1/agent/sync",
         "/api/v1/jobs/",
         "/api/v1/jobs/{id}/",
         "/api/v1/jobs/{id}/cancel/",
@@ -156,6 +154,8 @@ def test_the_schema_documents_each_operations_errors_with_their_bodies():
     detail = schema["paths"]["/api/v1/jobs/{id}/"]["get"]["responses"]
     assert "404" in detail and "400" not in detail  # no body, no query: nothing to be malformed
     assert {"404", "409"} <= set(schema["paths"]["/api/v1/jobs/{id}/cancel/"]["post"]["responses"])
-    agent = schema["paths"]["/api/v1/agent/reports"]["post"]["responses"]
+    agent = schema["paths"]["/api/v1/agent/sync"]["post"]["responses"]
+    assert {"200", "400", "401", "413"} <= set(agent)  # a malformed sample or running list is a 400
+    assert agent["400"]["content"]["application/json"]["schema"] == field_errors
     assert agent["401"]["headers"]["WWW-Authenticate"]["schema"]["example"] == "Bearer"
     assert schema["components"]["schemas"]["ErrorDetail"]["required"] == ["detail"]

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, USER_MAX_BODY_BYTES, json_depth
 from scheduler_app.models import AgentReport, Job
 from scheduler_app.services.jobs import JobRequest, job_submit
-from tests.api.helpers import agent_client, make_server, submit, workload
+from tests.api.helpers import SYNC, agent_client, make_server, submit, usage_sample, workload
 
 pytestmark = pytest.mark.django_db
 
@@ -213,16 +213,16 @@ def test_the_largest_script_fits_the_users_limit():
 
 
 def test_a_full_agent_batch_fits_the_agents_limit(cluster):
-    """5,000 reports (the endpoint's most) of a busy job: progress and 2,000-character log lines."""
+    """A sync of 5,000 reports (the call's most) of a busy job: progress and 2,000-character log lines."""
     at = timezone.now().isoformat()
     reports = [
         {"lease_id": str(uuid.uuid4()), "seq": i, "kind": "progress", "at": at,
          "data": {"done_iters": 10**9, "iters_per_s": 123.456}}
         for i in range(5000)
     ]  # fmt: skip
-    body = json.dumps({"reports": reports})
+    body = json.dumps({"sample": usage_sample(), "running": [], "reports": reports})
     assert USER_MAX_BODY_BYTES > len(body) > 500_000  # a plain batch would even fit the users' limit
-    response = agent_client(cluster).post("/api/v1/agent/reports", body, content_type="application/json")
+    response = agent_client(cluster).post(SYNC, body, content_type="application/json")
     assert response.status_code == 200, response.content[:500]
     assert len(response.json()["rejected"]) == 5000 and AgentReport.objects.count() == 0  # unknown leases
     log = {
@@ -232,10 +232,14 @@ def test_a_full_agent_batch_fits_the_agents_limit(cluster):
         "at": at,
         "data": {"lines": ["x" * 2000] * 128},
     }
-    batch = json.dumps({"reports": [log] * 100})  # the agent's batch: 100 reports of 256 KiB of log
+    # The agent's batch: 100 reports of 256 KiB of log, with the sample and a full node's running list.
+    running = [str(uuid.uuid4()) for _ in range(64)]
+    batch = json.dumps({"sample": usage_sample(), "running": running, "reports": [log] * 100})
     assert len(batch) < AGENT_MAX_BODY_BYTES
-    response = agent_client(cluster).post("/api/v1/agent/reports", batch, content_type="application/json")
+    response = agent_client(cluster).post(SYNC, batch, content_type="application/json")
     assert response.status_code == 200
+    assert len(response.json()["rejected"]) == 100  # unknown leases, and 64 cancels for the strangers
+    assert [c["kind"] for c in response.json()["commands"]] == ["cancel"] * 64
 
 
 BAD_PARAMS = [

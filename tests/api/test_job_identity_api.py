@@ -2,12 +2,13 @@
 directives, their node count, and what the agent is told to start (rendezvous included)."""
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduler_app.models import Job, JobState, UnixAccount
 from scheduler_app.selectors import agent_commands
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import active, make_server
+from tests.api.helpers import active, agent_client, make_server, synced
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -205,10 +206,7 @@ def _two_node_job(two_servers, command="torchrun train.py"):
 
 
 def _report(lease, seq, kind, **data):
-    from django.utils import timezone
-
-    from tests.api.helpers import agent_client
-
+    """`lease`'s agent sends one report in a sync."""
     body = {
         "lease_id": str(lease.lease_id),
         "seq": seq,
@@ -216,8 +214,8 @@ def _report(lease, seq, kind, **data):
         "at": timezone.now().isoformat(),
         "data": data,
     }
-    answer = agent_client(lease.server).post("/api/v1/agent/reports", {"reports": [body]}, format="json")
-    assert answer.status_code == 200 and answer.json()["rejected"] == []
+    answer = synced(agent_client(lease.server), reports=[body])
+    assert answer["rejected"] == [] and answer["acked"] == [[str(lease.lease_id), seq]]
 
 
 def test_a_multi_node_job_counts_progress_once_from_rank_0_and_ends_with_it(two_servers):

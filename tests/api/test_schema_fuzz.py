@@ -3,12 +3,13 @@
 Valid and invalid requests (schemathesis's positive and negative modes, its boundary-value coverage
 phase included), with a fixed seed (derandomize) and a bounded number of examples per operation, so
 that the run is the same each time and fits the suite. Users' operations run with a staff user's
-token, the agent protocol's with a node's Bearer token. Every response is checked: no 5xx, a
-documented status code, content type and headers, a body that matches the schema, and no request that
-breaks the schema accepted (negative_data_rejection). The one check left out is
+token, the agent protocol's (register and sync) with a node's Bearer token. Every response is
+checked: no 5xx, a documented status code, content type and headers, a body that matches the schema,
+and no request that breaks the schema accepted (negative_data_rejection). The one check left out is
 positive_data_acceptance: a request the schema allows may still be refused for a reason only the
 database knows (an unknown workload or team, a job no server can hold, a wrong password), and that is
-a 400 by design.
+a 400 by design. The agents' long-poll, GET /api/v1/agent/wait, is not a Django view and not in the
+schema (config/agent_wait.py, served by config/asgi.py): tests/cluster_app/test_agent_wake.py covers it.
 """
 
 from __future__ import annotations
@@ -79,5 +80,10 @@ def test_the_fuzzing_sent_at_least_1000_cases_and_reached_every_operation():
         pytest.skip("the fuzzing test did not run in this session (run the whole module)")
     operations = {result.ok().label for result in schema.get_all_operations()}
     assert set(cases_sent) == operations
+    # The agent protocol is two calls: the one-time register and the periodic sync.
+    assert {op for op in operations if "/agent/" in op} == {
+        "POST /api/v1/agent/register",
+        "POST /api/v1/agent/sync",
+    }
     print(f"schemathesis sent {sum(cases_sent.values())} cases: {dict(cases_sent)}")
     assert sum(cases_sent.values()) >= MIN_CASES, cases_sent

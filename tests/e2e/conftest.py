@@ -15,12 +15,14 @@ from tests.e2e.job_runtime import job_runtime as make_job_runtime
 from tests.e2e.processes import Agent, CeleryWorker
 
 # The worker runs beat with short periods so that a test sees rounds, sweeps and node failure quickly.
+# Agents sync every second and are not woken (see live_settings): the worker's rounds need not bump
+# wake generations that no one waits on.
 WORKER_ENV = {
     "ATTUNE_ROUND_S": "3",
     "ATTUNE_EARLY_ROUND_DELAY_S": "0.5",
     "ATTUNE_LIVENESS_SWEEP_S": "1",
-    "ATTUNE_HEARTBEAT_INTERVAL_S": "1",
-    "ATTUNE_POLL_INTERVAL_S": "1",
+    "ATTUNE_AGENT_SYNC_INTERVAL_S": "1",
+    "ATTUNE_AGENT_WAKE": "0",
     "ATTUNE_NODE_NOT_RESPONDING_AFTER_S": "4",
     "ATTUNE_NODE_DOWN_AFTER_S": "8",
     "ATTUNE_PREEMPT_GRACE_S": "3",
@@ -46,9 +48,14 @@ def e2e_ready(transactional_db):
 
 @pytest.fixture
 def live_settings(settings):
-    """What the in-process API server tells agents and how it triggers rounds (same as the worker)."""
-    settings.ATTUNE_HEARTBEAT_INTERVAL_S = 1
-    settings.ATTUNE_POLL_INTERVAL_S = 1
+    """What the in-process API server tells agents and how it triggers rounds (same as the worker).
+
+    pytest-django's live server is Django's WSGI application alone: the agents' long-poll (served by
+    config/asgi.py beside Django) is not there, so no sync offers it and agents sync every second.
+    The long-poll itself runs under a real ASGI server in tests/cluster_app/test_agent_wake.py.
+    """
+    settings.ATTUNE_AGENT_SYNC_INTERVAL_S = 1
+    settings.ATTUNE_AGENT_WAKE = False
     settings.ATTUNE_SCHEDULER = {
         **settings.ATTUNE_SCHEDULER,
         "inline_rounds": False,

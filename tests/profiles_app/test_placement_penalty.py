@@ -12,12 +12,11 @@ from profiles_app.services import SPEED_MIN_REPORTS, placement_penalty_refit, wo
 from scheduler_app.core.predictor import PENALTY_MIN_LEASES
 from scheduler_app.models import Job, JobState
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import active, agent_client, make_server, submit
+from tests.api.helpers import active, agent_client, make_server, submit, synced
 from tests.factories import AllocationFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
 
-REPORTS = "/api/v1/agent/reports"
 SLOWER_SPREAD = 1.5  # what spreading really costs this workload, as the agents will measure it
 
 
@@ -54,11 +53,10 @@ def run_to_completion(job: Job, servers, *, slowdown: float) -> list:
                 lease,
                 report(SPEED_MIN_REPORTS + 2, "exited", exit_code=0, done_iters=job.total_iters),
             )
-        response = agent_client(by_server[lease.server_id]).post(REPORTS, {"reports": reports}, format="json")
-        assert response.status_code == 200 and len(response.json()["acked"]) == len(reports)
+        answer = synced(agent_client(by_server[lease.server_id]), running=[lease.lease_id], reports=reports)
+        assert len(answer["acked"]) == len(reports)
     lease, last = exit_report  # ... once every part has reported its speed
-    response = agent_client(by_server[lease.server_id]).post(REPORTS, {"reports": [last]}, format="json")
-    assert response.status_code == 200
+    synced(agent_client(by_server[lease.server_id]), reports=[last])
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
     return leases

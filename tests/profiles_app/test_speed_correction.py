@@ -12,12 +12,11 @@ from profiles_app.services import SPEED_MIN_REPORTS, SPEED_RATIO_RANGE, job_spee
 from scheduler_app.models import Job, JobState
 from scheduler_app.services.job_control import job_finish
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import agent_client, lease_of, make_server, submit, workload
+from tests.api.helpers import agent_client, lease_of, make_server, submit, synced, workload
 from tests.factories import AllocationFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
 
-REPORTS = "/api/v1/agent/reports"
 JOBS = "/api/v1/jobs/"
 
 
@@ -135,8 +134,8 @@ def test_measured_slowness_reaches_the_next_admission_forecast_through_the_agent
     reports.append(
         report(SPEED_MIN_REPORTS + 2, "exited", exit_code=0, signal=None, oom=False, done_iters=1000)
     )
-    response = agent_client(server).post(REPORTS, {"reports": reports}, format="json")
-    assert response.status_code == 200 and len(response.json()["acked"]) == len(reports)
+    answer = synced(agent_client(server), reports=reports)
+    assert len(answer["acked"]) == len(reports)
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
     r, jobs = correction()

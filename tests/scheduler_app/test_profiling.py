@@ -1,7 +1,7 @@
 """Profiling on arrival, live: rounds hold jobs of unprofiled workloads, agents measure, profiles are used.
 
-The agent's side is played through the real agent endpoints (poll and reports), answering each profile
-command with the workload's true speed at the core counts asked for.
+The agent's side is played through the real agent call (a sync: commands out, reports in), answering
+each profile command with the workload's true speed at the core counts asked for.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from profiles_app.services import profiling_run_queue, workload_register
 from scheduler_app.models import JobEvent, JobState, PendingReason, RoundDecision
 from scheduler_app.services.rounds import scheduling_round_run
 from scheduler_app.tasks import workload_profile_task
-from tests.api.helpers import agent_client, lease_of, make_server, submit
+from tests.api.helpers import agent_client, lease_of, make_server, submit, synced
 
 pytestmark = pytest.mark.django_db
 SEQ = itertools.count(1)
@@ -58,9 +58,8 @@ def unknown_workload(name: str = "my-cnn", like: str = "alexnet"):
 
 
 def post(client, reports: list[dict]) -> dict:
-    response = client.post("/api/v1/agent/reports", {"reports": reports}, format="json")
-    assert response.status_code == 200, response.content
-    return response.json()
+    """One sync carrying `reports`; its answer."""
+    return synced(client, reports=reports)
 
 
 def point(run_id: str, cpus: int, seconds: float, seq: int | None = None) -> dict:
@@ -81,24 +80,29 @@ def point(run_id: str, cpus: int, seconds: float, seq: int | None = None) -> dic
 
 
 def profile_commands(client, running: list[str] | None = None) -> list[dict]:
-    response = client.post("/api/v1/agent/poll", {"running": running or []}, format="json")
-    assert response.status_code == 200
-    return [c for c in response.json()["commands"] if c["kind"] == "profile"]
+    """The profile commands of a sync that carries no reports."""
+    return [c for c in synced(client, running=running or [])["commands"] if c["kind"] == "profile"]
 
 
-def act_as_agent(client, model: str, *, max_polls: int = 20) -> list[int]:
-    """Measure what each poll asks for at `model`'s true speed, until the service stops asking."""
+def act_as_agent(client, model: str, *, max_syncs: int = 20) -> list[int]:
+    """Sync as an agent measuring at `model`'s true speed, until the service stops asking: each sync
+    carries the points the previous answer asked for, and its own answer (computed after they were
+    applied) asks for the next ones, never for a point already measured."""
     p = load_catalog()[model]
     full = {c: p.iter_time_s / row[-1] for c, row in zip(p.cpu_per_gpu_grid, p.tput, strict=True)}
-    measured = []
-    for _ in range(max_polls):
-        commands = profile_commands(client)
+    measured: list[int] = []
+    reports: list[dict] = []
+    for _ in range(max_syncs):
+        answer = post(client, reports)
+        assert len(answer["acked"]) == len(reports) and not answer["rejected"]
+        commands = [c for c in answer["commands"] if c["kind"] == "profile"]
         if not commands:
             return measured
         (command,) = commands
-        for cpus in command["cpu_counts"]:
-            post(client, [point(command["lease_id"], cpus, interpolate_seconds(full, cpus))])
-            measured.append(cpus)
+        assert not set(command["cpu_counts"]) & set(measured), (command, measured)
+        asked = command["cpu_counts"]
+        reports = [point(command["lease_id"], cpus, interpolate_seconds(full, cpus)) for cpus in asked]
+        measured += asked
     raise AssertionError("the service kept asking for points")
 
 
@@ -162,8 +166,7 @@ def test_a_job_of_an_unprofiled_workload_waits_is_profiled_then_runs_with_its_pr
     allocation = lease_of(job)
     assert allocation.num_cpus > 3 and allocation.speedup > 1.0
     # The agent still lists the finished run: it is told to stop it.
-    response = client.post("/api/v1/agent/poll", {"running": [str(run.lease_id)]}, format="json")
-    kinds = {c["kind"]: c for c in response.json()["commands"]}
+    kinds = {c["kind"]: c for c in synced(client, running=[run.lease_id])["commands"]}
     assert kinds["cancel"]["lease_id"] == str(run.lease_id) and "profile" not in kinds
 
 

@@ -1,4 +1,4 @@
-"""Serializers of the agent protocol (docs/agent-protocol.md): registration, heartbeats, polls, reports."""
+"""Serializers of the agent protocol (docs/agent-protocol.md): registration and the sync."""
 
 from __future__ import annotations
 
@@ -78,8 +78,7 @@ class AgentRegisterSerializer(serializers.Serializer):
 
 class AgentRegisterResponseSerializer(serializers.Serializer):
     server = serializers.CharField()
-    heartbeat_interval_s = serializers.IntegerField()
-    poll_interval_s = serializers.IntegerField()
+    sync_interval_s = serializers.FloatField(help_text="Seconds between syncs (jittered by the agent)")
 
 
 class GpuConflictSerializer(serializers.Serializer):
@@ -99,22 +98,15 @@ class AgentHeartbeatSerializer(serializers.Serializer):
     mem_used_gb = StrictFloatField(min_value=0, max_value=MAX_NODE_MEM_GB)
     gpus = AgentGpuUsageSerializer(many=True, required=False, default=list)
 
-    def to_usage(self) -> UsageReport:
-        d = self.validated_data
+    @staticmethod
+    def usage_of(d: dict[str, Any]) -> UsageReport:
+        """The usage report of validated data (this serializer's, or a sync's nested `sample`)."""
         return UsageReport(
             sampled_at=d["sampled_at"],
             cpu_util_pct=d["cpu_util_pct"],
             mem_used_gb=d["mem_used_gb"],
             gpus=[GpuUsage(**g) for g in d["gpus"]],
         )
-
-
-class AgentHeartbeatResponseSerializer(serializers.Serializer):
-    state = serializers.CharField()
-
-
-class AgentPollSerializer(serializers.Serializer):
-    running = serializers.ListField(child=StrictUUIDField(), required=False, default=list)
 
 
 class AgentCommandSerializer(serializers.Serializer):
@@ -138,10 +130,6 @@ class AgentCommandSerializer(serializers.Serializer):
     warmup = serializers.BooleanField(required=False, help_text="profile: one untimed run first")
     iters = serializers.IntegerField(required=False, help_text="profile: timed iterations per point")
     warmup_iters = serializers.IntegerField(required=False, help_text="profile: untimed iterations first")
-
-
-class AgentPollResponseSerializer(serializers.Serializer):
-    commands = AgentCommandSerializer(many=True)
 
 
 class AgentReportSerializer(serializers.Serializer):
@@ -202,11 +190,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class AgentReportsSerializer(serializers.Serializer):
-    # Items are validated one by one in the view: a malformed report is rejected, not the batch.
-    reports = serializers.ListField(child=serializers.DictField(), max_length=5000)
-
-
 class AgentReportRejectedSerializer(serializers.Serializer):
     lease_id = serializers.CharField(allow_null=True)
     seq = serializers.IntegerField(allow_null=True)
@@ -216,9 +199,33 @@ class AgentReportRejectedSerializer(serializers.Serializer):
     )
 
 
-class AgentReportsResponseSerializer(serializers.Serializer):
+class AgentSyncSerializer(serializers.Serializer):
+    """One sync (docs/agent-protocol.md section 2): the node's usage, the leases it runs, its reports."""
+
+    sample = AgentHeartbeatSerializer(help_text="Usage now: marks the server alive")
+    running = serializers.ListField(
+        child=StrictUUIDField(), required=False, default=list, max_length=4096, help_text="Leases it runs"
+    )
+    # Items are validated one by one in the view: a malformed report is rejected, not the sync.
+    reports = serializers.ListField(
+        child=serializers.DictField(), required=False, default=list, max_length=5000
+    )
+
+
+class AgentWaitSerializer(serializers.Serializer):
+    url = serializers.CharField(help_text="GET it with ?ticket=&generation=&timeout_s= between syncs")
+    ticket = serializers.CharField()
+    generation = serializers.IntegerField(help_text="The server's wake generation when this sync read it")
+    timeout_s = serializers.FloatField()
+
+
+class AgentSyncResponseSerializer(serializers.Serializer):
+    state = serializers.CharField(help_text="The server's state")
+    commands = AgentCommandSerializer(many=True)
     acked = serializers.ListField(
         child=serializers.ListField(child=serializers.JSONField(), min_length=2, max_length=2),
         help_text="[lease_id, seq] pairs that are final (applied now or before)",
     )
     rejected = AgentReportRejectedSerializer(many=True)
+    sync_interval_s = serializers.FloatField()
+    wait = AgentWaitSerializer(allow_null=True, help_text="null: no long-poll; sync at the interval")

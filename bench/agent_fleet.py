@@ -1,0 +1,325 @@
+"""The control plane under a fleet: N emulated node agents at the production intervals, open loop, on
+the web tier as the image runs it, with leases running and rounds happening.
+
+Run: `python -m bench.agent_fleet --agents 500` or `python -m bench.agent_fleet --find-max`.
+
+Per fleet size: a fresh PostgreSQL database; N servers (8 GPUs, 24 cores, 500 GB) with agent tokens;
+jobs submitted to fill the GPUs and keep a queue (catalog workloads, 1 to 5 minutes of work at the
+emulated speed); gunicorn started with config/gunicorn.conf.py (uvicorn workers, config.asgi) and a
+Celery worker with beat (rounds every ATTUNE_ROUND_S, early rounds when jobs end), on a Redis
+database of its own. First the baseline: GET /healthz at the fleet's request rate, open loop. Then
+the fleet, one asyncio process: each agent registers, then syncs every --interval seconds (jittered
++-10 %, each on its own schedule: a slow answer does not delay its next sync), long-polls between
+syncs and syncs at once when woken or when a lease started or exited. Each sync carries the usage
+sample (8 GPUs), a progress report per running lease and every report not yet acknowledged; start,
+preempt and cancel commands are obeyed (a started lease is reported, a finished one exits 0).
+
+Printed: p50/p99 per call kind (a sync's time to answer; the wait's deliberate hold is not a
+latency), errors, reports stored == reports sent (each exactly once), the delay from a round's
+commit to its start commands reaching the agents (p50/p99), the rounds' duration under that load, and
+the ratio to /healthz. `--find-max` raises N by --step until the p99 of a sync passes --p99-ms (or
+errors appear) and prints the largest N that held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from io import StringIO
+from pathlib import Path
+
+import httpx
+
+from bench.common import print_table
+from bench.fleet_agents import ITERS_PER_S, FleetStats, healthz_baseline, run_fleet
+from bench.live_common import bench_database, django_setup, logger, logging_setup, percentile
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+JOB_GPUS = (1, 1, 2, 4, 1, 2)  # per server: the first four fill its 8 GPUs, the rest wait in the queue
+JOB_SECONDS = (60, 300)  # their length at that speed
+DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The service under test: gunicorn as the image runs it, and a Celery worker with beat
+# ---------------------------------------------------------------------------------------------------
+
+
+def service_env(database_url: str, redis_url: str, interval_s: float) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "CELERY_RESULT_BACKEND": redis_url,
+        "CACHE_URL": redis_url,
+        "DEBUG": "0",
+        "ATTUNE_INLINE_ROUNDS": "0",
+        "ATTUNE_AGENT_WAKE": "1",
+        "ATTUNE_AGENT_SYNC_INTERVAL_S": str(interval_s),
+        # A fleet this size is never silent for long; keep the defaults' proportions to the interval.
+        "ATTUNE_NODE_NOT_RESPONDING_AFTER_S": str(int(interval_s * 6)),
+        "ATTUNE_NODE_DOWN_AFTER_S": str(int(interval_s * 24)),
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@contextmanager
+def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
+    """gunicorn (config/gunicorn.conf.py) on a free port and a Celery worker with beat; yields the URL."""
+    port = _free_port()
+    web_env = {**env, "ATTUNE_BIND": f"127.0.0.1:{port}"}
+    if workers:
+        web_env["WEB_CONCURRENCY"] = str(workers)
+    logs = tempfile.mkdtemp(prefix="attune-bench-fleet-")
+    web_log = open(Path(logs) / "web.log", "w")  # noqa: SIM115
+    worker_log = open(Path(logs) / "worker.log", "w")  # noqa: SIM115
+    web = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "--log-level", "warning"],
+        cwd=REPO_ROOT, env=web_env, stdout=web_log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "solo",
+         "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "-s", f"{logs}/beat"],
+        cwd=REPO_ROOT, env=env, stdout=worker_log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if web.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn did not start; see {logs}/web.log")
+            time.sleep(0.3)
+        logger.info("web tier at %s (logs in %s)", base_url, logs)
+        yield base_url
+    finally:
+        for proc in (worker, web):
+            proc.terminate()
+        for proc in (worker, web):
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        web_log.close()
+        worker_log.close()
+
+
+def seed(num_servers: int) -> list[str]:
+    """N servers with tokens (`manage.py node_token`), and jobs to fill and queue; returns the tokens."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from profiles_app.models import Workload
+    from profiles_app.services import workload_catalog_load
+    from scheduler_app.services.jobs import JobRequest, job_submit
+
+    tokens = []
+    for i in range(num_servers):
+        out = StringIO()
+        call_command("node_token", f"fleet{i:04d}", stdout=out, stderr=StringIO())
+        tokens.append(out.getvalue().strip())
+    workload_catalog_load()
+    workloads = list(Workload.objects.order_by("name"))
+    owner = get_user_model().objects.create_user("fleet", password=None)
+    rng = random.Random(1)
+    n = 0
+    for _ in range(num_servers):
+        for gpus in JOB_GPUS:
+            job_submit(
+                owner=owner,
+                request=JobRequest(
+                    name=f"fleet-{n}",
+                    num_gpus=gpus,
+                    total_iters=int(ITERS_PER_S * rng.uniform(*JOB_SECONDS)),
+                    workload=workloads[n % len(workloads)],
+                ),
+            )
+            n += 1
+    logger.info("%d servers with tokens, %d jobs submitted", num_servers, n)
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------------
+# What the database says
+# ---------------------------------------------------------------------------------------------------
+
+
+def delivery_delays(stats: FleetStats) -> list[float]:
+    """Seconds from the commit of the round that created a lease to its start command at the agent."""
+    from datetime import timedelta
+
+    from scheduler_app.models import Allocation
+
+    delays = []
+    rows = Allocation.objects.filter(
+        lease_id__in=list(stats.starts_received), round__isnull=False
+    ).values_list("lease_id", "round__started_at", "round__duration_ms")
+    for lease_id, started_at, duration_ms in rows:
+        committed = (started_at + timedelta(milliseconds=duration_ms)).timestamp()
+        delays.append(max(0.0, stats.starts_received[str(lease_id)] - committed))
+    return delays
+
+
+def round_durations_ms(since: float, until: float) -> list[float]:
+    from scheduler_app.models import SchedulingRound
+
+    start, end = datetime.fromtimestamp(since, tz=UTC), datetime.fromtimestamp(until, tz=UTC)
+    rounds = SchedulingRound.objects.filter(started_at__gte=start, started_at__lt=end)
+    return list(rounds.values_list("duration_ms", flat=True))
+
+
+def stored_reports() -> set[tuple[str, int]]:
+    from scheduler_app.models import AgentReport
+
+    return {(str(lease_id), seq) for lease_id, seq in AgentReport.objects.values_list("lease_id", "seq")}
+
+
+@dataclass
+class FleetResult:
+    agents: int
+    sync_p50_ms: float
+    sync_p99_ms: float
+    syncs_per_s: float
+    errors: int
+    healthz_p50_ms: float
+    healthz_p99_ms: float
+    delivery_p50_s: float
+    delivery_p99_s: float
+    deliveries: int
+    round_p50_ms: float
+    round_p99_ms: float
+    rounds: int
+    reports_sent: int
+    reports_stored: int
+    stored_once: bool
+
+    def holds(self, p99_ms: float) -> bool:
+        return self.errors == 0 and self.sync_p99_ms < p99_ms and self.stored_once
+
+
+def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
+    import redis
+
+    redis.Redis.from_url(args.redis_url).flushdb()
+    with bench_database("attune_bench_fleet", keep=args.keep) as url:
+        django_setup(url)
+        tokens = seed(num_agents)
+        env = service_env(url, args.redis_url, args.interval)
+        with processes(env, workers=args.workers) as base_url:
+            rate = num_agents / args.interval
+            base, base_errors = asyncio.run(healthz_baseline(base_url, rate, args.baseline_seconds))
+            stats = asyncio.run(run_fleet(tokens, base_url, args))
+        since, until = stats.measured
+        syncs = stats.latencies["sync"]
+        delays = delivery_delays(stats)
+        rounds = round_durations_ms(since, until)
+        stored = stored_reports()
+        acked = stats.acked
+        result = FleetResult(
+            agents=num_agents,
+            sync_p50_ms=percentile(syncs, 50) * 1000,
+            sync_p99_ms=percentile(syncs, 99) * 1000,
+            syncs_per_s=len(syncs) / max(1e-9, until - since),
+            errors=sum(stats.errors.values()) + base_errors,
+            healthz_p50_ms=percentile(base, 50) * 1000,
+            healthz_p99_ms=percentile(base, 99) * 1000,
+            delivery_p50_s=percentile(delays, 50),
+            delivery_p99_s=percentile(delays, 99),
+            deliveries=len(delays),
+            round_p50_ms=percentile(rounds, 50),
+            round_p99_ms=percentile(rounds, 99),
+            rounds=len(rounds),
+            reports_sent=len(stats.sent),
+            reports_stored=len(stored),
+            # Every report sent was acknowledged and stored, and nothing else was stored (the unique
+            # (lease_id, seq) constraint makes each row one report).
+            stored_once=stored == stats.sent and acked == stats.sent and stats.unsent == 0,
+        )
+        if stats.errors:
+            logger.warning("errors: %s", dict(stats.errors))
+        from django.db import connections
+
+        connections.close_all()  # the database is dropped next
+        return result
+
+
+def print_results(results: list[FleetResult], p99_ms: float) -> None:
+    print_table(
+        [
+            "agents", "syncs/s", "sync p50 ms", "sync p99 ms", "healthz p50 ms", "healthz p99 ms",
+            "p50 / healthz", "errors", "reports sent", "stored", "once", "start delivery p50 s",
+            "p99 s", "n", "round p50 ms", "round p99 ms", "rounds", "verdict",
+        ],
+        [
+            [
+                r.agents, f"{r.syncs_per_s:.1f}", f"{r.sync_p50_ms:.1f}", f"{r.sync_p99_ms:.1f}",
+                f"{r.healthz_p50_ms:.1f}", f"{r.healthz_p99_ms:.1f}",
+                f"{r.sync_p50_ms / r.healthz_p50_ms:.1f}x", r.errors, r.reports_sent, r.reports_stored,
+                "yes" if r.stored_once else "NO", f"{r.delivery_p50_s:.2f}", f"{r.delivery_p99_s:.2f}",
+                r.deliveries, f"{r.round_p50_ms:.0f}", f"{r.round_p99_ms:.0f}", r.rounds,
+                "ok" if r.holds(p99_ms) else "over",
+            ]
+            for r in results
+        ],
+    )  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=500)
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between an agent's syncs")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured time")
+    parser.add_argument("--warmup", type=float, default=20.0, help="unmeasured time first")
+    parser.add_argument("--baseline-seconds", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=None, help="web processes (default: the image's)")
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS, help="a Redis database the bench may flush")
+    parser.add_argument("--find-max", action="store_true", help="raise --agents by --step while it holds")
+    parser.add_argument("--step", type=int, default=250)
+    parser.add_argument("--max-agents", type=int, default=3000)
+    parser.add_argument("--p99-ms", type=float, default=250.0)
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args()
+    logging_setup()
+    results = []
+    n = args.agents
+    while True:
+        logger.info("fleet of %d agents", n)
+        results.append(measure(n, args))
+        print_results(results, args.p99_ms)
+        if not args.find_max or not results[-1].holds(args.p99_ms) or n + args.step > args.max_agents:
+            break
+        n += args.step
+    held = [r.agents for r in results if r.holds(args.p99_ms)]
+    if args.find_max:
+        largest = max(held) if held else 0
+        print(f"largest fleet with sync p99 under {args.p99_ms:g} ms and no errors: {largest}")
+        return 0 if held else 1
+    return 0 if results[-1].holds(args.p99_ms) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Counts of agent calls by kind, kept in Django's cache so every web worker adds to the same figures."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from django.core.cache import cache
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "attune:agent-calls"
+# The cache cannot list its keys, so the kinds seen are written into numbered slots, each claimed with
+# add() (set-if-absent, atomic in Redis and in local memory): two workers seeing two new kinds at
+# once take two different slots, where a read-modify-write list would lose one of them.
+MAX_KINDS = 16
+# A kind becomes a Prometheus label value: keep it a short identifier, and the set small.
+KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def _counter_key(kind: str) -> str:
+    return f"{KEY_PREFIX}:count:{kind}"
+
+
+def _slot_key(slot: int) -> str:
+    return f"{KEY_PREFIX}:kind:{slot}"
+
+
+def count_agent_call(kind: str) -> None:
+    """Add one call of `kind` (e.g. "register", "sync"); a lowercase identifier of up to 32 characters.
+
+    Counters never expire; a flushed or evicted cache starts them again from zero, which Prometheus
+    reads as a counter reset.
+    """
+    if not KIND_PATTERN.fullmatch(kind):
+        raise ValueError(f"agent call kind must match {KIND_PATTERN.pattern}: {kind!r}")
+    key = _counter_key(kind)
+    # add() is true only for the call that creates the counter: the one time the kind is registered.
+    if cache.add(key, 0, timeout=None):
+        _register(kind)
+    try:
+        cache.incr(key)
+    except ValueError:
+        # Evicted between add() and incr(): start again rather than lose the call.
+        cache.add(key, 0, timeout=None)
+        cache.incr(key)
+
+
+def _register(kind: str) -> None:
+    for slot in range(MAX_KINDS):
+        if cache.add(_slot_key(slot), kind, timeout=None) or cache.get(_slot_key(slot)) == kind:
+            return
+    logger.warning("agent call kind %r not exposed: all %d slots are taken", kind, MAX_KINDS)
+
+
+def agent_calls() -> dict[str, int]:
+    """Kind -> calls counted so far, for every kind registered (two cache reads)."""
+    slots = cache.get_many([_slot_key(slot) for slot in range(MAX_KINDS)])
+    kinds = sorted(set(slots.values()))
+    counts = cache.get_many([_counter_key(kind) for kind in kinds])
+    return {kind: int(counts.get(_counter_key(kind), 0)) for kind in kinds}
+
+
+def agent_calls_forget() -> None:
+    """Delete every counter and slot (tests; a fresh start)."""
+    slots = cache.get_many([_slot_key(slot) for slot in range(MAX_KINDS)])
+    cache.delete_many([_counter_key(kind) for kind in set(slots.values())])
+    cache.delete_many([_slot_key(slot) for slot in range(MAX_KINDS)])

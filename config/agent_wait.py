@@ -1,0 +1,178 @@
+"""The agents' long-poll, `GET /api/v1/agent/wait`: an ASGI handler that holds a request until the
+agent's server has new commands (its wake generation passed the one the agent saw) or a timeout.
+
+It runs beside Django in the same ASGI server (config/asgi.py) but without Django's request cycle:
+no database, no thread. A wait costs one Redis GET and an asyncio event; one Redis subscription per
+process wakes every waiter of that process (cluster_app/agent_wake.py publishes on commit). The
+credential is the signed ticket the sync call handed out, not the agent's token, so no query is
+needed to check it. Answers: 200 `{"generation": n, "woken": bool}` (woken: the generation moved;
+false: the timeout passed), 400 for a malformed query, 401 for a bad or expired ticket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import defaultdict
+from typing import Any
+from urllib.parse import parse_qs
+
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from cluster_app.agent_wake import (
+    AGENT_WAIT_MAX_S,
+    AGENT_WAIT_PATH,
+    GENERATION_KEY,
+    WAKE_CHANNEL,
+    wait_ticket_server,
+)
+
+logger = logging.getLogger(__name__)
+
+WAIT_PATH = AGENT_WAIT_PATH
+MAX_WAIT_S = AGENT_WAIT_MAX_S
+# A ticket is handed out by every sync; one older than this many sync intervals is refused.
+TICKET_MAX_AGE_S = 3600.0
+RECONNECT_S = 1.0
+
+
+class WakeHub:
+    """One process's waiters by server id, woken by one Redis subscription."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._waiters: dict[int, set[asyncio.Event]] = defaultdict(set)
+        self._listener: asyncio.Task | None = None
+        self._redis: aioredis.Redis | None = None
+
+    def _client(self) -> aioredis.Redis:
+        if self._redis is None:
+            self._redis = aioredis.Redis.from_url(self._url, socket_connect_timeout=2)
+        return self._redis
+
+    def _ensure_listening(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                pubsub = self._client().pubsub(ignore_subscribe_messages=True)
+                await pubsub.subscribe(WAKE_CHANNEL)
+                # Subscribed (again): anything published while we were not is unknown, so every waiter
+                # re-reads its generation.
+                self._wake_all()
+                async for message in pubsub.listen():
+                    self._wake(message.get("data", b""))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis restarting: waiters time out or are woken on reconnect
+                logger.warning("agent wake subscription lost (%s); reconnecting", exc)
+                await asyncio.sleep(RECONNECT_S)
+
+    def _wake(self, data: bytes | str) -> None:
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        for part in text.split(","):
+            if part.strip().isdigit():
+                for event in self._waiters.get(int(part), ()):
+                    event.set()
+
+    def _wake_all(self) -> None:
+        for events in self._waiters.values():
+            for event in events:
+                event.set()
+
+    async def generation(self, server_id: int) -> int:
+        return int(await self._client().get(GENERATION_KEY.format(server_id=server_id)) or 0)
+
+    async def wait(self, server_id: int, seen: int, timeout_s: float) -> tuple[int, bool]:
+        """(current generation, woken): returns at once when it already passed `seen`."""
+        self._ensure_listening()
+        event = asyncio.Event()
+        self._waiters[server_id].add(event)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while True:
+                # Cleared before the read, not after: a wake that lands while the read is in flight
+                # (the bump came after Redis answered it) stays set, and the loop reads again.
+                event.clear()
+                current = await self.generation(server_id)
+                left = deadline - loop.time()
+                if current > seen or left <= 0:
+                    return current, current > seen
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=left)
+        finally:
+            self._waiters[server_id].discard(event)
+            if not self._waiters[server_id]:
+                del self._waiters[server_id]
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+_hub: WakeHub | None = None
+
+
+def wake_hub() -> WakeHub:
+    global _hub
+    if _hub is None:
+        _hub = WakeHub(settings.REDIS_URL)
+    return _hub
+
+
+async def _answer(send: Any, status: int, body: dict[str, Any]) -> None:
+    payload = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Ticket realm="agent-wait"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _parse(query: bytes) -> tuple[str, int, float]:
+    """(ticket, generation seen, timeout s) from the query string; ValueError naming what is wrong."""
+    params = parse_qs(query.decode("latin-1"))
+    ticket = (params.get("ticket") or [""])[0]
+    if not ticket:
+        raise ValueError("ticket: required (the sync answer's wait.ticket)")
+    try:
+        seen = int((params.get("generation") or ["0"])[0])
+        timeout_s = float((params.get("timeout_s") or ["30"])[0])
+    except ValueError as exc:
+        raise ValueError("generation must be an integer and timeout_s a number") from exc
+    if seen < 0 or not 0 <= timeout_s <= MAX_WAIT_S:
+        raise ValueError(f"generation must be >= 0 and timeout_s within 0..{MAX_WAIT_S:g}")
+    return ticket, seen, timeout_s
+
+
+async def agent_wait_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The ASGI handler of WAIT_PATH (GET only)."""
+    if scope["method"] != "GET":
+        await _answer(send, 405, {"detail": "GET only"})
+        return
+    try:
+        ticket, seen, timeout_s = _parse(scope.get("query_string", b""))
+    except ValueError as exc:
+        await _answer(send, 400, {"detail": str(exc)})
+        return
+    server_id = wait_ticket_server(ticket, max_age_s=TICKET_MAX_AGE_S)
+    if server_id is None:
+        await _answer(send, 401, {"detail": "bad or expired ticket: sync again for a new one"})
+        return
+    try:
+        generation, woken = await wake_hub().wait(server_id, seen, timeout_s)
+    except Exception as exc:  # Redis down: the agent falls back to its sync interval
+        logger.warning("agent wait for server %s failed: %s", server_id, exc)
+        await _answer(send, 503, {"detail": "waking is unavailable; sync at the interval"})
+        return
+    await _answer(send, 200, {"generation": generation, "woken": woken})
