@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/15
 CACHE_URL ?= redis://127.0.0.1:6379/13
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint migrate clean browser
+.PHONY: venv demo test lint migrate clean browser faults
 
 venv: $(VENV)/.installed
 
@@ -31,6 +31,13 @@ lint: venv
 
 test: venv lint browser
 	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+# Fault tests (docs/faults.md): the service as real processes on a private PostgreSQL and Redis that the
+# tests start themselves, then stop, restart and kill. As root, with PostgreSQL's server binaries and
+# redis-server; they skip, saying why, elsewhere. DATABASE_URL only configures pytest-django.
+faults: venv
+	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) \
+		$(PY) -m pytest -q -p no:cacheprovider -m faults tests/faults -s $(PYTEST_ARGS)
 
 # The browser tests drive Debian's chromium (playwright's own download needs the internet). Installed
 # here when missing and apt-get can run (root); otherwise those tests are skipped, saying why.

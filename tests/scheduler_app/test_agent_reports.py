@@ -31,11 +31,11 @@ def test_a_batch_sent_twice_at_once_is_applied_once(user, settings, monkeypatch)
     first_inside, release = threading.Event(), threading.Event()
     real_apply = agents._apply_reports
 
-    def slow_apply(reports, *, now):
+    def slow_apply(reports, **kwargs):
         # The first request holds its transaction open with the reports inserted but not committed.
         first_inside.set()
         assert release.wait(10)
-        return real_apply(reports, now=now)
+        return real_apply(reports, **kwargs)
 
     monkeypatch.setattr(agents, "_apply_reports", slow_apply)
     outcomes = {}
