@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Avg, F, Max, Min, Model
 from django.db.models.deletion import ProtectedError
 from django.db.models.functions import Trunc
@@ -267,8 +267,17 @@ def node_register(
 def node_heartbeat(
     *, server: Server, usage: UsageReport, busy_gpus: int = 0, now: datetime | None = None
 ) -> Server:
-    """Mark the server alive and store its usage; a repeated `sampled_at` is stored once."""
+    """Mark the server alive and store its usage; a repeated `sampled_at` is stored once.
+
+    Built for a thousand agents: it never waits for a scheduling round (see `_touch`), and on
+    PostgreSQL its commit does not wait for the WAL flush (a crash may lose the last fraction of a
+    second of samples and liveness, which the next sync restores; reports, whose acks promise
+    storage, keep synchronous commits).
+    """
     now = now or timezone.now()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
     # Insert-or-ignore on the (server, sampled_at) unique constraints makes a retried beat a no-op;
     # what did go in is added to the minute's cluster-wide sums (last, below).
     added = MinuteSums()
@@ -311,18 +320,40 @@ def node_heartbeat(
     )
     added.gpu_samples = len(stored_gpus)
     added.gpu_util_pct_sum = sum(util_pct for (util_pct,) in stored_gpus)
-    fields = {"last_heartbeat_at": now}
     if server.state in UNRESPONSIVE_STATES:
         # Re-read under lock: the liveness sweep may be moving this very server to DOWN right now.
         server = Server.objects.select_for_update().get(pk=server.pk)
         _revive(server, busy_gpus=busy_gpus)
-        fields.update(state=server.state, state_reason=server.state_reason)
-    Server.objects.filter(pk=server.pk).update(**fields)
-    server.last_heartbeat_at = now
+        Server.objects.filter(pk=server.pk).update(
+            last_heartbeat_at=now, state=server.state, state_reason=server.state_reason
+        )
+        server.last_heartbeat_at = now
+    elif _touch(server, now):
+        server.last_heartbeat_at = now
     # Last: every heartbeat of this minute, from every server, waits on this row's lock until its
     # transaction commits, so it is taken after the other writes to keep that wait short.
     minute_add(minute=minute_of(usage.sampled_at), sums=added)
     return server
+
+
+def _touch(server: Server, now: datetime) -> bool:
+    """Set a live server's last_heartbeat_at unless a round holds its row; True when it was set.
+
+    A round locks every server row for its whole transaction; with a thousand agents syncing, waiting
+    for it would queue every sync behind every round. The liveness thresholds are several sync
+    intervals long, so skipping one touch while a round runs costs nothing (Kubernetes moved node
+    heartbeats off the Node object for the same contention). SQLite has no row locks: a plain UPDATE.
+    """
+    if connection.vendor != "postgresql":
+        return Server.objects.filter(pk=server.pk).update(last_heartbeat_at=now) > 0
+    table = connection.ops.quote_name(Server._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_heartbeat_at = %s WHERE id = "
+            f"(SELECT id FROM {table} WHERE id = %s FOR NO KEY UPDATE SKIP LOCKED)",
+            [now, server.pk],
+        )
+        return cursor.rowcount > 0
 
 
 def node_liveness_sweep(*, now: datetime | None = None) -> LivenessSweep:

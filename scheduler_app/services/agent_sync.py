@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from django.db import OperationalError
+
 from cluster_app.agent_wake import wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
@@ -15,6 +17,11 @@ from scheduler_app.selectors import agent_commands
 from scheduler_app.services.agents import LeaseReport, ReportsOutcome, agent_heartbeat, agent_reports_ingest
 
 logger = logging.getLogger(__name__)
+
+# How long a sync's reports may wait for job rows that a scheduling round holds before they are left
+# for the next sync; a round on a large cluster holds them for a second or more.
+REPORTS_LOCK_WAIT_MS = 100
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout / NOWAIT
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,19 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     outcome = ReportsOutcome()
     if request.reports:
         try:
-            outcome = agent_reports_ingest(server=server, reports=request.reports)
+            outcome = agent_reports_ingest(
+                server=server, reports=request.reports, lock_wait_ms=REPORTS_LOCK_WAIT_MS
+            )
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
+                raise
+            # A round holds the jobs' rows: the reports wait for the next sync rather than this one
+            # waiting for the round (at a thousand agents, every sync would queue behind every round).
+            logger.info(
+                "server %s: %d reports deferred to the next sync (a round holds their jobs)",
+                server.name,
+                len(request.reports),
+            )
         except Exception:
             logger.exception(
                 "server %s: %d reports could not be applied; left for the agent to resend",

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -138,7 +138,9 @@ def agent_heartbeat(*, server: Server, usage: UsageReport) -> Server:
 
 
 @transaction.atomic
-def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> ReportsOutcome:
+def agent_reports_ingest(
+    *, server: Server, reports: Sequence[LeaseReport], lock_wait_ms: int | None = None
+) -> ReportsOutcome:
     """Store and apply a batch of lease reports from `server`'s agent, each exactly once.
 
     1. Leases of other servers (or unknown) are rejected: an agent acts only for its own server.
@@ -152,8 +154,14 @@ def agent_reports_ingest(*, server: Server, reports: Sequence[LeaseReport]) -> R
     ignored when applied (docs/agent-protocol.md section 4).
     Reports about a profiling run of this server (its lease id) go to the profiling service instead.
     Everything in one transaction: if applying fails, the reports are not recorded either and the
-    agent's retry applies them.
+    agent's retry applies them. `lock_wait_ms` bounds the wait for locked rows (PostgreSQL; None: no
+    bound).
     """
+    if lock_wait_ms is not None and connection.vendor == "postgresql":
+        # Waiting longer for the job rows a round holds fails the transaction (LockNotAvailable); the
+        # caller leaves the reports unacknowledged and the agent sends them with its next sync.
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{int(lock_wait_ms)}ms'")
     outcome = ReportsOutcome()
     now = timezone.now()
     allocations = {
