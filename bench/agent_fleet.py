@@ -169,7 +169,9 @@ def seed(num_servers: int) -> list[str]:
 
 
 def delivery_delays(stats: FleetStats) -> list[float]:
-    """Seconds from the commit of the round that created a lease to its start command at the agent."""
+    """Seconds from the commit of the round that created a lease to its start command at the agent,
+    for the rounds that committed in the measured window (before it the agents were still starting
+    up, each waiting a random part of an interval before its first sync, on purpose)."""
     from datetime import timedelta
 
     from scheduler_app.models import Allocation
@@ -178,9 +180,11 @@ def delivery_delays(stats: FleetStats) -> list[float]:
     rows = Allocation.objects.filter(
         lease_id__in=list(stats.starts_received), round__isnull=False
     ).values_list("lease_id", "round__started_at", "round__duration_ms")
+    since, until = stats.measured
     for lease_id, started_at, duration_ms in rows:
         committed = (started_at + timedelta(milliseconds=duration_ms)).timestamp()
-        delays.append(max(0.0, stats.starts_received[str(lease_id)] - committed))
+        if since <= committed <= until:
+            delays.append(max(0.0, stats.starts_received[str(lease_id)] - committed))
     return delays
 
 
