@@ -57,6 +57,14 @@ def service_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def celery_worker_argv(schedule: Path, node_name: str) -> list[str]:
+    """A Celery worker with embedded beat, one task at a time, as the end-to-end and fault tests run it."""
+    return [
+        sys.executable, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "solo",
+        "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-s", str(schedule), "-n", node_name,
+    ]  # fmt: skip
+
+
 class CeleryWorker:
     """`celery -A config worker -B` as a real process, logging to a file."""
 
@@ -64,25 +72,7 @@ class CeleryWorker:
         self.log_path = tmp / "worker.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "-B",
-                "--pool",
-                "solo",
-                "--loglevel",
-                "INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "-s",
-                str(tmp / "beat-schedule"),
-                "-n",
-                f"e2e-{os.getpid()}@%h",
-            ],
+            celery_worker_argv(tmp / "beat-schedule", f"e2e-{os.getpid()}@%h"),
             cwd=REPO_ROOT,
             env=service_env(**env_overrides),
             stdout=self._log,

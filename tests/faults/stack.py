@@ -34,6 +34,8 @@ import psutil
 import psycopg2
 import redis
 
+from tests.e2e.processes import celery_worker_argv
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
@@ -584,25 +586,9 @@ class Stack:
         log_path = self.dir / f"worker-{self.worker_starts}.log"
         with log_path.open("w") as log:
             self.worker = subprocess.Popen(
-                [
-                    PYTHON,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "config",
-                    "worker",
-                    "-B",
-                    "--pool",
-                    "solo",
-                    "--loglevel",
-                    "INFO",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "-s",
-                    str(self.dir / "beat-schedule"),
-                    "-n",
-                    f"faults-{os.getpid()}-{self.worker_starts}@%h",
-                ],
+                celery_worker_argv(
+                    self.dir / "beat-schedule", f"faults-{os.getpid()}-{self.worker_starts}@%h"
+                ),
                 cwd=REPO_ROOT,
                 env=self.env,
                 stdout=log,
