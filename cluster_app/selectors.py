@@ -1,8 +1,12 @@
 """Every read of the hardware tables."""
 
 from collections.abc import Iterable
+from datetime import UTC
 
+from django.db import connection
 from django.db.models import Count, Max, QuerySet, Sum
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from cluster_app.models import AgentCredential, Gpu, NodeState, Server
 from cluster_app.services import agent_token_digest
@@ -53,12 +57,30 @@ def gpus_active(*, server_ids: Iterable[int] | None = None) -> list[tuple[int, i
 
 
 def agent_credential_find(*, token: str) -> AgentCredential | None:
-    """The live (not revoked) credential for `token`, with its server, or None."""
-    return (
-        AgentCredential.objects.select_related("server")
-        .filter(token_digest=agent_token_digest(token), revoked_at__isnull=True)
-        .first()
+    """The live (not revoked) credential for `token`, with its server, or None.
+
+    Hand-written: every agent call asks it, and the ORM builds the same join for about a millisecond
+    of CPU, several times what running it costs. The credential carries what its uses need (its id,
+    its server, its last use, for the throttled touch).
+    """
+    qn = connection.ops.quote_name
+    credentials, servers = qn(AgentCredential._meta.db_table), qn(Server._meta.db_table)
+    sql = (
+        f"SELECT s.*, c.id AS credential_pk, c.last_used_at AS credential_last_used_at"
+        f" FROM {credentials} c JOIN {servers} s ON s.id = c.server_id"
+        f" WHERE c.token_digest = %s AND c.revoked_at IS NULL"
     )
+    for server in Server.objects.raw(sql, [agent_token_digest(token)]):
+        last_used_at = server.__dict__.pop("credential_last_used_at")
+        # An extra column skips the model field's conversion: SQLite hands back a naive UTC time.
+        if isinstance(last_used_at, str):
+            last_used_at = parse_datetime(last_used_at)
+        if last_used_at is not None and timezone.is_naive(last_used_at):
+            last_used_at = last_used_at.replace(tzinfo=UTC)
+        return AgentCredential(
+            pk=server.__dict__.pop("credential_pk"), server=server, last_used_at=last_used_at
+        )
+    return None
 
 
 def cluster_capacity() -> dict[str, float]:

@@ -300,24 +300,7 @@ def node_heartbeat(
         added.cpu_cores_sum += server.num_cpus
         added.mem_used_gb_sum += mem_used_gb
         added.mem_capacity_gb_sum += server.mem_gb
-    gpu_ids = dict(
-        Gpu.objects.filter(server=server, uuid__in=[g.uuid for g in usage.gpus]).values_list("uuid", "id")
-    )
-    stored_gpus = insert_new(
-        GpuUsageSample,
-        ("gpu", "sampled_at"),
-        [
-            {
-                "gpu_id": gpu_ids[g.uuid],
-                "sampled_at": usage.sampled_at,
-                "util_pct": g.util_pct,
-                "mem_used_mb": g.mem_used_mb,
-            }
-            for g in usage.gpus
-            if g.uuid in gpu_ids
-        ],
-        ("util_pct",),
-    )
+    stored_gpus = _gpu_samples_insert_new(server, usage)
     added.gpu_samples = len(stored_gpus)
     added.gpu_util_pct_sum = sum(util_pct for (util_pct,) in stored_gpus)
     if server.state in UNRESPONSIVE_STATES:
@@ -334,6 +317,56 @@ def node_heartbeat(
     # transaction commits, so it is taken after the other writes to keep that wait short.
     minute_add(minute=minute_of(usage.sampled_at), sums=added)
     return server
+
+
+def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[float]]:
+    """Store the sample's GPU readings of `server`'s GPUs (by UUID; others ignored), each once per
+    `sampled_at`; returns the utilisation of those stored.
+
+    On PostgreSQL one statement resolves the UUIDs and inserts (INSERT ... SELECT over unnest'ed
+    arrays, joined to the server's GPUs): every sync of every agent runs it. Elsewhere (the embedded
+    SQLite) the GPU ids are read first.
+    """
+    if not usage.gpus:
+        return []
+    if connection.vendor == "postgresql":
+        qn = connection.ops.quote_name
+        samples, gpus = qn(GpuUsageSample._meta.db_table), qn(Gpu._meta.db_table)
+        sql = (
+            f"INSERT INTO {samples} (gpu_id, sampled_at, util_pct, mem_used_mb)"
+            f" SELECT g.id, %s, v.util_pct, v.mem_used_mb"
+            f" FROM unnest(%s::varchar[], %s::float8[], %s::float8[]) AS v(uuid, util_pct, mem_used_mb)"
+            f" JOIN {gpus} g ON g.uuid = v.uuid AND g.server_id = %s"
+            f" ON CONFLICT (gpu_id, sampled_at) DO NOTHING RETURNING util_pct"
+        )
+        params = [
+            usage.sampled_at,
+            [g.uuid for g in usage.gpus],
+            [float(g.util_pct) for g in usage.gpus],
+            [float(g.mem_used_mb) for g in usage.gpus],
+            server.pk,
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    gpu_ids = dict(
+        Gpu.objects.filter(server=server, uuid__in=[g.uuid for g in usage.gpus]).values_list("uuid", "id")
+    )
+    return insert_new(
+        GpuUsageSample,
+        ("gpu", "sampled_at"),
+        [
+            {
+                "gpu_id": gpu_ids[g.uuid],
+                "sampled_at": usage.sampled_at,
+                "util_pct": g.util_pct,
+                "mem_used_mb": g.mem_used_mb,
+            }
+            for g in usage.gpus
+            if g.uuid in gpu_ids
+        ],
+        ("util_pct",),
+    )
 
 
 def _touch(server: Server, now: datetime) -> bool:

@@ -37,6 +37,9 @@ MAX_WAIT_S = AGENT_WAIT_MAX_S
 # A ticket is handed out by every sync; one older than this many sync intervals is refused.
 TICKET_MAX_AGE_S = 3600.0
 RECONNECT_S = 1.0
+# Connections of one process to Redis for the waiters' generation reads (the subscription has its own).
+REDIS_CONNECTIONS = 16
+REDIS_POOL_WAIT_S = 10.0
 
 
 class WakeHub:
@@ -50,7 +53,16 @@ class WakeHub:
 
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
-            self._redis = aioredis.Redis.from_url(self._url, socket_connect_timeout=2)
+            # A bounded pool that makes a caller wait for a free connection: a wake of every waiter
+            # (a resubscription, a round that placed work on hundreds of servers) would otherwise open
+            # one connection per waiter at once, and under load their connects time out (503s).
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self._url,
+                max_connections=REDIS_CONNECTIONS,
+                timeout=REDIS_POOL_WAIT_S,
+                socket_connect_timeout=2,
+            )
+            self._redis = aioredis.Redis.from_pool(pool)  # closes the pool with it
         return self._redis
 
     def _ensure_listening(self) -> None:

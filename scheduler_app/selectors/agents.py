@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.db import connection
 from django.db.models import Prefetch
 
 from cluster_app.models import NodeState, Server
+from profiles_app.models import ProfilingRun, ProfilingRunStatus
 from profiles_app.selectors import (
     profiling_commands,
     workload_launch,
@@ -149,6 +151,27 @@ def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str
     return command
 
 
+def _live_leases(server_id: int) -> tuple[set[UUID], bool]:
+    """The ids of the server's live leases (not ended, job RUNNING), and whether a profiling run runs
+    on it: one hand-written statement, as every sync of every agent asks it. The ORM builds the same
+    SQL for 2 to 3 ms of CPU each time (10 to 30 times what running it costs), which a thousand agents
+    pay a hundred times a second."""
+    qn = connection.ops.quote_name
+    allocation, job, run = (qn(m._meta.db_table) for m in (Allocation, Job, ProfilingRun))
+    sql = (
+        f"SELECT a.lease_id, 0 FROM {allocation} a JOIN {job} j ON j.id = a.job_id"
+        f" WHERE a.server_id = %s AND a.ended_at IS NULL AND j.state = %s"
+        f" UNION ALL SELECT NULL, 1 WHERE EXISTS"
+        f" (SELECT 1 FROM {run} p WHERE p.server_id = %s AND p.status = %s)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [server_id, JobState.RUNNING.value, server_id, ProfilingRunStatus.RUNNING.value])
+        rows = cursor.fetchall()
+    # PostgreSQL hands back UUIDs, SQLite their 32 hex digits.
+    live = {v if isinstance(v, UUID) else UUID(v) for v, is_run in rows if not is_run}
+    return live, any(is_run for _, is_run in rows)
+
+
 def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str, Any]]:
     """The commands that bring `server` to the state the scheduler decided, from database state only.
 
@@ -162,12 +185,8 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     conf = scheduler_conf()
     running = set(running)
     # Most syncs change nothing: the live leases' ids first (one light query), and the leases to
-    # start, with their jobs, GPUs and rendezvous, only when there are some.
-    live: set[UUID] = set(
-        Allocation.objects.filter(
-            server=server, ended_at__isnull=True, job__state=JobState.RUNNING
-        ).values_list("lease_id", flat=True)
-    )
+    # start, with their jobs, GPUs and rendezvous, and the profiling commands only when there are some.
+    live, profiling = _live_leases(server.pk)
     commands: list[dict[str, Any]] = []
     if live - running:
         holds = (
@@ -184,7 +203,7 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
         # The rendezvous needs every part of those jobs, on whichever server.
         parts = job_parts(job_ids=(a.job_id for a in to_start))
         commands += [_start_command(a, parts.get(a.job_id, [])) for a in to_start]
-    for command in profiling_commands(server=server):
+    for command in profiling_commands(server=server) if profiling else []:
         live.add(UUID(command["lease_id"]))
         commands.append(command)
     stale = running - live

@@ -13,8 +13,6 @@ from typing import Any
 from uuid import UUID
 
 from django.db import connection, transaction
-from django.db.models import Count, OuterRef, Subquery
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from cluster_app.bulk_sql import update_from_values
@@ -41,6 +39,7 @@ from scheduler_app.models import (
     JobState,
 )
 from scheduler_app.selectors import server_busy_gpus
+from scheduler_app.selectors.agent_reports import jobs_lock, leases_of_server, leases_with_rank
 from scheduler_app.services.job_control import job_finish, job_requeue
 from scheduler_app.services.jobs import job_event
 from scheduler_app.services.profiling import profiling_reports_ingest
@@ -164,10 +163,7 @@ def agent_reports_ingest(
             cursor.execute(f"SET LOCAL lock_timeout = '{int(lock_wait_ms)}ms'")
     outcome = ReportsOutcome()
     now = timezone.now()
-    allocations = {
-        a.lease_id: a
-        for a in Allocation.objects.filter(server=server, lease_id__in={r.lease_id for r in reports})
-    }
+    allocations = leases_of_server(server_id=server.pk, lease_ids={r.lease_id for r in reports})
     runs = profiling_runs_of_server(server=server, lease_ids={r.lease_id for r in reports} - set(allocations))
     if runs:
         outcome.acked += profiling_reports_ingest(
@@ -229,40 +225,11 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime, job_ids: set[in
     conf = scheduler_conf()
     lease_ids = {r.lease_id for r in reports}
     # Lock the jobs (in id order, like every other writer), then re-read their leases: a round or a
-    # cancel may have ended a lease between our first read and the lock.
-    jobs = {
-        j.pk: j
-        for j in Job.objects.select_for_update(of=("self",))
-        .select_related("workload")
-        .filter(pk__in=job_ids)
-        .order_by("id")
-    }
-    # A job spread over servers has one lease per server, all created at once (GENIE's placement fit);
-    # matched on their common start rather than their round, whose row may have been pruned.
-    siblings = (
-        Allocation.objects.filter(job_id=OuterRef("job_id"), started_at=OuterRef("started_at"))
-        .order_by()
-        .values("job_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    # Its rank: the parts of the same placement created before it (rank 0 reports the job's progress).
-    earlier = (
-        Allocation.objects.filter(
-            job_id=OuterRef("job_id"), started_at=OuterRef("started_at"), id__lt=OuterRef("id")
-        )
-        .order_by()
-        .values("job_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    allocations = {
-        a.lease_id: a
-        for a in Allocation.objects.filter(lease_id__in=lease_ids).annotate(
-            num_servers=Coalesce(Subquery(siblings), 1),
-            rank=Coalesce(Subquery(earlier), 0),
-        )
-    }
+    # cancel may have ended a lease between our first read and the lock. A job spread over servers has
+    # one lease per server, all created at once (GENIE's placement fit); each lease comes with their
+    # number and its rank among them (rank 0 reports the job's progress).
+    jobs = jobs_lock(job_ids=job_ids)
+    allocations = leases_with_rank(lease_ids=lease_ids)
     events: list[JobEvent] = []
     dirty_jobs: set[int] = set()
     measurements: list[SpeedMeasurement] = []
