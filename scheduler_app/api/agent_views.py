@@ -5,6 +5,7 @@ from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
 from rest_framework.views import APIView
 
 from cluster_app.agent_call_counter import count_agent_call
@@ -24,6 +25,13 @@ from scheduler_app.api.serializers.agents import (
 )
 from scheduler_app.services.agent_sync import SyncRequest, agent_sync
 from scheduler_app.services.agents import LeaseReport, agent_register
+
+# One instance of each checks every sync and report, in every thread: run_validation keeps no state
+# on the serializer (DRF's ListSerializer checks all its items with one child the same way), while a
+# new serializer per call deep-copies its fields, the nested sample's and its GPUs' each time: a third
+# of a sync's CPU in the view before these.
+SYNC_CHECKER = AgentSyncSerializer()
+REPORT_CHECKER = AgentReportSerializer()
 
 
 class AgentView(APIView):
@@ -70,16 +78,16 @@ class AgentSyncView(AgentView):
     )
     def post(self, request: Request) -> Response:
         count_agent_call("sync")
-        body = AgentSyncSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        # A malformed sync is refused whole (400, as is_valid(raise_exception=True) answers).
+        try:
+            body = SYNC_CHECKER.run_validation(request.data)
+        except ValidationError as exc:  # as field errors, even for a body that is not an object
+            raise ValidationError(as_serializer_error(exc)) from None
         valid, rejected = [], []
-        # One serializer checks every report, as DRF's ListSerializer does with its child (a new one
-        # per report would copy its fields each time: most of a large batch's CPU), but a malformed
-        # report is rejected alone, not the batch.
-        checker = AgentReportSerializer()
-        for item in body.validated_data["reports"]:
+        # A malformed report is rejected alone, not the batch.
+        for item in body["reports"]:
             try:
-                valid.append(LeaseReport(**checker.run_validation(item)))
+                valid.append(LeaseReport(**REPORT_CHECKER.run_validation(item)))
             except ValidationError as exc:
                 seq = item.get("seq")
                 rejected.append(
@@ -90,8 +98,8 @@ class AgentSyncView(AgentView):
                         "code": 400,
                     }
                 )
-        usage = AgentHeartbeatSerializer.usage_of(body.validated_data["sample"])
-        running = body.validated_data["running"]
+        usage = AgentHeartbeatSerializer.usage_of(body["sample"])
+        running = body["running"]
         outcome = agent_sync(
             server=request.auth, request=SyncRequest(usage=usage, running=running, reports=valid)
         )

@@ -1,0 +1,143 @@
+"""What one agent sync costs the web tier: CPU per call and statements, against /healthz in the same run.
+
+Run: `python -m bench.sync_cost [--syncs 200]`. Creates a fresh PostgreSQL database with one server
+(8 GPUs) running 8 one-GPU jobs placed by a real round, then calls `POST /api/v1/agent/sync` through
+Django's full request handler in this process (middleware, authentication, validation, the service,
+the answer; no network, so the figure is the web process's own CPU, not the bench's or the socket's)
+with a usage sample of 8 GPUs, the 8 running leases and 0, 1 or 8 progress reports, and `GET /healthz`
+as the baseline. CPU time (`time.process_time`) is this process only; PostgreSQL's own work is not in
+it. Printed per kind: CPU ms p50 / p90, statements per call, and the ratio to /healthz. CPU time moves
+much less than wall time with the machine's load, so the figure holds on a shared machine; the
+fleet's capacity is roughly two cores' worth of these, less the agents and the rounds
+(bench/agent_fleet.py measures that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+from bench.common import print_table
+from bench.live_common import bench_database, django_setup, logger, logging_setup, percentile, servers_create
+
+SYNC = "/api/v1/agent/sync"
+
+
+def _setup():
+    """One 8-GPU server running 8 one-GPU jobs (placed by a round, started by its agent); its client."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from cluster_app.services import agent_credential_issue
+    from profiles_app.models import Workload
+    from profiles_app.services import workload_catalog_load
+    from scheduler_app.models import Allocation
+    from scheduler_app.services.jobs import JobRequest, job_submit
+    from scheduler_app.services.rounds import scheduling_round_run
+
+    (server,) = servers_create(1, uuid_tag="sync")
+    workload_catalog_load()
+    workload = Workload.objects.order_by("name").first()
+    owner = get_user_model().objects.create_user("bench", password=None)
+    for i in range(8):
+        job_submit(
+            owner=owner,
+            request=JobRequest(name=f"sync-{i}", num_gpus=1, total_iters=10**9, workload=workload),
+        )
+    scheduling_round_run()
+    leases = [str(a) for a in Allocation.objects.filter(ended_at__isnull=True).values_list("lease_id", flat=True)]
+    if len(leases) != 8:
+        raise RuntimeError(f"the round placed {len(leases)} leases, not 8")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {agent_credential_issue(server=server)}")
+    gpus = [{"uuid": f"GPU-sync-000-{g}", "util_pct": 50.0, "mem_used_mb": 1000.0} for g in range(8)]
+    return client, leases, gpus
+
+
+class Agent:
+    """The calls of one emulated agent: its leases, their report sequence numbers and a clock."""
+
+    def __init__(self, client, leases: list[str], gpus: list[dict]) -> None:
+        self.client, self.leases, self.gpus = client, leases, gpus
+        self.seq = 1
+        self.at = datetime.now(UTC)
+
+    def body(self, reports_per_call: int) -> str:
+        # The agent's clock: now, never twice the same instant (a report dated later is clamped).
+        self.at = max(datetime.now(UTC), self.at + timedelta(milliseconds=1))
+        reports = []
+        if self.seq == 1:
+            reports = [{"lease_id": lease, "seq": 1, "kind": "started", "at": self.at.isoformat(), "data": {}}
+                       for lease in self.leases]  # fmt: skip
+            self.seq = 2
+        else:
+            for lease in self.leases[:reports_per_call]:
+                done = 100 * self.seq
+                reports.append({"lease_id": lease, "seq": self.seq, "kind": "progress",
+                                "at": self.at.isoformat(), "data": {"done_iters": done, "iters_per_s": 10.0}})  # fmt: skip
+            self.seq += 1 if reports else 0
+        sample = {"sampled_at": self.at.isoformat(), "cpu_util_pct": 40.0, "mem_used_gb": 100.0, "gpus": self.gpus}
+        return json.dumps({"sample": sample, "running": self.leases, "reports": reports})
+
+    def sync(self, reports_per_call: int) -> dict:
+        response = self.client.post(SYNC, data=self.body(reports_per_call), content_type="application/json")
+        if response.status_code != 200:
+            raise RuntimeError(f"sync answered {response.status_code}: {response.content[:500]!r}")
+        answer = response.json()
+        if answer["rejected"]:
+            raise RuntimeError(f"reports rejected: {answer['rejected'][:2]}")
+        return answer
+
+
+def _measure(call, count: int) -> tuple[list[float], float]:
+    """CPU ms of each of `count` calls (after 10 unmeasured), and the statements per call."""
+    from django.db import connection
+
+    for _ in range(10):
+        call()
+    statements = []
+
+    def counted(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    # Not CaptureQueriesContext: each request clears the connection's query log when it starts.
+    with connection.execute_wrapper(counted):
+        call()
+    cpu_ms = []
+    for _ in range(count):
+        start = time.process_time()
+        call()
+        cpu_ms.append((time.process_time() - start) * 1000)
+    return cpu_ms, len(statements)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--syncs", type=int, default=200, help="measured calls per kind")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args(argv)
+    logging_setup()
+    with bench_database("attune_bench_sync", keep=args.keep) as url:
+        django_setup(url, ATTUNE_AGENT_WAKE="0")
+        client, leases, gpus = _setup()
+        agent = Agent(client, leases, gpus)
+        agent.sync(0)  # the leases' `started` reports
+        rows = []
+        healthz, healthz_q = _measure(lambda: client.get("/healthz"), args.syncs)
+        base = percentile(healthz, 50)
+        rows.append(["GET /healthz", f"{base:.2f}", f"{percentile(healthz, 90):.2f}", healthz_q, "1.0x"])
+        for reports in (0, 1, 8):
+            cpu, statements = _measure(lambda n=reports: agent.sync(n), args.syncs)
+            p50 = percentile(cpu, 50)
+            rows.append([f"sync, {reports} reports", f"{p50:.2f}", f"{percentile(cpu, 90):.2f}", statements,
+                         f"{p50 / base:.1f}x"])  # fmt: skip
+        logger.info("%d calls per kind measured", args.syncs)
+        print_table(["call", "cpu ms p50", "cpu ms p90", "statements", "x healthz"], rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
