@@ -16,6 +16,9 @@ API_PREFIX = "/api/v1/agent"
 WAIT_MARGIN_S = 5.0  # a long-poll's answer may take this much longer than the wait it asked for
 
 
+# Seconds an idle connection to the service is kept for reuse (config/gunicorn.conf.py keeps 75).
+KEEPALIVE_S = 60.0
+
 class ServiceError(Exception):
     """The service answered with an error, or could not be reached."""
 
@@ -50,6 +53,9 @@ class ServiceClient:
             headers={"Authorization": f"Bearer {token}", "User-Agent": "attune-agent"},
             timeout=timeout_s,
             transport=transport,
+            # Kept past the sync interval (httpx closes idle connections after 5 s, so every 10 s sync
+            # opened a new one) and under the server's 75 s keep-alive, so the agent closes first.
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
         )
 
     def close(self) -> None:

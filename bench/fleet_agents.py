@@ -11,8 +11,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import httpx
-
+from bench.lean_http import LeanClient, LeanHTTPError
 from bench.live_common import logger
 
 GPUS_PER_SERVER, CPUS_PER_SERVER, MEM_GB_PER_SERVER = 8, 24, 500.0
@@ -23,8 +22,6 @@ JITTER = 0.1
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=UTC).isoformat().replace("+00:00", "Z")
-
-
 
 
 @dataclass
@@ -51,18 +48,17 @@ class FleetStats:
 class FleetAgent:
     """One node agent speaking docs/agent-protocol.md: register, sync, wait."""
 
-    def __init__(
-        self, index: int, token: str, base_url: str, interval_s: float, stats: FleetStats
-    ) -> None:
+    def __init__(self, index: int, token: str, base_url: str, interval_s: float, stats: FleetStats) -> None:
         self.name = f"fleet{index:04d}"
         self.gpu_uuids = [f"GPU-fleet-{index:04d}-{g}" for g in range(GPUS_PER_SERVER)]
         self.interval_s = interval_s
         self.stats = stats
-        self.client = httpx.AsyncClient(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=REQUEST_TIMEOUT_S,
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+        # Two connections, as the agent holds: the long-poll's and the syncs'.
+        self.client = LeanClient(
+            base_url,
+            headers={"authorization": f"Bearer {token}"},
+            timeout_s=REQUEST_TIMEOUT_S,
+            max_connections=2,
         )
         self.leases: dict[str, Lease] = {}
         self.pending: list[dict] = []  # reports not yet acknowledged, oldest first
@@ -75,7 +71,7 @@ class FleetAgent:
         start = time.perf_counter()
         try:
             response = await self.client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
+        except LeanHTTPError as exc:
             if self.measuring:
                 self.stats.errors[kind] += 1
             logger.debug("%s %s: %s", self.name, path, exc)
@@ -206,9 +202,7 @@ class FleetAgent:
                 if wait_s > 0:
                     stopped = asyncio.create_task(stop.wait())
                     woken = asyncio.create_task(self.wake.wait())
-                    await asyncio.wait(
-                        {stopped, woken}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
-                    )
+                    await asyncio.wait({stopped, woken}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
                     for task in (stopped, woken):
                         task.cancel()
         finally:
@@ -226,18 +220,20 @@ async def healthz_baseline(base_url: str, rate_per_s: float, seconds: float) -> 
     """GET /healthz open loop at `rate_per_s` for `seconds`: latencies and errors."""
     latencies: list[float] = []
     errors = 0
-    async with httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT_S) as client:
+    # The agents' own client, so that the ratio compares the service's answers, not two clients.
+    client = LeanClient(base_url, headers={}, timeout_s=REQUEST_TIMEOUT_S, max_connections=64)
+    try:
 
         async def one() -> None:
             nonlocal errors
             start = time.perf_counter()
             try:
-                response = await client.get("/healthz")
+                response = await client.request("GET", "/healthz")
                 if response.status_code == 200:
                     latencies.append(time.perf_counter() - start)
                 else:
                     errors += 1
-            except httpx.HTTPError:
+            except LeanHTTPError:
                 errors += 1
 
         tasks = []
@@ -246,6 +242,8 @@ async def healthz_baseline(base_url: str, rate_per_s: float, seconds: float) -> 
             await asyncio.sleep(max(0.0, begin + i / rate_per_s - time.monotonic()))
             tasks.append(asyncio.create_task(one()))
         await asyncio.gather(*tasks)
+    finally:
+        await client.aclose()
     return latencies, errors
 
 

@@ -113,6 +113,9 @@ REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Local memory (one copy per process) for the embedded demo; a Redis database of its own in production
 # and CI, so every web worker shares it. Not the broker's database: clearing the cache flushes it.
 CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
+if CACHES["default"]["BACKEND"].endswith(".RedisCache"):
+    # One pool per process, not one per request (config/redis_pool.py says why).
+    CACHES["default"].setdefault("OPTIONS", {})["pool_class"] = "config.redis_pool.SharedConnectionPool"
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", default=REDIS_URL)
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
