@@ -31,7 +31,7 @@ from agent.launcher import (
     LeaseProcess,
     classify_oom,
 )
-from agent.profiler import POINT_TIMEOUT_S, ProfileTask, point_result, point_spec
+from agent.profiler import GENIE_TERM_GRACE_S, POINT_TIMEOUT_S, ProfileTask, point_result, point_spec
 from agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -609,8 +609,19 @@ class LeaseManager:
             if status is None:
                 now = time.time()
                 overdue = task.stop_deadline_s is not None and now >= task.stop_deadline_s
-                if not task.killed and (overdue or now - task.started_s > POINT_TIMEOUT_S):
-                    log.warning("profiling run %s: point at %d cores killed", task.run_id, task.current_cpus)
+                limit = task.current.max_s if task.current is not None else None
+                if limit is not None and not task.term_sent and now - task.started_s >= limit:
+                    # GENIE's bound per configuration: the workload checkpoints on SIGTERM and its
+                    # progress file keeps the speed it measured, so the point still counts.
+                    log.info(
+                        "profiling run %s: %s reached its %.0f s bound", task.run_id, task.current_key, limit
+                    )
+                    task.process.signal_group(signal.SIGTERM)
+                    task.term_sent = True
+                    task.stop_deadline_s = task.stop_deadline_s or now + GENIE_TERM_GRACE_S
+                timed_out = now - task.started_s > POINT_TIMEOUT_S
+                if not task.killed and (overdue or timed_out):
+                    log.warning("profiling run %s: point %s killed", task.run_id, task.current_key)
                     task.process.signal_group(signal.SIGKILL)
                     task.killed = True
                 return
@@ -621,22 +632,23 @@ class LeaseManager:
             return
         if task.failed or self.draining:
             return
-        cpus = task.next_cpus()
-        if cpus is None:
+        plan = task.next_point()
+        if plan is None:
             return  # measured all it was asked for: the service answers with more, or ends the run
-        if any(set(task.gpu_uuids) & set(lease.spec.gpu_uuids) for lease in self.leases.values()):
+        if any(set(plan.gpu_uuids) & set(lease.spec.gpu_uuids) for lease in self.leases.values()):
             return  # a stopping lease still holds the GPUs
         use_count = self._cpu_use()
         free = [cpu for cpu, used in use_count.items() if used == 0]
-        if len(free) < cpus:
+        if len(free) < plan.cpus:
             return  # never share cores while measuring: the time would be wrong
         warmup = task.warmup_pending
         try:
             # Catalog-like: as the agent's job account, never as the profiled job's owner.
             spec = point_spec(
                 task,
+                plan,
                 work_dir=self.work_dir,
-                cpus=tuple(free[:cpus]),
+                cpus=tuple(free[: plan.cpus]),
                 time_scale=self.time_scale,
                 warmup=warmup,
                 account=self.identity.account_for(None),
@@ -644,38 +656,51 @@ class LeaseManager:
             process, _facts = self.launcher.launch(spec)
         except (OSError, ValueError, TypeError, KeyError) as exc:
             task.failed = True
-            self.spool.append(task.run_id, "profile_error", {"cpus": cpus, "error": f"start failed: {exc}"})
+            self.spool.append(task.run_id, "profile_error", {**plan.ident, "error": f"start failed: {exc}"})
             self.on_report()
             return
-        task.process, task.spec, task.current_cpus = process, spec, cpus
-        task.current_is_warmup, task.started_s, task.killed = warmup, time.time(), False
+        task.process, task.spec, task.current = process, spec, plan
+        task.current_is_warmup, task.started_s = warmup, time.time()
+        task.killed = task.term_sent = False
+        task.stop_deadline_s = None
         log.info(
-            "profiling run %s: %s at %d cores (pid %d)",
+            "profiling run %s: %s %s (pid %d)",
             task.run_id,
             "warm-up" if warmup else "point",
-            cpus,
+            task.current_key,
             process.pid,
         )
 
     def _profile_point_done(self, task: ProfileTask, status: ExitStatus) -> None:
-        assert task.spec is not None
+        assert task.spec is not None and task.current is not None
         wall_s = time.time() - task.started_s
-        spec, cpus, warmup = task.spec, task.current_cpus, task.current_is_warmup
-        task.process = task.spec = None
+        spec, plan, warmup = task.spec, task.current, task.current_is_warmup
+        point = task.current_key
+        stopped_at_limit = task.term_sent and task.stop_kind is None
+        task.process = task.spec = task.current = None
+        task.term_sent = False
+        task.stop_deadline_s = None if task.stop_kind is None else task.stop_deadline_s
         if task.stop_kind is not None:
             return  # stopped on the service's word: nothing to report
-        kind, data = point_result(spec, status, cpus=cpus, wall_s=wall_s, time_scale=self.time_scale)
+        kind, data = point_result(
+            spec,
+            status,
+            ident=plan.ident,
+            wall_s=wall_s,
+            time_scale=self.time_scale,
+            stopped_at_limit=stopped_at_limit,
+        )
         if warmup and kind == "profile_point":
             task.warmup_pending = False
-            log.info("profiling run %s: warm-up at %d cores took %.1f s", task.run_id, cpus, wall_s)
+            log.info("profiling run %s: warm-up %s took %.1f s", task.run_id, point, wall_s)
             return
         if kind == "profile_point":
-            task.measured.add(cpus)
+            task.measured.add(plan.key)
             data.update(self.bandwidths.get())
             log.info(
-                "profiling run %s: %d cores -> %.4g s/iteration (%.1f s)",
+                "profiling run %s: %s -> %.4g s/iteration (%.1f s)",
                 task.run_id,
-                cpus,
+                point,
                 data["sec_per_iter"],
                 wall_s,
             )

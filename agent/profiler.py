@@ -8,6 +8,12 @@ memory capped), timed by the workload itself after its warm-up iterations (`iter
 file, ATTUNE_WARMUP_ITERS set), and reported as `profile_point` through the spool. The first launch of a
 run is a warm-up (caches, generated data) and is not timed. The LeaseManager drives these tasks from its
 supervision tick, so a point never blocks the poll or report threads.
+
+A GENIE run (`"method": "genie"`, docs/genie.md) names configurations instead of core counts: each is one
+launch of its own argv (per-GPU batch) on its number of the run's GPUs and cores, stopped with SIGTERM
+after `max_s` (the bound on GPU time per configuration: the workload checkpoints, and its progress file
+still holds the speed it measured after its warm-up), and reported as `profile_point` with its `config`
+and `node_rank`. A configuration across servers has one part on each server's agent.
 """
 
 from __future__ import annotations
@@ -24,6 +30,33 @@ from agent.accounts import TRAVERSE_ONLY_MODE, Account, make_private_dir, read_j
 from agent.launcher import ExitStatus, LaunchSpec, LeaseProcess
 
 POINT_TIMEOUT_S = 900.0  # a point is ~50 iterations: this bounds a hung one
+GENIE_METHOD = "genie"
+# After a GENIE point's SIGTERM at max_s, it has this long to write its progress and exit.
+GENIE_TERM_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    """One launch to measure: its key (a core count, or a GENIE configuration), cores, GPUs and argv.
+
+    `ident` goes into its report (`{"cpus": 12}`, or `{"config": "n1k1b32", "node_rank": 0}`); `max_s`,
+    when set, ends the launch with SIGTERM once it has run that long (GENIE's bound per configuration).
+    """
+
+    key: Any
+    cpus: int
+    gpu_uuids: tuple[str, ...]
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    ident: dict[str, Any]
+    max_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        """Its directory's name (safe: built from validated numbers and a sanitised key)."""
+        if "cpus" in self.ident:
+            return f"c{self.cpus}"
+        return "g-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(self.key))[:64]
 
 
 @dataclass
@@ -36,17 +69,33 @@ class ProfileTask:
     warmup_pending: bool = False
     process: LeaseProcess | None = None
     spec: LaunchSpec | None = None
-    current_cpus: int = 0
+    current: PointPlan | None = None
     current_is_warmup: bool = False
     started_s: float = 0.0  # wall clock, for wall_s and the point timeout
     stop_kind: str | None = None
     stop_deadline_s: float | None = None
     killed: bool = False
+    term_sent: bool = False  # a GENIE point was told to stop at its max_s
     failed: bool = False
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
         return tuple(self.command.get("gpu_uuids") or ())
+
+    @property
+    def current_cpus(self) -> int:
+        return self.current.cpus if self.current is not None else 0
+
+    @property
+    def current_key(self) -> str:
+        """The point being measured, for logs: "12 cores" or a GENIE configuration's key."""
+        if self.current is None:
+            return "-"
+        return f"{self.current.cpus} cores" if "cpus" in self.current.ident else str(self.current.key)
+
+    @property
+    def is_genie(self) -> bool:
+        return self.command.get("method") == GENIE_METHOD
 
     @property
     def cpus_held(self) -> tuple[int, ...]:
@@ -59,13 +108,49 @@ class ProfileTask:
                 return cpus
         return None
 
+    def next_point(self) -> PointPlan | None:
+        """The next launch to measure (the service's order), or None while there is none."""
+        if not self.is_genie:
+            cpus = self.next_cpus()
+            if cpus is None:
+                return None
+            argv = tuple(str(a) for a in self.command["argv"])
+            return PointPlan(cpus, cpus, self.gpu_uuids, argv, {}, {"cpus": cpus})
+        for config in self.command.get("configs") or ():
+            plan = genie_point(config, self.gpu_uuids, self.command)
+            if plan is not None and plan.key not in self.measured:
+                return plan
+        return None
 
-def point_dir(work_dir: Path, run_id: str, cpus: int, *, warmup: bool) -> Path:
-    return work_dir / "profiles" / run_id / (f"c{cpus}-warmup" if warmup else f"c{cpus}")
+
+def genie_point(config: Any, gpu_uuids: tuple[str, ...], command: dict[str, Any]) -> PointPlan | None:
+    """The launch of one GENIE configuration, or None when it is malformed (skipped, never measured)."""
+    if not isinstance(config, dict) or not isinstance(config.get("key"), str) or not config.get("argv"):
+        return None
+    gpus, cpus = config.get("gpus"), config.get("num_cpus")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (gpus, cpus)):
+        return None
+    if gpus > len(gpu_uuids):
+        return None
+    max_s = config.get("max_s", command.get("max_s_per_config"))
+    return PointPlan(
+        key=config["key"],
+        cpus=cpus,
+        gpu_uuids=gpu_uuids[:gpus],
+        argv=tuple(str(a) for a in config["argv"]),
+        env={str(k): str(v) for k, v in (config.get("env") or {}).items()},
+        ident={"config": config["key"], "node_rank": int(config.get("node_rank") or 0)},
+        max_s=float(max_s) if isinstance(max_s, int | float) and max_s > 0 else None,
+    )
+
+
+def point_dir(work_dir: Path, run_id: str, name: str, *, warmup: bool) -> Path:
+    return work_dir / "profiles" / run_id / (f"{name}-warmup" if warmup else name)
 
 
 def point_spec(
     task: ProfileTask,
+    plan: PointPlan,
     *,
     work_dir: Path,
     cpus: tuple[int, ...],
@@ -76,13 +161,13 @@ def point_spec(
     """The launch of one point: a fresh directory, so no checkpoint or progress of an earlier launch
     (a workload resumes from its checkpoint) leaks into the measurement. `account`: who runs it (None:
     the agent itself)."""
-    count = len(cpus)
-    lease_dir = point_dir(work_dir, task.run_id, count, warmup=warmup)
+    lease_dir = point_dir(work_dir, task.run_id, plan.name, warmup=warmup)
     shutil.rmtree(lease_dir, ignore_errors=True)
     run_dir = work_dir / "profiles" / task.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(run_dir, TRAVERSE_ONLY_MODE)  # the run's account reaches its points' directories below
     env = {str(k): str(v) for k, v in (task.command.get("env") or {}).items()}
+    env.update(plan.env)
     if "ATTUNE_DATA_DIR" not in env:
         # Data a workload generates or caches survives from point to point (the dataset stays cached),
         # in a directory the run's account owns.
@@ -91,11 +176,11 @@ def point_spec(
             make_private_dir(data_dir, account)
         env["ATTUNE_DATA_DIR"] = str(data_dir)
     return LaunchSpec(
-        lease_id=f"{task.run_id}-c{count}" + ("-warmup" if warmup else ""),
+        lease_id=f"{task.run_id}-{plan.name}" + ("-warmup" if warmup else ""),
         job_id=None,
-        argv=tuple(str(a) for a in task.command["argv"]),
+        argv=plan.argv,
         env=env,
-        gpu_uuids=task.gpu_uuids,
+        gpu_uuids=plan.gpu_uuids,
         cpus=cpus,
         mem_gb=float(task.command["mem_gb"]),
         resume_iters=0,
@@ -107,11 +192,20 @@ def point_spec(
 
 
 def point_result(
-    spec: LaunchSpec, status: ExitStatus, *, cpus: int, wall_s: float, time_scale: float
+    spec: LaunchSpec,
+    status: ExitStatus,
+    *,
+    ident: dict[str, Any],
+    wall_s: float,
+    time_scale: float,
+    stopped_at_limit: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """("profile_point", data) from a finished launch, or ("profile_error", data) when it gives no time.
 
-    `sec_per_iter` is in the workload's own time: a fake node's time scale is taken out.
+    `ident` says which point it is (`cpus`, or GENIE's `config` and `node_rank`). `sec_per_iter` is in
+    the workload's own time: a fake node's time scale is taken out. A GENIE launch also reports
+    `param_bytes` and `startup_s` when its workload wrote them (`startup_s` in its own time), and
+    `stopped_at_limit` when it was stopped at its configuration's max_s.
     """
     peak_rss_mb = round(status.peak_rss_kb / 1024, 1) if status.peak_rss_kb else None
     progress: dict[str, Any] = {}
@@ -119,14 +213,21 @@ def point_result(
         progress = json.loads(read_job_file(spec.progress_path, spec.job_uid, max_bytes=65536))
     ips = progress.get("iters_per_s")
     if status.exit_code == 0 and isinstance(ips, int | float) and ips > 0:
-        return "profile_point", {
-            "cpus": cpus,
+        data = {
+            **ident,
             "sec_per_iter": 1.0 / float(ips) / (time_scale or 1.0),
             "iters": progress.get("done_iters"),
             "wall_s": round(wall_s, 3),
             "peak_rss_mb": peak_rss_mb,
             "time_scale": time_scale,
         }
+        if "config" in ident:
+            for key in ("param_bytes", "startup_s"):
+                value = progress.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+                    data[key] = value
+            data["stopped_at_limit"] = stopped_at_limit
+        return "profile_point", data
     if status.error:
         error = status.error
     elif status.exit_code == 0:
@@ -139,8 +240,10 @@ def point_result(
         tail = spec.log_path.read_text(errors="replace").splitlines()[-20:]
     except OSError:
         tail = []
+    if stopped_at_limit and status.exit_code == 0:
+        error = "no speed measured within the configuration's max_s (still warming up?)"
     return "profile_error", {
-        "cpus": cpus,
+        **ident,
         "error": error,
         "exit_code": status.exit_code,
         "signal": status.signal,

@@ -14,7 +14,13 @@ It keeps the synthetic workload's contract with the agent (agent/workload.py): A
 (iteration count, plus the model's weights beside it) written every `--checkpoint-every-s` and on
 SIGTERM (then exit 0), resume from max(checkpoint, ATTUNE_RESUME_ITERS), exit 137 on MemoryError.
 The data directory is `--data-dir`, else ATTUNE_DATA_DIR (a profiling run shares one across its
-points), else `data/` in the working directory.
+points), else `data/` in the working directory. `--batch` sets the per-GPU batch: GENIE's profiling run
+measures the iteration time at two or three of them (docs/genie.md). The progress file also carries
+`param_bytes` (the model's size, for GENIE's platform model) and `startup_s` (seconds from the start of
+this module to the steady state, less what the warm-up iterations take at the steady speed: the
+one-off start-up cost s_0 of GENIE's execution time). `--cpu-time` times iterations in the process's
+CPU seconds instead of wall seconds (with one core, so no loader worker, that is all the work): tests use
+it on shared CI machines, where a neighbour's load would otherwise be measured too.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+STARTED_S = time.monotonic()  # interpreter start-up itself (tens of ms) is not counted
 OOM_EXIT_CODE = 137
 NUM_CLASSES = 10
 MEAN = (0.485, 0.456, 0.406)
@@ -178,14 +185,33 @@ def run(args: argparse.Namespace) -> int:
     done = base
     timed_from: tuple[float, int] | None = None  # (time, iteration) where timing starts
 
+    cpu_from: list[float] = []  # process CPU time where timing starts (--cpu-time)
+
     def rate(now: float) -> float:
         if timed_from is None or done <= timed_from[1] or now <= timed_from[0]:
             return 0.0
+        if args.cpu_time and cpu_from:
+            spent = time.process_time() - cpu_from[0]
+            return (done - timed_from[1]) / spent if spent > 0 else 0.0
         return (done - timed_from[1]) / (now - timed_from[0])
+
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    def startup_s(now: float) -> float | None:
+        speed = rate(now)
+        if timed_from is None or speed <= 0:
+            return None
+        return max(0.0, timed_from[0] - STARTED_S - (timed_from[1] - base) / speed)
 
     def save(now: float, *, durable: bool) -> None:
         if progress is not None:
-            data = {"done_iters": done, "iters_per_s": rate(now), "total_iters": args.iters}
+            data = {
+                "done_iters": done,
+                "iters_per_s": rate(now),
+                "total_iters": args.iters,
+                "param_bytes": param_bytes,
+                "startup_s": startup_s(now),
+            }
             _write_json(progress, data, durable=False)
         if durable and checkpoint is not None:
             if weights is not None:
@@ -194,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
 
     if done - base >= warmup:
         timed_from = (time.monotonic(), done)
+        cpu_from.append(time.process_time())
     next_progress = next_checkpoint = time.monotonic()
     batches = iter(loader)
     while done < args.iters and not stop:
@@ -210,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         now = time.monotonic()
         if timed_from is None and done - base >= warmup:
             timed_from = (now, done)  # warm-up over: worker start-up and first batches left out
+            cpu_from.append(time.process_time())
         if done % args.log_every == 0:
             print(f"iteration {done}/{args.iters} loss {loss.item():.3f} {rate(now):.2f} it/s", flush=True)
         if now >= next_checkpoint:
@@ -240,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-images", type=int, default=256)
     parser.add_argument("--format", choices=["jpeg", "png"], default="jpeg")
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time iterations in this process's CPU seconds, not wall seconds: only meaningful without "
+        "loader workers (1 core), for tests on shared machines where wall time measures the neighbours",
+    )
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--progress-every-s", type=float, default=0.5)
     parser.add_argument("--checkpoint-every-s", type=float, default=10.0)

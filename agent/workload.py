@@ -5,6 +5,14 @@ never import Django). Per-iteration time = iter_time_s / tput(cpus_per_gpu, mem_
 ATTUNE_TIME_SCALE, with tput looked up at the largest grid points <= the allocation (the smallest grid
 point below the grid), as profiles_app/catalog.py and scheduler_app/core/throughput.py define it.
 
+A profile with a "genie" entry {"alpha_s", "beta_s", "t_intra_s", "t_cross_s", "batch", "noise",
+"startup_s", "param_bytes"} follows GENIE's timing model instead of iter_time_s (PAPERS 2.3): at per-GPU
+batch b (`--batch`, default the entry's "batch") on k GPUs (CUDA_VISIBLE_DEVICES) of each of n servers
+(NNODES), iter_time_s = alpha_s*b + beta_s + ceil(log2 k)*t_intra_s + log2(n)*t_cross_s, times a
+multiplicative noise drawn once per launch, uniform in [1 - noise, 1 + noise] (default 0.01), so that a
+profiling run can be checked against known coefficients. It then waits startup_s before its first
+iteration, and reports param_bytes (the model's size, for the platform model) in its progress file.
+
 Environment (set by the agent's launcher):
   ATTUNE_PROFILE_JSON     {"iter_time_s", "cpu_per_gpu_grid", "mem_gb_per_gpu_grid", "tput"}; when
                           absent, the model's 1-GPU entry in the catalog file is used
@@ -12,6 +20,8 @@ Environment (set by the agent's launcher):
   ATTUNE_CPUS_GRANTED     cores granted (fake-host mode only); else the process's own CPU affinity
   ATTUNE_MEM_GB           memory granted; else RLIMIT_AS; else the machine's memory
   ATTUNE_TIME_SCALE       wall seconds per simulated second (default 1)
+  NNODES                  servers the job spans (the rendezvous; default 1): GENIE's n
+  ATTUNE_WARMUP_ITERS     iterations before the measured ones (the speed is exact: only reported)
   ATTUNE_RESUME_ITERS, ATTUNE_CHECKPOINT_PATH, ATTUNE_PROGRESS_PATH
 Iterations are derived from elapsed time (not counted sleep by sleep), so the speed is exact even when
 an iteration is shorter than a scheduler tick. Exit codes: 0 done or checkpointed after SIGTERM,
@@ -22,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import resource
 import signal
 import sys
@@ -89,6 +101,44 @@ def tput(profile: dict[str, Any], cpus_per_gpu: float, mem_gb_per_gpu: float) ->
     return float(profile["tput"][max(i, 0)][max(j, 0)])
 
 
+def genie_iter_time_s(
+    genie: dict[str, Any], *, batch: float, gpus_per_server: int, num_servers: int
+) -> float:
+    """GENIE's per-iteration time in seconds (no noise): the truth a profiling run must recover."""
+    intra_steps = math.ceil(math.log2(gpus_per_server)) if gpus_per_server > 1 else 0
+    cross_steps = math.log2(num_servers) if num_servers > 1 else 0.0
+    return (
+        float(genie["alpha_s"]) * batch
+        + float(genie["beta_s"])
+        + intra_steps * float(genie.get("t_intra_s") or 0.0)
+        + cross_steps * float(genie.get("t_cross_s") or 0.0)
+    )
+
+
+def base_iter_time_s(
+    profile: dict[str, Any], *, batch: int | None, num_gpus: int, environ: dict[str, str] | None = None
+) -> tuple[float, dict[str, Any]]:
+    """Seconds per iteration at the proportional point, and facts to log and report.
+
+    Without a "genie" entry: the profile's iter_time_s (the batch is the profile's own). With one:
+    GENIE's model at `batch` (default the entry's) on `num_gpus` GPUs of each of NNODES servers, with
+    one noise draw for this launch.
+    """
+    environ = os.environ if environ is None else environ
+    genie = profile.get("genie")
+    if not genie:
+        return float(profile["iter_time_s"]), {}
+    b = batch or int(genie.get("batch") or 32)
+    num_servers = max(1, int(environ.get("NNODES") or 1))
+    t = genie_iter_time_s(genie, batch=b, gpus_per_server=num_gpus, num_servers=num_servers)
+    noise = float(genie.get("noise", 0.01))
+    factor = 1.0 + random.uniform(-noise, noise) if noise > 0 else 1.0
+    facts = {"batch": b, "num_servers": num_servers, "noise_factor": factor}
+    if genie.get("param_bytes"):
+        facts["param_bytes"] = int(genie["param_bytes"])
+    return t * factor, facts
+
+
 def granted_resources(environ: dict[str, str] | None = None) -> tuple[int, float, float]:
     """(num_gpus, cpus_per_gpu, mem_gb_per_gpu) of this process's allocation."""
     environ = os.environ if environ is None else environ
@@ -130,6 +180,7 @@ def read_checkpoint(path: Path | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     env = os.environ
     profile = load_profile(args.model, profile_set=args.profile_set, catalog_path=args.catalog)
     num_gpus, cpus_per_gpu, mem_gb_per_gpu = granted_resources()
@@ -139,7 +190,9 @@ def run(args: argparse.Namespace) -> int:
             f"profile gives zero throughput at {cpus_per_gpu} cores, {mem_gb_per_gpu} GB per GPU"
         )
     time_scale = float(env.get("ATTUNE_TIME_SCALE") or 1.0)
-    iter_s = float(profile["iter_time_s"]) / speed * time_scale
+    base_s, genie_facts = base_iter_time_s(profile, batch=args.batch, num_gpus=num_gpus)
+    iter_s = base_s / speed * time_scale
+    startup_s = float((profile.get("genie") or {}).get("startup_s") or 0.0)
     checkpoint_path = Path(env["ATTUNE_CHECKPOINT_PATH"]) if env.get("ATTUNE_CHECKPOINT_PATH") else None
     progress_path = Path(env["ATTUNE_PROGRESS_PATH"]) if env.get("ATTUNE_PROGRESS_PATH") else None
     resume_service = int(env.get("ATTUNE_RESUME_ITERS") or 0)
@@ -158,13 +211,19 @@ def run(args: argparse.Namespace) -> int:
         f"-> tput {speed:g}, {iter_s:.6g} s/iter (time scale {time_scale:g})",
         flush=True,
     )
+    if genie_facts:
+        print(f"GENIE timing model: {genie_facts}", flush=True)
     if base:
         print(
             f"resuming from iteration {base} (checkpoint {resume_checkpoint}, service {resume_service})",
             flush=True,
         )
+    if startup_s > 0:
+        time.sleep(startup_s * time_scale)  # GENIE's s_0, in the workload's own time
 
     t0 = time.monotonic()
+    # Measured like the torch workload's: time before the first iteration, in the workload's own time.
+    measured_startup_s = (t0 - started) / time_scale
     iters_per_s = 1.0 / iter_s
 
     def done_at(now: float) -> int:
@@ -172,11 +231,12 @@ def run(args: argparse.Namespace) -> int:
 
     def save(done: int, *, checkpoint: bool) -> None:
         if progress_path is not None:
-            _write_json(
-                progress_path,
-                {"done_iters": done, "iters_per_s": iters_per_s, "total_iters": args.iters},
-                durable=False,
-            )
+            data: dict[str, Any] = {"done_iters": done, "iters_per_s": iters_per_s, "total_iters": args.iters}
+            if "param_bytes" in genie_facts:
+                data["param_bytes"] = genie_facts["param_bytes"]
+            if genie_facts:
+                data["startup_s"] = measured_startup_s
+            _write_json(progress_path, data, durable=False)
         if checkpoint and checkpoint_path is not None:
             _write_json(checkpoint_path, {"done_iters": done}, durable=True)
 
@@ -218,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.workload", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--iters", type=int, required=True)
+    parser.add_argument(
+        "--batch", type=int, default=None, help="per-GPU batch (GENIE's timing model only; default its own)"
+    )
     parser.add_argument("--profile-set", default=DEFAULT_PROFILE_SET)
     parser.add_argument(
         "--catalog", type=Path, default=Path(os.environ.get("ATTUNE_CATALOG_PATH") or CATALOG_PATH)
@@ -231,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.iters <= 0:
         parser.error("--iters must be positive")
+    if args.batch is not None and args.batch <= 0:
+        parser.error("--batch must be positive")
     try:
         return run(args)
     except WorkloadError as exc:

@@ -199,6 +199,21 @@ ATTUNE_SCHEDULER = {
     "rendezvous_port_max": env.int("ATTUNE_RENDEZVOUS_PORT_MAX", default=30499),
 }
 
+# GENIE's lightweight profiling run (docs/genie.md); read only by profiles_app/conf.py.
+ATTUNE_GENIE_PROFILING = {
+    # Per-GPU batch sizes measured on 1 GPU: these factors times the workload's batch_size (2 or 3).
+    "batch_factors": env.list("ATTUNE_GENIE_BATCH_FACTORS", cast=float, default=[0.5, 1.0, 2.0]),
+    "default_batch": env.int("ATTUNE_GENIE_DEFAULT_BATCH", default=32),  # a workload without batch_size
+    "iters": env.int("ATTUNE_GENIE_ITERS", default=30),  # timed iterations per configuration
+    "warmup_iters": env.int("ATTUNE_GENIE_WARMUP_ITERS", default=5),  # left out of the timing
+    # The bound on GPU time: a configuration's launch is stopped (SIGTERM) after this many seconds.
+    "max_s_per_config": env.float("ATTUNE_GENIE_MAX_S_PER_CONFIG", default=60.0),
+    # The platform model (PAPERS 2.3) for a term that could not be measured: t = 2 P / B.
+    "default_param_mb": env.float("ATTUNE_GENIE_DEFAULT_PARAM_MB", default=100.0),  # ~ResNet-50's
+    "default_nic_gbps": env.float("ATTUNE_GENIE_DEFAULT_NIC_GBPS", default=10.0),  # Server.nic_gbps unset
+    "intra_gbps": env.float("ATTUNE_GENIE_INTRA_GBPS", default=100.0),  # PCIe 3 x16 is ~12.5 GB/s
+}
+
 # Mail (notify_app's emails): Django's EMAIL_* settings. The embedded demo prints mail to the console.
 EMAIL_BACKEND = env(
     "EMAIL_BACKEND",

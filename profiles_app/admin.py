@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from profiles_app.models import ProfilingReport, ProfilingRun, SpeedObservation, Workload
+from profiles_app.models import GenieFit, ProfilingReport, ProfilingRun, SpeedObservation, Workload
 
 
 @admin.register(Workload)
@@ -18,6 +18,11 @@ class WorkloadAdmin(admin.ModelAdmin):
         "speed_correction_jobs",
         "placement_penalty",
         "placement_penalty_leases",
+        "genie_alpha_s",
+        "genie_beta_s",
+        "genie_t_intra_s",
+        "genie_t_cross_s",
+        "genie_fit_r2",
         "source",
     )
     list_filter = ("workload_class",)
@@ -46,8 +51,27 @@ class ProfilingRunAdmin(admin.ModelAdmin):
     )
     list_filter = ("kind", "status")
     search_fields = ("workload__name",)
-    readonly_fields = ("lease_id", "measured_points", "pending_cpus", "host", "result")
+    readonly_fields = ("lease_id", "measured_points", "pending_cpus", "configs", "host", "result")
     inlines = [ProfilingReportInline]
+
+
+@admin.register(GenieFit)
+class GenieFitAdmin(admin.ModelAdmin):
+    """GENIE's predictor fits: the coefficients, the samples and residuals, and what was filled in."""
+
+    list_display = (
+        "workload",
+        "alpha_s",
+        "beta_s",
+        "t_intra_s",
+        "t_cross_s",
+        "startup_s",
+        "r2",
+        "measured",
+        "created_at",
+    )
+    list_filter = ("workload",)
+    readonly_fields = ("run", "samples", "residuals", "measured", "filled", "created_at")
 
 
 @admin.register(SpeedObservation)

@@ -133,6 +133,11 @@ class ProfilingRun(models.Model):
     While RUNNING it holds `gpu_indices`, `num_cpus` cores and `mem_gb` on `server` (rounds leave them
     alone) and the server's agent measures the core counts in `pending_cpus`; `lease_id` names it in
     the agent protocol (docs/profiling.md). `measured_points` keeps every point in measurement order.
+
+    A GENIE run (kind genie_predictor, docs/genie.md) measures `configs` instead (per-GPU batch sizes on
+    1 GPU, 2 GPUs of `server`, 1 GPU on each of `server` and `peer_server`), each bounded by
+    `max_s_per_config`; its points carry their `config` and `node_rank`. The peer's GPU, cores and
+    memory are held from assignment until its part is measured (`peer_released_at`).
     """
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="profiling_runs")
@@ -155,6 +160,24 @@ class ProfilingRun(models.Model):
         default=list, blank=True, help_text="[{cpus, cpus_per_gpu, sec_per_iter, wall_s, ...}, ...]"
     )
     host = models.JSONField(default=dict, blank=True, help_text="The agent's mem_gbps and disk_mbps")
+    configs = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="GENIE: [{key, num_servers, gpus_per_server, batch}, ...] to measure",
+    )
+    max_s_per_config = models.FloatField(
+        default=0, help_text="GENIE: a configuration's launch is stopped after this many seconds"
+    )
+    peer_server = models.ForeignKey(
+        "cluster_app.Server", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # The peer's agent reports under a lease id of its own: each agent numbers its reports from 1, and
+    # (lease id, seq) is what makes a report idempotent.
+    peer_lease_id = models.UUIDField(null=True, blank=True, unique=True, editable=False)
+    peer_gpu_indices = models.JSONField(default=list, blank=True, help_text="GENIE: GPUs held on peer_server")
+    peer_num_cpus = models.PositiveSmallIntegerField(default=0)
+    peer_mem_gb = models.FloatField(default=0)
+    peer_released_at = models.DateTimeField(null=True, blank=True, help_text="GENIE: peer's part measured")
     result = models.JSONField(default=dict, blank=True, help_text="The derived matrix and its inputs")
     cost_gpu_s = models.FloatField(default=0, help_text="GPU-seconds spent profiling")
     cost_wall_s = models.FloatField(default=0)
@@ -202,6 +225,47 @@ class ProfilingReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.kind}"
+
+
+class GenieFit(models.Model):
+    """One fit of GENIE's predictor for a workload, from a lightweight profiling run (docs/genie.md).
+
+    Per-iteration time t(n, k, b) = alpha_s*b + beta_s + ceil(log2 k)*t_intra_s + log2(n)*t_cross_s at
+    the GPU-proportional CPU/memory share, in the workload's own time; `startup_s` is the one-off
+    start-up cost s_0. `samples` are the measured configurations it rests on, `residuals` each
+    sample's predicted against measured time, `r2` the R^2 of the whole model over the samples.
+    `measured` lists the terms measured; `filled` maps each term that could not be measured to why and
+    how it was filled in (the platform model of PAPERS 2.3). The workload's genie_* fields copy the
+    latest fit; older fits stay as history.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="genie_fits")
+    run = models.OneToOneField(
+        ProfilingRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="genie_fit"
+    )
+    alpha_s = models.FloatField(help_text="Compute seconds per sample (per GPU)")
+    beta_s = models.FloatField(help_text="Fixed seconds per iteration")
+    t_intra_s = models.FloatField(help_text="Seconds per ceil(log2 k) step inside a server")
+    t_cross_s = models.FloatField(help_text="Seconds per log2(n) step across servers (t_o)")
+    startup_s = models.FloatField(default=0, help_text="One-off start-up seconds (s_0)")
+    r2 = models.FloatField(help_text="R^2 of the model over its samples")
+    r2_compute = models.FloatField(help_text="R^2 of the single-GPU fit alpha*b + beta")
+    samples = models.JSONField(
+        default=list, help_text="[{config, num_servers, gpus_per_server, batch, iter_time_s, ranks}, ...]"
+    )
+    residuals = models.JSONField(
+        default=list, help_text="[{config, measured_s, predicted_s, error_pct}, ...] per sample"
+    )
+    measured = models.JSONField(default=list, help_text="Terms measured: alpha, beta, t_intra, t_cross")
+    filled = models.JSONField(default=dict, blank=True, help_text="Term -> how and why it was filled in")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["workload", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.workload.name}: GENIE fit ({self.created_at:%Y-%m-%d %H:%M})"
 
 
 class SpeedObservation(models.Model):

@@ -6,9 +6,20 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.db.models import F, Q, Sum
+
 from cluster_app.models import Server
 from cluster_app.selectors import gpus_active
-from profiles_app.models import ProfilingRun, ProfilingRunStatus, SpeedObservation, Workload
+from profiles_app import optimistic
+from profiles_app.models import (
+    GenieFit,
+    ProfilingKind,
+    ProfilingRun,
+    ProfilingRunStatus,
+    SpeedObservation,
+    Workload,
+)
+from scheduler_app.core.predictor import Predictor
 from scheduler_app.core.types import SensitivityProfile
 
 
@@ -36,6 +47,29 @@ def workload_profile(workload: Workload) -> SensitivityProfile | None:
         iter_time_s=workload.estimated_iter_time_s,
         placement_penalty=workload.placement_penalty,
     )
+
+
+def workload_predictor(workload: Workload) -> Predictor | None:
+    """GENIE's predictor of a workload from its latest stored fit (a GenieFit, copied onto the workload's
+    genie_* fields), or None when it has never been fitted. Coefficients are as fitted, in the
+    workload's own time at the GPU-proportional CPU/memory share: terms that were not measured hold
+    the platform model's value (the fit's `filled` says which); the speed correction is not applied."""
+    if workload.genie_alpha_s is None or workload.genie_beta_s is None:
+        return None
+    return Predictor(
+        alpha=workload.genie_alpha_s,
+        beta=workload.genie_beta_s,
+        t_intra=workload.genie_t_intra_s or 0.0,
+        t_cross=workload.genie_t_cross_s or 0.0,
+        startup_s=workload.genie_startup_s or 0.0,
+    )
+
+
+def workload_genie_fit(workload: Workload) -> GenieFit | None:
+    """The workload's latest stored GENIE fit (samples, residuals, what was filled in), or None."""
+    if workload.genie_alpha_s is None:
+        return None  # never fitted: spares the query for most of the catalog
+    return GenieFit.objects.filter(workload=workload).order_by("-created_at", "-id").first()
 
 
 def workload_profiles(*, ids: Iterable[int]) -> dict[int, tuple[Workload, SensitivityProfile | None]]:
@@ -88,29 +122,50 @@ class ProfilingHold:
     mem_gb: float
 
 
+_HOLD_FIELDS = (
+    *("id", "server_id", "gpu_indices", "num_cpus", "mem_gb"),
+    *("peer_server_id", "peer_gpu_indices", "peer_num_cpus", "peer_mem_gb", "peer_released_at"),
+)
+
+
 def profiling_holds() -> list[ProfilingHold]:
-    """The resources every RUNNING profiling run holds."""
-    return [
-        ProfilingHold(run_id, server_id, tuple(int(i) for i in indices or ()), cpus, mem_gb)
-        for run_id, server_id, indices, cpus, mem_gb in ProfilingRun.objects.filter(
-            status=ProfilingRunStatus.RUNNING, server__isnull=False
-        ).values_list("id", "server_id", "gpu_indices", "num_cpus", "mem_gb")
-    ]
+    """The resources every RUNNING profiling run holds (a GENIE run's peer server too, until released)."""
+    holds = []
+    running = ProfilingRun.objects.filter(status=ProfilingRunStatus.RUNNING, server__isnull=False)
+    for r in running.values(*_HOLD_FIELDS):
+        indices = tuple(int(i) for i in r["gpu_indices"] or ())
+        holds.append(ProfilingHold(r["id"], r["server_id"], indices, r["num_cpus"], r["mem_gb"]))
+        if r["peer_server_id"] is not None and r["peer_released_at"] is None:
+            peer_indices = tuple(int(i) for i in r["peer_gpu_indices"] or ())
+            holds.append(
+                ProfilingHold(
+                    r["id"], r["peer_server_id"], peer_indices, r["peer_num_cpus"], r["peer_mem_gb"]
+                )
+            )
+    return holds
 
 
 def profiling_runs_of_server(*, server: Server, lease_ids: Iterable[UUID]) -> dict[UUID, ProfilingRun]:
-    """lease id -> profiling run, for the runs of `server` among `lease_ids` (any status)."""
+    """lease id -> profiling run, for the runs of `server` among `lease_ids` (any status); a GENIE run
+    whose peer `server` is appears under its `peer_lease_id`."""
     ids = set(lease_ids)
     if not ids:
         return {}
-    return {r.lease_id: r for r in ProfilingRun.objects.filter(server=server, lease_id__in=ids)}
+    runs = ProfilingRun.objects.filter(
+        Q(server=server, lease_id__in=ids) | Q(peer_server=server, peer_lease_id__in=ids)
+    )
+    return {(r.peer_lease_id if r.peer_server_id == server.pk else r.lease_id): r for r in runs}
 
 
 def profiling_commands(*, server: Server) -> list[dict[str, Any]]:
-    """The `profile` command of every RUNNING profiling run on `server` (docs/profiling.md)."""
+    """The `profile` command of every RUNNING profiling run on `server` (docs/profiling.md), and of
+    every GENIE run whose peer part still waits on it (docs/genie.md)."""
     runs = list(
-        ProfilingRun.objects.filter(server=server, status=ProfilingRunStatus.RUNNING)
-        .select_related("workload")
+        ProfilingRun.objects.filter(
+            Q(server=server) | Q(peer_server=server, peer_released_at__isnull=True),
+            status=ProfilingRunStatus.RUNNING,
+        )
+        .select_related("workload", "server")
         .order_by("id")
     )
     if not runs:
@@ -118,6 +173,9 @@ def profiling_commands(*, server: Server) -> list[dict[str, Any]]:
     uuids = {index: uuid for _gpu, _server, index, uuid in gpus_active(server_ids=[server.pk])}
     commands = []
     for run in runs:
+        if run.kind == ProfilingKind.GENIE_PREDICTOR:
+            commands.append(_genie_command(run, server=server, uuids=uuids))
+            continue
         argv, env = workload_launch(run.workload, iters=run.warmup_iters + run.iters_per_point)
         env["ATTUNE_WARMUP_ITERS"] = str(run.warmup_iters)
         commands.append(
@@ -140,6 +198,65 @@ def profiling_commands(*, server: Server) -> list[dict[str, Any]]:
     return commands
 
 
+# The cross-server configuration's rendezvous port: the top of the rendezvous range, which the round's
+# allocator hands out last (docs/genie.md; the synthetic and torch targets do not listen on it).
+GENIE_RENDEZVOUS_PORT = 30499
+
+
+def _genie_command(run: ProfilingRun, *, server: Server, uuids: dict[int, str]) -> dict[str, Any]:
+    """A GENIE run's `profile` command for one of its servers: the configurations it still measures."""
+    from profiles_app.genie_profiling import genie_pending_configs  # genie_profiling imports this module
+
+    peer = server.pk != run.server_id
+    node_rank = 1 if peer else 0
+    indices = run.peer_gpu_indices if peer else run.gpu_indices
+    held_cpus = run.peer_num_cpus if peer else run.num_cpus
+    argv, env = workload_launch(run.workload, iters=run.warmup_iters + run.iters_per_point)
+    env["ATTUNE_WARMUP_ITERS"] = str(run.warmup_iters)
+    master = run.server.address or run.server.hostname or run.server.name if run.server else "127.0.0.1"
+    configs = []
+    for c in genie_pending_configs(run, node_rank=node_rank):
+        k, n = c["gpus_per_server"], c["num_servers"]
+        config_env = {}
+        if n > 1:
+            config_env = {
+                "NNODES": str(n),
+                "NODE_RANK": str(node_rank),
+                "WORLD_SIZE": str(n * k),
+                "LOCAL_WORLD_SIZE": str(k),
+                "MASTER_ADDR": master,
+                "MASTER_PORT": str(GENIE_RENDEZVOUS_PORT),
+            }
+        configs.append(
+            {
+                "key": c["key"],
+                "argv": [*argv, "--batch", str(c["batch"])],
+                "env": config_env,
+                "gpus": k,
+                "num_cpus": max(1, min(held_cpus, round(optimistic.FAIR_CPUS_PER_GPU * k))),
+                "batch": c["batch"],
+                "num_servers": n,
+                "node_rank": node_rank,
+            }
+        )
+    return {
+        "kind": "profile",
+        "method": "genie",
+        "lease_id": str(run.peer_lease_id if peer else run.lease_id),
+        "workload": run.workload.name,
+        "argv": argv,
+        "env": env,
+        "gpu_uuids": [uuids[i] for i in indices if i in uuids],
+        "num_cpus": held_cpus,
+        "mem_gb": run.peer_mem_gb if peer else run.mem_gb,
+        "configs": configs,
+        "max_s_per_config": run.max_s_per_config,
+        "warmup": False,
+        "iters": run.iters_per_point,
+        "warmup_iters": run.warmup_iters,
+    }
+
+
 # ---------------------------------------------------------------------------------------------------
 # Speed observations
 # ---------------------------------------------------------------------------------------------------
@@ -151,3 +268,21 @@ def speed_observations_by_allocation(*, allocation_ids: Iterable[int]) -> dict[i
     if not ids:
         return {}
     return {o.allocation_id: o for o in SpeedObservation.objects.filter(allocation_id__in=ids)}
+
+
+def measured_iters_per_s_by_job(*, job_ids: Iterable[int]) -> dict[int, float]:
+    """Job id -> its measured iterations per second over its leases, in one query (absent: no report).
+
+    Each lease's measured speed (the agent's reports, in the workload's own time) weighted by its number
+    of reports, as the speed correction weighs them: a minimum-rate job's rate is judged with it.
+    """
+    ids = set(job_ids)
+    if not ids:
+        return {}
+    rows = (
+        SpeedObservation.objects.filter(job_id__in=ids, samples__gt=0)
+        .order_by()
+        .values("job_id")
+        .annotate(weighted=Sum(F("measured_iters_per_s") * F("samples")), reports=Sum("samples"))
+    )
+    return {r["job_id"]: r["weighted"] / r["reports"] for r in rows if r["reports"]}

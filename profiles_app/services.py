@@ -179,12 +179,17 @@ def profiling_point_record(*, run: ProfilingRun, point: Mapping[str, Any]) -> bo
     return not run.pending_cpus
 
 
-def _costs(run: ProfilingRun, now: datetime) -> None:
+def profiling_run_costs(run: ProfilingRun, now: datetime) -> None:
+    """Add this attempt's wall and GPU time to the run's costs (the caller saves the run)."""
     # The GPUs were held from assignment to now, whether a point was running or not; added to what
-    # earlier attempts of the run (requeued from a failed server) cost.
+    # earlier attempts of the run (requeued from a failed server) cost. A GENIE run's peer GPU was
+    # held until its part was measured.
     held_s = max(0.0, (now - run.started_at).total_seconds()) if run.started_at else 0.0
     run.cost_wall_s += held_s
     run.cost_gpu_s += run.num_gpus * held_s
+    if run.peer_gpu_indices and run.started_at:
+        peer_until = min(now, run.peer_released_at or now)
+        run.cost_gpu_s += len(run.peer_gpu_indices) * max(0.0, (peer_until - run.started_at).total_seconds())
 
 
 def profiling_run_succeed(*, run: ProfilingRun, now: datetime | None = None) -> Workload:
@@ -236,7 +241,7 @@ def profiling_run_succeed(*, run: ProfilingRun, now: datetime | None = None) -> 
         "node": {"mem_gbps": node.mem_gbps, "disk_mbps": node.disk_mbps},
         "memory_model": "minio" if has_dataset else "none (no dataset size and sample count)",
     }
-    _costs(run, now)
+    profiling_run_costs(run, now)
     run.save()
     logger.info(
         "profiling run %s (%s) on %s: %d points, best %g cores / %g GB per GPU, speed-up %.2f, %.0f GPU-s",
@@ -262,7 +267,7 @@ def profiling_run_fail(*, run: ProfilingRun, error: str, now: datetime | None = 
     run.finished_at = now
     run.error = error[:5000]
     run.pending_cpus = []
-    _costs(run, now)
+    profiling_run_costs(run, now)
     run.save()
     logger.warning("profiling run %s (%s) failed: %s", run.pk, run.workload.name, error)
     return run
@@ -274,7 +279,7 @@ def profiling_run_requeue(*, run: ProfilingRun, reason: str, now: datetime | Non
     A new lease id: the old agent's late reports are refused, and the next agent's seqs start afresh.
     """
     logger.warning("profiling run %s (%s) requeued: %s", run.pk, run.workload.name, reason)
-    _costs(run, now or timezone.now())
+    profiling_run_costs(run, now or timezone.now())
     run.lease_id = uuid.uuid4()
     run.status = ProfilingRunStatus.QUEUED
     run.server = None
@@ -283,6 +288,13 @@ def profiling_run_requeue(*, run: ProfilingRun, reason: str, now: datetime | Non
     run.mem_gb = 0
     run.pending_cpus = []
     run.measured_points = []
+    run.peer_server = None
+    run.peer_lease_id = None
+    run.peer_gpu_indices = []
+    run.peer_num_cpus = 0
+    run.peer_mem_gb = 0
+    run.peer_released_at = None
+    run.configs = []
     run.started_at = None
     run.error = f"requeued: {reason}"
     run.save()

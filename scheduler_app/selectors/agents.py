@@ -162,10 +162,13 @@ def _live_leases(server_id: int) -> tuple[set[UUID], bool]:
         f"SELECT a.lease_id, 0 FROM {allocation} a JOIN {job} j ON j.id = a.job_id"
         f" WHERE a.server_id = %s AND a.ended_at IS NULL AND j.state = %s"
         f" UNION ALL SELECT NULL, 1 WHERE EXISTS"
-        f" (SELECT 1 FROM {run} p WHERE p.server_id = %s AND p.status = %s)"
+        # A GENIE run's peer server measures its part too (profiles_app/genie_profiling.py).
+        f" (SELECT 1 FROM {run} p WHERE p.status = %s AND (p.server_id = %s"
+        f" OR (p.peer_server_id = %s AND p.peer_released_at IS NULL)))"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [server_id, JobState.RUNNING.value, server_id, ProfilingRunStatus.RUNNING.value])
+        params = [server_id, JobState.RUNNING.value, ProfilingRunStatus.RUNNING.value, server_id, server_id]
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     # PostgreSQL hands back UUIDs, SQLite their 32 hex digits.
     live = {v if isinstance(v, UUID) else UUID(v) for v, is_run in rows if not is_run}

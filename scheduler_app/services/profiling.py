@@ -13,6 +13,11 @@ The flow (docs/profiling.md):
    stores it, and an early round places the waiting jobs with it.
 A run that fails leaves the workload unprofiled and its jobs are scheduled at the proportional share
 (no automatic retry: staff can queue another run); a run whose server goes DOWN starts over elsewhere.
+
+GENIE's lightweight profiling runs (kind genie_predictor, profiles_app/genie_profiling.py) share steps
+2 and 3: dispatch gives them 2 GPUs of one server and 1 GPU of a second one when free, the agents
+measure configurations instead of core counts, and the last point stores the predictor fit. No job
+waits for them.
 """
 
 from __future__ import annotations
@@ -26,14 +31,21 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
 from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active, servers_lock_all
 from profiles_app import optimistic
+from profiles_app.genie_profiling import (
+    genie_holds_cpus,
+    genie_point_record,
+    genie_profiling_run_assign,
+    genie_profiling_run_succeed,
+)
 from profiles_app.models import (
     ACTIVE_PROFILING_STATES,
+    ProfilingKind,
     ProfilingReport,
     ProfilingRun,
     ProfilingRunStatus,
@@ -77,7 +89,8 @@ def profiling_jobs_hold(
     """
     down = {s.pk for s in servers if s.state == NodeState.DOWN}
     for run in ProfilingRun.objects.select_for_update().filter(
-        status=ProfilingRunStatus.RUNNING, server_id__in=down
+        Q(server_id__in=down) | Q(peer_server_id__in=down, peer_released_at__isnull=True),
+        status=ProfilingRunStatus.RUNNING,
     ):
         profiling_run_requeue(run=run, reason=f"server {run.server_id} is down")
 
@@ -95,10 +108,12 @@ def profiling_jobs_hold(
         r.workload_id: r
         for r in ProfilingRun.objects.filter(workload_id__in=unprofiled, status__in=ACTIVE_PROFILING_STATES)
     }
-    failed = set(
-        ProfilingRun.objects.filter(workload_id__in=unprofiled, status=ProfilingRunStatus.FAILED).values_list(
-            "workload_id", flat=True
-        )
+    failed = set(  # a failed GENIE run does not stop the Synergy profile its jobs wait for
+        ProfilingRun.objects.filter(
+            workload_id__in=unprofiled,
+            status=ProfilingRunStatus.FAILED,
+            kind=ProfilingKind.SYNERGY_CPU_SWEEP,
+        ).values_list("workload_id", flat=True)
     )
     for workload_id, workload in unprofiled.items():
         if workload_id in active or workload_id in failed:
@@ -194,6 +209,10 @@ def profiling_runs_dispatch(*, now: datetime, run_ids: Sequence[int] | None = No
     free = _free_resources()
     assigned = []
     for run in queued:
+        if run.kind == ProfilingKind.GENIE_PREDICTOR:
+            if _genie_dispatch(run, free, now=now):
+                assigned.append(run)
+            continue
         need_cpus = math.ceil(optimistic.FAIR_CPUS_PER_GPU * run.num_gpus)
         candidates = [
             f
@@ -219,6 +238,61 @@ def profiling_runs_dispatch(*, now: datetime, run_ids: Sequence[int] | None = No
         best["mem_gb"] -= mem_gb
         assigned.append(run)
     return assigned
+
+
+def _genie_dispatch(run: ProfilingRun, free: dict[int, dict[str, Any]], *, now: datetime) -> bool:
+    """Give a GENIE run 2 free GPUs of one server (else 1) and 1 free GPU of a second server when one is
+    free, each with the GPU-proportional share of cores and memory; False when no server has a free
+    GPU and a core. `free` is updated. What it cannot measure here, it fills in from the platform
+    model, and says why (the run is short: it does not wait for a better placement)."""
+
+    def usable(f: dict[str, Any]) -> bool:
+        return bool(f["gpus"]) and f["cpus"] >= 1 and f["mem_gb"] > 0
+
+    candidates = [f for f in free.values() if usable(f)]
+    if not candidates:
+        logger.info("GENIE profiling run %s waits: no server has a free GPU and core", run.pk)
+        return False
+
+    def take(f: dict[str, Any], gpus: int) -> tuple[list[int], int, float]:
+        cpus = genie_holds_cpus(gpus, f["cpus"], f["server"].num_cpus)
+        mem_gb = float(min(f["mem_gb"], optimistic.FAIR_MEM_GB_PER_GPU * gpus))
+        indices = f["gpus"][:gpus]
+        f["gpus"], f["cpus"], f["mem_gb"] = f["gpus"][gpus:], f["cpus"] - cpus, f["mem_gb"] - mem_gb
+        return indices, cpus, mem_gb
+
+    primary = max(candidates, key=lambda f: (min(len(f["gpus"]), 2), f["cpus"], f["mem_gb"], -f["server"].pk))
+    unmeasured: dict[str, str] = {}
+    gpus = 2 if len(primary["gpus"]) >= 2 else 1
+    if gpus == 1:
+        unmeasured["t_intra"] = (
+            "no server had 2 free GPUs"
+            if any(f["server"].num_gpus >= 2 for f in free.values())
+            else "no server has 2 GPUs"
+        )
+    indices, cpus, mem_gb = take(primary, gpus)
+    peers = [f for f in candidates if f is not primary and usable(f)]
+    peer = max(peers, key=lambda f: (f["cpus"], f["mem_gb"], -f["server"].pk)) if peers else None
+    peer_hold: tuple[list[int], int, float] = ([], 0, 0.0)
+    if peer is None:
+        others = Server.objects.exclude(pk=primary["server"].pk).exists()
+        unmeasured["t_cross"] = "no second server was free" if others else "the cluster has one server"
+    else:
+        peer_hold = take(peer, 1)
+    genie_profiling_run_assign(
+        run=run,
+        server=primary["server"],
+        gpu_indices=indices,
+        num_cpus=cpus,
+        mem_gb=mem_gb,
+        peer=peer["server"] if peer else None,
+        peer_gpu_indices=peer_hold[0],
+        peer_num_cpus=peer_hold[1],
+        peer_mem_gb=peer_hold[2],
+        unmeasured=unmeasured,
+        now=now,
+    )
+    return True
 
 
 def profiling_run_dispatch(*, run_id: int) -> str:
@@ -289,14 +363,22 @@ def profiling_reports_ingest(
                 defaults={"run": run, "kind": r.kind, "at": r.at, "data": r.data},
             )
             acked.append((str(r.lease_id), r.seq))
-            if not created or run.status != ProfilingRunStatus.RUNNING or run.lease_id != lease_id:
+            if not created or run.status != ProfilingRunStatus.RUNNING or lease_id not in _lease_ids(run):
                 continue  # seen before, or the run ended (a late point) or was requeued meanwhile
-            ended |= _apply_profiling_report(run, r)
+            if run.kind == ProfilingKind.GENIE_PREDICTOR:
+                ended |= _apply_genie_report(run, r, node_rank=1 if lease_id == run.peer_lease_id else 0)
+            else:
+                ended |= _apply_profiling_report(run, r)
     if ended:
         from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
         scheduling_round_request_on_commit(trigger="profiled")
     return acked
+
+
+def _lease_ids(run: ProfilingRun) -> tuple[UUID, ...]:
+    """The lease ids the run's agents report under: its own, and its GENIE peer's while it has one."""
+    return (run.lease_id, run.peer_lease_id) if run.peer_lease_id else (run.lease_id,)
 
 
 def _apply_profiling_report(run: ProfilingRun, r: Any) -> bool:
@@ -317,4 +399,48 @@ def _apply_profiling_report(run: ProfilingRun, r: Any) -> bool:
         profiling_run_succeed(run=run)
     except optimistic.ProfilingError as exc:
         profiling_run_fail(run=run, error=f"no profile from the points: {exc}")
+    return True
+
+
+def _genie_point(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A validated GENIE point (its configuration and time), or None when the report is unusable."""
+    config, seconds = data.get("config"), data.get("sec_per_iter")
+    if not isinstance(config, str) or not config:
+        return None
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 < seconds < math.inf:
+        return None
+    keep = ("iters", "wall_s", "peak_rss_mb", "time_scale", "param_bytes", "startup_s")
+    point: dict[str, Any] = {"config": config[:64], "sec_per_iter": float(seconds)}
+    for k in keep:
+        v = data.get(k)
+        if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf:
+            point[k] = v
+    point["stopped_at_limit"] = data.get("stopped_at_limit") is True
+    return point
+
+
+def _apply_genie_report(run: ProfilingRun, r: Any, *, node_rank: int) -> bool:
+    """Apply one new report to a RUNNING GENIE run; True when the run ended. The node rank is the
+    lease id's (the run's own: 0, its peer's: 1), never what the report says."""
+    if r.kind == PROFILE_ERROR:
+        error = str(r.data.get("error") or "the agent could not measure a configuration")
+        profiling_run_fail(run=run, error=f"{error} (configuration {r.data.get('config')}, rank {node_rank})")
+        return True
+    if r.kind != PROFILE_POINT:
+        return False
+    point = _genie_point(r.data)
+    if point is None:
+        profiling_run_fail(run=run, error=f"unusable point {r.data!r}")
+        return True
+    try:
+        complete = genie_point_record(run=run, point=point, node_rank=node_rank)
+    except ValueError as exc:
+        profiling_run_fail(run=run, error=str(exc))
+        return True
+    if not complete:
+        return False
+    try:
+        genie_profiling_run_succeed(run=run)
+    except ValueError as exc:
+        profiling_run_fail(run=run, error=f"no GENIE fit from the points: {exc}")
     return True

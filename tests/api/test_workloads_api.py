@@ -30,6 +30,7 @@ def test_the_catalog_lists_each_workload_with_its_profile_or_null(client):
         "description": "",
         "batch_size": 0,
         "profile": None,
+        "genie": None,  # no GENIE profiling run has fitted it (tests/profiles_app/test_genie_profiling.py)
     }
     res18_row = WorkloadFactory(name="res18")
     assert res18["description"] == "ResNet-18 on ImageNet" and res18["profile"] == {

@@ -130,6 +130,19 @@ class AgentCommandSerializer(serializers.Serializer):
     warmup = serializers.BooleanField(required=False, help_text="profile: one untimed run first")
     iters = serializers.IntegerField(required=False, help_text="profile: timed iterations per point")
     warmup_iters = serializers.IntegerField(required=False, help_text="profile: untimed iterations first")
+    method = serializers.CharField(
+        required=False,
+        help_text='profile: "genie" for GENIE\'s lightweight profile (configurations, not cores)',
+    )
+    configs = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="profile (genie): configurations to measure next: key, argv, env, gpus, num_cpus, batch, "
+        "num_servers, node_rank",
+    )
+    max_s_per_config = serializers.FloatField(
+        required=False, help_text="profile (genie): each configuration's launch is stopped after this long"
+    )
 
 
 class AgentReportSerializer(serializers.Serializer):

@@ -7,8 +7,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from profiles_app.models import Workload
-from profiles_app.selectors import workload_profile
+from profiles_app.models import GenieFit, Workload
+from profiles_app.selectors import workload_genie_fit, workload_profile
 
 
 class WorkloadProfileSerializer(serializers.Serializer):
@@ -28,14 +28,44 @@ class WorkloadProfileSerializer(serializers.Serializer):
     )
 
 
+class GenieFitSerializer(serializers.ModelSerializer):
+    """GENIE's predictor of the workload, from its latest lightweight profiling run (docs/genie.md)."""
+
+    profiling_run = serializers.IntegerField(source="run_id", allow_null=True)
+    fitted_at = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = GenieFit
+        fields = [
+            "alpha_s",
+            "beta_s",
+            "t_intra_s",
+            "t_cross_s",
+            "startup_s",
+            "r2",
+            "r2_compute",
+            "measured",
+            "filled",
+            "samples",
+            "residuals",
+            "profiling_run",
+            "fitted_at",
+        ]
+        read_only_fields = fields
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     profile = serializers.SerializerMethodField(
         help_text="Null until the workload is profiled (its jobs then wait with reason Profiling)"
     )
+    genie = serializers.SerializerMethodField(
+        help_text="GENIE's predictor fit (per-iteration time = alpha_s*b + beta_s + ceil(log2 k)*t_intra_s "
+        "+ log2(n)*t_cross_s); null until a GENIE profiling run has measured it"
+    )
 
     class Meta:
         model = Workload
-        fields = ["name", "workload_class", "description", "batch_size", "profile"]
+        fields = ["name", "workload_class", "description", "batch_size", "profile", "genie"]
         read_only_fields = fields
 
     @extend_schema_field(WorkloadProfileSerializer(allow_null=True))
@@ -44,3 +74,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         if profile is None:
             return None
         return WorkloadProfileSerializer(profile).data
+
+    @extend_schema_field(GenieFitSerializer(allow_null=True))
+    def get_genie(self, workload: Workload) -> dict[str, Any] | None:
+        fit = workload_genie_fit(workload)
+        return None if fit is None else GenieFitSerializer(fit).data
