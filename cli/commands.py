@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from cli.api import Api, CliError, error_lines
 from cli.config import save_login
-from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_time_limit_s
+from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_rate, parse_time_limit_s
 from cli.output import choices_text, table, when
 
 
@@ -60,13 +60,27 @@ def _what_runs(args: Any) -> dict[str, Any]:
 def _converted(args: Any) -> dict[str, Any]:
     """The options typed in the user's units, in the API's."""
     body: dict[str, Any] = {}
-    if args.deadline and args.max_latency:
-        raise CliError("give either --deadline or --max-latency, not both", exit_code=2)
+    targets = [
+        flag
+        for flag, given in (
+            ("--deadline", args.deadline),
+            ("--max-latency", args.max_latency),
+            ("--min-rate", args.min_rate),
+        )
+        if given
+    ]
+    if len(targets) > 1:
+        raise CliError(
+            f"give one QoS target: --deadline, --max-latency or --min-rate, not {' and '.join(targets)}",
+            exit_code=2,
+        )
     try:
         if args.deadline:
             body["qos_deadline_at"] = parse_deadline(args.deadline).isoformat()
         if args.max_latency:
             body["qos_max_latency_s"] = parse_duration_s(args.max_latency, option="--max-latency")
+        if args.min_rate:
+            body["qos_min_rate_iters_per_s"] = parse_rate(args.min_rate, option="--min-rate")
         if args.time_limit:
             body["time_limit_s"] = parse_time_limit_s(args.time_limit, option="--time")
         if args.mem_per_gpu:
@@ -159,12 +173,15 @@ def _print_admission(admission: dict[str, Any], out: TextIO) -> None:
             f"finish {when(admission.get('predicted_finish_at'))}\n"
         )
         if admission.get("attainable") is not None:
+            deadline = admission.get("deadline_at")
             verdict = (
                 "attainable"
                 if admission["attainable"]
-                else "AT RISK: the job is accepted, but predicted to finish after it"
+                else "AT RISK: the job is accepted, but predicted to "
+                + ("finish after it" if deadline else "run slower on average")
             )
-            out.write(f"  QoS target {when(admission.get('deadline_at'))}: {verdict}\n")
+            target = when(deadline) if deadline else "(minimum rate)"
+            out.write(f"  QoS target {target}: {verdict}\n")
         if admission.get("detail"):
             out.write(f"  note: {admission['detail']}\n")
 
@@ -327,6 +344,17 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
     return 0
 
 
+def qos_target_text(job: dict[str, Any]) -> str:
+    """A job's QoS target in words: a deadline, a latency or a minimum rate; "-" without one."""
+    if job.get("qos_deadline_at"):
+        return f"finish by {when(job['qos_deadline_at'])}"
+    if job.get("qos_max_latency_s"):
+        return f"finish within {job['qos_max_latency_s']:g} s of submission"
+    if job.get("qos_min_rate_iters_per_s"):
+        return f"at least {job['qos_min_rate_iters_per_s']:g} iterations/s while running"
+    return "-"
+
+
 def _progress(job: dict[str, Any]) -> str:
     if job.get("total_iters") is None:  # an own command without --iters: its time limit is its length
         return f"{job['done_iters']} iterations"
@@ -349,6 +377,7 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
             + (f" on {job['num_nodes']} nodes" if (job.get("num_nodes") or 1) > 1 else ""),
         ),
         ("Progress", _progress(job)),
+        ("QoS", qos_target_text(job)),
         ("After jobs", ", ".join(map(str, job.get("depends_on") or [])) or "-"),
         ("Submitted", when(job["submitted_at"])),
         ("Started", when(job.get("started_at"))),
@@ -370,8 +399,19 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
             )
         )
         if admission.get("attainable") is False:
+            risk = (
+                f"AT RISK: predicted to finish after {when(admission.get('deadline_at'))}"
+                if admission.get("deadline_at")
+                else "AT RISK: predicted to run below its minimum rate on average"
+            )
+            facts.append(("QoS target", risk))
+        if admission.get("met_min_rate") is not None:
+            verdict = "met" if admission["met_min_rate"] else "MISSED"
             facts.append(
-                ("QoS target", f"AT RISK: predicted to finish after {when(admission.get('deadline_at'))}")
+                (
+                    "Measured rate",
+                    f"{admission['measured_iters_per_s']:.3g} iterations/s: minimum rate {verdict}",
+                )
             )
     for lease in job.get("allocations") or []:
         if lease.get("ended_at") is None:

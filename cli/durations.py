@@ -88,3 +88,18 @@ def parse_mem_gb(text: str) -> float:
     if not match or not 0 < float(match[1]) < float("inf"):
         raise ValueError(f"{text!r} is not a memory size: use e.g. 16G, 512M or 4096 (megabytes)")
     return float(match[1]) * _GB_PER_UNIT[match[2] or "m"]
+
+
+def parse_rate(text: str, *, option: str) -> float:
+    """A positive, finite rate ("2.5" iterations per second). Raises ValueError naming the option."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{option}: {text!r} is not a number: use e.g. 2.5 (iterations per second)"
+        ) from None
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f"{option}: the rate must be a positive number of iterations per second, got {text!r}"
+        )
+    return value

@@ -71,7 +71,8 @@ def _dependency(text: str) -> list[int]:
 SUBMIT_EPILOG = """\
 A script's #SBATCH and #ATTUNE lines before its first command are read as options (the service reads
 them): -J, --gpus or --gres=gpu:N, -N, -t, -a, -d afterok:IDS, -o, -e, -D, -H, --cpus-per-gpu,
---mem-per-gpu; on #ATTUNE lines also --iters, --team, --priority, --max-latency, --deadline.
+--mem-per-gpu; on #ATTUNE lines also --iters, --team, --priority, --max-latency, --deadline,
+--min-rate.
 Options given here win over the script's (only those you give are sent). See docs/cli.md.
 
 checkpoint contract:
@@ -138,10 +139,15 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         metavar="TIME",
         help="e.g. 90m, 6h, 30 (minutes) or Slurm's 1-12:00; the job is stopped after it",
     )
-    qos = p.add_argument_group("QoS target (one of the two)")
+    qos = p.add_argument_group("QoS target (one of the three)")
     qos.add_argument("--deadline", help="finish by this time, e.g. 2026-11-23T18:00 (local time)")
     qos.add_argument(
         "--max-latency", metavar="TIME", help="finish within this long of submission, e.g. 6h or 1-12:00"
+    )
+    qos.add_argument(
+        "--min-rate",
+        metavar="ITERS_PER_S",
+        help="run at least this many iterations per second while running, e.g. 2.5 (GENIE)",
     )
     p.add_argument(
         "-d",

@@ -205,6 +205,14 @@ DIRECTIVES: tuple[Directive, ...] = (
         attune_only=True,
         help="QoS target: finish by this time",
     ),
+    Directive(
+        "min-rate",
+        "qos_min_rate_iters_per_s",
+        _positive,
+        "ITERS_PER_S",
+        attune_only=True,
+        help="QoS target: run at least this many iterations per second",
+    ),
 )
 _BY_LONG = {d.long: d for d in DIRECTIVES}
 _BY_SHORT = {d.short: d for d in DIRECTIVES if d.short}
@@ -218,7 +226,7 @@ _ENV_HINT = "every job runs as its owner in a clean environment: set variables i
 UNSUPPORTED: dict[str, str | None] = {
     "partition": _TEAM_HINT,
     "account": _TEAM_HINT,
-    "qos": "Attune's QoS is a target: #ATTUNE --deadline ISO8601 or --max-latency DURATION",
+    "qos": "Attune's QoS is a target: #ATTUNE --deadline ISO8601, --max-latency DURATION or --min-rate N",
     "mem": "use --mem-per-gpu (memory follows the GPUs)",
     "mem-per-cpu": "use --mem-per-gpu (memory follows the GPUs)",
     "cpus-per-task": "use --cpus-per-gpu",

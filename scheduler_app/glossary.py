@@ -17,9 +17,10 @@ POLICIES = {
     "ftf": "Finish-time fairness (Themis): the job doing worst against running alone on its share "
     "goes first.",
     "fairshare": "Fair share: the user with the least recent GPU time goes first, one job at a time.",
-    "edf": "Earliest deadline first: jobs with the nearest QoS deadline first, jobs without one after them.",
-    "swaf": "Shortest waiting allowance first (GENIE): least slack before the deadline first, then late "
-    "QoS jobs, then jobs without a deadline.",
+    "edf": "Earliest deadline first: jobs with the nearest QoS deadline first, then minimum-rate jobs, then "
+    "the rest.",
+    "swaf": "Shortest waiting allowance first (GENIE): least slack before the deadline first, then "
+    "minimum-rate jobs, then late QoS jobs, then jobs without a QoS target.",
 }
 
 ALLOCATORS = {
@@ -33,8 +34,8 @@ ALLOCATORS = {
     "before falling back to proportional.",
     "opt": "Synergy-OPT: a linear program finds the most throughput the round could give, and "
     "placements follow its shares.",
-    "genie": "GENIE: the smallest allocation that still meets each job's deadline, with reservations "
-    "and backfill (as a what-if trace: GENIE's workload, every job with a deadline).",
+    "genie": "GENIE: the smallest allocation that still meets each job's deadline or minimum rate, with "
+    "reservations and backfill (as a what-if trace: GENIE's workload, every job with a deadline).",
 }
 
 # Why a round placed a job as it did (scheduler_app/core/reasons.py, PLACED_REASONS).
@@ -45,7 +46,8 @@ PLACEMENT_REASONS = {
     "intermediate": "Placed at a profiled point between the proportional share and its best case.",
     "lp_share": "Placed at the share chosen by OPT's linear program.",
     "fixed_demand": "Placed with exactly the cores and memory its owner asked for.",
-    "qos_fit": "Placed with the fewest cores and memory that still meet its deadline (GENIE).",
+    "qos_fit": "Placed with the fewest cores and memory that still meet its deadline or minimum rate "
+    "(GENIE).",
     "backfilled": "Placed ahead of a QoS job's reservation without delaying it (GENIE).",
     "leftover": "Given cores and memory beyond its QoS fit that no other job was given (GENIE).",
     "borrowed": "Placed beyond its team's quota on GPUs no job within quota wanted; first to be preempted.",
@@ -56,6 +58,8 @@ DECISION_REASONS = {
     "insufficient_gpus": "Not enough free GPUs once the jobs ahead of it in the policy's order are placed.",
     "fragmented": "Enough free GPUs, but not with the CPU cores and memory they need.",
     "qos_unattainable": "Its deadline can no longer be met: it runs best effort, after the jobs that can.",
+    "min_rate_unattainable": "Even its best case on this cluster is slower than its minimum rate: it runs "
+    "best effort, after the jobs that can meet theirs.",
     "reserved_for_qos": "Starting it would delay the reservation of a QoS job ahead of it.",
     "quota_exceeded": "Its team's GPU quota is used by jobs ahead of it.",
     "exceeds_cluster_gpus": "It asks for more GPUs than the whole cluster has.",
@@ -152,7 +156,8 @@ ISOLATION_MODES = {
 
 TERMS = {
     "JCT": "Job completion time: from submission to completion, waiting included.",
-    "QoS": "Quality of service: a deadline or a maximum latency a job was promised.",
+    "QoS": "Quality of service: a deadline, a maximum latency or a minimum rate (iterations/s) a job was "
+    "promised.",
     "makespan": "Time from the first job's submission to the last job's completion.",
     "p99": "99th percentile: 99 % of the values are at most this.",
     "philly": "Synergy's Philly-derived job mix, for what-if runs: no job has a QoS target.",

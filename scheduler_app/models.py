@@ -137,6 +137,9 @@ class Job(models.Model):
     qos_max_latency_s = models.FloatField(
         null=True, blank=True, help_text="Max response latency (queueing + running) from submission"
     )
+    qos_min_rate_iters_per_s = models.FloatField(
+        null=True, blank=True, help_text="Minimum processing rate while running, iterations/s (GENIE)"
+    )
     priority = models.SmallIntegerField(default=0)
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
     depends_on = models.ManyToManyField(
@@ -213,7 +216,13 @@ class Job(models.Model):
                 name="job_qos_latency_positive",
             ),
             models.CheckConstraint(
-                condition=Q(qos_deadline_at__isnull=True) | Q(qos_max_latency_s__isnull=True),
+                condition=Q(qos_min_rate_iters_per_s__isnull=True) | Q(qos_min_rate_iters_per_s__gt=0),
+                name="job_qos_min_rate_positive",
+            ),
+            models.CheckConstraint(  # at most one of the three targets
+                condition=Q(qos_deadline_at__isnull=True, qos_max_latency_s__isnull=True)
+                | Q(qos_deadline_at__isnull=True, qos_min_rate_iters_per_s__isnull=True)
+                | Q(qos_max_latency_s__isnull=True, qos_min_rate_iters_per_s__isnull=True),
                 name="job_one_qos_target",
             ),
             models.CheckConstraint(
@@ -492,6 +501,12 @@ class AdmissionPrediction(models.Model):
     actual_start_at = models.DateTimeField(null=True, blank=True)
     actual_finish_at = models.DateTimeField(null=True, blank=True)
     met_deadline = models.BooleanField(null=True, blank=True)
+    measured_iters_per_s = models.FloatField(
+        null=True, blank=True, help_text="A minimum-rate job's measured rate over its leases, when it ended"
+    )
+    met_min_rate = models.BooleanField(
+        null=True, blank=True, help_text="Completed at or above its minimum rate; empty without one"
+    )
 
     class Meta:
         indexes = [models.Index(fields=["created_at"])]

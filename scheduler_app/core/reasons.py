@@ -7,7 +7,7 @@ REVERTED_TO_PROPORTIONAL = "reverted_to_proportional"  # tune took its surplus b
 INTERMEDIATE = "intermediate"  # a matrix point between proportional and best case
 LP_SHARE = "lp_share"  # the share the OPT linear program chose
 FIXED_DEMAND = "fixed_demand"  # the user's explicit CPU/memory override
-QOS_FIT = "qos_fit"  # the smallest CPU/memory point that still meets its deadline (GENIE)
+QOS_FIT = "qos_fit"  # the smallest CPU/memory point that still meets its QoS target (GENIE)
 BACKFILLED = "backfilled"  # placed ahead of a QoS job's reservation without delaying it (GENIE)
 LEFTOVER = "leftover"  # grown past its QoS fit with cores/memory nobody else was given (GENIE)
 
@@ -17,6 +17,8 @@ LEFTOVER = "leftover"  # grown past its QoS fit with cores/memory nobody else wa
 INSUFFICIENT_GPUS = "insufficient_gpus"
 FRAGMENTED = "fragmented"  # enough GPUs (in its num_nodes shape), but not with the CPU/memory they need
 QOS_UNATTAINABLE = "qos_unattainable"  # its deadline can no longer be met (GENIE best-effort tail)
+# its minimum rate is above even its best-case speed on this cluster: it runs best effort (GENIE)
+MIN_RATE_UNATTAINABLE = "min_rate_unattainable"
 RESERVED_FOR_QOS = "reserved_for_qos"  # would delay the reservation of a QoS job ahead of it (GENIE)
 QUOTA_EXCEEDED = "quota_exceeded"  # its team's GPU quota is used by jobs ahead of it (or held)
 
@@ -46,7 +48,7 @@ PLACED_REASONS = frozenset(
     }
 )
 PENDING_REASONS = frozenset(
-    {INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE, RESERVED_FOR_QOS, QUOTA_EXCEEDED}
+    {INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE, MIN_RATE_UNATTAINABLE, RESERVED_FOR_QOS, QUOTA_EXCEEDED}
 )
 INFEASIBLE_REASONS = frozenset(
     {EXCEEDS_CLUSTER_GPUS, EXCEEDS_SERVER_RESOURCES, EXCEEDS_CLUSTER_NODES, UNEVEN_NODE_SPLIT}

@@ -124,8 +124,11 @@ class JobView:
 
     Work is counted in iterations; `done_iters` is progress so far. `attained_service_gpu_s` is
     GPU-seconds received so far (LAS). Overrides fix the per-GPU CPU or memory demand (a user's
-    explicit request). `deadline_s` is an absolute time on the caller's clock (QoS), `current` the
-    placement held in the previous round (None if the job is not running).
+    explicit request). `deadline_s` is an absolute time on the caller's clock (QoS),
+    `min_rate_iters_per_s` GENIE's other QoS kind: the job must run at >= this many iterations per
+    second while it runs (speed-up >= min_rate x profile.iter_time_s, see Placement); callers give a job
+    at most one of the two. `current` is the placement held in the previous round (None if the job is
+    not running).
     `num_nodes` (Slurm's --nodes): None = any number of servers (the allocator's placement rule may
     spread the job); N = exactly N distinct servers with num_gpus / N GPUs on each (N = 1 forbids
     spreading). The service admits only even splits; the core answers an uneven one `infeasible`.
@@ -147,6 +150,7 @@ class JobView:
     owner_id: int | None = None  # who submitted it (fair share); None: a job of its own
     owner_usage_gpu_s: float = 0.0  # its owner's recent GPU-seconds, decayed (fair share)
     num_nodes: int | None = None  # exactly this many servers, num_gpus / num_nodes GPUs each
+    min_rate_iters_per_s: float | None = None  # QoS: minimum processing rate while running (GENIE)
 
     @property
     def remaining_iters(self) -> float:

@@ -8,7 +8,7 @@ the same way later.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cluster_app.models import Server
@@ -37,9 +37,11 @@ class HistoryTrace:
         return {name: asdict(profile) for name, profile in self.profiles.items()}
 
     def rows(self) -> list[list[Any]]:
-        """JSON-ready rows: job_id, model, arrival_s, total_iters, num_gpus, deadline_s, owner_id."""
+        """JSON-ready rows: job_id, model, arrival_s, total_iters, num_gpus, deadline_s, owner_id, and
+        min_rate_iters_per_s for a minimum-rate job only (other rows keep the seven columns)."""
         return [
             [j.job_id, j.model, j.arrival_s, j.total_iters, j.num_gpus, j.deadline_s, j.owner_id]
+            + ([j.min_rate_iters_per_s] if j.min_rate_iters_per_s is not None else [])
             for j in self.jobs
         ]
 
@@ -51,6 +53,8 @@ def trace_from_rows(rows: list[list[Any]]) -> list[TraceJob]:
         TraceJob(
             int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5], r[6] if len(r) > 6 else None
         )
+        if len(r) <= 7
+        else TraceJob(int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5], r[6], None, r[7])
         for r in rows
     ]
 
@@ -86,6 +90,7 @@ def history_trace(*, max_jobs: int) -> HistoryTrace:
             "qos_max_latency_s",
             "workload_id",
             "owner_id",
+            "qos_min_rate_iters_per_s",
         )[:max_jobs]
     )
     by_id = workload_profiles(ids={r[8] for r in rows if r[8] is not None})
@@ -97,12 +102,13 @@ def history_trace(*, max_jobs: int) -> HistoryTrace:
     t0 = min(r[2] for r in replayable)
     jobs = []
     for row in replayable:
-        job_id, model, submitted_at, _, total_iters, num_gpus, deadline_at, max_latency_s, owner = row
+        job_id, model, submitted_at, _, total_iters, num_gpus, deadline_at, max_latency_s, owner, rate = row
         arrival_s = (submitted_at - t0).total_seconds()
         deadline = qos_deadline(submitted_at, deadline_at, max_latency_s)
         deadline_s = None if deadline is None else (deadline - t0).total_seconds()
         # The owner too, so that a what-if under fair share replays who submitted what.
-        jobs.append(TraceJob(job_id, model, arrival_s, total_iters, num_gpus, deadline_s, owner))
+        job = TraceJob(job_id, model, arrival_s, total_iters, num_gpus, deadline_s, owner)
+        jobs.append(replace(job, min_rate_iters_per_s=rate) if rate is not None else job)
     jct = jct_stats([(r[3] - r[2]).total_seconds() for r in replayable])  # the simulator's own figures
     makespan_h = (max(r[3] for r in replayable) - t0).total_seconds() / 3600
     qos = [(j, r[3]) for j, r in zip(jobs, replayable, strict=True) if j.deadline_s is not None]

@@ -28,6 +28,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, TruncWeek
 
 from cluster_app.models import ClusterUsageMinute, Server
+from profiles_app.selectors import measured_iters_per_s_by_job
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.dashboards.bucket_cache import bucket_values
 from scheduler_app.dashboards.buckets import MAX_POINTS, EpochBucket, Window
@@ -41,6 +42,8 @@ from scheduler_app.models import (
 )
 
 NO_TEAM = "(no team)"
+# A rate exactly at its target must not miss it by a floating-point rounding (services/admission.py).
+RATE_REL_TOL = 1e-9
 OWN_COMMANDS = "(own commands)"
 
 
@@ -257,6 +260,45 @@ class QosOutcome:
     team: str
 
 
+def _min_rate_outcomes(*, window: Window) -> list[QosOutcome]:
+    """The minimum-rate jobs decided inside the window: those that COMPLETED in it, met when their
+    measured rate (their leases' reports, profiles_app's measured_iters_per_s_by_job) is at least
+    their target. A job that ended otherwise, or reported no speed, is left out."""
+    rows = list(
+        Job.objects.filter(
+            qos_min_rate_iters_per_s__isnull=False,
+            state=JobState.COMPLETED,
+            finished_at__gte=window.start,
+            finished_at__lt=window.end,
+        )
+        .order_by()
+        .values_list("pk", "finished_at", "qos_min_rate_iters_per_s", "team__name")
+    )
+    rates = measured_iters_per_s_by_job(job_ids=[row[0] for row in rows])
+    return [
+        QosOutcome(finished_at, rates[pk] >= target * (1 - RATE_REL_TOL), team or NO_TEAM)
+        for pk, finished_at, target, team in rows
+        if pk in rates
+    ]
+
+
+def _rate_per_bucket(outcomes: list[QosOutcome], window: Window) -> dict[str, Any]:
+    """Met and decided per bucket of `window`, their rate in percent, and the overall rate."""
+    n = window.num_buckets
+    met, total = [0] * n, [0] * n
+    base_s = window.start.timestamp()
+    for o in outcomes:
+        i = min(n - 1, int((o.decided_at.timestamp() - base_s) // window.bucket_s))
+        total[i] += 1
+        met[i] += o.met
+    return {
+        "met": met,
+        "decided": total,
+        "rate_pct": [_pct(m, d) for m, d in zip(met, total, strict=True)],
+        "overall_pct": _pct(sum(met), sum(total)),
+    }
+
+
 def _qos_outcomes(*, window: Window) -> list[QosOutcome]:
     """The QoS jobs decided inside the window.
 
@@ -292,15 +334,10 @@ def _qos_outcomes(*, window: Window) -> list[QosOutcome]:
 
 
 def qos_series(*, window: Window) -> dict[str, Any]:
-    """QoS-guarantee rate (% of decided QoS jobs that met their target) per bucket and per team."""
+    """QoS-guarantee rate (% of decided QoS jobs that met their target) per bucket and per team, for
+    the deadline kind (deadline or maximum latency); `min_rate`: the same per bucket for the
+    minimum-rate kind, apart (its guarantee is a speed, not a time)."""
     outcomes = _qos_outcomes(window=window)
-    n = window.num_buckets
-    met, total = [0] * n, [0] * n
-    base_s = window.start.timestamp()
-    for o in outcomes:
-        i = min(n - 1, int((o.decided_at.timestamp() - base_s) // window.bucket_s))
-        total[i] += 1
-        met[i] += o.met
     teams: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for o in outcomes:
         teams[o.team][0] += o.met
@@ -309,10 +346,8 @@ def qos_series(*, window: Window) -> dict[str, Any]:
     return {
         **window.as_json(),
         "t": [t.isoformat() for t in window.bucket_starts()],
-        "met": met,
-        "decided": total,
-        "rate_pct": [_pct(m, d) for m, d in zip(met, total, strict=True)],
-        "overall_pct": _pct(sum(met), sum(total)),
+        **_rate_per_bucket(outcomes, window),
+        "min_rate": _rate_per_bucket(_min_rate_outcomes(window=window), window),
         "teams": {
             "team": team_names,
             "met": [teams[t][0] for t in team_names],

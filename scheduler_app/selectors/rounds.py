@@ -226,6 +226,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
                 team_id=job.team_id,
                 owner_id=job.owner_id,
                 owner_usage_gpu_s=usage[job.owner_id],
+                min_rate_iters_per_s=job.qos_min_rate_iters_per_s,
             )
         )
     return RoundInputs(

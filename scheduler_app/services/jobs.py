@@ -41,6 +41,7 @@ class JobRequest:
     mem_gb_per_gpu: float | None = None
     qos_deadline_at: datetime | None = None
     qos_max_latency_s: float | None = None
+    qos_min_rate_iters_per_s: float | None = None  # GENIE's other QoS kind: iterations/s while running
     priority: int = 0
     time_limit_s: int | None = None
     depends_on: tuple[int, ...] = ()  # ids of jobs that must complete first (Slurm's afterok)
@@ -54,6 +55,9 @@ MAX_SCRIPT_CHARS = 256 * 1024
 MIN_CPUS_PER_GPU = 0.01
 MIN_MEM_GB_PER_GPU = 0.01
 MIN_QOS_LATENCY_S = 1.0
+# A rate target: above 0 (a rate of 0 promises nothing); 10^9 iterations/s is beyond any training step.
+MIN_QOS_RATE_ITERS_PER_S = 1e-9
+MAX_QOS_RATE_ITERS_PER_S = 1e9
 # `sh -c COMMAND` passes the command as one argument; Linux caps one argument at 128 KiB.
 MAX_COMMAND_CHARS = 64 * 1024
 
@@ -284,6 +288,19 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
         add("time_limit_s", f"A time limit is from 1 second to {MAX_DURATION_S // 86400} days.")
     if request.qos_deadline_at is not None and request.qos_max_latency_s is not None:
         add("qos_max_latency_s", "Give either a deadline or a maximum latency, not both.")
+    rate = request.qos_min_rate_iters_per_s
+    if rate is not None:
+        if request.qos_deadline_at is not None or request.qos_max_latency_s is not None:
+            add(
+                "qos_min_rate_iters_per_s",
+                "Give one QoS target: a deadline, a maximum latency or a minimum rate, not two.",
+            )
+        if not (math.isfinite(rate) and MIN_QOS_RATE_ITERS_PER_S <= rate <= MAX_QOS_RATE_ITERS_PER_S):
+            add(
+                "qos_min_rate_iters_per_s",
+                f"The minimum rate must be a positive number of iterations per second "
+                f"(at most {MAX_QOS_RATE_ITERS_PER_S:.0e}).",
+            )
     if request.qos_max_latency_s is not None and not (
         math.isfinite(request.qos_max_latency_s)
         and MIN_QOS_LATENCY_S <= request.qos_max_latency_s <= MAX_DURATION_S
@@ -395,6 +412,7 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
             total_iters=request.total_iters,
             qos_deadline_at=request.qos_deadline_at,
             qos_max_latency_s=request.qos_max_latency_s,
+            qos_min_rate_iters_per_s=request.qos_min_rate_iters_per_s,
             priority=request.priority,
             time_limit_s=request.time_limit_s,
             state=JobState.PENDING,

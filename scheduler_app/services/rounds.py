@@ -61,6 +61,7 @@ PENDING_REASON_OF = {
     reasons.INSUFFICIENT_GPUS: PendingReason.RESOURCES,
     reasons.FRAGMENTED: PendingReason.RESOURCES,
     reasons.QOS_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
+    reasons.MIN_RATE_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
     reasons.RESERVED_FOR_QOS: PendingReason.PRIORITY,  # held back for a QoS job ahead of it
     reasons.QUOTA_EXCEEDED: PendingReason.QUOTA,
     reasons.EXCEEDS_CLUSTER_GPUS: PendingReason.INFEASIBLE,

@@ -59,6 +59,7 @@ class SimulationRequest:
     multi_gpu: bool = False
     static: bool = False
     seed: int = 1
+    min_rate_share: float = 0.0  # genie workload: share of minimum-rate jobs (the rest have deadlines)
     measured_job_ids: tuple[int, int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -109,6 +110,10 @@ def simulation_request_validate(request: SimulationRequest) -> None:
             raise SimulationRequestError(f"the number of jobs must be at least 1, got {request.num_jobs}")
         if not request.static and not request.jobs_per_hour > 0:
             raise SimulationRequestError(f"load must be positive jobs per hour, got {request.jobs_per_hour}")
+        if not 0.0 <= request.min_rate_share <= 1.0:
+            raise SimulationRequestError(f"min-rate share must be in [0, 1], got {request.min_rate_share}")
+        if request.min_rate_share and request.workload != "genie":
+            raise SimulationRequestError("min-rate share applies to the genie workload only")
         split = request.class_split
         if split is not None and (len(split) != 3 or any(p < 0 for p in split) or sum(split) <= 0):
             raise SimulationRequestError(
@@ -132,6 +137,7 @@ def simulation_trace_build(request: SimulationRequest) -> list[TraceJob]:
             multi_gpu=request.multi_gpu,
             seed=request.seed,
             shape=shape,
+            min_rate_share=request.min_rate_share,
             **split,
         )
     return philly_derived_trace(

@@ -21,10 +21,13 @@ Pure Python (+numpy); never imports Django. Public API:
   seed=42, static=False, assignment="overall")`: Synergy's Philly-derived workload generator.
 - `genie_trace(num_jobs, *, jobs_per_hour=6.0, ..., seed=42)`: GENIE's QoS workload (PAPERS.md §2.3):
   Poisson arrivals, CNN-heavy mix, deadline = arrival + f x standalone best time, urgent bursts.
-  `TraceJob.deadline_s` (optional sixth trace column) reaches the core as `JobView.deadline_s`.
+  `TraceJob.deadline_s` (optional sixth trace column) reaches the core as `JobView.deadline_s`;
+  `TraceJob.min_rate_iters_per_s` (sixth column `min_rate=R`; `genie_trace(min_rate_share=...)`) as
+  `JobView.min_rate_iters_per_s`.
 - `SimulationResult`: `avg_jct_h`, `median_jct_h`, `p99_jct_h`, `makespan_h`, `gpu_alloc_pct`,
   `cpu_alloc_pct`, `mem_alloc_pct`, `cpu_util_pct`, `mem_util_pct`, `rounds`, `wall_s`, per-job
-  `records` (JobRecord), QoS figures `qos` (to_dict: `qos_jobs`, `qos_pct`, `tardiness_h`) and the
+  `records` (JobRecord), QoS figures `qos` (to_dict: `qos_jobs`, `qos_pct`, `tardiness_h`), the
+  minimum-rate kind's `min_rate` (to_dict: `min_rate_jobs`, `min_rate_pct`) and the
   per-round `utilisation` series; `to_dict(include_records=True,
   include_series=True)` and `summary()` give JSON-ready dicts.
 """

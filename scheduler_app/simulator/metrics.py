@@ -15,7 +15,9 @@ class JobRecord:
     """What happened to one job. `start_s`/`finish_s`/`jct_s` are None while it never started/finished.
 
     `preemptions` counts the rounds in which the job, running in the previous round and not finished,
-    lost its resources or was moved to different ones. `deadline_s` is set for QoS jobs (GENIE).
+    lost its resources or was moved to different ones. `deadline_s` is set for QoS jobs (GENIE);
+    `min_rate_iters_per_s` for jobs of the other QoS kind, with `avg_rate_iters_per_s` their measured
+    average rate (total iterations / (finish - first start); None until finished).
     """
 
     job_id: int
@@ -27,6 +29,8 @@ class JobRecord:
     jct_s: float | None
     preemptions: int
     deadline_s: float | None = None
+    min_rate_iters_per_s: float | None = None
+    avg_rate_iters_per_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -138,6 +142,44 @@ def qos_stats(records: list[JobRecord]) -> QosStats:
 
 
 @dataclass(frozen=True, slots=True)
+class MinRateStats:
+    """The minimum-rate QoS kind's figures, apart from the deadline kind's (QosStats).
+
+    A job is met when it finished and its average rate from its first start to its finish
+    (`JobRecord.avg_rate_iters_per_s`) is at least its target; an unfinished job has missed it.
+    `met_pct` is NaN when there are no such jobs.
+    """
+
+    jobs: int
+    met: int
+    met_pct: float
+    unfinished: int
+
+
+# Rates are compared with a relative tolerance: a job run exactly at its target must not miss it by
+# a floating-point rounding of (finish - start).
+RATE_REL_TOL = 1e-9
+
+
+def min_rate_stats(records: list[JobRecord]) -> MinRateStats:
+    """MinRateStats of the records that carry a minimum rate."""
+    jobs = [r for r in records if r.min_rate_iters_per_s is not None]
+    finished = [r for r in jobs if r.finish_s is not None]
+    met = sum(
+        1
+        for r in finished
+        if r.avg_rate_iters_per_s is not None
+        and r.avg_rate_iters_per_s >= r.min_rate_iters_per_s * (1 - RATE_REL_TOL)  # type: ignore[operator]
+    )
+    return MinRateStats(
+        jobs=len(jobs),
+        met=met,
+        met_pct=100.0 * met / len(jobs) if jobs else float("nan"),
+        unfinished=len(jobs) - len(finished),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceTotals:
     """Resource-seconds over the run: allocated, and the part turned into speed (see UtilisationSeries)."""
 
@@ -219,14 +261,22 @@ class SimulationResult:
     def mem_util_pct(self) -> float:
         return _pct(self.totals.mem_gb_used_s, self.total_mem_gb * self.makespan_s)
 
-    @property
-    def qos(self) -> QosStats:
-        """QoS figures over the measured jobs (`measured_job_ids`, all when None) with a deadline."""
+    def _measured_records(self) -> list[JobRecord]:
         records = self.records
         if self.measured_job_ids is not None:
             lo, hi = self.measured_job_ids
             records = [r for r in records if lo <= r.job_id < hi]
-        return qos_stats(records)
+        return records
+
+    @property
+    def qos(self) -> QosStats:
+        """QoS figures over the measured jobs (`measured_job_ids`, all when None) with a deadline."""
+        return qos_stats(self._measured_records())
+
+    @property
+    def min_rate(self) -> MinRateStats:
+        """The minimum-rate kind's figures over the measured jobs with a minimum rate."""
+        return min_rate_stats(self._measured_records())
 
     @property
     def total_preemptions(self) -> int:
@@ -243,6 +293,7 @@ class SimulationResult:
             return None if value != value else value  # NaN is not valid JSON
 
         qos = self.qos
+        min_rate = self.min_rate
         out: dict[str, Any] = {
             "policy": self.policy,
             "allocator": self.allocator,
@@ -265,6 +316,8 @@ class SimulationResult:
             "qos_jobs": qos.jobs,
             "qos_pct": clean(qos.met_pct),
             "tardiness_h": clean(qos.tardiness_h),
+            "min_rate_jobs": min_rate.jobs,
+            "min_rate_pct": clean(min_rate.met_pct),
             "wall_s": self.wall_s,
             "rounds": self.rounds,
             "finish_at_round_end": self.finish_at_round_end,

@@ -51,6 +51,7 @@ class _SimJob:
         "iter_time_s",
         "job_id",
         "mem_gb_per_gpu_override",
+        "min_rate_iters_per_s",
         "model",
         "num_gpus",
         "num_nodes",
@@ -74,6 +75,7 @@ class _SimJob:
         self.arrival_s = float(trace_job.arrival_s)
         self.total_iters = float(trace_job.total_iters)
         self.deadline_s = None if trace_job.deadline_s is None else float(trace_job.deadline_s)
+        self.min_rate_iters_per_s = trace_job.min_rate_iters_per_s
         self.profile = profile
         self.iter_time_s = profile.iter_time_s
         self.done_iters = 0.0
@@ -109,6 +111,7 @@ class _SimJob:
         job.team_id = view.team_id
         job.owner_id = view.owner_id
         job.num_nodes = view.num_nodes
+        job.min_rate_iters_per_s = view.min_rate_iters_per_s
         job.owner_base_usage_gpu_s = view.owner_usage_gpu_s
         job.current = view.current
         job.has_run = view.current is not None
@@ -134,12 +137,17 @@ class _SimJob:
                 owner_id=self.owner_id,
                 owner_usage_gpu_s=owner_usage_gpu_s,
                 num_nodes=self.num_nodes,
+                min_rate_iters_per_s=self.min_rate_iters_per_s,
             )
             self.view = view
         return view
 
     def record(self) -> JobRecord:
         jct_s = None if self.finish_s is None else self.finish_s - self.arrival_s
+        rate = None
+        if self.min_rate_iters_per_s is not None and self.finish_s is not None and self.start_s is not None:
+            # Its average rate from its first start to its finish (pauses and restarts count against it).
+            rate = self.total_iters / max(self.finish_s - self.start_s, 1e-9)
         return JobRecord(
             job_id=self.job_id,
             model=self.model,
@@ -150,6 +158,8 @@ class _SimJob:
             jct_s=jct_s,
             preemptions=self.preemptions,
             deadline_s=self.deadline_s,
+            min_rate_iters_per_s=self.min_rate_iters_per_s,
+            avg_rate_iters_per_s=rate,
         )
 
 

@@ -1,8 +1,9 @@
 """Trace jobs and the reference trace format `job_id,model,arrival_s,total_iters,gpus` (reader and writer).
 
-Optional extras after the five reference columns: a sixth column `deadline_s` (QoS), then a last
-field `nodes=N` (the job's node count, Slurm's --nodes). The keyed form keeps every line that was
-valid or invalid before so, since no reference column ever starts with `nodes=`.
+Optional extras after the five reference columns: a sixth column, either `deadline_s` (QoS) or
+`min_rate=R` (the other QoS kind, iterations/s), then a last field `nodes=N` (the job's node count,
+Slurm's --nodes). The keyed forms keep every line that was valid or invalid before so, since no
+reference column ever starts with `nodes=` or `min_rate=`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ logger = logging.getLogger(__name__)
 NUM_COLUMNS = 5
 NUM_COLUMNS_WITH_DEADLINE = 6
 NODES_PREFIX = "nodes="
+MIN_RATE_PREFIX = "min_rate="
 
 
 class TraceError(ValueError):
@@ -34,7 +36,9 @@ class TraceJob:
     `arrival_s` is seconds from the start of the trace. A job's work at the GPU-proportional point
     takes `total_iters x profile.iter_time_s` seconds (the reference's convention). `deadline_s`
     (optional, absolute seconds on the trace clock) makes it a QoS job (GENIE): it is met when the
-    job finishes by then. In the trace format it is an optional sixth column. `owner_id` (who
+    job finishes by then. In the trace format it is an optional sixth column. `min_rate_iters_per_s`
+    (optional, GENIE's other QoS kind) instead asks for at least that many iterations per second
+    while it runs; in the trace format the sixth column `min_rate=R`. `owner_id` (who
     submitted it, for the fair-share policy) is set by generators and benchmarks; the file format
     has no column for it. `num_nodes` (optional, `JobView.num_nodes`): exactly that many servers with
     num_gpus / num_nodes GPUs each; in the trace format a last field `nodes=N`.
@@ -48,6 +52,7 @@ class TraceJob:
     deadline_s: float | None = None
     owner_id: int | None = None
     num_nodes: int | None = None
+    min_rate_iters_per_s: float | None = None
 
 
 def _format_number(value: float) -> str:
@@ -58,11 +63,15 @@ def _format_number(value: float) -> str:
 
 
 def format_trace_line(job: TraceJob) -> str:
-    """One line of the reference format (plus a sixth deadline column for QoS jobs and a last `nodes=N`
-    field for a node count), without the newline."""
+    """One line of the reference format (plus a sixth deadline or `min_rate=R` column for QoS jobs and a
+    last `nodes=N` field for a node count), without the newline."""
+    if job.deadline_s is not None and job.min_rate_iters_per_s is not None:
+        raise TraceError(f"job {job.job_id}: a trace line holds one QoS target, not a deadline and a rate")
     line = f"{job.job_id},{job.model},{_format_number(job.arrival_s)},{job.total_iters},{job.num_gpus}"
     if job.deadline_s is not None:
         line += f",{_format_number(job.deadline_s)}"
+    elif job.min_rate_iters_per_s is not None:
+        line += f",{MIN_RATE_PREFIX}{_format_number(job.min_rate_iters_per_s)}"
     if job.num_nodes is not None:
         line += f",{NODES_PREFIX}{job.num_nodes}"
     return line
@@ -97,7 +106,8 @@ def parse_trace_line(
     if len(fields) not in (NUM_COLUMNS, NUM_COLUMNS_WITH_DEADLINE):
         raise TraceError(
             f"{where}: expected {NUM_COLUMNS} columns (job_id,model,arrival_s,total_iters,gpus) "
-            f"or {NUM_COLUMNS_WITH_DEADLINE} (...,deadline_s), then optionally nodes=N, got {len(fields)}"
+            f"or {NUM_COLUMNS_WITH_DEADLINE} (...,deadline_s or min_rate=R), then optionally nodes=N, "
+            f"got {len(fields)}"
         )
     id_text, model, arrival_text, iters_text, gpus_text = fields[:NUM_COLUMNS]
     try:
@@ -121,7 +131,16 @@ def parse_trace_line(
     if num_nodes is not None and num_gpus % num_nodes:
         raise TraceError(f"{where}: gpus ({num_gpus}) must split evenly over nodes ({num_nodes})")
     deadline_s: float | None = None
-    if len(fields) == NUM_COLUMNS_WITH_DEADLINE and fields[-1]:
+    min_rate: float | None = None
+    if len(fields) == NUM_COLUMNS_WITH_DEADLINE and fields[-1].startswith(MIN_RATE_PREFIX):
+        text = fields[-1][len(MIN_RATE_PREFIX) :]
+        try:
+            min_rate = float(text)
+        except ValueError:
+            raise TraceError(f"{where}: min_rate {text!r} is not a number") from None
+        if not math.isfinite(min_rate) or min_rate <= 0:
+            raise TraceError(f"{where}: min_rate must be a positive number (iterations/s), got {text!r}")
+    elif len(fields) == NUM_COLUMNS_WITH_DEADLINE and fields[-1]:
         try:
             deadline_s = float(fields[-1])
         except ValueError:
@@ -136,6 +155,7 @@ def parse_trace_line(
         num_gpus=num_gpus,
         deadline_s=deadline_s,
         num_nodes=num_nodes,
+        min_rate_iters_per_s=min_rate,
     )
 
 

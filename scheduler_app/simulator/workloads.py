@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -178,6 +179,7 @@ def genie_trace(
     shape: ServerShape = REFERENCE_SHAPE,
     seed: int = 42,
     catalog: Mapping[str, SensitivityProfile] | None = None,
+    min_rate_share: float = 0.0,
 ) -> list[TraceJob]:
     """GENIE's evaluation workload, reconstructed (PAPERS.md §2.3): every job is a QoS job.
 
@@ -188,6 +190,11 @@ def genie_trace(
       the class; duration and GPU count as philly_derived_trace (1/2/4/8 GPUs when `multi_gpu`).
     - QoS latency L = f x standalone_best_s (servers of `shape`), f ~ U[qos_factor] or, for urgent
       jobs, U[urgent_factor]; deadline_s = arrival_s + L.
+    - `min_rate_share` (0 to 1): each job is, with this probability, a minimum-rate job instead
+      (GENIE's other QoS kind): the same job, with `min_rate_iters_per_s = total_iters / L` (the rate
+      that would finish it within L of its start, i.e. its best-case rate / f) and no deadline. The
+      choice is drawn from a second generator, so the jobs themselves do not change with the share,
+      and 0 (the default) gives exactly the trace it always gave.
     Same arguments, same jobs (numpy PCG64 seeded with `seed`).
     """
     if num_jobs <= 0:
@@ -199,6 +206,10 @@ def genie_trace(
     for low, high in (qos_factor, urgent_factor):
         if not 1.0 <= low <= high:
             raise ValueError(f"QoS factors must satisfy 1 <= low <= high, got {(low, high)}")
+    if not 0.0 <= min_rate_share <= 1.0:
+        raise ValueError(f"min_rate_share must be in [0, 1], got {min_rate_share}")
+    # A generator of its own: the share picks target kinds without moving the main stream's draws.
+    kind_rng = np.random.default_rng([seed, 1]) if min_rate_share > 0 else None
     profiles = load_catalog() if catalog is None else catalog
     split = (float(class_split[0]), float(class_split[1]), float(class_split[2]))
     assigner = _RandomSplitAssigner(split)
@@ -223,7 +234,9 @@ def genie_trace(
         total_iters = max(1, int(_draw_duration_s(rng) / profile.iter_time_s))
         low, high = urgent_factor if urgent else qos_factor
         latency_s = float(rng.uniform(low, high)) * standalone_best_s(profile, total_iters, num_gpus, shape)
-        jobs.append(
-            TraceJob(job_id, model, float(arrival_s), total_iters, num_gpus, deadline_s=arrival_s + latency_s)
-        )
+        deadline_s = arrival_s + latency_s
+        job = TraceJob(job_id, model, float(arrival_s), total_iters, num_gpus, deadline_s=deadline_s)
+        if kind_rng is not None and kind_rng.random() < min_rate_share:
+            job = replace(job, deadline_s=None, min_rate_iters_per_s=total_iters / latency_s)
+        jobs.append(job)
     return jobs

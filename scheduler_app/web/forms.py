@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import django_filters
@@ -157,6 +158,12 @@ class JobSubmitForm(forms.Form):
         help_text="QoS target from submission to the end (queueing and running); or give a deadline. "
         + DURATION_HELP,
     )
+    qos_min_rate_iters_per_s = forms.FloatField(
+        required=False,
+        label="Minimum rate",
+        help_text="QoS target: at least this many iterations per second while it runs (GENIE), e.g. 2.5; "
+        "instead of a deadline or a maximum latency.",
+    )
 
     def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -193,6 +200,12 @@ class JobSubmitForm(forms.Form):
             return parse_duration_s(text, option="The maximum latency", leave_out="leave it empty")
         except ValueError as exc:
             raise ValidationError(str(exc)) from exc
+
+    def clean_qos_min_rate_iters_per_s(self) -> float | None:
+        rate = self.cleaned_data["qos_min_rate_iters_per_s"]
+        if rate is not None and not 0 < rate < math.inf:
+            raise ValidationError("The minimum rate must be a positive number of iterations per second.")
+        return rate
 
     def clean(self) -> dict:
         cleaned = super().clean()
@@ -254,6 +267,7 @@ class JobSubmitForm(forms.Form):
             mem_gb_per_gpu=d["mem_gb_per_gpu"],
             qos_deadline_at=d["qos_deadline_at"],
             qos_max_latency_s=d["qos_max_latency_s"],
+            qos_min_rate_iters_per_s=d["qos_min_rate_iters_per_s"],
             depends_on=d["depends_on"],
             array=(d["array"] or "").strip(),
         )

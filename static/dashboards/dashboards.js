@@ -115,11 +115,20 @@
       };
     },
     "qos-time": function (d) {
+      // The deadline kind and the minimum-rate kind apart: one promises a time, the other a speed.
+      var rate = d.min_rate || { rate_pct: [], decided: [], overall_pct: null };
+      var traces = [{ x: d.t, y: d.rate_pct, customdata: d.decided, type: "scatter", mode: "lines+markers", name: "deadline met",
+        hovertemplate: "%{y:.1f}% of %{customdata} jobs<extra>deadline</extra>" }];
+      if (rate.overall_pct !== null) {
+        traces.push({ x: d.t, y: rate.rate_pct, customdata: rate.decided, type: "scatter", mode: "lines+markers",
+          name: "minimum rate met", hovertemplate: "%{y:.1f}% of %{customdata} jobs<extra>minimum rate</extra>" });
+      }
+      var title = "QoS guarantees met over time" + (d.overall_pct === null ? "" : " (deadline " + d.overall_pct.toFixed(1) + "%") +
+        (rate.overall_pct === null ? "" : (d.overall_pct === null ? " (" : ", ") + "minimum rate " + rate.overall_pct.toFixed(1) + "%") +
+        (d.overall_pct === null && rate.overall_pct === null ? "" : ")");
       return {
-        traces: [{ x: d.t, y: d.rate_pct, customdata: d.decided, type: "scatter", mode: "lines+markers", name: "met",
-          hovertemplate: "%{y:.1f}% of %{customdata} jobs<extra></extra>" }],
-        layout: noData(layout("QoS guarantees met over time" + (d.overall_pct === null ? "" : " (overall " + d.overall_pct.toFixed(1) + "%)"),
-          { yaxis: { range: [0, 105], ticksuffix: "%" } }), isEmpty(d.rate_pct)),
+        traces: traces,
+        layout: noData(layout(title, { yaxis: { range: [0, 105], ticksuffix: "%" } }), isEmpty(d.rate_pct) && isEmpty(rate.rate_pct)),
       };
     },
     "qos-team": function (d) {

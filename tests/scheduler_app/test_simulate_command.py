@@ -150,6 +150,7 @@ OUR_OPTIONS = {
     "multi_gpu",
     "static",
     "seed",
+    "min_rate_share",
     "save_trace",
     "policy",
     "allocator",
@@ -218,3 +219,27 @@ def test_event_mode_and_the_genie_allocator_from_the_command_line(tmp_path: Path
 def test_event_mode_refuses_round_end_finishing():
     with pytest.raises(CommandError, match="rounds mode only"):
         run(*SMALL, "--mode", "events", "--finish-at-round-end")
+
+
+def test_genie_min_rate_share_reports_the_rate_kind_apart(tmp_path: Path):
+    out_file = tmp_path / "rate.json"
+    args = ["--servers", "2", "--workload", "genie", "--jobs", "40", "--load", "6", "--seed", "2", "--quiet"]
+    text = run(
+        *args, "--min-rate-share", "0.5", "--policy", "swaf", "--allocator", "genie", "--json", str(out_file)
+    )
+    (r,) = json.loads(out_file.read_text())["runs"]
+    assert r["min_rate_jobs"] > 0 and r["qos_jobs"] > 0
+    assert r["min_rate_jobs"] + r["qos_jobs"] == 40  # every GENIE job has one target of one kind
+    assert 0.0 <= r["min_rate_pct"] <= 100.0
+    assert "rate met %" in text
+    plain = tmp_path / "plain.json"
+    run(*args, "--policy", "swaf", "--allocator", "genie", "--json", str(plain))
+    (p,) = json.loads(plain.read_text())["runs"]
+    assert (p["min_rate_jobs"], p["min_rate_pct"], p["qos_jobs"]) == (0, None, 40)
+
+
+def test_min_rate_share_is_checked():
+    with pytest.raises(CommandError, match="min-rate share must be in"):
+        run(*SMALL, "--workload", "genie", "--min-rate-share", "2")
+    with pytest.raises(CommandError, match="genie workload only"):
+        run(*SMALL, "--min-rate-share", "0.5")

@@ -143,6 +143,12 @@ class JobSubmitSerializer(serializers.Serializer):
         max_value=MAX_DURATION_S,
         help_text="From 1 second to 365 days",
     )
+    qos_min_rate_iters_per_s = StrictFloatField(
+        required=False,
+        allow_null=True,
+        help_text="Minimum processing rate while running, iterations/s (GENIE); above 0. A job has at "
+        "most one QoS target: a deadline, a maximum latency or a minimum rate",
+    )
     priority = StrictIntegerField(required=False, default=0, min_value=-100, max_value=100)
     time_limit_s = StrictIntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_DURATION_S, help_text="At most 365 days"
@@ -245,6 +251,7 @@ class JobSerializer(serializers.ModelSerializer):
             "priority",
             "qos_deadline_at",
             "qos_max_latency_s",
+            "qos_min_rate_iters_per_s",
             "time_limit_s",
             "depends_on",
             "held",
@@ -356,6 +363,8 @@ class AdmissionSerializer(serializers.ModelSerializer):
             "actual_start_at",
             "actual_finish_at",
             "met_deadline",
+            "measured_iters_per_s",
+            "met_min_rate",
             "finish_error_s",
         ]
         read_only_fields = fields

@@ -1,4 +1,4 @@
-"""GENIE's QoS-aware placement: the smallest allocation that still meets each job's deadline.
+"""GENIE's QoS-aware placement: the smallest allocation that still meets each job's QoS target.
 
 PAPERS.md §2.3 / §5.6: GENIE gives each QoS job the placement that meets its deadline with the fewest
 resources, reserves for a job that cannot start now and backfills around the reservation, and drops
@@ -7,9 +7,12 @@ asked for it), so "fewest resources" is about the CPU cores and memory per GPU a
 consolidated" about servers. For each job, in the policy's order (SWAF is GENIE's own):
 
 1. A QoS job (it has `deadline_s`) needs speed v = remaining work at the proportional point /
-   (slack x (deadline - now)); `slack` < 1 leaves room for the round grid and restarts.
+   (slack x (deadline - now)); `slack` < 1 leaves room for the round grid and restarts. A job with a
+   minimum rate (`min_rate_iters_per_s`, GENIE's second QoS kind) needs v = min_rate x iter_time_s
+   (speed is relative: iterations/s = speed / iter_time_s), times the placement penalty of the
+   servers it must span; no slack, since the rate is measured while it runs.
    - If its best case cannot reach v, it is late: it becomes best effort (pending reason
-     `qos_unattainable` when it gets nothing).
+     `qos_unattainable`, or `min_rate_unattainable` for a rate, when it gets nothing).
    - Else it gets the cheapest point of its sensitivity matrix (cores and memory counted in
      proportional shares) reaching v, packed on the fewest servers (reason `qos_fit`). Points below
      the proportional share are allowed: what the job does not need stays free for others.
@@ -216,6 +219,8 @@ class GenieRound:
             self.reserve(job)
         if job.deadline_s is not None and need is None:
             self.builder.pending(pos, reasons.QOS_UNATTAINABLE)
+        elif job.min_rate_iters_per_s is not None and need is None:
+            self.builder.pending(pos, reasons.MIN_RATE_UNATTAINABLE)
         elif reserved_before:
             self.builder.pending(pos, reasons.RESERVED_FOR_QOS)
         else:
@@ -226,19 +231,31 @@ class GenieRound:
             self.builder.pending(pos, why)
 
     def required_speed(self, job: JobView) -> float | None:
-        """The speed (x proportional) that meets the deadline, or None: no deadline, or not attainable."""
-        if job.deadline_s is None:
+        """The speed (x proportional) that meets the job's QoS target, or None: no target, or not
+        attainable (a job given both kinds needs both, and is late when either is out of reach)."""
+        if job.deadline_s is None and job.min_rate_iters_per_s is None:
             return None
         assert self.shape is not None
-        window_s = (job.deadline_s - self.now_s) * self.slack
-        work_s = job.remaining_iters * job.profile.iter_time_s
         best = best_case(job.profile, job.num_gpus, self.shape).speed
         # A node count fixes the servers; otherwise the fewest that could hold it.
         min_servers = job.num_nodes or -(-job.num_gpus // self.shape.num_gpus)
-        best = with_penalty(best, job.profile, min_servers)
-        if window_s <= 0 or work_s > best * window_s + EPS:
-            return None
-        return work_s / window_s
+        need = 0.0
+        if job.deadline_s is not None:
+            window_s = (job.deadline_s - self.now_s) * self.slack
+            work_s = job.remaining_iters * job.profile.iter_time_s
+            if window_s <= 0 or work_s > with_penalty(best, job.profile, min_servers) * window_s + EPS:
+                return None
+            need = work_s / window_s
+        if job.min_rate_iters_per_s is not None:
+            # The rate holds while it runs, on the servers it spans: the point's own speed (before
+            # the penalty, which with_penalty applies at placement) must cover the penalty too.
+            rate_need = job.min_rate_iters_per_s * job.profile.iter_time_s
+            if min_servers > 1 and job.profile.placement_penalty > 0:
+                rate_need *= job.profile.placement_penalty
+            if rate_need > best + EPS:
+                return None
+            need = max(need, rate_need)
+        return need
 
     def best_effort_options(self, job: JobView) -> list[tuple[OperatingPoint, str]]:
         assert self.shape is not None
@@ -299,7 +316,7 @@ class GenieRound:
 
 @register_allocator("genie")
 class GenieAllocator(Allocator):
-    """QoS-aware placement: the fewest cores and memory per GPU that meet each deadline (see above)."""
+    """QoS-aware placement: the fewest cores and memory per GPU that meet each QoS target (see above)."""
 
     reads_progress = True
 

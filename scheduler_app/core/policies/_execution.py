@@ -9,6 +9,8 @@ iteration at the GPU-proportional point (`profile.iter_time_s`), divided by a sp
   the placement penalty when it needs more GPUs than one server has. This is GENIE's
   "min over placements of E(p)": with a fixed GPU count, the fastest placement is the most
   consolidated one with the best-case CPU/memory.
+- `best_rate_iters_per_s`: iterations per second at that best case (on the job's `num_nodes` servers
+  when it fixes them, as the genie allocator counts), against a minimum-rate target.
 """
 
 from __future__ import annotations
@@ -22,14 +24,26 @@ def proportional_execution_s(job: JobView) -> float:
     return job.remaining_iters * job.profile.iter_time_s
 
 
-def best_execution_s(job: JobView, shape: ServerShape | None) -> float:
-    """Remaining execution time at the best case the job could get on `shape` (proportional if None)."""
+def _best_speed(job: JobView, shape: ServerShape | None, *, count_nodes: bool) -> float:
+    """The best-case speed (x proportional) on `shape` (1.0 if None), penalty included; `count_nodes`:
+    on the job's `num_nodes` servers when it fixes them (as the genie allocator counts them)."""
     if shape is None:
-        return proportional_execution_s(job)
+        return 1.0
     speed = best_case(job.profile, job.num_gpus, shape).speed
     min_servers = -(-job.num_gpus // shape.num_gpus)
-    speed = with_penalty(speed, job.profile, min_servers)
-    return proportional_execution_s(job) / speed
+    if count_nodes and job.num_nodes:
+        min_servers = job.num_nodes
+    return with_penalty(speed, job.profile, min_servers)
+
+
+def best_execution_s(job: JobView, shape: ServerShape | None) -> float:
+    """Remaining execution time at the best case the job could get on `shape` (proportional if None)."""
+    return proportional_execution_s(job) / _best_speed(job, shape, count_nodes=False)
+
+
+def best_rate_iters_per_s(job: JobView, shape: ServerShape | None) -> float:
+    """Iterations per second at that best case (what a minimum-rate target is compared with)."""
+    return _best_speed(job, shape, count_nodes=True) / job.profile.iter_time_s
 
 
 def snapshot_shape(snapshot: ClusterSnapshot) -> ServerShape | None:

@@ -1,7 +1,9 @@
 """EDF: earliest deadline first (a GENIE baseline, PAPERS.md §2.3 / §5.4).
 
-Jobs with a deadline (`deadline_s`, absolute) by deadline ascending; jobs without one after every
-job with one, by arrival. Higher `priority` first (GENIE's "emergency" flag); ties (arrival_s, job_id).
+Jobs with a deadline (`deadline_s`, absolute) by deadline ascending; then minimum-rate jobs
+(`min_rate_iters_per_s`, which have no deadline: our choice, the paper is silent), by arrival; jobs
+without a QoS target after them, by arrival. Higher `priority` first (GENIE's "emergency" flag); ties
+(arrival_s, job_id).
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from scheduler_app.core.types import ClusterSnapshot, JobView
 
 @register_policy("edf")
 class EdfPolicy(Policy):
-    """Earliest deadline first; jobs without a deadline last, by arrival."""
+    """Earliest deadline first; then minimum-rate jobs, then jobs without a QoS target, by arrival."""
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         def key(j: JobView) -> tuple[int, int, float, float, int]:
             if j.deadline_s is None:
-                return (-j.priority, 1, 0.0, j.arrival_s, j.job_id)
+                kind = 1 if j.min_rate_iters_per_s is not None else 2
+                return (-j.priority, kind, 0.0, j.arrival_s, j.job_id)
             return (-j.priority, 0, j.deadline_s, j.arrival_s, j.job_id)
 
         return sorted(jobs, key=key)

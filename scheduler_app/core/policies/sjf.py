@@ -2,7 +2,7 @@
 
 Predicted time = remaining iterations x iteration time at the GPU-proportional point (see
 _execution.py): the same for every allocator, so allocators are compared on the same queue. Higher
-`priority` first; ties (arrival_s, job_id). Deadlines are ignored.
+`priority` first; ties (arrival_s, job_id). QoS targets (deadlines, minimum rates) are ignored.
 """
 
 from __future__ import annotations

@@ -4,23 +4,28 @@ Waiting allowance WA = deadline_s - now - E_best, where E_best is the job's rema
 at the best case it could get on this cluster (_execution.best_execution_s: best-case Synergy
 speed-up, consolidated). The order, after a higher `priority` (GENIE's "emergency" flag):
 1. QoS jobs that can still make their deadline (WA >= 0), WA ascending (least slack first);
-2. QoS jobs that cannot (WA < 0): the best-effort tail, shortest E_best first;
-3. jobs without a deadline, by arrival.
+2. minimum-rate jobs (`min_rate_iters_per_s`) whose rate the best case reaches, by arrival;
+3. QoS jobs that cannot make their target (WA < 0, or a minimum rate above the best case): the
+   best-effort tail, shortest E_best first;
+4. jobs without a QoS target, by arrival.
 Ties everywhere: (arrival_s, job_id). Where jobs without a deadline go relative to the late QoS jobs
 is our choice (PAPERS says only "best-effort tail"): the late jobs were promised a latency, so they
-keep precedence over jobs that were promised none.
+keep precedence over jobs that were promised none. Where minimum-rate jobs go is ours too (GENIE's
+paper is silent): a rate promises a speed while running, not a start time, so such a job has no
+waiting allowance; it comes after the deadline jobs that still have one to lose, and before every
+job that was promised nothing (or can no longer get what it was promised).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler_app.core.policies._execution import best_execution_s, snapshot_shape
+from scheduler_app.core.policies._execution import best_execution_s, best_rate_iters_per_s, snapshot_shape
 from scheduler_app.core.policies.base import Policy, register_policy
-from scheduler_app.core.throughput import ServerShape
+from scheduler_app.core.throughput import EPS, ServerShape
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
-FEASIBLE, LATE, NO_DEADLINE = 0, 1, 2
+FEASIBLE, MIN_RATE, LATE, NO_DEADLINE = 0, 1, 2, 3
 
 
 def waiting_allowance_s(job: JobView, now_s: float, shape: ServerShape | None) -> float | None:
@@ -32,13 +37,18 @@ def waiting_allowance_s(job: JobView, now_s: float, shape: ServerShape | None) -
 
 @register_policy("swaf")
 class SwafPolicy(Policy):
-    """Least waiting allowance first; late jobs to a shortest-first tail; no-deadline jobs last."""
+    """Least waiting allowance first; then minimum-rate jobs; late jobs to a shortest-first tail;
+    jobs without a QoS target last."""
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         shape = snapshot_shape(snapshot)
 
         def key(j: JobView) -> tuple[int, int, float, float, int]:
             wa = waiting_allowance_s(j, now_s, shape)
+            if wa is None and j.min_rate_iters_per_s is not None:
+                if best_rate_iters_per_s(j, shape) + EPS >= j.min_rate_iters_per_s:
+                    return (-j.priority, MIN_RATE, 0.0, j.arrival_s, j.job_id)
+                return (-j.priority, LATE, best_execution_s(j, shape), j.arrival_s, j.job_id)
             if wa is None:
                 return (-j.priority, NO_DEADLINE, 0.0, j.arrival_s, j.job_id)
             if wa < 0:

@@ -23,7 +23,7 @@ from scheduler_app.services.simulations import (
 )
 from scheduler_app.simulator import TraceError, write_trace
 
-GENERATOR_OPTIONS = ("workload", "jobs", "load", "split", "multi_gpu", "static", "seed")
+GENERATOR_OPTIONS = ("workload", "jobs", "load", "split", "multi_gpu", "static", "seed", "min_rate_share")
 
 
 def _comma_list(value: str) -> tuple[str, ...]:
@@ -93,6 +93,11 @@ class Command(BaseCommand):
         )
         trace.add_argument("--static", action="store_true", help="generated: every job arrives at time 0")
         trace.add_argument("--seed", type=int, help="generated: random seed (default 1)")
+        trace.add_argument(
+            "--min-rate-share",
+            type=float,
+            help="generated genie: share (0-1) of jobs with a minimum rate instead of a deadline (default 0)",
+        )
         trace.add_argument("--save-trace", metavar="FILE", help="write the trace used, to replay it later")
 
         grid = parser.add_argument_group("what to compare")
@@ -188,6 +193,7 @@ class Command(BaseCommand):
             multi_gpu=opts["multi_gpu"],
             static=opts["static"],
             seed=opts["seed"] if opts["seed"] is not None else 1,
+            min_rate_share=opts["min_rate_share"] or 0.0,
             measured_job_ids=_id_window(opts["measure"]) if opts["measure"] else None,
         )
         try:
@@ -215,10 +221,12 @@ class Command(BaseCommand):
             return "-" if value is None else format(value, spec)
 
         qos = any(r.get("qos_jobs") for r in runs)
+        rate = any(r.get("min_rate_jobs") for r in runs)
         header = (
             f"{'policy':<8} {'allocator':<13} {'jobs':>5} {'avg JCT h':>10} {'p99 JCT h':>10} "
             f"{'makespan h':>11} {'GPU alloc %':>11} {'speed-up':>9} {'wall s':>7}"
             + (f" {'QoS met %':>9} {'tardiness h':>11}" if qos else "")
+            + (f" {'rate met %':>10}" if rate else "")
         )
         self.stdout.write(header)
         for r in runs:
@@ -228,4 +236,5 @@ class Command(BaseCommand):
                 f"{fmt(r['gpu_alloc_pct'], '11.1f')} "
                 f"{fmt(r['speedup_vs_proportional'], '8.2f')}x {fmt(r['wall_s'], '7.2f')}"
                 + (f" {fmt(r.get('qos_pct'), '9.1f')} {fmt(r.get('tardiness_h'), '11.2f')}" if qos else "")
+                + (f" {fmt(r.get('min_rate_pct'), '10.1f')}" if rate else "")
             )
