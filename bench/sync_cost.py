@@ -48,7 +48,9 @@ def _setup():
             request=JobRequest(name=f"sync-{i}", num_gpus=1, total_iters=10**9, workload=workload),
         )
     scheduling_round_run()
-    leases = [str(a) for a in Allocation.objects.filter(ended_at__isnull=True).values_list("lease_id", flat=True)]
+    leases = [
+        str(a) for a in Allocation.objects.filter(ended_at__isnull=True).values_list("lease_id", flat=True)
+    ]
     if len(leases) != 8:
         raise RuntimeError(f"the round placed {len(leases)} leases, not 8")
     client = Client(HTTP_AUTHORIZATION=f"Bearer {agent_credential_issue(server=server)}")
@@ -75,10 +77,23 @@ class Agent:
         else:
             for lease in self.leases[:reports_per_call]:
                 done = 100 * self.seq
-                reports.append({"lease_id": lease, "seq": self.seq, "kind": "progress",
-                                "at": self.at.isoformat(), "data": {"done_iters": done, "iters_per_s": 10.0}})  # fmt: skip
+                data = {"done_iters": done, "iters_per_s": 10.0}
+                reports.append(
+                    {
+                        "lease_id": lease,
+                        "seq": self.seq,
+                        "kind": "progress",
+                        "at": self.at.isoformat(),
+                        "data": data,
+                    }
+                )
             self.seq += 1 if reports else 0
-        sample = {"sampled_at": self.at.isoformat(), "cpu_util_pct": 40.0, "mem_used_gb": 100.0, "gpus": self.gpus}
+        sample = {
+            "sampled_at": self.at.isoformat(),
+            "cpu_util_pct": 40.0,
+            "mem_used_gb": 100.0,
+            "gpus": self.gpus,
+        }
         return json.dumps({"sample": sample, "running": self.leases, "reports": reports})
 
     def sync(self, reports_per_call: int) -> dict:
