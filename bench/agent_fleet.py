@@ -265,6 +265,13 @@ def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
         )
         if stats.errors:
             logger.warning("errors: %s", dict(stats.errors))
+        if not result.stored_once:
+            logger.warning(
+                "reports: %d sent, %d acknowledged, %d stored, %d still unsent at the end; "
+                "sent but not stored: %d, stored but not sent: %d",
+                len(stats.sent), len(acked), len(stored), stats.unsent,
+                len(stats.sent - stored), len(stored - stats.sent),
+            )  # fmt: skip
         from django.db import connections
 
         connections.close_all()  # the database is dropped next

@@ -18,6 +18,7 @@ GPUS_PER_SERVER, CPUS_PER_SERVER, MEM_GB_PER_SERVER = 8, 24, 500.0
 ITERS_PER_S = 10.0  # the emulated jobs' speed
 REQUEST_TIMEOUT_S = 60.0
 JITTER = 0.1
+FLUSH_S, FLUSH_RETRY_S = 60.0, 0.5
 
 
 def _iso(t: float) -> str:
@@ -209,11 +210,14 @@ class FleetAgent:
             waiter.cancel()
 
     async def flush(self) -> None:
-        """Send what is still unacknowledged (the end of the run): until nothing is left or 5 tries."""
-        for _ in range(5):
-            if not self.pending:
-                return
+        """Send what is still unacknowledged (the end of the run) until nothing is left, for at most
+        FLUSH_S, as the agent's spool does: reports deferred while a round holds their jobs' rows (the
+        service waits 100 ms for them) go with a later sync, and rounds go on while the bench ends."""
+        deadline = time.monotonic() + FLUSH_S
+        while self.pending and time.monotonic() < deadline:
             await self.sync()
+            if self.pending:
+                await asyncio.sleep(FLUSH_RETRY_S)
 
 
 async def healthz_baseline(base_url: str, rate_per_s: float, seconds: float) -> tuple[list[float], int]:

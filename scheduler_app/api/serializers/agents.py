@@ -15,7 +15,7 @@ from scheduler_app.api.fields import (
     StrictUUIDField,
 )
 from scheduler_app.models import AgentReportKind
-from scheduler_app.services.agents import AGENT_REPORT_MAX_SEQ, MAX_REPORTED_ITERS, LeaseReport, clean_text
+from scheduler_app.services.agents import AGENT_REPORT_MAX_SEQ, MAX_REPORTED_ITERS, clean_text
 from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
 
 # Bounds of what a node can report, far above any real machine: what passes them fits the database's
@@ -187,9 +187,6 @@ class AgentReportSerializer(serializers.Serializer):
             if signal is not None and not (_is_int(signal) and 1 <= signal <= 64):
                 raise serializers.ValidationError({"data": "signal must be an integer 1-64 or null"})
         return attrs
-
-    def to_report(self) -> LeaseReport:
-        return LeaseReport(**self.validated_data)
 
 
 def _is_number(value: Any) -> bool:
