@@ -13,7 +13,8 @@ from rest_framework.test import APIClient
 
 from cluster_app.models import NodeState, Server
 from cluster_app.services import agent_credential_issue
-from profiles_app.models import Workload
+from profiles_app.models import SpeedObservation, Workload
+from profiles_app.services import SPEED_MIN_REPORTS
 from scheduler_app.models import Allocation, Job
 from scheduler_app.services.jobs import JobRequest, job_submit
 from tests.factories import ServerFactory, WorkloadFactory
@@ -105,3 +106,20 @@ def active(job: Job) -> list[Allocation]:
 def lease_of(job: Job) -> Allocation:
     (allocation,) = active(job)
     return allocation
+
+
+def observe(job: Job, *, predicted: float, measured: float, samples: int = SPEED_MIN_REPORTS) -> None:
+    """What the agent path (services/agents.py _observe_speed) stores for the job's lease."""
+    now = timezone.now()
+    SpeedObservation.objects.create(
+        workload=job.workload,
+        job=job,
+        allocation=lease_of(job),
+        cpus_per_gpu=3,
+        mem_gb_per_gpu=62.5,
+        predicted_iters_per_s=predicted,
+        measured_iters_per_s=measured,
+        samples=samples,
+        first_at=now,
+        at=now,
+    )

@@ -1,14 +1,12 @@
 """The minimum-rate QoS target through the API: validation, the round, admission, the outcome at its end."""
 
 import pytest
-from django.utils import timezone
 from rest_framework.test import APIClient
 
-from profiles_app.models import SpeedObservation
 from scheduler_app.models import AdmissionPrediction, Job, JobState, PendingReason
 from scheduler_app.services.job_control import job_finish
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import lease_of, make_server, submit, workload
+from tests.api.helpers import make_server, observe, submit, workload
 
 pytestmark = pytest.mark.django_db
 
@@ -119,29 +117,13 @@ def placed(user, **kwargs) -> Job:
     return job
 
 
-def observe(job: Job, rate: float, samples: int = 3) -> None:
-    now = timezone.now()
-    SpeedObservation.objects.create(
-        workload=job.workload,
-        job=job,
-        allocation=lease_of(job),
-        cpus_per_gpu=3,
-        mem_gb_per_gpu=62.5,
-        predicted_iters_per_s=rate,
-        measured_iters_per_s=rate,
-        samples=samples,
-        first_at=now,
-        at=now,
-    )
-
-
 @pytest.mark.parametrize(
     ("measured", "state", "met"),
     [(2.0, JobState.COMPLETED, True), (1.0, JobState.COMPLETED, False), (2.0, JobState.FAILED, False)],
 )
 def test_the_outcome_compares_the_measured_rate_with_the_target(user, cluster, measured, state, met):
     job = placed(user, qos_min_rate_iters_per_s=1.5)
-    observe(job, measured)
+    observe(job, predicted=measured, measured=measured)
     job_finish(job=job, state=state)
     prediction = AdmissionPrediction.objects.get(job=job)
     assert (prediction.measured_iters_per_s, prediction.met_min_rate) == (measured, met)

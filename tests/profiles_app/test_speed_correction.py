@@ -12,7 +12,7 @@ from profiles_app.services import SPEED_MIN_REPORTS, SPEED_RATIO_RANGE, job_spee
 from scheduler_app.models import Job, JobState
 from scheduler_app.services.job_control import job_finish
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import agent_client, lease_of, make_server, submit, synced, workload
+from tests.api.helpers import agent_client, lease_of, make_server, observe, submit, synced, workload
 from tests.factories import AllocationFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
@@ -31,23 +31,6 @@ def placed(user, *, iters: int = 1000) -> Job:
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     return job
-
-
-def observe(job: Job, *, predicted: float, measured: float, samples: int = SPEED_MIN_REPORTS) -> None:
-    """What the agent path (services/agents.py _observe_speed) stores for the job's lease."""
-    now = timezone.now()
-    SpeedObservation.objects.create(
-        workload=job.workload,
-        job=job,
-        allocation=lease_of(job),
-        cpus_per_gpu=3,
-        mem_gb_per_gpu=62.5,
-        predicted_iters_per_s=predicted,
-        measured_iters_per_s=measured,
-        samples=samples,
-        first_at=now,
-        at=now,
-    )
 
 
 def correction(name: str = "res18") -> tuple[float, int]:
