@@ -39,3 +39,21 @@ def format_duration(seconds: float | timedelta | None) -> str:
             text = str(int(value)) if value == int(value) else str(value)
             return f"{sign if value else ''}{text} {unit}"
     raise AssertionError("unreachable: the last unit has no upper bound")
+
+
+def _significant(value: float) -> str:
+    """Three significant digits (whole numbers from 100 up), without trailing zeros: "12.3", "0.5", "250"."""
+    if value >= 100:
+        return str(math.floor(value + 0.5))
+    return f"{value:.3g}"
+
+
+def format_iter_time(seconds: float | None) -> str:
+    """Seconds per iteration to three significant digits, in ms below a second: "85.2 ms", "1.25 s".
+
+    None, non-finite and non-positive values give MISSING. formatIterTime in dashboards.js matches it.
+    """
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        return MISSING
+    ms = _significant(seconds * 1000)
+    return f"{ms} ms" if float(ms) < 1000 else f"{_significant(seconds)} s"

@@ -1,4 +1,4 @@
-"""`{{ seconds|duration }}` ("42 s", "7 min", "3.2 h", "2.1 d"); `{{ hours|duration:"h" }}` for hours."""
+"""`{{ seconds|duration }}` ("42 s", "7 min", "3.2 h"), `{{ hours|duration:"h" }}`; `{{ s|iter_time }}`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django import template
 
-from scheduler_app.durations import MISSING, format_duration
+from scheduler_app.durations import MISSING, format_duration, format_iter_time
 
 register = template.Library()
 
@@ -23,4 +23,13 @@ def duration(value: float | str | timedelta | None, unit: str = "s") -> str:
     try:
         return format_duration(float(value) * _SCALE_S[unit])
     except (TypeError, ValueError, KeyError):
+        return MISSING
+
+
+@register.filter
+def iter_time(value: float | None) -> str:
+    """Seconds per iteration as format_iter_time writes them ("85.2 ms", "1.25 s")."""
+    try:
+        return format_iter_time(None if value is None or value == "" else float(value))
+    except (TypeError, ValueError):
         return MISSING

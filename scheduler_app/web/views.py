@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from cluster_app.selectors import server_get_by_name
 from cluster_app.services import ServerStateError
 from scheduler_app.conf import scheduler_conf
+from scheduler_app.dashboards.prediction_accuracy import job_prediction_accuracy
 from scheduler_app.durations import format_duration
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState
 from scheduler_app.selectors import (
@@ -140,6 +141,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "estimate": job_estimate(job),
         "prediction": prediction,
         "speeds": job_lease_speeds(job=job),
+        "accuracy": job_prediction_accuracy(job=job),
         "log_lines": job_log_tail(job=job) if mine else [],
         "can_cancel": mine and job.state not in TERMINAL_JOB_STATES,
         "can_hold": mine and job.state == JobState.PENDING and not job.held,

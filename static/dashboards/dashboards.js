@@ -45,7 +45,20 @@
     };
   }
 
-  window.AttuneDashboards = { formatDuration: formatDuration };
+  /* Seconds per iteration: the same rules as format_iter_time in scheduler_app/durations.py. */
+  function significant(v) { return v >= 100 ? String(Math.floor(v + 0.5)) : String(Number(v.toPrecision(3))); }
+
+  function formatIterTime(seconds) {
+    if (seconds === null || seconds === undefined || typeof seconds !== "number" || !isFinite(seconds) || seconds <= 0) { return MISSING; }
+    var ms = significant(seconds * 1000);
+    return Number(ms) < 1000 ? ms + " ms" : significant(seconds) + " s";
+  }
+
+  function pctText(v, signed) {
+    return v === null || v === undefined ? MISSING : (signed && v > 0 ? "+" : "") + v.toFixed(1) + "%";
+  }
+
+  window.AttuneDashboards = { formatDuration: formatDuration, formatIterTime: formatIterTime };
 
   var CONFIG = { responsive: true, displaylogo: false };
   var BASE_LAYOUT = { margin: { l: 55, r: 20, t: 40, b: 45 }, legend: { orientation: "h", y: -0.2 } };
@@ -186,6 +199,39 @@
     },
   };
 
+  /* Tables are <table data-endpoint="..." data-table="kind">: their <tbody> is rebuilt from the JSON. */
+  function cellsOf(a, withAbs) {
+    if (!a) { return withAbs ? [MISSING, MISSING, MISSING, MISSING, MISSING] : [MISSING, MISSING, MISSING, MISSING]; }
+    var cells = [String(a.count), formatIterTime(a.predicted_iter_s), formatIterTime(a.measured_iter_s), pctText(a.error_pct, true)];
+    return withAbs ? cells.concat([pctText(a.abs_error_pct, false)]) : cells;
+  }
+
+  var TABLES = {
+    "prediction-accuracy": function (el, d) {
+      var body = el.tBodies[0];
+      body.innerHTML = "";
+      if (!d.rows.length) {
+        var empty = document.createElement("tr");
+        var td = document.createElement("td");
+        td.colSpan = 11; td.className = "empty";
+        td.textContent = "No lease reported its speed in this window, and no workload has a GENIE fit.";
+        empty.appendChild(td);
+        body.appendChild(empty);
+      }
+      d.rows.forEach(function (r) {
+        var tr = document.createElement("tr");
+        [r.workload, r.shape].concat(cellsOf(r.live, true), cellsOf(r.profiled, false)).forEach(function (c) {
+          var cell = document.createElement("td"); cell.textContent = c; tr.appendChild(cell);
+        });
+        body.appendChild(tr);
+      });
+      var note = document.getElementById("prediction-note");
+      if (note) {
+        note.textContent = d.capped ? "Live figures from the newest " + d.max_observations + " leases of the window only." : "";
+      }
+    },
+  };
+
   function setStatus(text, isError) {
     var el = document.getElementById("dash-status");
     if (el) {
@@ -219,7 +265,7 @@
   }
 
   function refreshCharts() {
-    var charts = Array.prototype.slice.call(document.querySelectorAll(".chart[data-endpoint]"));
+    var charts = Array.prototype.slice.call(document.querySelectorAll(".chart[data-endpoint], table[data-endpoint][data-table]"));
     if (!charts.length) { return; }
     var span = chosenWindow();
     var byEndpoint = {};
@@ -227,6 +273,7 @@
     var jobs = Object.keys(byEndpoint).map(function (endpoint) {
       return fetchJson(endpoint + "?window=" + encodeURIComponent(span)).then(function (data) {
         byEndpoint[endpoint].forEach(function (el) {
+          if (el.dataset.table) { TABLES[el.dataset.table](el, data); return; }
           var figure = RENDERERS[el.dataset.chart](data);
           Plotly.react(el, figure.traces, figure.layout, CONFIG);
         });

@@ -9,10 +9,10 @@ from django.core.cache import cache
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from scheduler_app.durations import format_duration
+from scheduler_app.durations import format_duration, format_iter_time
 from scheduler_app.models import SimulationRun, SimulationStatus
 from tests.dashboards.test_views import seed_a_little
-from tests.scheduler_app.test_durations import CASES
+from tests.scheduler_app.test_durations import CASES, ITER_CASES
 
 DASHBOARDS = ["index", "utilisation", "jobs", "qos", "queue"]
 ALL_CHARTS_DRAWN = """() => {
@@ -95,6 +95,20 @@ def test_the_charts_write_durations_as_the_server_does(browser_page, live_server
     seconds = [s for s, _ in CASES] + [None, 1e-9, 86399.9, 123456789.0]
     got = page.evaluate("xs => xs.map(x => window.AttuneDashboards.formatDuration(x))", seconds)
     assert got == [format_duration(s) for s in seconds]
+
+
+def test_the_prediction_table_writes_iteration_times_as_the_server_does(
+    browser_page, live_server, login, staff_user
+):
+    page = login(browser_page, live_server, staff_user)
+    page.goto(f"{live_server.url}{reverse('dashboards:qos')}")
+    seconds = [s for s, _ in ITER_CASES if s != float("inf")]  # JSON has no infinity
+    got = page.evaluate("xs => xs.map(x => window.AttuneDashboards.formatIterTime(x))", seconds)
+    assert got == [format_iter_time(s) for s in seconds]
+    expect(page.locator("table[data-table='prediction-accuracy'] tbody")).to_contain_text(
+        "no workload has a GENIE fit"
+    )
+    assert page.console_errors == []
 
 
 def test_a_what_if_run_shows_its_progress_and_result_charts(

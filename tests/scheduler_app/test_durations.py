@@ -1,4 +1,4 @@
-"""format_duration: the readable durations of the dashboards (the browser test checks the JS twin)."""
+"""format_duration and format_iter_time, readable durations (the browser test checks their JS twins)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.template import Context, Template
 
-from scheduler_app.durations import MISSING, format_duration
+from scheduler_app.durations import MISSING, format_duration, format_iter_time
 
 # (seconds, text): also the cases tests/browser/test_dashboards.py gives the JavaScript formatter.
 CASES = [
@@ -55,3 +55,25 @@ def test_a_timedelta_counts_as_its_seconds():
 )
 def test_the_template_filter(template, context, text):
     assert Template("{% load durations %}" + template).render(Context(context)) == text
+
+
+# (seconds per iteration, text): also given to the JavaScript twin by tests/browser/test_dashboards.py.
+ITER_CASES = [
+    (0.0852, "85.2 ms"),
+    (0.1375, "138 ms"),
+    (0.5, "500 ms"),
+    (0.9996, "1 s"),  # 1000 ms reads as seconds
+    (1.25, "1.25 s"),
+    (12.0, "12 s"),
+    (0.000123, "0.123 ms"),
+    (0, MISSING),
+    (-1, MISSING),
+    (None, MISSING),
+    (float("inf"), MISSING),
+]
+
+
+@pytest.mark.parametrize(("seconds", "text"), ITER_CASES)
+def test_iteration_times_read_in_ms_below_a_second(seconds, text):
+    assert format_iter_time(seconds) == text
+    assert Template("{% load durations %}{{ s|iter_time }}").render(Context({"s": seconds})) == text
