@@ -89,7 +89,7 @@ class PolicyOrderTuneRound(TuneRound):
             self.place_job(pos)
         state = self.state
         for h in self.held:
-            speed = with_penalty(h.speed, h.job.profile, len(h.shares))
+            speed = with_penalty(h.speed, h.job.profile, len(h.shares), h.job.num_gpus)
             builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
         return builder.build()
 

@@ -18,6 +18,8 @@ class WorkloadAdmin(admin.ModelAdmin):
         "speed_correction_jobs",
         "placement_penalty",
         "placement_penalty_leases",
+        "interference_kappa",
+        "interference_kappa_leases",
         "genie_alpha_s",
         "genie_beta_s",
         "genie_t_intra_s",

@@ -68,6 +68,7 @@ def load_catalog(
             speedup=float(entry["speedup"]),
             iter_time_s=float(entry["iter_time_s"]),
             placement_penalty=float(entry.get("placement_penalty", 1.0)),
+            interference_kappa=float(entry.get("interference_kappa", 0.0)),
         )
     return catalog
 

@@ -67,6 +67,14 @@ class Workload(models.Model):
         default=0,
         help_text="Leases (one server and spread) the learned placement_penalty rests on; 0: as shipped",
     )
+    interference_kappa = models.FloatField(
+        default=0.0,
+        help_text="GENIE's interference: a communicating job runs (1 + kappa x) times slower next to x "
+        "other communicating jobs (>= 0; 0 until measured)",
+    )
+    interference_kappa_leases = models.PositiveIntegerField(
+        default=0, help_text="Leases (alone and co-located) the learned interference_kappa rests on"
+    )
     genie_alpha_s = models.FloatField(null=True, blank=True, help_text="Compute seconds per sample")
     genie_beta_s = models.FloatField(null=True, blank=True, help_text="Fixed seconds per iteration")
     genie_t_intra_s = models.FloatField(null=True, blank=True, help_text="Intra-node comm. per log2 step")
@@ -95,16 +103,13 @@ class Workload(models.Model):
             models.CheckConstraint(
                 condition=Q(speed_correction__gt=0), name="workload_speed_correction_positive"
             ),
+            models.CheckConstraint(
+                condition=Q(interference_kappa__gte=0), name="workload_interference_kappa_non_negative"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
-
-    @property
-    def estimated_iter_time_s(self) -> float:
-        """Seconds per iteration at the proportional point as estimates of time use them: the profile's,
-        divided by the speed correction learnt from finished jobs."""
-        return self.iter_time_s / self.speed_correction
 
 
 class ProfilingRunStatus(models.TextChoices):
@@ -288,6 +293,12 @@ class SpeedObservation(models.Model):
     )
     placement_penalty = models.FloatField(
         default=1.0, help_text="The penalty inside predicted_iters_per_s (1 on one server)"
+    )
+    colocated_comm_jobs = models.PositiveSmallIntegerField(
+        default=0, help_text="Other communicating jobs on the lease's servers when its round placed it"
+    )
+    interference_factor = models.FloatField(
+        default=1.0, help_text="The interference (1 + kappa x) inside predicted_iters_per_s"
     )
     predicted_iters_per_s = models.FloatField()
     measured_iters_per_s = models.FloatField()

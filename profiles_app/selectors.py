@@ -19,16 +19,20 @@ from profiles_app.models import (
     SpeedObservation,
     Workload,
 )
-from scheduler_app.core.predictor import Predictor
+from scheduler_app.core.interference import communicates
+from scheduler_app.core.predictor import Predictor, spread_slowdown
 from scheduler_app.core.types import SensitivityProfile
 
 
 def workload_profile(workload: Workload) -> SensitivityProfile | None:
     """The core profile of a catalog workload, or None when it has no sensitivity matrix yet.
 
-    Its seconds per iteration are the stored ones divided by the workload's `speed_correction` (GENIE's
-    EWMA of measured / predicted speed), so every estimate of time the core makes (SRTF and SWAF keys,
-    QoS fits, admission forecasts) learns from finished jobs. Relative speeds (the matrix) are as stored.
+    Its seconds per iteration are `workload_iter_time_s` (GENIE's fitted time on 1 GPU when the
+    workload has a fit, the Synergy profile's otherwise) divided by the workload's `speed_correction`
+    (GENIE's EWMA of measured / predicted speed), so every estimate of time the core makes (SRTF and
+    SWAF keys, QoS fits, admission forecasts) learns from finished jobs. With a fit the profile carries
+    the predictor (at the workload's per-GPU batch), so the core times each placement by it
+    (throughput.job_profile, placement_slowdown); relative speeds (the matrix) are as stored.
     """
     grid_c = tuple(float(c) for c in workload.cpu_per_gpu_grid or ())
     grid_m = tuple(float(m) for m in workload.mem_gb_per_gpu_grid or ())
@@ -44,9 +48,55 @@ def workload_profile(workload: Workload) -> SensitivityProfile | None:
         best_cpus_per_gpu=workload.best_cpus_per_gpu,
         best_mem_gb_per_gpu=workload.best_mem_gb_per_gpu,
         speedup=workload.speedup,
-        iter_time_s=workload.estimated_iter_time_s,
+        iter_time_s=workload_iter_time_s(workload) / workload.speed_correction,
         placement_penalty=workload.placement_penalty,
+        predictor=_usable_predictor(workload),
+        batch_per_gpu=float(workload.batch_size),
+        interference_kappa=workload.interference_kappa,
     )
+
+
+def _usable_predictor(workload: Workload) -> Predictor | None:
+    """The fitted predictor when it can time this workload's iterations (a batch size to time them at,
+    a positive time on 1 GPU), else None (the core then uses the Synergy profile alone)."""
+    predictor = workload_predictor(workload)
+    if predictor is None or workload.batch_size <= 0:
+        return None
+    try:
+        ok = predictor.iter_time_s(1, 1, float(workload.batch_size)) > 0
+    except ValueError:
+        ok = False
+    return predictor if ok else None
+
+
+def workload_iter_time_s(workload: Workload, num_gpus: int = 1) -> float:
+    """Seconds per iteration of a job of `num_gpus` GPUs on one server at the GPU-proportional share,
+    before the speed correction: GENIE's fitted t(1, k, b) at the workload's batch size when it has a
+    usable fit, else the Synergy profile's (one time for any GPU count: Synergy's perfect scaling)."""
+    predictor = _usable_predictor(workload)
+    if predictor is None:
+        return workload.iter_time_s
+    return predictor.iter_time_s(1, max(1, num_gpus), float(workload.batch_size))
+
+
+def workload_interference_factor(workload: Workload, num_gpus: int, colocated_comm_jobs: int) -> float:
+    """GENIE's (1 + kappa x) for a job of `num_gpus` GPUs of this workload next to `colocated_comm_jobs`
+    other communicating jobs: what core.interference.interference_factor says for its profile."""
+    if colocated_comm_jobs <= 0 or workload.interference_kappa <= 0 or not communicates(num_gpus):
+        return 1.0
+    return 1.0 + workload.interference_kappa * colocated_comm_jobs
+
+
+def workload_placement_slowdown(workload: Workload, num_gpus: int, num_servers: int) -> float:
+    """How many times slower a job of `num_gpus` GPUs runs on `num_servers` servers than on one: the
+    fitted predictor's when the workload has a usable fit, else its placement penalty (1 on one server);
+    what the core's placement_slowdown says for this workload's profile."""
+    if num_servers <= 1:
+        return 1.0
+    predictor = _usable_predictor(workload)
+    if predictor is None:
+        return workload.placement_penalty
+    return spread_slowdown(predictor, float(workload.batch_size), num_gpus, num_servers)
 
 
 def workload_predictor(workload: Workload) -> Predictor | None:

@@ -25,7 +25,7 @@ from profiles_app.models import (
     Workload,
     WorkloadClass,
 )
-from scheduler_app.core.predictor import fit_placement_penalty
+from scheduler_app.core.predictor import fit_interference_kappa, fit_placement_penalty
 
 logger = logging.getLogger(__name__)
 
@@ -315,6 +315,8 @@ class SpeedMeasurement:
     at: datetime
     num_servers: int = 1
     placement_penalty: float = 1.0
+    colocated_comm_jobs: int = 0
+    interference_factor: float = 1.0
 
 
 def speed_observations_record(measurements: Sequence[SpeedMeasurement]) -> int:
@@ -345,6 +347,8 @@ def speed_observations_record(measurements: Sequence[SpeedMeasurement]) -> int:
         "mem_gb_per_gpu",
         "num_servers",
         "placement_penalty",
+        "colocated_comm_jobs",
+        "interference_factor",
         "predicted_iters_per_s",
         "measured_iters_per_s",
         "samples",
@@ -432,9 +436,12 @@ def _unpenalised_ratios(workload_id: int, *, spread: bool) -> list[float]:
     )
     leases = leases.filter(num_servers__gt=1) if spread else leases.filter(num_servers=1)
     rows = leases.order_by("-at").values_list(
-        "measured_iters_per_s", "predicted_iters_per_s", "placement_penalty"
+        "measured_iters_per_s", "predicted_iters_per_s", "placement_penalty", "interference_factor"
     )[:PLACEMENT_FIT_LEASES]
-    return [measured / (predicted * max(1.0, penalty)) for measured, predicted, penalty in rows]
+    return [
+        measured / (predicted * max(1.0, penalty) * max(1.0, factor))
+        for measured, predicted, penalty, factor in rows
+    ]
 
 
 def placement_penalty_refit(*, workload_id: int) -> float | None:
@@ -456,3 +463,45 @@ def placement_penalty_refit(*, workload_id: int) -> float | None:
         len(spread),
     )
     return penalty
+
+
+def interference_kappa_refit(*, workload_id: int) -> float | None:
+    """Learn the workload's interference kappa (GENIE's 1 + kappa x) from its communicating jobs' latest
+    measured leases, alone and next to other communicating jobs; the new kappa, or None while there are
+    too few leases of either kind (nothing changes then). Ratios take out the spread's slowdown and the
+    interference each prediction held, as the placement fit does."""
+    leases = SpeedObservation.objects.filter(
+        workload_id=workload_id,
+        predicted_iters_per_s__gt=0,
+        samples__gte=SPEED_MIN_REPORTS,
+        job__num_gpus__gt=1,  # only a communicating job is slowed by interference (core.interference)
+    )
+    rows = leases.order_by("-at").values_list(
+        "measured_iters_per_s",
+        "predicted_iters_per_s",
+        "placement_penalty",
+        "interference_factor",
+        "colocated_comm_jobs",
+    )[: 2 * PLACEMENT_FIT_LEASES]
+    alone, together = [], []
+    for measured, predicted, penalty, factor, colocated in rows:
+        ratio = measured / (predicted * max(1.0, penalty) * max(1.0, factor))
+        if colocated:
+            together.append((ratio, colocated))
+        else:
+            alone.append(ratio)
+    kappa = fit_interference_kappa(alone, together)
+    if kappa is None:
+        return None
+    Workload.objects.filter(pk=workload_id).update(
+        interference_kappa=kappa, interference_kappa_leases=len(alone) + len(together)
+    )
+    logger.info(
+        "workload %s: interference kappa %.3f from %d alone and %d co-located leases",
+        workload_id,
+        kappa,
+        len(alone),
+        len(together),
+    )
+    return kappa
+

@@ -60,6 +60,11 @@ DECISION_REASONS = {
     "qos_unattainable": "Its deadline can no longer be met: it runs best effort, after the jobs that can.",
     "min_rate_unattainable": "Even its best case on this cluster is slower than its minimum rate: it runs "
     "best effort, after the jobs that can meet theirs.",
+    "qos_needs_fewer_servers": "Free GPUs exist only spread over more servers than its deadline or rate "
+    "allows (spreading would make it too slow, as its workload's profile predicts): it waits for GPUs on "
+    "fewer servers.",
+    "qos_interference": "Free GPUs exist only next to jobs that communicate as much as it does, and "
+    "sharing their servers would make it or them miss a deadline or rate: it waits for GPUs elsewhere.",
     "reserved_for_qos": "Starting it would delay the reservation of a QoS job ahead of it.",
     "quota_exceeded": "Its team's GPU quota is used by jobs ahead of it.",
     "exceeds_cluster_gpus": "It asks for more GPUs than the whole cluster has.",

@@ -356,6 +356,9 @@ class Allocation(models.Model):
     rendezvous_port = models.PositiveIntegerField(
         null=True, blank=True, help_text="MASTER_PORT of a job spanning servers (same on every part)"
     )
+    colocated_comm_jobs = models.PositiveSmallIntegerField(
+        default=0, help_text="Other communicating jobs on the job's servers in the round that placed it"
+    )
 
     class Meta:
         ordering = ["-started_at"]

@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
+from scheduler_app.core.interference import with_interference
 from scheduler_app.core.policies import POLICIES, Policy
 from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, RoundPlan
 
@@ -28,13 +29,15 @@ def schedule_round(
     `borrowing_teams`: teams whose jobs held back by their quota may still take what every job within
     quota leaves (Kueue's borrowing): they are handed to the allocator after all of those, in policy
     order, and placed ones carry the reason `borrowed`. Rounds re-decide everything, so a borrowed
-    GPU goes back as soon as a job within quota needs it. Pure: same inputs, same plan.
+    GPU goes back as soon as a job within quota needs it. Every placed job's speed-up then counts
+    GENIE's interference from the communicating jobs it shares servers with (core/interference.py).
+    Pure: same inputs, same plan.
     """
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
     allocator_obj = ALLOCATORS.get(allocator)() if isinstance(allocator, str) else allocator
     ordered = policy_obj.order(jobs, snapshot, now_s)
     if not team_quota_gpus:
-        return allocator_obj.allocate_at(ordered, snapshot, now_s)
+        return with_interference(allocator_obj.allocate_at(ordered, snapshot, now_s), jobs)
     admitted, held_back = within_team_quotas(ordered, team_quota_gpus)
     borrowers = [job for job in ordered if job.job_id in held_back and job.team_id in borrowing_teams]
     plan = allocator_obj.allocate_at([*admitted, *borrowers], snapshot, now_s)
@@ -45,7 +48,7 @@ def schedule_round(
             by_id[job_id] = Decision(job_id, Outcome.PLACED, reasons.BORROWED, decision.placement)
         elif decision is None or decision.outcome == Outcome.PENDING:
             by_id[job_id] = Decision(job_id, Outcome.PENDING, reasons.QUOTA_EXCEEDED)
-    return RoundPlan(tuple(by_id[job.job_id] for job in ordered))
+    return with_interference(RoundPlan(tuple(by_id[job.job_id] for job in ordered)), jobs)
 
 
 def within_team_quotas(

@@ -89,6 +89,27 @@ class Predictor:
         return remaining_samples / self.rate(num_servers, gpus_per_server, batch, speedup) + self.startup_s
 
 
+def spread_slowdown(predictor: Predictor, batch: float, num_gpus: int, num_servers: int) -> float:
+    """How many times slower a job of `num_gpus` GPUs at per-GPU batch `batch` runs on `num_servers`
+    servers (ceil(num_gpus / n) GPUs each) than on one: t(n, ceil(k/n), b) / t(1, k, b), at least 1
+    (a fit whose t_cross came out negative, from noise, does not make spreading pay)."""
+    if num_servers <= 1:
+        return 1.0
+    num_gpus = max(1, num_gpus)
+    spread = predictor.iter_time_s(num_servers, max(1, -(-num_gpus // num_servers)), batch)
+    one = predictor.iter_time_s(1, num_gpus, batch)
+    return max(1.0, spread / one) if one > 0 else 1.0
+
+
+def gpu_count_slowdown(predictor: Predictor, batch: float, num_gpus: int) -> float:
+    """t(1, k, b) / t(1, 1, b): how much longer an iteration of a k-GPU job on one server takes than a
+    1-GPU one (the all-reduce inside the server), at least 1."""
+    if num_gpus <= 1:
+        return 1.0
+    one = predictor.iter_time_s(1, 1, batch)
+    return max(1.0, predictor.iter_time_s(1, num_gpus, batch) / one) if one > 0 else 1.0
+
+
 def response_latency_s(waiting_s: float, execution_s: float) -> float:
     """GENIE's response latency: time waiting in the queue plus execution time."""
     return waiting_s + execution_s
@@ -221,3 +242,35 @@ def fit_placement_penalty(
     if len(single) < min_leases or len(spread) < min_leases:
         return None
     return min(max_penalty, max(1.0, _median(single) / _median(spread)))
+
+
+# A learnt kappa rests on at least this many leases of each kind (alone, co-located).
+KAPPA_MIN_LEASES = 3
+# Above this, co-location is not interference but a fault (a saturated NIC, a broken peer).
+KAPPA_MAX = 2.0
+
+
+def fit_interference_kappa(
+    alone_ratios: Sequence[float],
+    colocated: Sequence[tuple[float, int]],
+    *,
+    min_leases: int = KAPPA_MIN_LEASES,
+    max_kappa: float = KAPPA_MAX,
+) -> float | None:
+    """GENIE's interference coefficient kappa of a workload, learnt online from its communicating leases.
+
+    Each ratio is one lease's measured speed over the speed its prediction gives without interference
+    (and without the spread's slowdown): `alone_ratios` for leases with no other communicating job on
+    their servers, `colocated` (ratio, x) for leases next to x >= 1 of them. What the prediction gets
+    wrong for every lease cancels in r_alone / r, where r_alone is the median alone; each co-located
+    lease then says kappa = (r_alone / r - 1) / x, from r = r_alone / (1 + kappa x). The median of
+    those, clamped to [0, max_kappa] (co-location never speeds a job up in this model). None with fewer
+    than `min_leases` positive ratios of either kind.
+    """
+    alone = [r for r in alone_ratios if r > 0]
+    together = [(r, x) for r, x in colocated if r > 0 and x >= 1]
+    if len(alone) < min_leases or len(together) < min_leases:
+        return None
+    r_alone = _median(alone)
+    return min(max_kappa, max(0.0, _median([(r_alone / r - 1.0) / x for r, x in together])))
+

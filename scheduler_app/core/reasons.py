@@ -19,6 +19,12 @@ FRAGMENTED = "fragmented"  # enough GPUs (in its num_nodes shape), but not with 
 QOS_UNATTAINABLE = "qos_unattainable"  # its deadline can no longer be met (GENIE best-effort tail)
 # its minimum rate is above even its best-case speed on this cluster: it runs best effort (GENIE)
 MIN_RATE_UNATTAINABLE = "min_rate_unattainable"
+# free GPUs only spread over more servers than its QoS target allows: the slowdown of spreading
+# (the predictor's cross-server time, or the learnt placement penalty) would make it miss (GENIE)
+QOS_NEEDS_FEWER_SERVERS = "qos_needs_fewer_servers"
+# free GPUs only next to communicating jobs, and the interference (GENIE's 1 + kappa x) would cost its
+# QoS target or theirs (GENIE)
+QOS_INTERFERENCE = "qos_interference"
 RESERVED_FOR_QOS = "reserved_for_qos"  # would delay the reservation of a QoS job ahead of it (GENIE)
 QUOTA_EXCEEDED = "quota_exceeded"  # its team's GPU quota is used by jobs ahead of it (or held)
 
@@ -48,7 +54,16 @@ PLACED_REASONS = frozenset(
     }
 )
 PENDING_REASONS = frozenset(
-    {INSUFFICIENT_GPUS, FRAGMENTED, QOS_UNATTAINABLE, MIN_RATE_UNATTAINABLE, RESERVED_FOR_QOS, QUOTA_EXCEEDED}
+    {
+        INSUFFICIENT_GPUS,
+        FRAGMENTED,
+        QOS_UNATTAINABLE,
+        MIN_RATE_UNATTAINABLE,
+        QOS_NEEDS_FEWER_SERVERS,
+        QOS_INTERFERENCE,
+        RESERVED_FOR_QOS,
+        QUOTA_EXCEEDED,
+    }
 )
 INFEASIBLE_REASONS = frozenset(
     {EXCEEDS_CLUSTER_GPUS, EXCEEDS_SERVER_RESOURCES, EXCEEDS_CLUSTER_NODES, UNEVEN_NODE_SPLIT}

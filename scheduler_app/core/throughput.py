@@ -14,7 +14,8 @@ The model (msr-fiddle/synergy, simulator/jobs/workload.py `add_synergy_profile`,
   server size and the speed-up is interpolated linearly *in CPU* between the proportional point
   (1.0) and the best case; a job with more GPUs than a server gets the proportional share in the
   exceeding dimension and speed-up 1 (it must span servers anyway);
-- placement penalty: a job spread over more than one server runs `placement_penalty` times slower.
+- placement penalty: a job spread over more than one server runs `placement_penalty` times slower
+  (with a GENIE fit on the profile, as much slower as the predictor says: `placement_slowdown`).
 
 Beyond the reference (needed by tune_matrix and fixed-demand jobs): the speed at any other per-GPU
 allocation is the matrix ratio tput(alloc) / tput(proportional), where tput(c, m) is the matrix
@@ -34,9 +35,10 @@ one walks its whole matrix, so hot loops should memoise per call on `id(profile)
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from scheduler_app.core.predictor import gpu_count_slowdown, spread_slowdown
 from scheduler_app.core.types import ClusterSnapshot, SensitivityProfile, ServerView
 
 EPS = 1e-9
@@ -204,11 +206,45 @@ def relative_speed(
     return min(ratio, best.speed)
 
 
-def with_penalty(speed: float, profile: SensitivityProfile, num_servers: int) -> float:
-    """Apply the placement penalty: a job spread over more than one server runs slower."""
-    if num_servers > 1 and profile.placement_penalty > 0:
-        return speed / profile.placement_penalty
-    return speed
+def gpu_count_factor(profile: SensitivityProfile, num_gpus: int) -> float:
+    """t(1, k, b) / t(1, 1, b): how much longer an iteration of a k-GPU job on one server takes than
+    a 1-GPU one (the all-reduce inside the server), by the workload's fit; 1.0 without one (Synergy's
+    model: data-parallel jobs scale perfectly)."""
+    if profile.predictor is None or not profile.batch_per_gpu > 0:
+        return 1.0
+    return gpu_count_slowdown(profile.predictor, profile.batch_per_gpu, num_gpus)
+
+
+def job_profile(profile: SensitivityProfile, num_gpus: int) -> SensitivityProfile:
+    """The profile a job of `num_gpus` GPUs runs with: `iter_time_s` for that many GPUs on one server
+    (a workload's profile holds 1 GPU's). The same profile back without a fit, or when it already
+    holds `num_gpus`; one built from a workload's profile otherwise."""
+    if profile.predictor is None or profile.scaled_for_gpus == num_gpus:
+        return profile
+    base_s = profile.iter_time_s / gpu_count_factor(profile, profile.scaled_for_gpus)
+    return replace(
+        profile, iter_time_s=base_s * gpu_count_factor(profile, num_gpus), scaled_for_gpus=num_gpus
+    )
+
+
+def placement_slowdown(profile: SensitivityProfile, num_gpus: int, num_servers: int) -> float:
+    """How many times slower a job of `num_gpus` GPUs runs spread over `num_servers` servers than on
+    one (>= 1). With a fit, the predictor's t(n, ceil(k/n), b) / t(1, k, b): the log2(n) t_cross term
+    and the smaller all-reduce tree inside each server; without one, the constant `placement_penalty`
+    (learnt online, or as shipped)."""
+    if num_servers <= 1:
+        return 1.0
+    if profile.predictor is not None and profile.batch_per_gpu > 0:
+        return spread_slowdown(profile.predictor, profile.batch_per_gpu, num_gpus, num_servers)
+    return profile.placement_penalty if profile.placement_penalty > 0 else 1.0
+
+
+def with_penalty(speed: float, profile: SensitivityProfile, num_servers: int, num_gpus: int) -> float:
+    """Apply the placement's cost: a job of `num_gpus` spread over more than one server runs slower
+    (`placement_slowdown`)."""
+    if num_servers <= 1:
+        return speed
+    return speed / placement_slowdown(profile, num_gpus, num_servers)
 
 
 @lru_cache(maxsize=4096)

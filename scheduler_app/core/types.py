@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from scheduler_app.core.predictor import Predictor
+
 
 @dataclass(frozen=True, slots=True)
 class SensitivityProfile:
@@ -16,6 +18,16 @@ class SensitivityProfile:
     reaching the matrix maximum) and `speedup` the throughput there. `iter_time_s` is seconds per
     iteration at the proportional point; `placement_penalty` (>= 1) divides the speed of a job that
     spans servers.
+
+    `predictor` is GENIE's fitted model of the workload (core/predictor.py) at per-GPU batch
+    `batch_per_gpu`, or None. With one, the time of a placement is the predictor's (throughput.py,
+    `placement_slowdown` and `gpu_count_factor`): a job of k GPUs on one server takes
+    t(1, k, b) / t(1, 1, b) times `iter_time_s` per iteration (a job's own profile, `job_profile`,
+    holds that), one spread over n servers t(n, k/n, b) / t(1, k, b) times longer again, instead
+    of the constant `placement_penalty`; Synergy's matrix still scales it by the CPU/memory point
+    (PAPERS §5.2, combined). `interference_kappa` is GENIE's (1 + kappa x) term: each other
+    communicating job on the job's servers slows it by that fraction (0 until measured).
+    `scaled_for_gpus` is the GPU count `iter_time_s` holds (1 for a workload's profile).
     """
 
     name: str
@@ -28,6 +40,10 @@ class SensitivityProfile:
     speedup: float
     iter_time_s: float
     placement_penalty: float = 1.0
+    predictor: Predictor | None = None
+    batch_per_gpu: float = 0.0
+    interference_kappa: float = 0.0
+    scaled_for_gpus: int = 1
 
 
 @dataclass(frozen=True, slots=True)

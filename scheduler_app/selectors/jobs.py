@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, IntegerField, Prefetch, QuerySet, Value, When
 
-from profiles_app.selectors import (
-    speed_observations_by_allocation,
-)
+from profiles_app.selectors import speed_observations_by_allocation, workload_iter_time_s
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
@@ -143,7 +141,7 @@ def job_lease_speeds(*, job: Job) -> list[LeaseSpeed]:
     """Every lease of `job` (from job_detail_queryset's prefetch) with predicted and measured speed."""
     allocations = list(job.allocations.all())
     observations = speed_observations_by_allocation(allocation_ids=[a.pk for a in allocations])
-    iter_time_s = job.workload.iter_time_s if job.workload is not None else None
+    iter_time_s = workload_iter_time_s(job.workload, job.num_gpus) if job.workload is not None else None
     out = []
     for allocation in allocations:
         obs = observations.get(allocation.pk)

@@ -19,7 +19,7 @@ from profiles_app.selectors import (
 )
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.policies import POLICIES
-from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, cluster_shape
+from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, cluster_shape, job_profile
 from scheduler_app.core.types import (
     ClusterSnapshot,
     JobView,
@@ -200,6 +200,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
             workload, profile = profiles[job.workload_id]
             if profile is None:
                 profile = proportional_profile(shape, name=workload.name, iter_time_s=workload.iter_time_s)
+            profile = job_profile(profile, job.num_gpus)  # a GENIE fit times k GPUs apart from 1
         leases = leases_by_job.get(job.id)
         current = None
         if leases:

@@ -25,7 +25,12 @@ from cluster_app.services import (
     node_register,
 )
 from cluster_app.usage_minutes import insert_new
-from profiles_app.selectors import profiling_runs_of_server
+from profiles_app.selectors import (
+    profiling_runs_of_server,
+    workload_interference_factor,
+    workload_iter_time_s,
+    workload_placement_slowdown,
+)
 from profiles_app.services import SpeedMeasurement, speed_observations_record
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
@@ -365,7 +370,7 @@ def _predicted_speed(job: Job, allocation: Allocation) -> float | None:
     workload = job.workload
     if workload is None or not workload.tput_matrix or not workload.iter_time_s or allocation.speedup <= 0:
         return None
-    return allocation.speedup / workload.iter_time_s
+    return allocation.speedup / workload_iter_time_s(workload, job.num_gpus)
 
 
 def _speed_outlier(
@@ -400,7 +405,6 @@ def _observed_speed(job: Job, allocation: Allocation, r: LeaseReport, ips: float
         return None
     # A fake node runs synthetic jobs `time_scale` times faster; compare in the workload's own time.
     gpus = max(1, allocation.num_gpus)
-    spread = allocation.num_servers > 1
     return SpeedMeasurement(
         workload_id=workload.pk,
         job_id=job.pk,
@@ -412,7 +416,11 @@ def _observed_speed(job: Job, allocation: Allocation, r: LeaseReport, ips: float
         at=r.at,
         num_servers=allocation.num_servers,
         # The allocation's speed-up holds the penalty its round applied: today's, barring a refit since.
-        placement_penalty=workload.placement_penalty if spread else 1.0,
+        placement_penalty=workload_placement_slowdown(workload, job.num_gpus, allocation.num_servers),
+        colocated_comm_jobs=allocation.colocated_comm_jobs,
+        interference_factor=workload_interference_factor(
+            workload, job.num_gpus, allocation.colocated_comm_jobs
+        ),
     )
 
 

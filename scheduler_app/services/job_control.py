@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
 from notify_app.services import notification_job_ended
-from profiles_app.services import placement_penalty_refit, speed_correction_fold
+from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_correction_fold
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
     Allocation,
@@ -177,8 +177,10 @@ def job_finish(
     logger.info("job %s: %s -> %s %s", job.pk, previous, state, reason)
     if job.workload_id is not None:
         measured = speed_correction_fold(job_id=job.pk, workload_id=job.workload_id) is not None
-        if measured:  # only a job whose leases were measured adds to the placement fit
+        if measured:  # only a job whose leases were measured adds to the placement fits
             placement_penalty_refit(workload_id=job.workload_id)
+            if job.num_gpus > 1:  # only a communicating job tells of interference
+                interference_kappa_refit(workload_id=job.workload_id)
     admission_outcome_record(job=job)
     notification_job_ended(job=job, state=state, reason=reason, data=data)
     _request_round("job_end")

@@ -23,6 +23,7 @@ from cluster_app.services import server_states_refresh
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core import reasons
 from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.interference import colocated_comm_jobs
 from scheduler_app.core.types import Decision, Outcome, Placement
 from scheduler_app.models import (
     Allocation,
@@ -62,6 +63,8 @@ PENDING_REASON_OF = {
     reasons.FRAGMENTED: PendingReason.RESOURCES,
     reasons.QOS_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
     reasons.MIN_RATE_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
+    reasons.QOS_NEEDS_FEWER_SERVERS: PendingReason.RESOURCES,  # waits for GPUs on fewer servers
+    reasons.QOS_INTERFERENCE: PendingReason.RESOURCES,  # waits for GPUs away from communicating jobs
     reasons.RESERVED_FOR_QOS: PendingReason.PRIORITY,  # held back for a QoS job ahead of it
     reasons.QUOTA_EXCEEDED: PendingReason.QUOTA,
     reasons.EXCEEDS_CLUSTER_GPUS: PendingReason.INFEASIBLE,
@@ -333,7 +336,8 @@ def _apply(
     # Order matters: release the old holds before inserting new ones, or the partial unique index
     # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
     allocations_end(allocation_ids=to_end, reason="preempted", now=now)
-    _allocations_create(sround, new_placements, inputs, now=now)
+    colocated = colocated_comm_jobs(d.placement for d in decisions if d.placement is not None)
+    _allocations_create(sround, new_placements, inputs, colocated, now=now)
     if to_running:
         Job.objects.filter(pk__in=to_running).update(
             state=JobState.RUNNING,
@@ -350,9 +354,17 @@ def _apply(
 
 
 def _allocations_create(
-    sround: SchedulingRound, placements: list[Placement], inputs: RoundInputs, *, now: datetime
+    sround: SchedulingRound,
+    placements: list[Placement],
+    inputs: RoundInputs,
+    colocated: dict[int, int],
+    *,
+    now: datetime,
 ) -> None:
     """One Allocation per (job, server share) and one AllocationGpu per GPU, in two bulk inserts.
+
+    `colocated`: job id -> the other communicating jobs on its servers in this round's plan (GENIE's
+    interference x, kept with the lease so that its measured speed can teach kappa).
 
     Every part of a placement gets the same rendezvous port (MASTER_PORT), one that no other running
     job uses on the first part's server (where rank 0 listens).
@@ -386,6 +398,7 @@ def _allocations_create(
                     speedup=placement.speedup,
                     started_at=now,
                     rendezvous_port=port,
+                    colocated_comm_jobs=colocated.get(placement.job_id, 0),
                 )
             )
             gpu_lists.append([inputs.gpu_ids[(share.server_id, i)] for i in share.gpu_indices])

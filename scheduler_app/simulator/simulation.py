@@ -12,6 +12,7 @@ from profiles_app.catalog import load_catalog
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import POLICIES, Policy
+from scheduler_app.core.throughput import job_profile
 from scheduler_app.core.types import JobView, Outcome, Placement, RoundPlan, SensitivityProfile
 from scheduler_app.simulator.cluster import ClusterSpec
 from scheduler_app.simulator.metrics import (
@@ -76,7 +77,9 @@ class _SimJob:
         self.total_iters = float(trace_job.total_iters)
         self.deadline_s = None if trace_job.deadline_s is None else float(trace_job.deadline_s)
         self.min_rate_iters_per_s = trace_job.min_rate_iters_per_s
-        self.profile = profile
+        # The workload's profile for this GPU count (a GENIE fit times k GPUs apart from 1), as the
+        # live service's JobView holds it.
+        self.profile = profile = job_profile(profile, trace_job.num_gpus)
         self.iter_time_s = profile.iter_time_s
         self.done_iters = 0.0
         self.attained_gpu_s = 0.0

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 
 from profiles_app.catalog import load_catalog
-from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, best_case, with_penalty
+from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, best_case, job_profile, with_penalty
 from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.simulator.trace import TraceJob
 
@@ -161,8 +161,9 @@ def standalone_best_s(
     total_iters x iter_time_s / best-case speed-up (divided by the placement penalty when the job
     needs more than one server).
     """
+    profile = job_profile(profile, num_gpus)
     speed = best_case(profile, num_gpus, shape).speed
-    speed = with_penalty(speed, profile, -(-num_gpus // shape.num_gpus))
+    speed = with_penalty(speed, profile, -(-num_gpus // shape.num_gpus), num_gpus)
     return total_iters * profile.iter_time_s / speed
 
 

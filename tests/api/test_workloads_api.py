@@ -40,6 +40,7 @@ def test_the_catalog_lists_each_workload_with_its_profile_or_null(client):
         "best_mem_gb_per_gpu": 62.5,
         "speedup": 2.4,
         "placement_penalty": 1.0,
+        "interference_kappa": 0.0,
     }
 
 

@@ -15,8 +15,8 @@ class WorkloadProfileSerializer(serializers.Serializer):
     """What the profile says, at a glance (Synergy's sensitivity profile, GENIE's learnt corrections)."""
 
     iter_time_s = serializers.FloatField(
-        help_text="Seconds per iteration with a GPU-proportional share of cores and memory, as "
-        "corrected by finished jobs' measured speeds"
+        help_text="Seconds per iteration on 1 GPU with a GPU-proportional share of cores and memory (GENIE's "
+        "fitted time when the workload has a fit), as corrected by finished jobs' measured speeds"
     )
     best_cpus_per_gpu = serializers.FloatField(help_text="CPU cores per GPU at which it runs fastest")
     best_mem_gb_per_gpu = serializers.FloatField(help_text="Memory per GPU (GB) at which it runs fastest")
@@ -24,7 +24,12 @@ class WorkloadProfileSerializer(serializers.Serializer):
         help_text="Its speed with the best cores and memory over that with a GPU-proportional share"
     )
     placement_penalty = serializers.FloatField(
-        help_text="Spread over several servers it runs this many times slower"
+        help_text="Spread over several servers it runs this many times slower (without a GENIE fit, "
+        "which times each spread itself)"
+    )
+    interference_kappa = serializers.FloatField(
+        help_text="GENIE's interference: a multi-GPU job runs (1 + kappa x) times slower next to x other "
+        "multi-GPU jobs on its servers; 0 until measured"
     )
 
 

@@ -9,13 +9,19 @@ consolidated" about servers. For each job, in the policy's order (SWAF is GENIE'
 1. A QoS job (it has `deadline_s`) needs speed v = remaining work at the proportional point /
    (slack x (deadline - now)); `slack` < 1 leaves room for the round grid and restarts. A job with a
    minimum rate (`min_rate_iters_per_s`, GENIE's second QoS kind) needs v = min_rate x iter_time_s
-   (speed is relative: iterations/s = speed / iter_time_s), times the placement penalty of the
-   servers it must span; no slack, since the rate is measured while it runs.
+   (speed is relative: iterations/s = speed / iter_time_s); no slack, since the rate is measured
+   while it runs. v is a speed after the placement's slowdown (throughput.placement_slowdown: the
+   fitted predictor's t(n, k/n, b) / t(1, k, b) when the workload has a GENIE fit, else the learnt
+   constant penalty), counted first on the fewest servers that can hold the job.
    - If its best case cannot reach v, it is late: it becomes best effort (pending reason
      `qos_unattainable`, or `min_rate_unattainable` for a rate, when it gets nothing).
    - Else it gets the cheapest point of its sensitivity matrix (cores and memory counted in
      proportional shares) reaching v, packed on the fewest servers (reason `qos_fit`). Points below
      the proportional share are allowed: what the job does not need stays free for others.
+   - The point goes on the fewest servers that hold it now; if those are more than the fewest
+     possible and the slowdown of spreading brings it below v, the next (faster) point is tried,
+     and if none meets v spread, the job waits for a consolidated placement (pending reason
+     `qos_needs_fewer_servers`): a deadline job is not spread into missing its deadline.
    - If no such point fits now, it gets a reservation (EASY backfilling, one at a time): the time T
      at which the jobs placed so far in this round will have freed enough GPUs for it, and how many
      GPUs beyond its need will then be free.
@@ -37,6 +43,8 @@ the point of "fewest resources", and its QoS jobs still meet their deadlines.
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -46,6 +54,7 @@ from scheduler_app.core.allocators._placement import (
     PACKED,
     DemandCache,
     HeldShare,
+    Plan,
     PlanBuilder,
     RoundState,
     gpu_admission,
@@ -54,6 +63,7 @@ from scheduler_app.core.allocators._placement import (
     pending_reason,
 )
 from scheduler_app.core.allocators.base import Allocator, register_allocator
+from scheduler_app.core.interference import communicates, interference_factor
 from scheduler_app.core.throughput import (
     EPS,
     OperatingPoint,
@@ -114,12 +124,20 @@ class Reservation:
 class Held:
     """A job placed in this round (its point may still grow in the leftover pass)."""
 
-    __slots__ = ("fixed", "job", "point", "pos", "reason", "shares")
+    __slots__ = ("fixed", "job", "need", "point", "pos", "reason", "shares")
 
     def __init__(
-        self, pos: int, job: JobView, shares: list[HeldShare], point: OperatingPoint, reason: str, fixed: bool
+        self,
+        pos: int,
+        job: JobView,
+        shares: list[HeldShare],
+        point: OperatingPoint,
+        reason: str,
+        fixed: bool,
+        need: float | None = None,
     ) -> None:
         self.pos = pos
+        self.need = need  # the QoS speed it was placed for (None: best effort)
         self.job = job
         self.shares = shares
         self.point = point
@@ -150,6 +168,9 @@ class GenieRound:
         self.releases: list[tuple[float, int]] = []  # (predicted finish, GPUs) of jobs placed so far
         self.reservation: Reservation | None = None
         self.held: list[Held] = []
+        self.comm_on_server: dict[int, list[Held]] = defaultdict(list)  # server position -> jobs
+        self.spread_too_slow = False  # the job being decided found servers, too many for its QoS
+        self.interference_blocked = False  # ... or only next to communicating jobs, too slow for a QoS
 
     def run(self) -> RoundPlan:
         jobs, state = self.jobs, self.state
@@ -166,7 +187,7 @@ class GenieRound:
         if self.work_conserving:
             self.hand_out_leftovers()
         for h in self.held:
-            speed = with_penalty(h.point.speed, h.job.profile, len(h.shares))
+            speed = with_penalty(h.point.speed, h.job.profile, len(h.shares), h.job.num_gpus)
             self.builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
         return self.builder.build()
 
@@ -203,16 +224,18 @@ class GenieRound:
             point = self.demands.fixed_point(job)
             options = [(point, reasons.FIXED_DEMAND)]
         elif need is not None:
+            servers = self.min_servers(job)
             options = [
                 (p, reasons.QOS_FIT)
                 for p in points_by_cost(job.profile, job.num_gpus, self.shape)
-                if p.speed >= need
+                if with_penalty(p.speed, job.profile, servers, job.num_gpus) >= need - EPS
             ]
         else:
             options = self.best_effort_options(job)
         reserved_before = self.reservation is not None
+        self.spread_too_slow = self.interference_blocked = False
         for point, reason in options:
-            if self.place(pos, job, point, reason):
+            if self.place(pos, job, point, reason, need):
                 return
         self.state.release(job.job_id)
         if need is not None and not reserved_before:
@@ -223,6 +246,10 @@ class GenieRound:
             self.builder.pending(pos, reasons.MIN_RATE_UNATTAINABLE)
         elif reserved_before:
             self.builder.pending(pos, reasons.RESERVED_FOR_QOS)
+        elif self.spread_too_slow:
+            self.builder.pending(pos, reasons.QOS_NEEDS_FEWER_SERVERS)
+        elif self.interference_blocked:
+            self.builder.pending(pos, reasons.QOS_INTERFERENCE)
         else:
             state = self.state
             why = pending_reason(job.num_gpus, state.free_gpu_count)
@@ -230,28 +257,30 @@ class GenieRound:
                 why = state.node_pending_reason(job) or why
             self.builder.pending(pos, why)
 
+    def min_servers(self, job: JobView) -> int:
+        """A node count fixes the servers; otherwise the fewest that could hold the job."""
+        assert self.shape is not None
+        return job.num_nodes or -(-job.num_gpus // self.shape.num_gpus)
+
     def required_speed(self, job: JobView) -> float | None:
-        """The speed (x proportional) that meets the job's QoS target, or None: no target, or not
-        attainable (a job given both kinds needs both, and is late when either is out of reach)."""
+        """The speed (x proportional, after the placement's slowdown) that meets the job's QoS target,
+        or None: no target, or not attainable even at the best case on the fewest servers (a job given
+        both kinds needs both, and is late when either is out of reach)."""
         if job.deadline_s is None and job.min_rate_iters_per_s is None:
             return None
         assert self.shape is not None
         best = best_case(job.profile, job.num_gpus, self.shape).speed
-        # A node count fixes the servers; otherwise the fewest that could hold it.
-        min_servers = job.num_nodes or -(-job.num_gpus // self.shape.num_gpus)
+        best = with_penalty(best, job.profile, self.min_servers(job), job.num_gpus)
         need = 0.0
         if job.deadline_s is not None:
             window_s = (job.deadline_s - self.now_s) * self.slack
             work_s = job.remaining_iters * job.profile.iter_time_s
-            if window_s <= 0 or work_s > with_penalty(best, job.profile, min_servers) * window_s + EPS:
+            if window_s <= 0 or work_s > best * window_s + EPS:
                 return None
             need = work_s / window_s
         if job.min_rate_iters_per_s is not None:
-            # The rate holds while it runs, on the servers it spans: the point's own speed (before
-            # the penalty, which with_penalty applies at placement) must cover the penalty too.
+            # The rate holds while it runs, on the servers it spans (the slowdown is in `best`).
             rate_need = job.min_rate_iters_per_s * job.profile.iter_time_s
-            if min_servers > 1 and job.profile.placement_penalty > 0:
-                rate_need *= job.profile.placement_penalty
             if rate_need > best + EPS:
                 return None
             need = max(need, rate_need)
@@ -269,17 +298,14 @@ class GenieRound:
         options += [(p, reasons.INTERMEDIATE) for p in sorted(cheaper, key=lambda p: -p.speed)]
         return options
 
-    def place(self, pos: int, job: JobView, point: OperatingPoint, reason: str) -> bool:
+    def place(
+        self, pos: int, job: JobView, point: OperatingPoint, reason: str, need: float | None = None
+    ) -> bool:
+        """Place `job` at `point` on the fewest servers that hold it, unless a reservation forbids it
+        or, for a QoS job (`need`), the servers found make it too slow: spread over more servers than
+        the fewest, its placement's slowdown (the predictor's t_cross, or the learnt penalty) may
+        cost the deadline; then False, and `spread_too_slow` says why."""
         state = self.state
-        speed = point.speed
-        finish_s = self.now_s + job.remaining_iters * job.profile.iter_time_s / max(speed, EPS)
-        backfill = False
-        if self.reservation is not None:
-            res = self.reservation
-            if finish_s <= res.start_s + EPS or job.num_gpus <= res.spare_gpus:
-                backfill = True
-            else:
-                return False
         if has_fixed_demand(job):
             dc, dm = state.fixed_demand(job)
             plan = state.find(PACKED, job.num_gpus, dc, dm, job.job_id)
@@ -290,6 +316,26 @@ class GenieRound:
             )
         if plan is None:
             return False
+        speed = self.speed_on(job, point, plan)
+        if not self.acceptable(job, plan, speed, need) and self.comm_neighbours(job, plan):
+            # Interference in the way: the same point away from every communicating job, if it fits.
+            far = state.find(PACKED, job.num_gpus, *self.avoiding_comm(dc, dm), job.job_id)
+            if far is not None:
+                plan, speed = far, self.speed_on(job, point, far)
+        if not self.acceptable(job, plan, speed, need):
+            if need is not None and with_penalty(point.speed, job.profile, len(plan), job.num_gpus) < need:
+                self.spread_too_slow = True
+            else:
+                self.interference_blocked = True
+            return False
+        finish_s = self.now_s + job.remaining_iters * job.profile.iter_time_s / max(speed, EPS)
+        backfill = False
+        if self.reservation is not None:
+            res = self.reservation
+            if finish_s <= res.start_s + EPS or job.num_gpus <= res.spare_gpus:
+                backfill = True
+            else:
+                return False
         shares = state.take(plan, dc, dm, job.job_id)
         if backfill:
             res = self.reservation
@@ -298,8 +344,51 @@ class GenieRound:
                 res.spare_gpus -= job.num_gpus
             reason = reasons.BACKFILLED
         self.releases.append((finish_s, job.num_gpus))
-        self.held.append(Held(pos, job, shares, point, reason, has_fixed_demand(job)))
+        self.held.append(Held(pos, job, shares, point, reason, has_fixed_demand(job), need))
+        if communicates(job.num_gpus):
+            for i, _ in plan:
+                self.comm_on_server[i].append(self.held[-1])
         return True
+
+    # -- placement cost: the spread's slowdown and interference ----------------------------------
+    def comm_neighbours(self, job: JobView, plan: Plan) -> list[Held]:
+        """The communicating jobs placed so far on the servers of `plan` (each once)."""
+        seen: dict[int, Held] = {}
+        for i, _ in plan:
+            for h in self.comm_on_server.get(i, ()):
+                seen.setdefault(h.job.job_id, h)
+        seen.pop(job.job_id, None)
+        return list(seen.values())
+
+    def speed_on(self, job: JobView, point: OperatingPoint, plan: Plan) -> float:
+        """The job's speed at `point` on the servers of `plan`: the spread's slowdown and GENIE's
+        interference from the communicating jobs placed there so far."""
+        speed = with_penalty(point.speed, job.profile, len(plan), job.num_gpus)
+        return speed / interference_factor(job.profile, job.num_gpus, len(self.comm_neighbours(job, plan)))
+
+    def acceptable(self, job: JobView, plan: Plan, speed: float, need: float | None) -> bool:
+        """Whether `plan` keeps the job's QoS (`need`) and, for a communicating job, every communicating
+        QoS neighbour's: one more communicating job next to it must not take it below its need."""
+        if need is not None and speed < need - EPS:
+            return False
+        if not communicates(job.num_gpus):
+            return True
+        for h in self.comm_neighbours(job, plan):
+            if h.need is None or h.job.profile.interference_kappa <= 0:
+                continue
+            x = len(self.comm_neighbours(h.job, [(s.server_pos, 0) for s in h.shares]))
+            base = with_penalty(h.point.speed, h.job.profile, len(h.shares), h.job.num_gpus)
+            if base / interference_factor(h.job.profile, h.job.num_gpus, x + 1) < h.need - EPS:
+                return False
+        return True
+
+    def avoiding_comm(self, dc: Sequence[float], dm: Sequence[float]) -> tuple[list[float], list[float]]:
+        """Per-server demands that no server holding a communicating job can meet (an infinite one)."""
+        dc, dm = list(dc), list(dm)
+        for i, held in self.comm_on_server.items():
+            if held:
+                dc[i] = dm[i] = math.inf
+        return dc, dm
 
     def reserve(self, job: JobView) -> None:
         """Reserve for `job`: the earliest time the jobs placed so far free enough GPUs for it."""

@@ -86,6 +86,6 @@ class GreedyAllocator(Allocator):
                 builder.pending(pos, why)
                 continue
             held = state.take(plan, dc, dm, job.job_id)
-            speed = with_penalty(speed, job.profile, len(held))
+            speed = with_penalty(speed, job.profile, len(held), job.num_gpus)
             builder.placed(pos, state.server_shares(held), speed, reason)
         return builder.build()

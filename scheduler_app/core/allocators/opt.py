@@ -83,7 +83,7 @@ from scheduler_app.core.allocators._placement import (
     infeasible_reasons,
 )
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.throughput import OperatingPoint, cluster_shape, with_penalty
+from scheduler_app.core.throughput import OperatingPoint, cluster_shape, placement_slowdown, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
@@ -246,7 +246,7 @@ class _OptRound:
         self.hand_out_leftovers()
         state = self.state
         for h in self.held:
-            speed = with_penalty(h.speed, h.job.profile, len(h.shares))
+            speed = with_penalty(h.speed, h.job.profile, len(h.shares), h.job.num_gpus)
             self.builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
         return OptResult(self.builder.build(), solution.bound, solution.all_jobs_fit)
 
@@ -368,7 +368,7 @@ class _OptRound:
         if point is not None and not per_server:
             if not state.totals_allow(num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu):
                 return False
-            may_split = job.profile.placement_penalty <= 1.0
+            may_split = placement_slowdown(job.profile, num_gpus, 2) <= 1.0
             c, m = point.cpus_per_gpu, point.mem_gb_per_gpu
             shape = state.node_shape(owner)
             # In RoundState.find's order: home, unclaimed room, home taking reserved room, unclaimed

@@ -72,6 +72,6 @@ class ProportionalAllocator(Allocator):
                 builder.pending(pos, state.node_pending_reason(job) or reasons.FRAGMENTED)
                 continue
             held = state.take(plan, dc, dm, job.job_id)
-            speed = with_penalty(speed, job.profile, len(held))
+            speed = with_penalty(speed, job.profile, len(held), job.num_gpus)
             builder.placed(pos, state.server_shares(held), speed, reason)
         return builder.build()

@@ -33,7 +33,7 @@ def _best_speed(job: JobView, shape: ServerShape | None, *, count_nodes: bool) -
     min_servers = -(-job.num_gpus // shape.num_gpus)
     if count_nodes and job.num_nodes:
         min_servers = job.num_nodes
-    return with_penalty(speed, job.profile, min_servers)
+    return with_penalty(speed, job.profile, min_servers, job.num_gpus)
 
 
 def best_execution_s(job: JobView, shape: ServerShape | None) -> float:

@@ -115,8 +115,8 @@ def test_relative_speed_is_relative_to_the_proportional_share_of_the_shape():
 
 def test_placement_penalty_applies_only_across_servers():
     profile = dataclasses.replace(RES18, placement_penalty=1.25)
-    assert with_penalty(2.0, profile, 1) == pytest.approx(2.0)
-    assert with_penalty(2.0, profile, 2) == pytest.approx(1.6)
+    assert with_penalty(2.0, profile, 1, 8) == pytest.approx(2.0)
+    assert with_penalty(2.0, profile, 2, 8) == pytest.approx(1.6)
 
 
 def test_intermediate_points_walk_down_the_grid_fastest_first():
