@@ -201,6 +201,8 @@ ATTUNE_SCHEDULER = {
 
 # GENIE's lightweight profiling run (docs/genie.md); read only by profiles_app/conf.py.
 ATTUNE_GENIE_PROFILING = {
+    # Queue a workload's GENIE profile by itself once its first Synergy profile is stored (no fit yet).
+    "after_synergy": env.bool("ATTUNE_GENIE_AFTER_SYNERGY", default=True),
     # Per-GPU batch sizes measured on 1 GPU: these factors times the workload's batch_size (2 or 3).
     "batch_factors": env.list("ATTUNE_GENIE_BATCH_FACTORS", cast=float, default=[0.5, 1.0, 2.0]),
     "default_batch": env.int("ATTUNE_GENIE_DEFAULT_BATCH", default=32),  # a workload without batch_size

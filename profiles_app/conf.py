@@ -11,6 +11,7 @@ from django.conf import settings
 class GenieProfilingConf:
     """What a GENIE lightweight profiling run measures, its bound, and the platform model's defaults."""
 
+    after_synergy: bool
     batch_factors: tuple[float, ...]
     default_batch: int
     iters: int
@@ -25,6 +26,7 @@ def genie_profiling_conf() -> GenieProfilingConf:
     # Read on every call (a dict lookup) so that tests can override settings.
     raw = getattr(settings, "ATTUNE_GENIE_PROFILING", {})
     return GenieProfilingConf(
+        after_synergy=bool(raw.get("after_synergy", True)),
         batch_factors=tuple(float(f) for f in raw.get("batch_factors", (0.5, 1.0, 2.0))),
         default_batch=int(raw.get("default_batch", 32)),
         iters=int(raw.get("iters", 30)),

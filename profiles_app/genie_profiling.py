@@ -31,7 +31,14 @@ from django.utils import timezone
 from cluster_app.models import Server
 from profiles_app import optimistic
 from profiles_app.conf import GenieProfilingConf, genie_profiling_conf
-from profiles_app.models import GenieFit, ProfilingKind, ProfilingRun, ProfilingRunStatus, Workload
+from profiles_app.models import (
+    ACTIVE_PROFILING_STATES,
+    GenieFit,
+    ProfilingKind,
+    ProfilingRun,
+    ProfilingRunStatus,
+    Workload,
+)
 from profiles_app.services import profiling_run_costs
 from scheduler_app.core.predictor import Predictor, ProfileSample, fit_predictor
 
@@ -90,6 +97,17 @@ def genie_profiling_run_queue(
         warmup_iters=conf.warmup_iters if warmup_iters is None else warmup_iters,
         max_s_per_config=max_s_per_config or conf.max_s_per_config,
     )
+
+
+def genie_profiling_run_follow_up(*, workload: Workload) -> ProfilingRun | None:
+    """GENIE's lightweight profile of a workload whose Synergy profile was just stored, queued by itself
+    when settings ask for it (`after_synergy`, the default) and the workload has no fit yet and no other
+    active run; None otherwise. Rounds dispatch it on their leftovers (profiling_runs_dispatch)."""
+    if not genie_profiling_conf().after_synergy or workload.genie_alpha_s is not None:
+        return None
+    if ProfilingRun.objects.filter(workload=workload, status__in=ACTIVE_PROFILING_STATES).exists():
+        return None
+    return genie_profiling_run_queue(workload=workload)
 
 
 def genie_profiling_run_assign(

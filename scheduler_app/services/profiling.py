@@ -41,6 +41,7 @@ from profiles_app.genie_profiling import (
     genie_holds_cpus,
     genie_point_record,
     genie_profiling_run_assign,
+    genie_profiling_run_follow_up,
     genie_profiling_run_succeed,
 )
 from profiles_app.models import (
@@ -192,8 +193,12 @@ def _free_resources() -> dict[int, dict[str, Any]]:
     return free
 
 
-def profiling_runs_dispatch(*, now: datetime, run_ids: Sequence[int] | None = None) -> list[ProfilingRun]:
+def profiling_runs_dispatch(
+    *, now: datetime, run_ids: Sequence[int] | None = None, genie: bool = True
+) -> list[ProfilingRun]:
     """Give QUEUED runs (oldest first) what is left free on one server each; returns the runs assigned.
+    `genie=False` leaves GENIE's runs queued (a round's first dispatch: they gate no job, so they take
+    only what the round's plan leaves free, at its second).
 
     Call with the round lock held (the end of a round, or profiling_run_dispatch), so that no round
     hands the same GPUs out meanwhile. A run needs `num_gpus` free GPUs on one server and at least the
@@ -201,6 +206,8 @@ def profiling_runs_dispatch(*, now: datetime, run_ids: Sequence[int] | None = No
     at the most cores it can measure) and memory up to the grid's maximum (the dataset cached).
     """
     queued = ProfilingRun.objects.select_for_update(of=("self",)).filter(status=ProfilingRunStatus.QUEUED)
+    if not genie:
+        queued = queued.exclude(kind=ProfilingKind.GENIE_PREDICTOR)
     if run_ids is not None:
         queued = queued.filter(pk__in=list(run_ids))
     queued = list(queued.select_related("workload").order_by("created_at", "id"))
@@ -396,9 +403,13 @@ def _apply_profiling_report(run: ProfilingRun, r: Any) -> bool:
     if not profiling_point_record(run=run, point=point):
         return False
     try:
-        profiling_run_succeed(run=run)
+        workload = profiling_run_succeed(run=run)
     except optimistic.ProfilingError as exc:
         profiling_run_fail(run=run, error=f"no profile from the points: {exc}")
+        return True
+    # GENIE's profile follows by itself; a round dispatches it on what its plan leaves free, so that
+    # the jobs that waited for this profile are placed first.
+    genie_profiling_run_follow_up(workload=workload)
     return True
 
 

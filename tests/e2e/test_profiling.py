@@ -13,7 +13,7 @@ from rest_framework.authtoken.models import Token
 
 from cluster_app.models import Server
 from profiles_app.catalog import load_catalog
-from profiles_app.models import ProfilingRun, ProfilingRunStatus, SpeedObservation, Workload
+from profiles_app.models import ProfilingKind, ProfilingRun, ProfilingRunStatus, SpeedObservation, Workload
 from profiles_app.optimistic import relative_error
 from profiles_app.services import workload_register
 from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
@@ -67,7 +67,8 @@ def test_an_unprofiled_workload_is_profiled_by_an_agent_and_its_job_gets_more_co
         assert shown["state"] == JobState.PENDING and shown["pending_reason"] == PendingReason.PROFILING
 
     def run() -> ProfilingRun:
-        return ProfilingRun.objects.get(workload__name="users-cnn")
+        # Synergy's run (GENIE's lightweight profile follows it by itself: tests/e2e/test_genie_profiling.py).
+        return ProfilingRun.objects.get(workload__name="users-cnn", kind=ProfilingKind.SYNERGY_CPU_SWEEP)
 
     wait_until(
         lambda: run().status in (ProfilingRunStatus.SUCCEEDED, ProfilingRunStatus.FAILED),

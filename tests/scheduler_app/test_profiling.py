@@ -15,6 +15,7 @@ from django.utils import timezone
 from cluster_app.models import NodeState
 from profiles_app.catalog import load_catalog
 from profiles_app.models import (
+    ProfilingKind,
     ProfilingReport,
     ProfilingRun,
     ProfilingRunStatus,
@@ -159,15 +160,40 @@ def test_a_job_of_an_unprofiled_workload_waits_is_profiled_then_runs_with_its_pr
     run.refresh_from_db()
     assert len(run.measured_points) == len(measured)
 
-    # The next round places the job with its measured profile: more than 3 cores per GPU.
+    # GENIE's lightweight profile follows by itself (ATTUNE_GENIE_AFTER_SYNERGY, the default).
+    genie = ProfilingRun.objects.get(workload=wl, kind=ProfilingKind.GENIE_PREDICTOR)
+    assert genie.status == ProfilingRunStatus.QUEUED
+
+    # The next round places the job with its measured profile: more than 3 cores per GPU; and starts
+    # the GENIE run on two of the GPUs left.
     scheduling_round_run(trigger="test")
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     allocation = lease_of(job)
     assert allocation.num_cpus > 3 and allocation.speedup > 1.0
-    # The agent still lists the finished run: it is told to stop it.
+    genie.refresh_from_db()
+    assert genie.status == ProfilingRunStatus.RUNNING and len(genie.gpu_indices) == 2
+    # The agent still lists the finished run: it is told to stop it (and to start GENIE's).
     kinds = {c["kind"]: c for c in synced(client, running=[run.lease_id])["commands"]}
-    assert kinds["cancel"]["lease_id"] == str(run.lease_id) and "profile" not in kinds
+    assert kinds["cancel"]["lease_id"] == str(run.lease_id)
+    assert kinds["profile"]["lease_id"] == str(genie.lease_id) and kinds["profile"]["method"] == "genie"
+
+
+def test_no_genie_profile_follows_when_settings_say_so_or_the_workload_has_a_fit(user, settings):
+    settings.ATTUNE_GENIE_PROFILING = {**settings.ATTUNE_GENIE_PROFILING, "after_synergy": False}
+    server = make_server("n1")
+    wl = unknown_workload()
+    submit(user, workload=wl)
+    scheduling_round_run(trigger="test")
+    act_as_agent(agent_client(server), "alexnet")
+    assert not ProfilingRun.objects.filter(kind=ProfilingKind.GENIE_PREDICTOR).exists()
+    settings.ATTUNE_GENIE_PROFILING = {**settings.ATTUNE_GENIE_PROFILING, "after_synergy": True}
+    Workload.objects.filter(pk=wl.pk).update(genie_alpha_s=0.001, genie_beta_s=0.05)  # fitted before
+    profiling_run_queue(workload=wl)
+    scheduling_round_run(trigger="test")
+    act_as_agent(agent_client(server), "alexnet")
+    assert ProfilingRun.objects.filter(workload=wl, status=ProfilingRunStatus.SUCCEEDED).count() == 2
+    assert not ProfilingRun.objects.filter(kind=ProfilingKind.GENIE_PREDICTOR).exists()
 
 
 def test_a_failed_profile_leaves_the_job_at_the_proportional_share(user):
