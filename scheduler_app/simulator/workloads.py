@@ -9,9 +9,10 @@ from typing import Literal
 
 import numpy as np
 
-from profiles_app.catalog import load_catalog
+from profiles_app.catalog import batch_size_for, load_catalog
 from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, best_case, job_profile, with_penalty
 from scheduler_app.core.types import SensitivityProfile
+from scheduler_app.simulator.genie_fits import fitted_catalog, fitted_name
 from scheduler_app.simulator.trace import TraceJob
 
 # The reference's model zoo per class, in its order (jobs/model_zoo.py): bert and vae are never drawn.
@@ -181,6 +182,7 @@ def genie_trace(
     seed: int = 42,
     catalog: Mapping[str, SensitivityProfile] | None = None,
     min_rate_share: float = 0.0,
+    batch_factors: tuple[float, ...] = (),
 ) -> list[TraceJob]:
     """GENIE's evaluation workload, reconstructed (PAPERS.md §2.3): every job is a QoS job.
 
@@ -196,6 +198,11 @@ def genie_trace(
       that would finish it within L of its start, i.e. its best-case rate / f) and no deadline. The
       choice is drawn from a second generator, so the jobs themselves do not change with the share,
       and 0 (the default) gives exactly the trace it always gave.
+    - `batch_factors` (GENIE's per-job batch sizes, with the predictor in the loop): each job's per-GPU
+      batch is its model's reference batch x one of these, drawn from a third generator, and its model
+      is that fit, `model@b<batch>` (simulator/genie_fits.py; simulate with `genie_fitted_catalog()`):
+      its iterations, its latency and every decision about it are timed by GENIE's predictor. Empty
+      (the default): no fits, the trace it always gave.
     Same arguments, same jobs (numpy PCG64 seeded with `seed`).
     """
     if num_jobs <= 0:
@@ -211,7 +218,10 @@ def genie_trace(
         raise ValueError(f"min_rate_share must be in [0, 1], got {min_rate_share}")
     # A generator of its own: the share picks target kinds without moving the main stream's draws.
     kind_rng = np.random.default_rng([seed, 1]) if min_rate_share > 0 else None
+    batch_rng = np.random.default_rng([seed, 2]) if batch_factors else None
     profiles = load_catalog() if catalog is None else catalog
+    if batch_factors:
+        profiles = genie_fitted_catalog(batch_factors, profiles)
     split = (float(class_split[0]), float(class_split[1]), float(class_split[2]))
     assigner = _RandomSplitAssigner(split)
     rng = np.random.default_rng(seed)
@@ -230,9 +240,12 @@ def genie_trace(
             if urgent:
                 burst_left = burst_size - 1
         model = assigner.next(rng)
+        if batch_rng is not None:
+            factor = batch_factors[int(batch_rng.integers(len(batch_factors)))]
+            model = fitted_name(model, max(1.0, round(batch_size_for(model) * factor)))
         profile = profiles[model]
         num_gpus = min(_draw_gpus(rng) if multi_gpu else 1, shape.num_gpus)
-        total_iters = max(1, int(_draw_duration_s(rng) / profile.iter_time_s))
+        total_iters = max(1, int(_draw_duration_s(rng) / job_profile(profile, num_gpus).iter_time_s))
         low, high = urgent_factor if urgent else qos_factor
         latency_s = float(rng.uniform(low, high)) * standalone_best_s(profile, total_iters, num_gpus, shape)
         deadline_s = arrival_s + latency_s
@@ -241,3 +254,16 @@ def genie_trace(
             job = replace(job, deadline_s=None, min_rate_iters_per_s=total_iters / latency_s)
         jobs.append(job)
     return jobs
+
+
+def genie_fitted_catalog(
+    batch_factors: tuple[float, ...] = (0.5, 1.0, 2.0),
+    catalog: Mapping[str, SensitivityProfile] | None = None,
+) -> dict[str, SensitivityProfile]:
+    """The catalog plus each model's synthetic GENIE fit at its reference batch x each factor
+    (`model@b<batch>`, simulator/genie_fits.py): what a trace of genie_trace(batch_factors=...) runs on."""
+    profiles = load_catalog() if catalog is None else catalog
+    references = {name: float(batch_size_for(name)) for name in profiles if "@" not in name}
+    plain = {name: p for name, p in profiles.items() if "@" not in name}
+    return fitted_catalog(plain, references, batch_factors)
+
