@@ -11,6 +11,7 @@ from django.db.models import F, Q, Sum
 from cluster_app.models import Server
 from cluster_app.selectors import gpus_active
 from profiles_app import optimistic
+from profiles_app.conf import genie_profiling_conf
 from profiles_app.models import (
     GenieFit,
     ProfilingKind,
@@ -51,19 +52,25 @@ def workload_profile(workload: Workload) -> SensitivityProfile | None:
         iter_time_s=workload_iter_time_s(workload) / workload.speed_correction,
         placement_penalty=workload.placement_penalty,
         predictor=_usable_predictor(workload),
-        batch_per_gpu=float(workload.batch_size),
+        batch_per_gpu=_fit_batch(workload),
         interference_kappa=workload.interference_kappa,
     )
 
 
+def _fit_batch(workload: Workload) -> float:
+    """The per-GPU batch the workload's jobs run at, as its GENIE profile took it: its own batch size,
+    else the profiling default (genie_profiling's reference batch)."""
+    return float(workload.batch_size or genie_profiling_conf().default_batch)
+
+
 def _usable_predictor(workload: Workload) -> Predictor | None:
-    """The fitted predictor when it can time this workload's iterations (a batch size to time them at,
-    a positive time on 1 GPU), else None (the core then uses the Synergy profile alone)."""
+    """The fitted predictor when it can time this workload's iterations (a positive time on 1 GPU at
+    its batch), else None (the core then uses the Synergy profile alone)."""
     predictor = workload_predictor(workload)
-    if predictor is None or workload.batch_size <= 0:
+    if predictor is None:
         return None
     try:
-        ok = predictor.iter_time_s(1, 1, float(workload.batch_size)) > 0
+        ok = predictor.iter_time_s(1, 1, _fit_batch(workload)) > 0
     except ValueError:
         ok = False
     return predictor if ok else None
@@ -76,7 +83,7 @@ def workload_iter_time_s(workload: Workload, num_gpus: int = 1) -> float:
     predictor = _usable_predictor(workload)
     if predictor is None:
         return workload.iter_time_s
-    return predictor.iter_time_s(1, max(1, num_gpus), float(workload.batch_size))
+    return predictor.iter_time_s(1, max(1, num_gpus), _fit_batch(workload))
 
 
 def workload_interference_factor(workload: Workload, num_gpus: int, colocated_comm_jobs: int) -> float:
@@ -96,7 +103,7 @@ def workload_placement_slowdown(workload: Workload, num_gpus: int, num_servers: 
     predictor = _usable_predictor(workload)
     if predictor is None:
         return workload.placement_penalty
-    return spread_slowdown(predictor, float(workload.batch_size), num_gpus, num_servers)
+    return spread_slowdown(predictor, _fit_batch(workload), num_gpus, num_servers)
 
 
 def workload_predictor(workload: Workload) -> Predictor | None:

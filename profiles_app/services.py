@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from cluster_app.models import Server
 from profiles_app import optimistic
-from profiles_app.catalog import DEFAULT_PROFILE_SET, load_catalog
+from profiles_app.catalog import DEFAULT_PROFILE_SET, batch_size_for, load_catalog
 from profiles_app.models import (
     CpuSearch,
     ProfilingKind,
@@ -47,6 +47,7 @@ def workload_catalog_load(*, profile_set: str = DEFAULT_PROFILE_SET) -> int:
             "best_cpus_per_gpu": profile.best_cpus_per_gpu,
             "best_mem_gb_per_gpu": profile.best_mem_gb_per_gpu,
             "speedup": profile.speedup,
+            "batch_size": batch_size_for(name, profile_set),  # GENIE's profile and predictor time it
         }
         Workload.objects.update_or_create(name=name, defaults=fields)
         # A penalty learnt on this cluster's network outlives a reload of the shipped one.
