@@ -8,6 +8,8 @@ has a QoS latency, CNN-heavy, urgent bursts) on the Synergy testbed shape, 4 x (
 `--predictor` puts GENIE's predictor in the loop: each job gets a per-GPU batch (0.5, 1 or 2 x its
 model's) and is timed by that model's synthetic fit (simulator/genie_fits.py) in every decision and in
 the simulation itself, so a spread placement costs what the fit says (t_cross), for every scheduler.
+`--gpu-ranges` also lets each multi-GPU job run on any power of two up to its count: genie picks the
+fewest GPUs that meet the deadline (GENIE's rule), the other allocators use the count asked for.
 """
 
 from __future__ import annotations
@@ -69,13 +71,17 @@ def run_all(
     seeds: list[int],
     schedulers: tuple[Scheduler, ...],
     batch_factors: tuple[float, ...] = (),
+    gpu_ranges: bool = False,
 ) -> list[dict]:
-    """Every scheduler on genie_trace at every load and seed (`batch_factors`: the predictor in the loop)."""
+    """Every scheduler on genie_trace at every load and seed (`batch_factors`: the predictor in the loop;
+    `gpu_ranges`: GPU-count choices for genie)."""
     rows = []
     catalog = genie_fitted_catalog(batch_factors) if batch_factors else None
     for load in loads:
         for seed in seeds:
-            trace = genie_trace(jobs, jobs_per_hour=load, seed=seed, batch_factors=batch_factors)
+            trace = genie_trace(
+                jobs, jobs_per_hour=load, seed=seed, batch_factors=batch_factors, gpu_ranges=gpu_ranges
+            )
             for s in schedulers:
                 r = simulate(
                     trace, CLUSTER, policy=s.policy, allocator=s.allocator, mode=s.mode, catalog=catalog
@@ -157,14 +163,18 @@ def main() -> None:
     parser.add_argument(
         "--predictor", action="store_true", help="per-job batch sizes, timed by GENIE's fitted predictor"
     )
+    parser.add_argument(
+        "--gpu-ranges", action="store_true", help="multi-GPU jobs accept fewer GPUs (genie picks the count)"
+    )
     args = parser.parse_args()
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)
     jobs, loads, seeds = (100, [1.0, 3.0], [1]) if args.quick else (300, [1.0, 2.0, 3.0, 4.0], [1, 2, 3])
     started = time.perf_counter()
     schedulers = BASELINES + SWAF_FAMILY + ABLATION
-    rows = run_all(jobs, loads, seeds, schedulers, BATCH_FACTORS if args.predictor else ())
+    rows = run_all(jobs, loads, seeds, schedulers, BATCH_FACTORS if args.predictor else (), args.gpu_ranges)
     command = "python -m bench.reproduce_genie" + (" --quick" if args.quick else "")
     command += " --predictor" if args.predictor else ""
+    command += " --gpu-ranges" if args.gpu_ranges else ""
     print(
         f"### GENIE workload, {jobs} jobs, {CLUSTER.servers} x {CLUSTER.gpus_per_server} GPUs, "
         f"seeds {','.join(map(str, seeds))} (means)\n\nCommand: `{command}`\n"

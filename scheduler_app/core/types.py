@@ -148,6 +148,9 @@ class JobView:
     `num_nodes` (Slurm's --nodes): None = any number of servers (the allocator's placement rule may
     spread the job); N = exactly N distinct servers with num_gpus / N GPUs on each (N = 1 forbids
     spreading). The service admits only even splits; the core answers an uneven one `infeasible`.
+    `gpu_choices`: other GPU counts the job may run on (GENIE's range; only the genie allocator uses
+    them). Its work stays in iterations at `num_gpus`; a placement on k GPUs has the speed-up that
+    makes `speedup / profile.iter_time_s` its rate in those iterations (same samples per second).
     """
 
     job_id: int
@@ -167,6 +170,9 @@ class JobView:
     owner_usage_gpu_s: float = 0.0  # its owner's recent GPU-seconds, decayed (fair share)
     num_nodes: int | None = None  # exactly this many servers, num_gpus / num_nodes GPUs each
     min_rate_iters_per_s: float | None = None  # QoS: minimum processing rate while running (GENIE)
+    # Other GPU counts the job accepts (a range, GENIE: the predictor picks); work, progress and rates
+    # stay counted in iterations at `num_gpus`, the placement's speed-up converts (allocators/genie.py).
+    gpu_choices: tuple[int, ...] = ()
 
     @property
     def remaining_iters(self) -> float:

@@ -154,6 +154,6 @@ def _skip_steady_rounds(plan: RoundPlan, active: dict[int, _SimJob], round_s: fl
     skip = max(0, min(rounds_left - 1, most))
     for job, placement in placed:
         job.done_iters += skip * round_s * placement.speedup / job.iter_time_s
-        job.attained_gpu_s += skip * round_s * job.num_gpus
+        job.attained_gpu_s += skip * round_s * placement.num_gpus
         job.view = None
     return skip

@@ -48,6 +48,7 @@ class _SimJob:
         "deadline_s",
         "done_iters",
         "finish_s",
+        "gpu_choices",
         "has_run",
         "iter_time_s",
         "job_id",
@@ -77,6 +78,7 @@ class _SimJob:
         self.total_iters = float(trace_job.total_iters)
         self.deadline_s = None if trace_job.deadline_s is None else float(trace_job.deadline_s)
         self.min_rate_iters_per_s = trace_job.min_rate_iters_per_s
+        self.gpu_choices = trace_job.gpu_choices
         # The workload's profile for this GPU count (a GENIE fit times k GPUs apart from 1), as the
         # live service's JobView holds it.
         self.profile = profile = job_profile(profile, trace_job.num_gpus)
@@ -115,6 +117,7 @@ class _SimJob:
         job.owner_id = view.owner_id
         job.num_nodes = view.num_nodes
         job.min_rate_iters_per_s = view.min_rate_iters_per_s
+        job.gpu_choices = view.gpu_choices
         job.owner_base_usage_gpu_s = view.owner_usage_gpu_s
         job.current = view.current
         job.has_run = view.current is not None
@@ -141,6 +144,7 @@ class _SimJob:
                 owner_usage_gpu_s=owner_usage_gpu_s,
                 num_nodes=self.num_nodes,
                 min_rate_iters_per_s=self.min_rate_iters_per_s,
+                gpu_choices=self.gpu_choices,
             )
             self.view = view
         return view
@@ -304,9 +308,10 @@ class _Run:
             if job.start_s is None:
                 job.start_s = now_s
             held_s = _advance(job, placement.speedup, overhead_s, now_s, round_s, round_end)
-            job.attained_gpu_s += held_s * job.num_gpus
+            # The GPUs it holds (a job with GPU choices may run on fewer or more than it asked for).
+            job.attained_gpu_s += held_s * placement.num_gpus
             if job.owner_id is not None:
-                self.owner_gained_gpu_s[job.owner_id] += held_s * job.num_gpus
+                self.owner_gained_gpu_s[job.owner_id] += held_s * placement.num_gpus
             job.current = placement
             job.has_run = True
             job.view = None

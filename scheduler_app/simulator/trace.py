@@ -41,7 +41,9 @@ class TraceJob:
     while it runs; in the trace format the sixth column `min_rate=R`. `owner_id` (who
     submitted it, for the fair-share policy) is set by generators and benchmarks; the file format
     has no column for it. `num_nodes` (optional, `JobView.num_nodes`): exactly that many servers with
-    num_gpus / num_nodes GPUs each; in the trace format a last field `nodes=N`.
+    num_gpus / num_nodes GPUs each; in the trace format a last field `nodes=N`. `gpu_choices`
+    (optional, `JobView.gpu_choices`): other GPU counts the job accepts, for GENIE's allocator to pick
+    from; generators set it (genie_trace), the file format has no column for it.
     """
 
     job_id: int
@@ -53,6 +55,7 @@ class TraceJob:
     owner_id: int | None = None
     num_nodes: int | None = None
     min_rate_iters_per_s: float | None = None
+    gpu_choices: tuple[int, ...] = ()
 
 
 def _format_number(value: float) -> str:

@@ -183,6 +183,7 @@ def genie_trace(
     catalog: Mapping[str, SensitivityProfile] | None = None,
     min_rate_share: float = 0.0,
     batch_factors: tuple[float, ...] = (),
+    gpu_ranges: bool = False,
 ) -> list[TraceJob]:
     """GENIE's evaluation workload, reconstructed (PAPERS.md §2.3): every job is a QoS job.
 
@@ -203,6 +204,9 @@ def genie_trace(
       is that fit, `model@b<batch>` (simulator/genie_fits.py; simulate with `genie_fitted_catalog()`):
       its iterations, its latency and every decision about it are timed by GENIE's predictor. Empty
       (the default): no fits, the trace it always gave.
+    - `gpu_ranges`: a multi-GPU job accepts every power of two up to its drawn count
+      (`TraceJob.gpu_choices`; GENIE's allocator picks, the others run it on its count); its work and
+      latency are those of its count.
     Same arguments, same jobs (numpy PCG64 seeded with `seed`).
     """
     if num_jobs <= 0:
@@ -250,6 +254,9 @@ def genie_trace(
         latency_s = float(rng.uniform(low, high)) * standalone_best_s(profile, total_iters, num_gpus, shape)
         deadline_s = arrival_s + latency_s
         job = TraceJob(job_id, model, float(arrival_s), total_iters, num_gpus, deadline_s=deadline_s)
+        if gpu_ranges and num_gpus > 1:
+            fewer = tuple(2**i for i in range(num_gpus.bit_length()) if 2**i < num_gpus)
+            job = replace(job, gpu_choices=fewer)
         if kind_rng is not None and kind_rng.random() < min_rate_share:
             job = replace(job, deadline_s=None, min_rate_iters_per_s=total_iters / latency_s)
         jobs.append(job)

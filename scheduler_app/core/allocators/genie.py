@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 
 from scheduler_app.core import reasons
@@ -70,6 +71,7 @@ from scheduler_app.core.throughput import (
     ServerShape,
     best_case,
     cluster_shape,
+    job_profile,
     relative_speed,
     with_penalty,
 )
@@ -111,6 +113,31 @@ def points_by_cost(
     return tuple(sorted(efficient, key=cost))
 
 
+def gpu_variant(job: JobView, num_gpus: int) -> tuple[JobView, float]:
+    """`job` as if it had asked for `num_gpus` GPUs, and the factor that turns a speed of that variant
+    into one in the job's own terms. The samples are the same: an iteration on k GPUs processes k/G of
+    an iteration on the job's G, so its work is G/k times as many iterations (progress and a minimum
+    rate likewise), each taking the predictor's time for k GPUs (job_profile; Synergy's time without
+    a fit). Speed s on k GPUs then finishes the job as fast as speed s x (k/G) x t(G)/t(k) on G."""
+    g = job.num_gpus
+    if num_gpus == g:
+        return job, 1.0
+    per_iteration = g / num_gpus
+    profile = job_profile(job.profile, num_gpus)
+    variant = replace(
+        job,
+        num_gpus=num_gpus,
+        profile=profile,
+        total_iters=job.total_iters * per_iteration,
+        done_iters=job.done_iters * per_iteration,
+        min_rate_iters_per_s=(
+            None if job.min_rate_iters_per_s is None else job.min_rate_iters_per_s * per_iteration
+        ),
+        gpu_choices=(),
+    )
+    return variant, (num_gpus / g) * job.profile.iter_time_s / profile.iter_time_s
+
+
 class Reservation:
     """EASY backfilling's single reservation: when the QoS job can start, and the GPUs spare then."""
 
@@ -124,7 +151,7 @@ class Reservation:
 class Held:
     """A job placed in this round (its point may still grow in the leftover pass)."""
 
-    __slots__ = ("fixed", "job", "need", "point", "pos", "reason", "shares")
+    __slots__ = ("fixed", "job", "need", "point", "pos", "reason", "scale", "shares")
 
     def __init__(
         self,
@@ -135,9 +162,11 @@ class Held:
         reason: str,
         fixed: bool,
         need: float | None = None,
+        scale: float = 1.0,
     ) -> None:
         self.pos = pos
         self.need = need  # the QoS speed it was placed for (None: best effort)
+        self.scale = scale  # its speed at its GPU count -> in the job's own iterations (gpu_variant)
         self.job = job
         self.shares = shares
         self.point = point
@@ -188,7 +217,7 @@ class GenieRound:
             self.hand_out_leftovers()
         for h in self.held:
             speed = with_penalty(h.point.speed, h.job.profile, len(h.shares), h.job.num_gpus)
-            self.builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
+            self.builder.placed(h.pos, state.server_shares(h.shares), speed * h.scale, h.reason)
         return self.builder.build()
 
     def hand_out_leftovers(self) -> None:
@@ -219,25 +248,14 @@ class GenieRound:
     # -- one job ---------------------------------------------------------------------------------
     def decide(self, pos: int, job: JobView) -> None:
         assert self.shape is not None  # a feasible job implies a non-empty cluster
-        need = self.required_speed(job)
-        if has_fixed_demand(job):
-            point = self.demands.fixed_point(job)
-            options = [(point, reasons.FIXED_DEMAND)]
-        elif need is not None:
-            servers = self.min_servers(job)
-            options = [
-                (p, reasons.QOS_FIT)
-                for p in points_by_cost(job.profile, job.num_gpus, self.shape)
-                if with_penalty(p.speed, job.profile, servers, job.num_gpus) >= need - EPS
-            ]
-        else:
-            options = self.best_effort_options(job)
         reserved_before = self.reservation is not None
         self.spread_too_slow = self.interference_blocked = False
-        for point, reason in options:
-            if self.place(pos, job, point, reason, need):
-                return
+        for variant, scale, need in self.tries(job):
+            for point, reason in self.options(variant, need):
+                if self.place(pos, variant, point, reason, need, scale, own_count=variant is job):
+                    return
         self.state.release(job.job_id)
+        need = self.required_speed(job)
         if need is not None and not reserved_before:
             self.reserve(job)
         if job.deadline_s is not None and need is None:
@@ -256,6 +274,52 @@ class GenieRound:
             if job.num_nodes is not None:
                 why = state.node_pending_reason(job) or why
             self.builder.pending(pos, why)
+
+    def options(self, job: JobView, need: float | None) -> list[tuple[OperatingPoint, str]]:
+        """The points to try for `job`, in order: its fixed demand; for a QoS need, every Pareto point
+        meeting it on the fewest servers, cheapest first; else the best-effort order."""
+        assert self.shape is not None
+        if has_fixed_demand(job):
+            return [(self.demands.fixed_point(job), reasons.FIXED_DEMAND)]
+        if need is None:
+            return self.best_effort_options(job)
+        servers = self.min_servers(job)
+        return [
+            (p, reasons.QOS_FIT)
+            for p in points_by_cost(job.profile, job.num_gpus, self.shape)
+            if with_penalty(p.speed, job.profile, servers, job.num_gpus) >= need - EPS
+        ]
+
+    def tries(self, job: JobView) -> list[tuple[JobView, float, float | None]]:
+        """(variant, speed scale, QoS need) for each GPU count to try (`gpu_counts`). A QoS job tries
+        only the counts at which its target is attainable, and is best effort at its own count when
+        none is; a best-effort job tries them all."""
+        counts = self.gpu_counts(job)
+        if len(counts) == 1:
+            return [(job, 1.0, self.required_speed(job))]
+        variants = [gpu_variant(job, k) for k in counts]
+        if job.deadline_s is None and job.min_rate_iters_per_s is None:
+            return [(v, scale, None) for v, scale in variants]
+        feasible = [(v, scale, self.required_speed(v)) for v, scale in variants]
+        return [t for t in feasible if t[2] is not None] or [(job, 1.0, None)]
+
+    def gpu_counts(self, job: JobView) -> list[int]:
+        """The GPU counts `job` may run on, in the order GENIE tries them (PAPERS §2.3 step 3): a QoS job
+        the fewest GPUs first, a best-effort job its own count first ("start fastest"), then fewer;
+        a running job keeps its count when it still may (no restart for a count it already has).
+        Only its own count with a node count or a fixed demand."""
+        if not job.gpu_choices or job.num_nodes is not None or has_fixed_demand(job):
+            return [job.num_gpus]
+        assert self.shape is not None
+        most = self.shape.num_gpus * len(self.snapshot.servers)
+        choices = sorted({job.num_gpus, *(k for k in job.gpu_choices if 1 <= k <= most)})
+        if job.deadline_s is None and job.min_rate_iters_per_s is None:
+            choices = [job.num_gpus, *sorted((k for k in choices if k < job.num_gpus), reverse=True)]
+        current = job.current.num_gpus if job.current is not None else None
+        if current in choices:
+            choices.remove(current)
+            choices.insert(0, current)
+        return choices
 
     def min_servers(self, job: JobView) -> int:
         """A node count fixes the servers; otherwise the fewest that could hold the job."""
@@ -299,27 +363,38 @@ class GenieRound:
         return options
 
     def place(
-        self, pos: int, job: JobView, point: OperatingPoint, reason: str, need: float | None = None
+        self,
+        pos: int,
+        job: JobView,
+        point: OperatingPoint,
+        reason: str,
+        need: float | None = None,
+        scale: float = 1.0,
+        *,
+        own_count: bool = True,
     ) -> bool:
         """Place `job` at `point` on the fewest servers that hold it, unless a reservation forbids it
         or, for a QoS job (`need`), the servers found make it too slow: spread over more servers than
         the fewest, its placement's slowdown (the predictor's t_cross, or the learnt penalty) may
-        cost the deadline; then False, and `spread_too_slow` says why."""
+        cost the deadline; then False, and `spread_too_slow` says why. `job` may be a GPU-count
+        variant (gpu_variant, `own_count` False), whose speed `scale` turns into the job's own."""
         state = self.state
+        owner: int | None = job.job_id
+        if not own_count and job.current is not None and job.current.num_gpus != job.num_gpus:
+            state.release(job.job_id)  # another GPU count: its old GPUs are not a home for this one
+            owner = None
         if has_fixed_demand(job):
             dc, dm = state.fixed_demand(job)
-            plan = state.find(PACKED, job.num_gpus, dc, dm, job.job_id)
+            plan = state.find(PACKED, job.num_gpus, dc, dm, owner)
         else:
             dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
-            plan = state.find_uniform(
-                PACKED, job.num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu, job.job_id
-            )
+            plan = state.find_uniform(PACKED, job.num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu, owner)
         if plan is None:
             return False
         speed = self.speed_on(job, point, plan)
         if not self.acceptable(job, plan, speed, need) and self.comm_neighbours(job, plan):
             # Interference in the way: the same point away from every communicating job, if it fits.
-            far = state.find(PACKED, job.num_gpus, *self.avoiding_comm(dc, dm), job.job_id)
+            far = state.find(PACKED, job.num_gpus, *self.avoiding_comm(dc, dm), owner)
             if far is not None:
                 plan, speed = far, self.speed_on(job, point, far)
         if not self.acceptable(job, plan, speed, need):
@@ -336,7 +411,7 @@ class GenieRound:
                 backfill = True
             else:
                 return False
-        shares = state.take(plan, dc, dm, job.job_id)
+        shares = state.take(plan, dc, dm, owner)
         if backfill:
             res = self.reservation
             assert res is not None
@@ -344,7 +419,7 @@ class GenieRound:
                 res.spare_gpus -= job.num_gpus
             reason = reasons.BACKFILLED
         self.releases.append((finish_s, job.num_gpus))
-        self.held.append(Held(pos, job, shares, point, reason, has_fixed_demand(job), need))
+        self.held.append(Held(pos, job, shares, point, reason, has_fixed_demand(job), need, scale))
         if communicates(job.num_gpus):
             for i, _ in plan:
                 self.comm_on_server[i].append(self.held[-1])

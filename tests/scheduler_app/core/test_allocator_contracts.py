@@ -128,6 +128,9 @@ def job_mixes(draw: st.DrawFn, fixed_demands: bool = True, nodes: bool = True) -
             divisors = [n for n in (1, 2, 3, 4, 8) if num_gpus % n == 0]
             counts = st.sampled_from(divisors) if draw(st.integers(0, 4)) else st.sampled_from([2, 3, 4])
             jobs[-1] = dataclasses.replace(jobs[-1], num_nodes=draw(counts))
+        elif jobs[-1].num_gpus > 1 and draw(st.integers(0, 4)) == 0:
+            # A GPU range (GENIE's choice): genie may run it on any of these, the others on its count.
+            jobs[-1] = dataclasses.replace(jobs[-1], gpu_choices=(1, max(1, jobs[-1].num_gpus // 2)))
     return jobs
 
 
@@ -267,7 +270,8 @@ def check_no_over_commit(cluster: ClusterSnapshot, plan: RoundPlan) -> None:
 def check_all_or_nothing(ordered: list[JobView], plan: RoundPlan) -> None:
     jobs = {j.job_id: j for j in ordered}
     for job_id, placement in plan.placements().items():
-        assert placement.num_gpus == jobs[job_id].num_gpus
+        job = jobs[job_id]
+        assert placement.num_gpus in {job.num_gpus, *job.gpu_choices}
         server_ids = [s.server_id for s in placement.shares]
         assert len(server_ids) == len(set(server_ids))
         assert all(len(s.gpu_indices) > 0 for s in placement.shares)

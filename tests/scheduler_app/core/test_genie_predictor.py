@@ -9,6 +9,7 @@ import pytest
 from profiles_app.catalog import load_catalog
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.genie import GenieAllocator
+from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies._execution import best_execution_s
 from scheduler_app.core.predictor import Predictor
 from scheduler_app.core.throughput import (
@@ -157,3 +158,40 @@ def test_in_the_simulator_the_deadline_job_waits_for_one_server_and_meets_its_de
     assert 60.0 + spread_s > 60.0 + 9000.0  # spread as it arrived, it would have been late
     # Without the fit (penalty 1) the same job is spread at once and, spreading being free, on time.
     assert records(FLAT)[3].finish_s == pytest.approx(60.0 + 3600.0, abs=2.0)
+
+
+def test_a_qos_job_with_a_gpu_range_gets_the_fewest_gpus_that_meet_its_deadline():
+    profile = job_profile(fitted(FLAT, SLOW_NETWORK), 8)
+    # 1,000 s of work on 8 GPUs of one server; on k GPUs it takes 1,000 x (8/k) x t(1,k)/t(1,8) s:
+    # 4 GPUs 1,821 s, 2 GPUs 3,286 s, 1 GPU 5,857 s. A deadline at 2,000 s (no slack) needs 4 GPUs.
+    job = JobView(
+        1, 8, 0.0, profile, total_iters=1000.0 / profile.iter_time_s, deadline_s=2000.0, gpu_choices=(1, 2, 4)
+    )
+    genie = GenieAllocator(slack=1.0, work_conserving=False)
+    plan = genie.allocate_at([job], make_cluster(2), 0.0)
+    placement = plan.decision_for(1).placement
+    assert placement.num_gpus == 4 and plan.decision_for(1).reason == reasons.QOS_FIT
+    # Its speed-up is in the job's own iterations (on 8 GPUs): the rate of 4 GPUs, in those terms.
+    t = SLOW_NETWORK.iter_time_s
+    assert placement.speedup == pytest.approx(0.5 * t(1, 8, BATCH) / t(1, 4, BATCH))
+    # A looser deadline: 1 GPU will do. A tighter one than 4 GPUs allow: all 8.
+    loose = dataclasses.replace(job, deadline_s=6000.0)
+    assert genie.allocate_at([loose], make_cluster(2), 0.0).decision_for(1).placement.num_gpus == 1
+    tight = dataclasses.replace(job, deadline_s=1500.0)
+    assert genie.allocate_at([tight], make_cluster(2), 0.0).decision_for(1).placement.num_gpus == 8
+    # Only genie reads the range: the others run the job on the GPUs it asked for.
+    plan = schedule_round(make_cluster(2), [loose], policy="edf", allocator="tune", now_s=0.0)
+    assert plan.decision_for(1).placement.num_gpus == 8
+
+
+def test_in_the_simulator_a_job_with_a_range_finishes_its_samples_on_the_gpus_genie_picked():
+    profile = fitted(FLAT, SLOW_NETWORK)
+    cluster = ClusterSpec(servers=1, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)
+    iters = round(3600.0 / job_profile(profile, 8).iter_time_s)  # 1 h on 8 GPUs
+    job = TraceJob(1, "m", 0.0, iters, 8, deadline_s=5 * 3600.0, gpu_choices=(1, 2, 4))
+    result = simulate([job], cluster, policy="swaf", allocator="genie", mode="events", catalog={"m": profile})
+    (record,) = result.records
+    # 2 GPUs (the fewest meeting 5 h x 0.8 slack): 4 x t(1,2)/t(1,8) h, and its deadline is met.
+    t = SLOW_NETWORK.iter_time_s
+    assert record.finish_s == pytest.approx(3600.0 * 4 * t(1, 2, BATCH) / t(1, 8, BATCH), rel=1e-3)
+    assert result.qos.met == 1
