@@ -25,8 +25,10 @@ consolidated" about servers. For each job, in the policy's order (SWAF is GENIE'
    - If no such point fits now, it gets a reservation (EASY backfilling, one at a time): the time T
      at which the jobs placed so far in this round will have freed enough GPUs for it, and how many
      GPUs beyond its need will then be free.
-2. A best-effort job (no deadline, or late) gets its best case where it fits, else the proportional
-   share, else the cheapest point that fits (reasons `best_case`, `proportional`, `intermediate`).
+2. A best-effort job (no deadline, or late) gets its best case when that is within the proportional
+   share, else the proportional share (the rest of its best case comes in step 4), else its best
+   case, else the fastest cheaper point that fits (reasons `best_case`, `proportional`,
+   `intermediate`): so no job waits with GPUs free because an earlier one took extra cores.
 3. While a reservation stands, a later job is placed only if it finishes (at the point chosen) by T,
    or fits in the GPUs spare at T (reason `backfilled` for either); otherwise it stays pending with
    `reserved_for_qos`.
@@ -351,13 +353,18 @@ class GenieRound:
         return need
 
     def best_effort_options(self, job: JobView) -> list[tuple[OperatingPoint, str]]:
+        """A best-effort job's points: its best case when that is within the GPU-proportional share,
+        else the proportional share first (then its best case, which may fit where the share does
+        not): what a best case takes beyond the share goes to it in the leftover pass, after every
+        job has been decided, so that no job is kept off free GPUs by another's extra cores
+        (Synergy's guarantee, as tune keeps it). Then cheaper points, fastest first."""
         assert self.shape is not None
         best = self.demands.best(job)
         shape = self.shape
-        options = [(best, reasons.BEST_CASE)]
         prop = OperatingPoint(shape.cpus_per_gpu, shape.mem_gb_per_gpu, 1.0)
+        options = [(best, reasons.BEST_CASE)]
         if best.cpus_per_gpu > prop.cpus_per_gpu + EPS or best.mem_gb_per_gpu > prop.mem_gb_per_gpu + EPS:
-            options.append((prop, reasons.PROPORTIONAL))
+            options.insert(0, (prop, reasons.PROPORTIONAL))
         cheaper = [p for p in points_by_cost(job.profile, job.num_gpus, shape) if p.speed < best.speed - EPS]
         options += [(p, reasons.INTERMEDIATE) for p in sorted(cheaper, key=lambda p: -p.speed)]
         return options
