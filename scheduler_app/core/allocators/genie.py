@@ -25,10 +25,11 @@ consolidated" about servers. For each job, in the policy's order (SWAF is GENIE'
    - If no such point fits now, it gets a reservation (EASY backfilling, one at a time): the time T
      at which the jobs placed so far in this round will have freed enough GPUs for it, and how many
      GPUs beyond its need will then be free.
-2. A best-effort job (no deadline, or late) gets its best case when that is within the proportional
-   share, else the proportional share (the rest of its best case comes in step 4), else its best
-   case, else the fastest cheaper point that fits (reasons `best_case`, `proportional`,
-   `intermediate`): so no job waits with GPUs free because an earlier one took extra cores.
+2. A best-effort job (no deadline, or late) gets its best case where it fits and leaves the jobs
+   after it that GPU admission expects to place their proportional share, else the proportional
+   share, else the fastest cheaper point that fits (reasons `best_case`, `proportional`,
+   `intermediate`): no job waits with GPUs free because an earlier one took their cores; step 4 may
+   still grow it.
 3. While a reservation stands, a later job is placed only if it finishes (at the point chosen) by T,
    or fits in the GPUs spare at T (reason `backfilled` for either); otherwise it stays pending with
    `reserved_for_qos`.
@@ -200,6 +201,7 @@ class GenieRound:
         self.reservation: Reservation | None = None
         self.held: list[Held] = []
         self.comm_on_server: dict[int, list[Held]] = defaultdict(list)  # server position -> jobs
+        self.later_gpus = 0  # GPUs of the jobs after this one that GPU admission expects to place
         self.spread_too_slow = False  # the job being decided found servers, too many for its QoS
         self.interference_blocked = False  # ... or only next to communicating jobs, too slow for a QoS
 
@@ -209,7 +211,10 @@ class GenieRound:
         likely = gpu_admission(jobs, infeasible, state.free_gpu_count, self.snapshot)
         state.claim_current(job for pos, job in enumerate(jobs) if likely[pos])
         state.remember_current(job for pos, job in enumerate(jobs) if not likely[pos])
+        self.later_gpus = sum(job.num_gpus for pos, job in enumerate(jobs) if likely[pos])
         for pos, job in enumerate(jobs):
+            if likely[pos]:
+                self.later_gpus -= job.num_gpus
             why = infeasible[pos]
             if why is not None:
                 self.builder.infeasible(pos, why)
@@ -353,18 +358,18 @@ class GenieRound:
         return need
 
     def best_effort_options(self, job: JobView) -> list[tuple[OperatingPoint, str]]:
-        """A best-effort job's points: its best case when that is within the GPU-proportional share,
-        else the proportional share first (then its best case, which may fit where the share does
-        not): what a best case takes beyond the share goes to it in the leftover pass, after every
-        job has been decided, so that no job is kept off free GPUs by another's extra cores
-        (Synergy's guarantee, as tune keeps it). Then cheaper points, fastest first."""
+        """A best-effort job's points: its best case, then the GPU-proportional share, then cheaper
+        points, fastest first. A best case above the share is taken only when it leaves the jobs
+        after it that GPU admission expects to place their proportional share (`starves_gpus`), so
+        that no job waits beside free GPUs because an earlier one took their cores (Synergy's
+        guarantee, as tune keeps it); such a job may still grow to it in the leftover pass."""
         assert self.shape is not None
         best = self.demands.best(job)
         shape = self.shape
-        prop = OperatingPoint(shape.cpus_per_gpu, shape.mem_gb_per_gpu, 1.0)
         options = [(best, reasons.BEST_CASE)]
+        prop = OperatingPoint(shape.cpus_per_gpu, shape.mem_gb_per_gpu, 1.0)
         if best.cpus_per_gpu > prop.cpus_per_gpu + EPS or best.mem_gb_per_gpu > prop.mem_gb_per_gpu + EPS:
-            options.insert(0, (prop, reasons.PROPORTIONAL))
+            options.append((prop, reasons.PROPORTIONAL))
         cheaper = [p for p in points_by_cost(job.profile, job.num_gpus, shape) if p.speed < best.speed - EPS]
         options += [(p, reasons.INTERMEDIATE) for p in sorted(cheaper, key=lambda p: -p.speed)]
         return options
@@ -398,6 +403,8 @@ class GenieRound:
             plan = state.find_uniform(PACKED, job.num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu, owner)
         if plan is None:
             return False
+        if reason == reasons.BEST_CASE and self.starves_gpus(plan, point):
+            return False  # the proportional share next, where this best case would idle GPUs
         speed = self.speed_on(job, point, plan)
         if not self.acceptable(job, plan, speed, need) and self.comm_neighbours(job, plan):
             # Interference in the way: the same point away from every communicating job, if it fits.
@@ -431,6 +438,20 @@ class GenieRound:
             for i, _ in plan:
                 self.comm_on_server[i].append(self.held[-1])
         return True
+
+    def starves_gpus(self, plan: Plan, point: OperatingPoint) -> bool:
+        """Whether `point` on `plan` would leave the cluster fewer cores or GB than the proportional
+        share of the GPUs that GPU admission still expects to place after this job (`later_gpus`):
+        a best case above the share would then keep those jobs off free GPUs, as tune never does."""
+        assert self.shape is not None
+        c, m = self.shape.cpus_per_gpu, self.shape.mem_gb_per_gpu
+        if self.later_gpus <= 0 or (point.cpus_per_gpu <= c + EPS and point.mem_gb_per_gpu <= m + EPS):
+            return False
+        state = self.state
+        gpus = sum(k for _, k in plan)
+        free_cpus = sum(state.free_cpus) - gpus * point.cpus_per_gpu
+        free_mem_gb = sum(state.free_mem_gb) - gpus * point.mem_gb_per_gpu
+        return free_cpus < self.later_gpus * c - EPS or free_mem_gb < self.later_gpus * m - EPS
 
     # -- placement cost: the spread's slowdown and interference ----------------------------------
     def comm_neighbours(self, job: JobView, plan: Plan) -> list[Held]:

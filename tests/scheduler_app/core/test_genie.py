@@ -91,13 +91,14 @@ def test_slack_is_checked():
         GenieAllocator(slack=0)
 
 
-def test_best_effort_jobs_get_the_proportional_share_first_so_no_gpu_idles_for_anothers_cores():
+def test_a_best_case_never_keeps_a_later_admitted_job_off_free_gpus():
     # res18 on 4 GPUs would take every core of the 24-core server at its best case; the second
-    # 4-GPU job would then wait beside 4 free GPUs. Both run: 12 cores each, none left over.
+    # 4-GPU job, which GPU admission expects to place, would then wait beside 4 free GPUs. Both run:
+    # 12 cores each, none left over.
     jobs = [make_job(1, gpus=4), make_job(2, gpus=4)]
     plan = GenieAllocator().allocate_at(jobs, make_cluster(1), 0.0)
     assert outcomes(plan) == [(1, "placed", reasons.PROPORTIONAL), (2, "placed", reasons.PROPORTIONAL)]
     assert [d.placement.num_cpus for d in plan.decisions] == [12, 12]
-    # Alone, the job still gets its best case (capped at the server), in the leftover pass.
+    # Alone, the job gets its best case (capped at the server): nobody after it needs the cores.
     (alone,) = GenieAllocator().allocate_at(jobs[:1], make_cluster(1), 0.0).decisions
-    assert alone.reason == reasons.LEFTOVER and alone.placement.num_cpus == 24
+    assert alone.reason == reasons.BEST_CASE and alone.placement.num_cpus == 24
