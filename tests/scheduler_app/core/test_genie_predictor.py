@@ -23,24 +23,13 @@ from scheduler_app.core.types import JobView, SensitivityProfile
 from scheduler_app.simulator import ClusterSpec, TraceJob, simulate
 from scheduler_app.simulator.metrics import JobRecord
 from tests.builders import make_cluster, make_server
+from tests.scheduler_app.core.helpers import FLAT
 
 BATCH = 32.0
 # t(n, k, b) = 0.001 b + 0.05 + ceil(log2 k) 0.01 + log2(n) t_cross: 0.082 s on 1 GPU at b = 32.
 SLOW_NETWORK = Predictor(alpha=0.001, beta=0.05, t_intra=0.01, t_cross=0.2)
 FAST_NETWORK = dataclasses.replace(SLOW_NETWORK, t_cross=0.001)
 RES18 = load_catalog()["res18"]
-# A workload that no CPU or memory speeds up: its speed is the placement's alone.
-FLAT = SensitivityProfile(
-    name="flat",
-    workload_class="image",
-    cpu_per_gpu_grid=(3.0,),
-    mem_gb_per_gpu_grid=(62.5,),
-    tput=((1.0,),),
-    best_cpus_per_gpu=3.0,
-    best_mem_gb_per_gpu=62.5,
-    speedup=1.0,
-    iter_time_s=1.0,
-)
 
 
 def fitted(profile: SensitivityProfile, predictor: Predictor | None) -> SensitivityProfile:

@@ -13,19 +13,8 @@ from scheduler_app.core.interference import colocated_comm_jobs, interference_fa
 from scheduler_app.core.predictor import fit_interference_kappa
 from scheduler_app.core.types import JobView, Placement, RoundPlan, SensitivityProfile, ServerShare
 from tests.builders import make_cluster
+from tests.scheduler_app.core.helpers import FLAT
 
-# No CPU or memory speeds it up: its speed is the placement's alone. 3 cores and 62.5 GB per GPU.
-FLAT = SensitivityProfile(
-    name="flat",
-    workload_class="image",
-    cpu_per_gpu_grid=(3.0,),
-    mem_gb_per_gpu_grid=(62.5,),
-    tput=((1.0,),),
-    best_cpus_per_gpu=3.0,
-    best_mem_gb_per_gpu=62.5,
-    speedup=1.0,
-    iter_time_s=1.0,
-)
 NOISY = dataclasses.replace(FLAT, interference_kappa=0.5)
 
 
