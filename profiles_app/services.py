@@ -430,19 +430,27 @@ def speed_correction_fold(*, job_id: int, workload_id: int) -> float | None:
 PLACEMENT_FIT_LEASES = 50
 
 
-def _unpenalised_ratios(workload_id: int, *, spread: bool) -> list[float]:
-    """Measured / predicted-without-penalty speed of the workload's latest leases of one kind."""
-    leases = SpeedObservation.objects.filter(
+def _fit_leases(workload_id: int):
+    """The workload's leases a placement fit reads: predicted, and measured often enough."""
+    return SpeedObservation.objects.filter(
         workload_id=workload_id, predicted_iters_per_s__gt=0, samples__gte=SPEED_MIN_REPORTS
     )
+
+
+def _unexplained_ratio(measured: float, predicted: float, penalty: float, factor: float) -> float:
+    """Measured / predicted speed with the spread's slowdown and the interference the prediction held
+    taken out again: what neither placement term explains."""
+    return measured / (predicted * max(1.0, penalty) * max(1.0, factor))
+
+
+def _unpenalised_ratios(workload_id: int, *, spread: bool) -> list[float]:
+    """Measured / predicted-without-penalty speed of the workload's latest leases of one kind."""
+    leases = _fit_leases(workload_id)
     leases = leases.filter(num_servers__gt=1) if spread else leases.filter(num_servers=1)
     rows = leases.order_by("-at").values_list(
         "measured_iters_per_s", "predicted_iters_per_s", "placement_penalty", "interference_factor"
     )[:PLACEMENT_FIT_LEASES]
-    return [
-        measured / (predicted * max(1.0, penalty) * max(1.0, factor))
-        for measured, predicted, penalty, factor in rows
-    ]
+    return [_unexplained_ratio(*row) for row in rows]
 
 
 def placement_penalty_refit(*, workload_id: int) -> float | None:
@@ -471,12 +479,8 @@ def interference_kappa_refit(*, workload_id: int) -> float | None:
     measured leases, alone and next to other communicating jobs; the new kappa, or None while there are
     too few leases of either kind (nothing changes then). Ratios take out the spread's slowdown and the
     interference each prediction held, as the placement fit does."""
-    leases = SpeedObservation.objects.filter(
-        workload_id=workload_id,
-        predicted_iters_per_s__gt=0,
-        samples__gte=SPEED_MIN_REPORTS,
-        job__num_gpus__gt=1,  # only a communicating job is slowed by interference (core.interference)
-    )
+    # Only a communicating job is slowed by interference (core.interference).
+    leases = _fit_leases(workload_id).filter(job__num_gpus__gt=1)
     rows = leases.order_by("-at").values_list(
         "measured_iters_per_s",
         "predicted_iters_per_s",
@@ -485,8 +489,8 @@ def interference_kappa_refit(*, workload_id: int) -> float | None:
         "colocated_comm_jobs",
     )[: 2 * PLACEMENT_FIT_LEASES]
     alone, together = [], []
-    for measured, predicted, penalty, factor, colocated in rows:
-        ratio = measured / (predicted * max(1.0, penalty) * max(1.0, factor))
+    for *observed, colocated in rows:
+        ratio = _unexplained_ratio(*observed)
         if colocated:
             together.append((ratio, colocated))
         else:
