@@ -5,12 +5,13 @@ Run: `python -m bench.agent_fleet --agents 500` or `python -m bench.agent_fleet 
 
 Per fleet size: a fresh PostgreSQL database; N servers (8 GPUs, 24 cores, 500 GB) with agent tokens;
 jobs submitted to fill the GPUs and keep a queue (catalog workloads, 1 to 5 minutes of work at the
-emulated speed); gunicorn started with config/gunicorn.conf.py (uvicorn workers, config.asgi) and a
-Celery worker with beat (rounds every ATTUNE_ROUND_S, early rounds when jobs end), on a Redis
-database of its own. First the baseline: GET /healthz at the fleet's request rate, open loop. Then
-the fleet, one asyncio process: each agent registers, then syncs every --interval seconds (jittered
-+-10 %, each on its own schedule: a slow answer does not delay its next sync), long-polls between
-syncs and syncs at once when woken or when a lease started or exited. Each sync carries the usage
+emulated speed, or --job-minutes); gunicorn started with config/gunicorn.conf.py (uvicorn workers,
+config.asgi), a Celery worker with beat (rounds every ATTUNE_ROUND_S, early rounds when jobs end)
+and one of the `forecasts` queue (the forecast refresh after rounds), on a Redis database of its own.
+First the baseline: GET /healthz at the fleet's request rate, open loop. Then the fleet, one asyncio process:
+each agent registers, then syncs every --interval seconds (jittered +-10 %, each on its own schedule:
+a slow answer does not delay its next sync), long-polls between syncs and syncs at once when woken or
+when a lease started or exited. Each sync carries the usage
 sample (8 GPUs), a progress report per running lease and every report not yet acknowledged; start,
 preempt and cancel commands are obeyed (a started lease is reported, a finished one exits 0).
 
@@ -47,7 +48,7 @@ from bench.live_common import bench_database, django_setup, logger, logging_setu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB_GPUS = (1, 1, 2, 4, 1, 2)  # per server: the first four fill its 8 GPUs, the rest wait in the queue
-JOB_SECONDS = (60, 300)  # their length at that speed
+DEFAULT_JOB_MINUTES = (1.0, 5.0)  # their length at that speed: ten times a real cluster's churn, on purpose
 DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
 
 
@@ -85,7 +86,8 @@ def service_env(database_url: str, redis_url: str, interval_s: float) -> dict[st
 
 @contextmanager
 def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
-    """gunicorn (config/gunicorn.conf.py) on a free port and a Celery worker with beat; yields the URL."""
+    """gunicorn (config/gunicorn.conf.py) on a free port, a Celery worker with beat and one of the
+    `forecasts` queue, as docker-compose runs them; yields the URL."""
     port = _free_port()
     web_env = {**env, "ATTUNE_BIND": f"127.0.0.1:{port}"}
     if workers:
@@ -93,6 +95,7 @@ def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
     logs = tempfile.mkdtemp(prefix="attune-bench-fleet-")
     web_log = open(Path(logs) / "web.log", "w")  # noqa: SIM115
     worker_log = open(Path(logs) / "worker.log", "w")  # noqa: SIM115
+    forecasts_log = open(Path(logs) / "forecasts-worker.log", "w")  # noqa: SIM115
     web = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "--log-level", "warning"],
         cwd=REPO_ROOT, env=web_env, stdout=web_log, stderr=subprocess.STDOUT,
@@ -101,6 +104,11 @@ def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
         [sys.executable, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "solo",
          "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "-s", f"{logs}/beat"],
         cwd=REPO_ROOT, env=env, stdout=worker_log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    forecasts = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "forecasts", "--pool", "solo",
+         "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "-n", "forecasts@%h"],
+        cwd=REPO_ROOT, env=env, stdout=forecasts_log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -117,19 +125,21 @@ def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
         logger.info("web tier at %s (logs in %s)", base_url, logs)
         yield base_url
     finally:
-        for proc in (worker, web):
+        for proc in (forecasts, worker, web):
             proc.terminate()
-        for proc in (worker, web):
+        for proc in (forecasts, worker, web):
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
         web_log.close()
         worker_log.close()
+        forecasts_log.close()
 
 
-def seed(num_servers: int) -> list[str]:
-    """N servers with tokens (`manage.py node_token`), and jobs to fill and queue; returns the tokens."""
+def seed(num_servers: int, job_minutes: tuple[float, float] = DEFAULT_JOB_MINUTES) -> list[str]:
+    """N servers with tokens (`manage.py node_token`), and jobs to fill and queue, each `job_minutes`
+    long (uniform between the two); returns the tokens."""
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
@@ -154,7 +164,7 @@ def seed(num_servers: int) -> list[str]:
                 request=JobRequest(
                     name=f"fleet-{n}",
                     num_gpus=gpus,
-                    total_iters=int(ITERS_PER_S * rng.uniform(*JOB_SECONDS)),
+                    total_iters=int(ITERS_PER_S * 60 * rng.uniform(*job_minutes)),
                     workload=workloads[n % len(workloads)],
                 ),
             )
@@ -231,7 +241,7 @@ def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
     redis.Redis.from_url(args.redis_url).flushdb()
     with bench_database("attune_bench_fleet", keep=args.keep) as url:
         django_setup(url)
-        tokens = seed(num_agents)
+        tokens = seed(num_agents, tuple(args.job_minutes))
         env = service_env(url, args.redis_url, args.interval)
         with processes(env, workers=args.workers) as base_url:
             rate = num_agents / args.interval
@@ -313,6 +323,15 @@ def main() -> int:
     parser.add_argument("--max-agents", type=int, default=3000)
     parser.add_argument("--p99-ms", type=float, default=250.0)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--job-minutes",
+        type=float,
+        nargs=2,
+        default=list(DEFAULT_JOB_MINUTES),
+        metavar=("MIN", "MAX"),
+        help="length of the fleet's jobs (default 1 5: a job ends every 3 s per 100 servers, about ten times"
+        " a real cluster's churn; 30 240 is closer to a lab's training jobs)",
+    )
     args = parser.parse_args()
     logging_setup()
     results = []

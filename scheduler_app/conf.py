@@ -24,6 +24,7 @@ class SchedulerConf:
     forecast_time_budget_s: float
     forecast_background_budget_s: float
     forecast_refresh_budget_s: float
+    forecast_refresh_min_interval_s: float
     private_jobs: bool
     fairshare_half_life_h: float
     rendezvous_ports: tuple[int, int]
@@ -49,6 +50,7 @@ def scheduler_conf() -> SchedulerConf:
         forecast_time_budget_s=float(raw.get("forecast_time_budget_s", 2.0)),
         forecast_background_budget_s=float(raw.get("forecast_background_budget_s", 120.0)),
         forecast_refresh_budget_s=float(raw.get("forecast_refresh_budget_s", 5.0)),
+        forecast_refresh_min_interval_s=float(raw.get("forecast_refresh_min_interval_s", 10.0)),
         private_jobs=bool(raw.get("private_jobs", False)),
         # Slurm's PriorityDecayHalfLife default: last week's use weighs half as much as today's.
         fairshare_half_life_h=float(raw.get("fairshare_half_life_h", 168)),

@@ -6,6 +6,8 @@ from celery import shared_task
 
 from cluster_app.services import usage_samples_rollup
 from scheduler_app.services.agents import agent_reports_prune
+from scheduler_app.services.forecast_refresh import job_forecasts_refresh_started
+from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
@@ -70,6 +72,15 @@ def simulation_run_task(run_id: int) -> str | None:
 
     run = whatif_run_execute(run_id=run_id)
     return run.status if run is not None else None
+
+
+@shared_task(ignore_result=True)
+def forecast_refresh_task() -> int:
+    """Re-forecast every live job after rounds (debounced, services/forecast_refresh.py); returns how
+    many estimates were stored. On the `forecasts` queue (settings.CELERY_TASK_ROUTES)."""
+    # Starting: let the next round's request queue another refresh (after the minimum interval).
+    job_forecasts_refresh_started()
+    return job_forecasts_refresh()
 
 
 @shared_task(ignore_result=True)

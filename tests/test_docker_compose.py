@@ -12,19 +12,32 @@ def load() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
-def test_compose_defines_the_five_services():
-    assert set(load()["services"]) == {"postgres", "redis", "web", "worker", "beat"}
+def test_compose_defines_the_six_services():
+    assert set(load()["services"]) == {"postgres", "redis", "web", "worker", "forecasts-worker", "beat"}
 
 
 def test_infrastructure_and_web_have_health_checks():
     services = load()["services"]
-    for name in ("postgres", "redis", "web", "worker"):
+    for name in ("postgres", "redis", "web", "worker", "forecasts-worker"):
         assert services[name]["healthcheck"]["test"], name
+
+
+def test_forecasts_have_a_worker_of_their_own_and_rounds_stay_on_the_default_queue(settings):
+    """Every queue a task is routed to has a worker consuming it; the rounds' worker consumes only the
+    default queue, so a forecast never waits in front of a round."""
+    services = load()["services"]
+    forecasts = services["forecasts-worker"]["command"]
+    assert forecasts[:4] == ["celery", "-A", "config", "worker"]
+    assert forecasts[forecasts.index("-Q") + 1] == "forecasts"
+    assert "-Q" not in services["worker"]["command"]
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    assert routed == {"forecasts"}
+    assert "scheduler_app.tasks.scheduling_round_task" not in settings.CELERY_TASK_ROUTES
 
 
 def test_app_services_share_env_and_wait_for_healthy_dependencies():
     services = load()["services"]
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "forecasts-worker", "beat"):
         service = services[name]
         assert service["env_file"][0]["path"] == ".env"
         assert service["depends_on"] == {

@@ -6,47 +6,34 @@ import logging
 import math
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import cache
 
 from django.db import connection, transaction
-from django.db.models import Q, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from cluster_app.agent_wake import agents_wake_on_commit
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import server_states_refresh
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.core import reasons
 from scheduler_app.core.engine import schedule_round
-from scheduler_app.core.interference import colocated_comm_jobs
-from scheduler_app.core.types import Decision, Outcome, Placement
 from scheduler_app.models import (
-    Allocation,
-    AllocationGpu,
     Job,
-    JobEvent,
     JobState,
-    PendingReason,
     RoundDecision,
     SchedulingRound,
 )
 from scheduler_app.selectors import (
-    ActiveLease,
-    RoundInputs,
     borrowing_teams,
     round_inputs,
     server_busy_gpus,
     team_quotas_left,
 )
-from scheduler_app.services.forecasts import job_forecasts_refresh
-from scheduler_app.services.job_control import allocations_end, job_interruption_events
-from scheduler_app.services.jobs import job_dependencies_hold, job_event
+from scheduler_app.services.forecast_refresh import job_forecasts_refresh_request_on_commit
+from scheduler_app.services.jobs import job_dependencies_hold
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
+from scheduler_app.services.round_apply import round_plan_apply
 
 logger = logging.getLogger(__name__)
 
@@ -57,21 +44,6 @@ EARLY_ROUND_KEY = "attune:early-round"
 # SQLite (the embedded demo) has no advisory locks; one process serves it, so a process-local lock
 # gives the same single-flight guarantee there.
 _local_round_lock = threading.Lock()
-
-PENDING_REASON_OF = {
-    reasons.INSUFFICIENT_GPUS: PendingReason.RESOURCES,
-    reasons.FRAGMENTED: PendingReason.RESOURCES,
-    reasons.QOS_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
-    reasons.MIN_RATE_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
-    reasons.QOS_NEEDS_FEWER_SERVERS: PendingReason.RESOURCES,  # waits for GPUs on fewer servers
-    reasons.QOS_INTERFERENCE: PendingReason.RESOURCES,  # waits for GPUs away from communicating jobs
-    reasons.RESERVED_FOR_QOS: PendingReason.PRIORITY,  # held back for a QoS job ahead of it
-    reasons.QUOTA_EXCEEDED: PendingReason.QUOTA,
-    reasons.EXCEEDS_CLUSTER_GPUS: PendingReason.INFEASIBLE,
-    reasons.EXCEEDS_SERVER_RESOURCES: PendingReason.INFEASIBLE,
-    reasons.EXCEEDS_CLUSTER_NODES: PendingReason.INFEASIBLE,
-    reasons.UNEVEN_NODE_SPLIT: PendingReason.INFEASIBLE,
-}
 
 
 @contextmanager
@@ -96,37 +68,6 @@ def _single_flight() -> Iterator[bool]:
             _local_round_lock.release()
 
 
-def _same_resources(current: list[ActiveLease], placement: Placement) -> bool:
-    """True when the placement holds exactly the lease's servers, GPU indices, cores and memory."""
-
-    def key(server_id: int, indices, cpus: int, mem_gb: float) -> tuple:
-        return server_id, tuple(sorted(indices)), int(cpus), round(float(mem_gb), 6)
-
-    held = sorted(key(lease.server_id, lease.gpu_indices, lease.num_cpus, lease.mem_gb) for lease in current)
-    new = sorted(key(s.server_id, s.gpu_indices, s.num_cpus, s.mem_gb) for s in placement.shares)
-    return held == new
-
-
-def _pending_reason(decision: Decision, blocked_ahead: bool) -> str:
-    """squeue's reason: the first job that waits for resources says Resources, those behind it Priority."""
-    reason = PENDING_REASON_OF.get(decision.reason, PendingReason.RESOURCES)
-    if reason == PendingReason.RESOURCES and blocked_ahead:
-        return PendingReason.PRIORITY
-    return reason
-
-
-def _placement_data(placement: Placement, names: dict[int, str]) -> list[dict]:
-    return [
-        {
-            "server": names.get(s.server_id, s.server_id),
-            "gpus": list(s.gpu_indices),
-            "cpus": s.num_cpus,
-            "mem_gb": s.mem_gb,
-        }
-        for s in placement.shares
-    ]
-
-
 def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
     """Run one live scheduling round; None if another round holds the lock (single-flight).
 
@@ -136,22 +77,23 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
        leases leave free (services/profiling.py), and build the snapshot and job views through
        selectors (round mode: a schedulable server is all free, less what profiling runs hold).
     3. engine.schedule_round with the configured policy and allocator.
-    4. Apply the plan (_apply): unchanged placements keep their lease; moved or unplaced running
-       jobs are preempted (leases ended, GPUs released); new placements get Allocation rows.
+    4. Apply the plan (services/round_apply.py): unchanged placements keep their lease; moved or
+       unplaced running jobs are preempted (leases ended, GPUs released); new placements get Allocation rows.
     5. Store the SchedulingRound, a RoundDecision per job and a JobEvent per state change; give
        profiling runs still queued what the plan left free; refresh server states.
     6. After commit, the agents of the servers that got new leases are woken (cluster_app/agent_wake.py)
        and sync at once; those whose leases ended are woken by allocations_end.
-    7. After commit, refresh every live job's forecast (services/forecasts.py).
+    7. After commit, ask for a refresh of every live job's forecast (services/forecast_refresh.py).
     """
     with _single_flight() as acquired:
         if not acquired:
             logger.info("scheduling round (%s) skipped: another round is running", trigger)
             return None
         sround = _round(trigger)
-    # After the round's transaction, so that its job rows are not held locked while the queue is
-    # played forward: every time shown anywhere is this forecast (services/forecasts.py).
-    job_forecasts_refresh()
+        # Not here but on the `forecasts` queue, debounced: playing a whole queue forward costs many
+        # rounds, and a burst of rounds must not wait behind forecasts on the rounds' worker. After
+        # commit, so that the forecast reads what this round decided.
+        job_forecasts_refresh_request_on_commit(trigger=trigger)
     return sround
 
 
@@ -194,7 +136,7 @@ def _round(trigger: str) -> SchedulingRound:
         trigger=trigger,
         num_runnable=len(inputs.views),
     )
-    counts = _apply(
+    counts = round_plan_apply(
         sround,
         inputs,
         plan.decisions,
@@ -216,235 +158,6 @@ def _round(trigger: str) -> SchedulingRound:
     )
     transaction.on_commit(lambda: logger.info(summary))
     return sround
-
-
-def _apply(
-    sround: SchedulingRound,
-    inputs: RoundInputs,
-    decisions: tuple[Decision, ...],
-    *,
-    now: datetime,
-    names: dict[int, str],
-    all_gpus: int,
-) -> dict[str, int]:
-    """Write the plan: bulk statements only, so the cost does not grow with queries per job."""
-    to_end: list[int] = []  # allocation ids whose lease ends (preempted)
-    new_placements: list[Placement] = []
-    to_running: list[int] = []
-    to_pending: dict[str, list[int]] = defaultdict(list)  # reason -> running jobs sent back to queue
-    reason_updates: dict[str, list[int]] = defaultdict(list)  # reason -> pending jobs whose reason changes
-    events: list[JobEvent] = []
-    round_decisions: list[RoundDecision] = []
-    counts = dict.fromkeys(("num_placed", "num_pending", "num_infeasible", "num_preempted"), 0)
-    blocked_ahead = False
-
-    for position, decision in enumerate(decisions):
-        job = inputs.jobs[decision.job_id]
-        leases = inputs.leases_by_job.get(job.pk, [])
-        placement = decision.placement
-        round_decisions.append(
-            RoundDecision(
-                round=sround,
-                job_id=job.pk,
-                position=position,
-                outcome=decision.outcome.value,
-                reason=decision.reason,
-                speedup=placement.speedup if placement else None,
-            )
-        )
-        if placement is not None:
-            counts["num_placed"] += 1
-            if leases and _same_resources(leases, placement):
-                continue  # the lease continues untouched
-            data = {
-                "round": sround.pk,
-                "placement": _placement_data(placement, names),
-                "speedup": placement.speedup,
-            }
-            if leases:
-                counts["num_preempted"] += 1
-                to_end.extend(lease.allocation_id for lease in leases)
-                events += job_interruption_events(
-                    job,
-                    kind="preempted",
-                    interrupted_state=JobState.PREEMPTED,
-                    reason="moved",
-                    next_kind="rescheduled",
-                    next_state=JobState.RUNNING,
-                    next_reason=decision.reason,
-                    at=now,
-                    data={"round": sround.pk},
-                    next_data=data,
-                )
-            else:
-                events.append(
-                    job_event(
-                        job,
-                        "scheduled",
-                        from_state=job.state,
-                        to_state=JobState.RUNNING,
-                        reason=decision.reason,
-                        at=now,
-                        data=data,
-                    )
-                )
-            new_placements.append(placement)
-            to_running.append(job.pk)
-            continue
-
-        counts["num_infeasible" if decision.outcome == Outcome.INFEASIBLE else "num_pending"] += 1
-        reason = _pending_reason(decision, blocked_ahead)
-        if decision.reason == reasons.EXCEEDS_CLUSTER_GPUS and job.num_gpus <= all_gpus:
-            # Too big for the servers in service now, but not for the whole cluster: it waits for the
-            # drained or failed servers to come back rather than being called infeasible.
-            reason = PendingReason.PRIORITY if blocked_ahead else PendingReason.RESOURCES
-        if reason in (PendingReason.RESOURCES, PendingReason.PRIORITY):
-            blocked_ahead = True
-        if leases:
-            counts["num_preempted"] += 1
-            to_end.extend(lease.allocation_id for lease in leases)
-            to_pending[reason].append(job.pk)
-            events += job_interruption_events(
-                job,
-                kind="preempted",
-                interrupted_state=JobState.PREEMPTED,
-                reason=decision.reason,
-                next_kind="requeued",
-                next_state=JobState.PENDING,
-                next_reason=reason,
-                at=now,
-                data={"round": sround.pk},
-                next_data={"round": sround.pk},
-            )
-        elif job.state == JobState.RUNNING:
-            # Running without a lease (should not happen): back to the queue.
-            to_pending[reason].append(job.pk)
-            events.append(
-                job_event(
-                    job,
-                    "requeued",
-                    from_state=JobState.RUNNING,
-                    to_state=JobState.PENDING,
-                    reason=reason,
-                    at=now,
-                    data={"round": sround.pk},
-                )
-            )
-        elif job.pending_reason != reason:
-            reason_updates[reason].append(job.pk)
-
-    # Order matters: release the old holds before inserting new ones, or the partial unique index
-    # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
-    allocations_end(allocation_ids=to_end, reason="preempted", now=now)
-    colocated = colocated_comm_jobs(d.placement for d in decisions if d.placement is not None)
-    _allocations_create(sround, new_placements, inputs, colocated, now=now)
-    if to_running:
-        Job.objects.filter(pk__in=to_running).update(
-            state=JobState.RUNNING,
-            pending_reason=PendingReason.NONE,
-            started_at=Coalesce("started_at", Value(now)),
-        )
-    for reason, ids in to_pending.items():
-        Job.objects.filter(pk__in=ids).update(state=JobState.PENDING, pending_reason=reason)
-    for reason, ids in reason_updates.items():
-        Job.objects.filter(pk__in=ids).update(pending_reason=reason)
-    JobEvent.objects.bulk_create(events, batch_size=1000)
-    RoundDecision.objects.bulk_create(round_decisions, batch_size=1000)
-    return counts
-
-
-def _allocations_create(
-    sround: SchedulingRound,
-    placements: list[Placement],
-    inputs: RoundInputs,
-    colocated: dict[int, int],
-    *,
-    now: datetime,
-) -> None:
-    """One Allocation per (job, server share) and one AllocationGpu per GPU, in two bulk inserts.
-
-    `colocated`: job id -> the other communicating jobs on its servers in this round's plan (GENIE's
-    interference x, kept with the lease so that its measured speed can teach kappa).
-
-    Every part of a placement gets the same rendezvous port (MASTER_PORT), one that no other running
-    job uses on the first part's server (where rank 0 listens).
-    """
-    allocations: list[Allocation] = []
-    gpu_lists: list[list[int]] = []
-    ports = RendezvousPorts(scheduler_conf().rendezvous_ports, now=now) if placements else None
-    for placement in placements:
-        port = ports.take(placement.shares[0].server_id) if ports is not None else None
-        for share in placement.shares:
-            cpus, mem_gb = share.num_cpus, share.mem_gb
-            if cpus < 1 or mem_gb <= 0:
-                # The schema requires a core and some memory per lease; a share without them would be
-                # an allocator bug, so it is logged and given the minimum rather than dropped.
-                logger.warning(
-                    "job %s: share on server %s has %s cores / %s GB; using the minimum",
-                    placement.job_id,
-                    share.server_id,
-                    cpus,
-                    mem_gb,
-                )
-                cpus, mem_gb = max(1, cpus), max(mem_gb, 0.1)
-            allocations.append(
-                Allocation(
-                    job_id=placement.job_id,
-                    round=sround,
-                    server_id=share.server_id,
-                    num_gpus=len(share.gpu_indices),
-                    num_cpus=cpus,
-                    mem_gb=mem_gb,
-                    speedup=placement.speedup,
-                    started_at=now,
-                    rendezvous_port=port,
-                    colocated_comm_jobs=colocated.get(placement.job_id, 0),
-                )
-            )
-            gpu_lists.append([inputs.gpu_ids[(share.server_id, i)] for i in share.gpu_indices])
-    Allocation.objects.bulk_create(allocations, batch_size=1000)  # PostgreSQL and SQLite return the ids
-    agents_wake_on_commit({a.server_id for a in allocations})  # their agents start them at once
-    AllocationGpu.objects.bulk_create(
-        [
-            AllocationGpu(allocation_id=a.pk, gpu_id=g)
-            for a, gpus in zip(allocations, gpu_lists, strict=True)
-            for g in gpus
-        ],
-        batch_size=2000,
-    )
-
-
-class RendezvousPorts:
-    """Free rendezvous ports per server, read once per round (one query).
-
-    A port is never given while a running lease holds it, and not soon after either: the processes of
-    a job's last incarnation (a part orphaned on a node whose agent died) may still try to reach their
-    rank 0 there, and must not join the next incarnation's rendezvous by mistake.
-    """
-
-    QUIET_S = 600.0  # how long an ended lease's port rests before it is given again
-
-    def __init__(self, port_range: tuple[int, int], *, now: datetime) -> None:
-        self.first, self.last = port_range
-        self.active: dict[int, set[int]] = defaultdict(set)
-        self.resting: dict[int, set[int]] = defaultdict(set)
-        recent = Q(ended_at__isnull=True) | Q(ended_at__gte=now - timedelta(seconds=self.QUIET_S))
-        for server_id, port, ended_at in Allocation.objects.filter(
-            recent, rendezvous_port__isnull=False
-        ).values_list("server_id", "rendezvous_port", "ended_at"):
-            (self.active if ended_at is None else self.resting)[server_id].add(port)
-
-    def take(self, server_id: int) -> int | None:
-        """The lowest port neither in use nor resting on the server; else the lowest not in use; None
-        when every port of the range is in use (the job then gets no MASTER_PORT)."""
-        active, resting = self.active[server_id], self.resting[server_id]
-        for avoid in (active | resting, active):
-            for port in range(self.first, self.last + 1):
-                if port not in avoid:
-                    active.add(port)
-                    return port
-        logger.warning("server %s: every rendezvous port %s-%s is in use", server_id, self.first, self.last)
-        return None
 
 
 # ---------------------------------------------------------------------------------------------------

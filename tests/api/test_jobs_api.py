@@ -6,6 +6,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from scheduler_app.models import Job, JobEvent, JobState, PendingReason, SchedulingRound
+from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, submit, workload
 from tests.factories import TeamFactory, UserFactory
@@ -185,6 +186,7 @@ def test_detail_shows_queue_position_estimate_allocations_and_events(user, clust
     second = submit(user, gpus=2, name="second")
     third = submit(user, gpus=2, name="third")
     scheduling_round_run()
+    job_forecasts_refresh()  # what the forecasts worker does after the round
     client = client_for(user)
 
     running = client.get(f"{JOBS}{first.pk}/").json()

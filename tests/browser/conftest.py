@@ -79,7 +79,8 @@ def login_fixture():
 @pytest.fixture
 def cluster(settings, monkeypatch):
     """One 4-GPU server and res18 under FIFO + tune; rounds run only when a test says so (no Redis,
-    no beat)."""
+    no beat), and each round's forecast refresh runs at its commit, as the forecasts worker would."""
+    from scheduler_app.services.forecasts import job_forecasts_refresh
     from tests.api.helpers import make_server, workload
 
     settings.ATTUNE_SCHEDULER = {
@@ -89,5 +90,9 @@ def cluster(settings, monkeypatch):
         "inline_rounds": False,
     }
     monkeypatch.setattr("scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: None)
+    monkeypatch.setattr(
+        "scheduler_app.services.forecast_refresh.job_forecasts_refresh_request",
+        lambda *, trigger: job_forecasts_refresh(),
+    )
     workload("res18")
     return make_server("gpu01", gpus=4, cpus=12, mem_gb=250)

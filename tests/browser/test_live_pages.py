@@ -31,7 +31,7 @@ def test_the_estimate_reads_the_same_on_the_queue_the_job_page_and_cli_show(
 ):
     submit(user, "first")
     waiting = submit(user, "second")
-    scheduling_round_run()  # the first runs; the round stores every job's forecast
+    scheduling_round_run()  # the first runs; the refresh after it stores every job's forecast
     forecast = JobForecast.objects.get(job=waiting)
     assert forecast.start_at is not None and forecast.finish_at is not None
 

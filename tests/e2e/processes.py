@@ -1,4 +1,4 @@
-"""Real processes for end-to-end tests: a Celery worker (with beat) and node agents."""
+"""Real processes for end-to-end tests: Celery workers (rounds with beat; forecasts) and node agents."""
 
 from __future__ import annotations
 
@@ -58,37 +58,65 @@ def service_env(**overrides: str) -> dict[str, str]:
 
 
 def celery_worker_argv(schedule: Path, node_name: str) -> list[str]:
-    """A Celery worker with embedded beat, one task at a time, as the end-to-end and fault tests run it."""
+    """A Celery worker with embedded beat on the default queue (rounds, sweeps, profiling dispatch), one
+    task at a time, as the end-to-end and fault tests run it."""
     return [
         sys.executable, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "solo",
         "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-s", str(schedule), "-n", node_name,
     ]  # fmt: skip
 
 
+def forecasts_worker_argv(node_name: str) -> list[str]:
+    """The worker of the `forecasts` queue (forecast refreshes, admission forecasts, what-ifs; see
+    settings.CELERY_TASK_ROUTES), no beat, one task at a time: without it no forecast is refreshed."""
+    return [
+        sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "forecasts", "--pool", "solo",
+        "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-n", node_name,
+    ]  # fmt: skip
+
+
 class CeleryWorker:
-    """`celery -A config worker -B` as a real process, logging to a file."""
+    """The service's two Celery workers as real processes, each logging to a file: `proc`, the default
+    queue with beat (`celery -A config worker -B`), and `forecasts_proc`, the `forecasts` queue."""
 
     def __init__(self, tmp: Path, **env_overrides: str) -> None:
         self.log_path = tmp / "worker.log"
-        self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            celery_worker_argv(tmp / "beat-schedule", f"e2e-{os.getpid()}@%h"),
-            cwd=REPO_ROOT,
-            env=service_env(**env_overrides),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.forecasts_log_path = tmp / "forecasts-worker.log"
+        self._logs = [self.log_path.open("w"), self.forecasts_log_path.open("w")]
+        env = service_env(**env_overrides)
+
+        def start(argv: list[str], log) -> subprocess.Popen:
+            return subprocess.Popen(
+                argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+        # Both boot side by side (each imports Django: seconds on 2 cores).
+        self.proc = start(celery_worker_argv(tmp / "beat-schedule", f"e2e-{os.getpid()}@%h"), self._logs[0])
+        self.forecasts_proc = start(forecasts_worker_argv(f"e2e-forecasts-{os.getpid()}@%h"), self._logs[1])
+        try:
+            for proc, path in ((self.proc, self.log_path), (self.forecasts_proc, self.forecasts_log_path)):
+                wait_until(
+                    lambda proc=proc, path=path: "ready." in path.read_text() or proc.poll() is not None,
+                    timeout_s=60,
+                    what=f"the Celery worker logging to {path.name} to be ready",
+                )
+                assert proc.poll() is None, path.read_text()[-3000:]
+        except BaseException:
+            self.stop()  # the other one must not outlive the test
+            raise
+
+    def log_text(self, chars: int = 3000) -> str:
+        """The last `chars` of each worker's log, for an assertion message."""
+        return "\n".join(
+            f"{path.name}:\n{path.read_text(errors='replace')[-chars:]}"
+            for path in (self.log_path, self.forecasts_log_path)
         )
-        wait_until(
-            lambda: "ready." in self.log_path.read_text() or self.proc.poll() is not None,
-            timeout_s=60,
-            what="the Celery worker to be ready",
-        )
-        assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
 
     def stop(self) -> None:
-        stop_tree(self.proc, signal.SIGTERM, wait_s=15)
-        self._log.close()
+        for proc in (self.proc, self.forecasts_proc):
+            stop_tree(proc, signal.SIGTERM, wait_s=15)
+        for log in self._logs:
+            log.close()
 
 
 class Agent:

@@ -3,10 +3,10 @@
 `PrivateServices` (one per session) runs a PostgreSQL cluster (initdb in a temp dir, as the
 `postgres` account) and a Redis server on free ports, and migrates a template database once: the
 catalog, two servers with agent tokens and a staff user with an API token. `Stack` (one per test)
-clones a fresh database from it and runs gunicorn (the web tier), a Celery worker with beat and node
-agents with fake GPUs as subprocesses, each of which a test can stop, kill or restart. The test reads
-the outcome straight from the private database with psycopg2; nothing here touches the shared
-PostgreSQL or Redis of the machine.
+clones a fresh database from it and runs gunicorn (the web tier), a Celery worker with beat (rounds),
+one of the `forecasts` queue and node agents with fake GPUs as subprocesses, each of which a test can
+stop, kill or restart. The test reads the outcome straight from the private database with psycopg2;
+nothing here touches the shared PostgreSQL or Redis of the machine.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import psutil
 import psycopg2
 import redis
 
-from tests.e2e.processes import celery_worker_argv
+from tests.e2e.processes import celery_worker_argv, forecasts_worker_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -481,7 +481,8 @@ class Agent:
 
 
 class Stack:
-    """gunicorn + Celery worker/beat + agents on a fresh private database; start/stop/kill each part."""
+    """gunicorn + Celery workers (rounds with beat; forecasts) + agents on a fresh private database;
+    start/stop/kill each part (`worker` is the rounds' one)."""
 
     def __init__(self, services: PrivateServices, root: Path, agent_args: Iterable[str] = ()) -> None:
         self.services = services
@@ -496,6 +497,7 @@ class Stack:
         self.web: subprocess.Popen | None = None
         self.worker: subprocess.Popen | None = None
         self.worker_starts = 0
+        self.forecasts_worker: subprocess.Popen | None = None
         self.agents = [Agent(self, name, services.tokens[name]) for name in NODES]
         self.api = httpx.Client(
             base_url=self.url, headers={"Authorization": f"Token {services.tokens['api']}"}, timeout=30
@@ -512,11 +514,13 @@ class Stack:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start_all(self) -> None:
-        # The web tier and the worker boot side by side (each imports Django: seconds on 2 cores).
+        # The web tier and the workers boot side by side (each imports Django: seconds on 2 cores).
         self.start_web(wait=False)
         self.start_worker(wait=False)
+        self.start_forecasts_worker()
         self.wait_web()
         self.wait_worker()
+        self.wait_forecasts_worker()
         for agent in self.agents:
             agent.start()
         self.wait_registered()
@@ -527,6 +531,7 @@ class Stack:
         # Shims and jobs live in sessions of their own (and survive an agent's death): find them.
         kill_processes_mentioning(str(self.dir))
         kill_group(self.worker, signal.SIGKILL)
+        kill_group(self.forecasts_worker, signal.SIGKILL)
         kill_group(self.web, signal.SIGKILL)
         self.api.close()
         if self._db is not None:
@@ -607,6 +612,29 @@ class Stack:
             what="the Celery worker to be ready",
         )
         assert self.worker.poll() is None, log_path.read_text()[-3000:]
+
+    def start_forecasts_worker(self) -> None:
+        """The worker of the `forecasts` queue (forecast refreshes after rounds, admission forecasts),
+        as docker-compose runs one beside the rounds' worker; no test kills it."""
+        with (self.dir / "forecasts-worker.log").open("a") as log:
+            self.forecasts_worker = subprocess.Popen(
+                forecasts_worker_argv(f"faults-forecasts-{os.getpid()}@%h"),
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_forecasts_worker(self) -> None:
+        assert self.forecasts_worker is not None
+        log_path = self.dir / "forecasts-worker.log"
+        wait_until(
+            lambda: "ready." in log_path.read_text() or self.forecasts_worker.poll() is not None,
+            timeout_s=60,
+            what="the forecasts' Celery worker to be ready",
+        )
+        assert self.forecasts_worker.poll() is None, log_path.read_text()[-3000:]
 
     def kill_worker(self) -> None:
         """SIGKILL the worker and its embedded beat (its process group), as the OOM killer would."""
@@ -848,12 +876,18 @@ class Stack:
                 )
             )
             lines.append(f"servers: {self.sql('SELECT name, state FROM cluster_app_server ORDER BY 1')}")
-        lines.append(
-            f"web alive: {self.web is not None and self.web.poll() is None}, "
-            f"worker alive: {self.worker is not None and self.worker.poll() is None}"
-        )
+        alive = {
+            name: proc is not None and proc.poll() is None
+            for name, proc in (
+                ("web", self.web),
+                ("worker", self.worker),
+                ("forecasts worker", self.forecasts_worker),
+            )
+        }
+        lines.append(", ".join(f"{name} alive: {up}" for name, up in alive.items()))
         lines.append(f"web log:\n{self.tail('web.log', 1500)}")
         lines.append(f"worker log:\n{self.worker_log()[-2500:]}")
+        lines.append(f"forecasts worker log:\n{self.tail('forecasts-worker.log', 1500)}")
         for agent in self.agents:
             lines.append(f"{agent.name} (alive: {agent.alive()}) log:\n{agent.log_tail(2000)}")
         return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""One forecast: every page, the API and the queue show the estimate the rounds store, in wall time."""
+"""One forecast: every page, the API and the queue show the estimate stored after rounds, in wall time."""
 
 from datetime import datetime, timedelta
 
@@ -28,16 +28,22 @@ def api(user) -> APIClient:
     return client
 
 
-def test_a_round_stores_every_live_jobs_estimate_and_drops_ended_ones(user, gpu01_res18):
+def round_then_refresh() -> None:
+    """A round, then the refresh it asks the forecasts worker for (services/forecast_refresh.py)."""
+    scheduling_round_run()
+    job_forecasts_refresh()
+
+
+def test_the_refresh_after_a_round_stores_every_live_jobs_estimate_and_drops_ended_ones(user, gpu01_res18):
     running = submit(user, gpus=4, iters=1000)
     waiting = submit(user, gpus=4, iters=1000)
-    scheduling_round_run()
+    round_then_refresh()
     forecasts = {f.job_id: f for f in JobForecast.objects.all()}
     assert set(forecasts) == {running.pk, waiting.pk}
     # The second job starts when the first ends: one forecast, the same numbers.
     assert forecasts[waiting.pk].start_at >= forecasts[running.pk].finish_at
     job_cancel(job=Job.objects.get(pk=waiting.pk), by=user)
-    scheduling_round_run()
+    round_then_refresh()
     assert set(JobForecast.objects.values_list("job_id", flat=True)) == {running.pk}
 
 
@@ -68,7 +74,7 @@ def test_a_running_job_finishes_at_the_speed_its_agent_measures(user, gpu01_res1
 def test_the_queue_the_api_and_the_job_page_show_the_same_estimate(user, gpu01_res18, client):
     submit(user, gpus=4, iters=1000)
     job = submit(user, gpus=4, iters=500)
-    scheduling_round_run()
+    round_then_refresh()
     stored = JobForecast.objects.get(job=job)
     entry = job_queue()[job.pk]
     listed = next(j for j in api(user).get("/api/v1/jobs/").json()["results"] if j["id"] == job.pk)
@@ -98,14 +104,14 @@ def test_a_job_behind_an_unsized_own_command_gets_no_start_rather_than_a_guess(u
     assert Job.objects.get(pk=behind.pk).state == JobState.PENDING
 
 
-def test_a_round_stores_the_policys_order_and_a_submission_takes_its_place_at_once(
+def test_the_refresh_stores_the_policys_order_and_a_submission_takes_its_place_at_once(
     user, gpu01_res18, settings
 ):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "policy": "srtf"}
     submit(user, gpus=4, iters=1000, name="running")  # holds gpu01's 4 GPUs
     long = submit(user, gpus=4, iters=9000, name="long")
     short = submit(user, gpus=4, iters=3000, name="short")
-    scheduling_round_run()
+    round_then_refresh()
     # SRTF: the shorter job first, whatever the submission order.
     assert {k: e.position for k, e in job_queue().items()} == {short.pk: 1, long.pk: 2}
     # A still shorter job goes first at its submission (admission, as the API and the form submit); the

@@ -1,0 +1,329 @@
+"""Applying a round's plan: leases ended and created, job states and reasons, events and decisions."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce
+
+from cluster_app.agent_wake import agents_wake_on_commit
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.core import reasons
+from scheduler_app.core.interference import colocated_comm_jobs
+from scheduler_app.core.types import Decision, Outcome, Placement
+from scheduler_app.models import (
+    Allocation,
+    AllocationGpu,
+    Job,
+    JobEvent,
+    JobState,
+    PendingReason,
+    RoundDecision,
+    SchedulingRound,
+)
+from scheduler_app.selectors import ActiveLease, RoundInputs
+from scheduler_app.services.job_control import allocations_end, job_interruption_events
+from scheduler_app.services.jobs import job_event
+
+logger = logging.getLogger(__name__)
+
+PENDING_REASON_OF = {
+    reasons.INSUFFICIENT_GPUS: PendingReason.RESOURCES,
+    reasons.FRAGMENTED: PendingReason.RESOURCES,
+    reasons.QOS_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
+    reasons.MIN_RATE_UNATTAINABLE: PendingReason.QOS_UNATTAINABLE,
+    reasons.QOS_NEEDS_FEWER_SERVERS: PendingReason.RESOURCES,  # waits for GPUs on fewer servers
+    reasons.QOS_INTERFERENCE: PendingReason.RESOURCES,  # waits for GPUs away from communicating jobs
+    reasons.RESERVED_FOR_QOS: PendingReason.PRIORITY,  # held back for a QoS job ahead of it
+    reasons.QUOTA_EXCEEDED: PendingReason.QUOTA,
+    reasons.EXCEEDS_CLUSTER_GPUS: PendingReason.INFEASIBLE,
+    reasons.EXCEEDS_SERVER_RESOURCES: PendingReason.INFEASIBLE,
+    reasons.EXCEEDS_CLUSTER_NODES: PendingReason.INFEASIBLE,
+    reasons.UNEVEN_NODE_SPLIT: PendingReason.INFEASIBLE,
+}
+
+
+def _same_resources(current: list[ActiveLease], placement: Placement) -> bool:
+    """True when the placement holds exactly the lease's servers, GPU indices, cores and memory."""
+
+    def key(server_id: int, indices, cpus: int, mem_gb: float) -> tuple:
+        return server_id, tuple(sorted(indices)), int(cpus), round(float(mem_gb), 6)
+
+    held = sorted(key(lease.server_id, lease.gpu_indices, lease.num_cpus, lease.mem_gb) for lease in current)
+    new = sorted(key(s.server_id, s.gpu_indices, s.num_cpus, s.mem_gb) for s in placement.shares)
+    return held == new
+
+
+def _pending_reason(decision: Decision, blocked_ahead: bool) -> str:
+    """squeue's reason: the first job that waits for resources says Resources, those behind it Priority."""
+    reason = PENDING_REASON_OF.get(decision.reason, PendingReason.RESOURCES)
+    if reason == PendingReason.RESOURCES and blocked_ahead:
+        return PendingReason.PRIORITY
+    return reason
+
+
+def _placement_data(placement: Placement, names: dict[int, str]) -> list[dict]:
+    return [
+        {
+            "server": names.get(s.server_id, s.server_id),
+            "gpus": list(s.gpu_indices),
+            "cpus": s.num_cpus,
+            "mem_gb": s.mem_gb,
+        }
+        for s in placement.shares
+    ]
+
+
+def round_plan_apply(
+    sround: SchedulingRound,
+    inputs: RoundInputs,
+    decisions: tuple[Decision, ...],
+    *,
+    now: datetime,
+    names: dict[int, str],
+    all_gpus: int,
+) -> dict[str, int]:
+    """Write the plan: bulk statements only, so the cost does not grow with queries per job."""
+    to_end: list[int] = []  # allocation ids whose lease ends (preempted)
+    new_placements: list[Placement] = []
+    to_running: list[int] = []
+    to_pending: dict[str, list[int]] = defaultdict(list)  # reason -> running jobs sent back to queue
+    reason_updates: dict[str, list[int]] = defaultdict(list)  # reason -> pending jobs whose reason changes
+    events: list[JobEvent] = []
+    round_decisions: list[tuple[int, int, str, str, float | None]] = []  # job, position, outcome, ...
+    counts = dict.fromkeys(("num_placed", "num_pending", "num_infeasible", "num_preempted"), 0)
+    blocked_ahead = False
+
+    for position, decision in enumerate(decisions):
+        job = inputs.jobs[decision.job_id]
+        leases = inputs.leases_by_job.get(job.pk, [])
+        placement = decision.placement
+        speedup = placement.speedup if placement else None
+        round_decisions.append((job.pk, position, decision.outcome.value, decision.reason, speedup))
+        if placement is not None:
+            counts["num_placed"] += 1
+            if leases and _same_resources(leases, placement):
+                continue  # the lease continues untouched
+            data = {
+                "round": sround.pk,
+                "placement": _placement_data(placement, names),
+                "speedup": placement.speedup,
+            }
+            if leases:
+                counts["num_preempted"] += 1
+                to_end.extend(lease.allocation_id for lease in leases)
+                events += job_interruption_events(
+                    job,
+                    kind="preempted",
+                    interrupted_state=JobState.PREEMPTED,
+                    reason="moved",
+                    next_kind="rescheduled",
+                    next_state=JobState.RUNNING,
+                    next_reason=decision.reason,
+                    at=now,
+                    data={"round": sround.pk},
+                    next_data=data,
+                )
+            else:
+                events.append(
+                    job_event(
+                        job,
+                        "scheduled",
+                        from_state=job.state,
+                        to_state=JobState.RUNNING,
+                        reason=decision.reason,
+                        at=now,
+                        data=data,
+                    )
+                )
+            new_placements.append(placement)
+            to_running.append(job.pk)
+            continue
+
+        counts["num_infeasible" if decision.outcome == Outcome.INFEASIBLE else "num_pending"] += 1
+        reason = _pending_reason(decision, blocked_ahead)
+        if decision.reason == reasons.EXCEEDS_CLUSTER_GPUS and job.num_gpus <= all_gpus:
+            # Too big for the servers in service now, but not for the whole cluster: it waits for the
+            # drained or failed servers to come back rather than being called infeasible.
+            reason = PendingReason.PRIORITY if blocked_ahead else PendingReason.RESOURCES
+        if reason in (PendingReason.RESOURCES, PendingReason.PRIORITY):
+            blocked_ahead = True
+        if leases:
+            counts["num_preempted"] += 1
+            to_end.extend(lease.allocation_id for lease in leases)
+            to_pending[reason].append(job.pk)
+            events += job_interruption_events(
+                job,
+                kind="preempted",
+                interrupted_state=JobState.PREEMPTED,
+                reason=decision.reason,
+                next_kind="requeued",
+                next_state=JobState.PENDING,
+                next_reason=reason,
+                at=now,
+                data={"round": sround.pk},
+                next_data={"round": sround.pk},
+            )
+        elif job.state == JobState.RUNNING:
+            # Running without a lease (should not happen): back to the queue.
+            to_pending[reason].append(job.pk)
+            events.append(
+                job_event(
+                    job,
+                    "requeued",
+                    from_state=JobState.RUNNING,
+                    to_state=JobState.PENDING,
+                    reason=reason,
+                    at=now,
+                    data={"round": sround.pk},
+                )
+            )
+        elif job.pending_reason != reason:
+            reason_updates[reason].append(job.pk)
+
+    # Order matters: release the old holds before inserting new ones, or the partial unique index
+    # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
+    allocations_end(allocation_ids=to_end, reason="preempted", now=now)
+    colocated = colocated_comm_jobs(d.placement for d in decisions if d.placement is not None)
+    _allocations_create(sround, new_placements, inputs, colocated, now=now)
+    if to_running:
+        Job.objects.filter(pk__in=to_running).update(
+            state=JobState.RUNNING,
+            pending_reason=PendingReason.NONE,
+            started_at=Coalesce("started_at", Value(now)),
+        )
+    for reason, ids in to_pending.items():
+        Job.objects.filter(pk__in=ids).update(state=JobState.PENDING, pending_reason=reason)
+    for reason, ids in reason_updates.items():
+        Job.objects.filter(pk__in=ids).update(pending_reason=reason)
+    JobEvent.objects.bulk_create(events, batch_size=1000)
+    round_decisions_insert(sround.pk, round_decisions)
+    return counts
+
+
+def round_decisions_insert(round_id: int, rows: list[tuple[int, int, str, str, float | None]]) -> None:
+    """Store a round's decision for every job it considered: (job id, position, outcome, reason, speed-up).
+
+    On PostgreSQL one INSERT over unnest'ed arrays: the ORM's bulk_create builds and prepares a model
+    instance per row, which for a thousand-job queue was a third of an unchanged round's time
+    (docs/performance.md, "Live round"). Elsewhere (the embedded SQLite demo) bulk_create.
+    """
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        RoundDecision.objects.bulk_create(
+            [
+                RoundDecision(round_id=round_id, job_id=j, position=p, outcome=o, reason=r, speedup=s)
+                for j, p, o, r, s in rows
+            ],
+            batch_size=1000,
+        )
+        return
+    job_ids, positions, outcomes, reasons_, speedups = (list(column) for column in zip(*rows, strict=True))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {RoundDecision._meta.db_table}"
+            " (round_id, job_id, position, outcome, reason, speedup)"
+            " SELECT %s, v.job_id, v.position, v.outcome, v.reason, v.speedup"
+            " FROM unnest(%s::bigint[], %s::int[], %s::varchar[], %s::varchar[], %s::float8[])"
+            " AS v(job_id, position, outcome, reason, speedup)",
+            [round_id, job_ids, positions, outcomes, reasons_, speedups],
+        )
+
+
+def _allocations_create(
+    sround: SchedulingRound,
+    placements: list[Placement],
+    inputs: RoundInputs,
+    colocated: dict[int, int],
+    *,
+    now: datetime,
+) -> None:
+    """One Allocation per (job, server share) and one AllocationGpu per GPU, in two bulk inserts.
+
+    `colocated`: job id -> the other communicating jobs on its servers in this round's plan (GENIE's
+    interference x, kept with the lease so that its measured speed can teach kappa).
+
+    Every part of a placement gets the same rendezvous port (MASTER_PORT), one that no other running
+    job uses on the first part's server (where rank 0 listens).
+    """
+    allocations: list[Allocation] = []
+    gpu_lists: list[list[int]] = []
+    ports = RendezvousPorts(scheduler_conf().rendezvous_ports, now=now) if placements else None
+    for placement in placements:
+        port = ports.take(placement.shares[0].server_id) if ports is not None else None
+        for share in placement.shares:
+            cpus, mem_gb = share.num_cpus, share.mem_gb
+            if cpus < 1 or mem_gb <= 0:
+                # The schema requires a core and some memory per lease; a share without them would be
+                # an allocator bug, so it is logged and given the minimum rather than dropped.
+                logger.warning(
+                    "job %s: share on server %s has %s cores / %s GB; using the minimum",
+                    placement.job_id,
+                    share.server_id,
+                    cpus,
+                    mem_gb,
+                )
+                cpus, mem_gb = max(1, cpus), max(mem_gb, 0.1)
+            allocations.append(
+                Allocation(
+                    job_id=placement.job_id,
+                    round=sround,
+                    server_id=share.server_id,
+                    num_gpus=len(share.gpu_indices),
+                    num_cpus=cpus,
+                    mem_gb=mem_gb,
+                    speedup=placement.speedup,
+                    started_at=now,
+                    rendezvous_port=port,
+                    colocated_comm_jobs=colocated.get(placement.job_id, 0),
+                )
+            )
+            gpu_lists.append([inputs.gpu_ids[(share.server_id, i)] for i in share.gpu_indices])
+    Allocation.objects.bulk_create(allocations, batch_size=1000)  # PostgreSQL and SQLite return the ids
+    agents_wake_on_commit({a.server_id for a in allocations})  # their agents start them at once
+    AllocationGpu.objects.bulk_create(
+        [
+            AllocationGpu(allocation_id=a.pk, gpu_id=g)
+            for a, gpus in zip(allocations, gpu_lists, strict=True)
+            for g in gpus
+        ],
+        batch_size=2000,
+    )
+
+
+class RendezvousPorts:
+    """Free rendezvous ports per server, read once per round (one query).
+
+    A port is never given while a running lease holds it, and not soon after either: the processes of
+    a job's last incarnation (a part orphaned on a node whose agent died) may still try to reach their
+    rank 0 there, and must not join the next incarnation's rendezvous by mistake.
+    """
+
+    QUIET_S = 600.0  # how long an ended lease's port rests before it is given again
+
+    def __init__(self, port_range: tuple[int, int], *, now: datetime) -> None:
+        self.first, self.last = port_range
+        self.active: dict[int, set[int]] = defaultdict(set)
+        self.resting: dict[int, set[int]] = defaultdict(set)
+        recent = Q(ended_at__isnull=True) | Q(ended_at__gte=now - timedelta(seconds=self.QUIET_S))
+        for server_id, port, ended_at in Allocation.objects.filter(
+            recent, rendezvous_port__isnull=False
+        ).values_list("server_id", "rendezvous_port", "ended_at"):
+            (self.active if ended_at is None else self.resting)[server_id].add(port)
+
+    def take(self, server_id: int) -> int | None:
+        """The lowest port neither in use nor resting on the server; else the lowest not in use; None
+        when every port of the range is in use (the job then gets no MASTER_PORT)."""
+        active, resting = self.active[server_id], self.resting[server_id]
+        for avoid in (active | resting, active):
+            for port in range(self.first, self.last + 1):
+                if port not in avoid:
+                    active.add(port)
+                    return port
+        logger.warning("server %s: every rendezvous port %s-%s is in use", server_id, self.first, self.last)
+        return None

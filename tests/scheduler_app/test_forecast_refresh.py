@@ -1,0 +1,216 @@
+"""The forecast refresh after rounds: a debounced task on the `forecasts` queue, not part of the round."""
+
+import time
+
+import pytest
+from celery import current_app
+
+from scheduler_app import tasks
+from scheduler_app.models import JobForecast
+from scheduler_app.services import forecast_refresh, forecasts
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import make_server, submit, workload
+
+pytestmark = pytest.mark.django_db
+
+INTERVAL_S = 10.0
+
+
+class FakeRedis:
+    """SET NX/EX/PX, DELETE and PTTL with expiry on a clock the test moves."""
+
+    def __init__(self):
+        self.now = 1000.0
+        self.keys: dict[str, tuple[str, float | None]] = {}
+
+    def _live(self, key):
+        value = self.keys.get(key)
+        if value is not None and value[1] is not None and value[1] <= self.now:
+            del self.keys[key]
+            return None
+        return value
+
+    def set(self, key, value, nx=False, ex=None, px=None):
+        if nx and self._live(key) is not None:
+            return None
+        ttl = ex if ex is not None else (px / 1000 if px is not None else None)
+        self.keys[key] = (value, None if ttl is None else self.now + ttl)
+        return True
+
+    def delete(self, key):
+        self.keys.pop(key, None)
+
+    def pttl(self, key):
+        value = self._live(key)
+        if value is None:
+            return -2
+        return -1 if value[1] is None else int((value[1] - self.now) * 1000)
+
+
+@pytest.fixture
+def worker_mode(settings, monkeypatch):
+    """Rounds and forecasts on Celery workers (not inline), a fake Redis and a recorded broker."""
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "policy": "fifo",
+        "allocator": "tune",
+        "inline_rounds": False,
+        "forecast_refresh_min_interval_s": INTERVAL_S,
+    }
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    fake = FakeRedis()
+    monkeypatch.setattr(forecast_refresh, "_redis", lambda url: fake)
+    monkeypatch.setattr("scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: None)
+    sent: list[dict] = []
+    monkeypatch.setattr(
+        current_app, "send_task", lambda name, **options: sent.append({"name": name, **options})
+    )
+    return fake, sent
+
+
+@pytest.fixture
+def queue(user):
+    """One 4-GPU server and six 1-GPU jobs: four run after a round, two wait."""
+    make_server("gpu01", gpus=4)
+    workload("res18")
+    return [submit(user, name=f"j{i}") for i in range(6)]
+
+
+def test_rounds_queue_one_debounced_refresh_instead_of_forecasting_inline(
+    worker_mode, queue, monkeypatch, django_capture_on_commit_callbacks
+):
+    fake, sent = worker_mode
+
+    def not_here(**kwargs):
+        raise AssertionError("a round forecast the queue itself")
+
+    monkeypatch.setattr(forecasts, "job_forecasts_refresh", not_here)
+    monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh", not_here)
+
+    # A burst of rounds (the early rounds after a burst of submissions): one refresh queued, at once.
+    for _ in range(5):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert scheduling_round_run(trigger="submit") is not None
+    assert [(s["name"], s["countdown"]) for s in sent] == [(forecast_refresh.REFRESH_TASK, 0.0)]
+    assert not JobForecast.objects.exists()
+
+    # The refresh starts (on the forecasts worker); rounds committed meanwhile queue the next one, when
+    # the interval since that start is over, and only one.
+    forecast_refresh.job_forecasts_refresh_started()
+    fake.now += 3.0
+    for _ in range(3):
+        with django_capture_on_commit_callbacks(execute=True):
+            scheduling_round_run(trigger="job_end")
+    assert len(sent) == 2
+    assert sent[1]["countdown"] == pytest.approx(INTERVAL_S - 3.0, abs=0.01)
+    assert sent[1]["expires"] > sent[1]["countdown"]  # a message that waited too long is dropped
+
+
+def test_a_rolled_back_round_queues_no_refresh(
+    worker_mode, queue, monkeypatch, django_capture_on_commit_callbacks
+):
+    _, sent = worker_mode
+
+    def fail(trigger):
+        raise RuntimeError("the round failed")
+
+    monkeypatch.setattr("scheduler_app.services.rounds._round", fail)
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(RuntimeError):
+        scheduling_round_run()
+    assert sent == []
+
+
+def test_the_refresh_task_refreshes_and_lets_the_next_round_queue_another(
+    worker_mode, queue, django_capture_on_commit_callbacks
+):
+    fake, sent = worker_mode
+    with django_capture_on_commit_callbacks(execute=True):
+        scheduling_round_run()
+    assert len(sent) == 1 and fake.pttl(forecast_refresh.QUEUED_KEY) > 0
+
+    stored = tasks.forecast_refresh_task.apply().get()
+
+    assert stored == 6
+    rows = {f.job_id: f for f in JobForecast.objects.all()}
+    assert set(rows) == {j.pk for j in queue}
+    waiting = [rows[j.pk] for j in queue[4:]]
+    assert all(f.start_at is not None and f.finish_at is not None for f in waiting)
+    assert sorted(f.position for f in waiting) == [1, 2]
+    # It cleared the queued key as it started and marked its start for the interval.
+    assert fake.pttl(forecast_refresh.QUEUED_KEY) == -2
+    assert 0 < fake.pttl(forecast_refresh.LAST_START_KEY) <= INTERVAL_S * 1000
+
+
+def test_forecasts_still_refresh_after_each_round_in_the_embedded_mode(
+    settings, queue, monkeypatch, django_capture_on_commit_callbacks
+):
+    """No worker (the demo, eager Celery): the round's commit refreshes the forecasts in the process."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
+    monkeypatch.setattr(current_app, "send_task", lambda *a, **k: pytest.fail("nothing goes to a broker"))
+    with django_capture_on_commit_callbacks(execute=True):
+        scheduling_round_run()
+    assert JobForecast.objects.filter(job__in=queue).count() == 6
+
+
+def test_a_broker_outage_does_not_fail_the_round(
+    worker_mode, queue, monkeypatch, django_capture_on_commit_callbacks
+):
+    class Down:
+        def pttl(self, key):
+            raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(forecast_refresh, "_redis", lambda url: Down())
+    with django_capture_on_commit_callbacks(execute=True):
+        assert scheduling_round_run() is not None  # logs a warning; the next round asks again
+
+
+def test_forecast_tasks_go_to_the_forecasts_queue_and_rounds_stay_on_the_default_one():
+    def queue_of(name: str) -> str:
+        return current_app.amqp.router.route({}, name)["queue"].name
+
+    for name in (
+        forecast_refresh.REFRESH_TASK,
+        tasks.admission_forecast_task.name,
+        tasks.simulation_run_task.name,
+    ):
+        assert queue_of(name) == "forecasts", name
+    default = current_app.conf.task_default_queue
+    for name in (
+        tasks.scheduling_round_task.name,
+        tasks.node_liveness_sweep_task.name,
+        tasks.workload_profile_task.name,
+    ):
+        assert queue_of(name) == default, name
+    assert tasks.forecast_refresh_task.name == forecast_refresh.REFRESH_TASK
+
+
+def test_the_debounce_uses_real_redis_keys(settings, monkeypatch):
+    import redis
+
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "inline_rounds": False,
+        "forecast_refresh_min_interval_s": INTERVAL_S,
+    }
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis at REDIS_URL")
+    keys = (forecast_refresh.QUEUED_KEY, forecast_refresh.LAST_START_KEY)
+    client.delete(*keys)
+    sent: list[dict] = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **options: sent.append(options))
+    try:
+        forecast_refresh.job_forecasts_refresh_request(trigger="beat")
+        forecast_refresh.job_forecasts_refresh_request(trigger="beat")
+        assert [s["countdown"] for s in sent] == [0.0]
+        # A lost task cannot block refreshes for long.
+        assert 0 < client.ttl(forecast_refresh.QUEUED_KEY) <= forecast_refresh.QUEUED_SLACK_S + 1
+        forecast_refresh.job_forecasts_refresh_started()
+        time.sleep(0.05)
+        forecast_refresh.job_forecasts_refresh_request(trigger="submit")
+        assert len(sent) == 2 and INTERVAL_S - 1 < sent[1]["countdown"] < INTERVAL_S
+    finally:
+        client.delete(*keys)
