@@ -15,8 +15,10 @@ django_wsgi = get_wsgi_application()
 from django.conf import settings  # noqa: E402  (after the settings module is chosen)
 
 from config.agent_wait import WAIT_PATH, agent_wait_app, wake_hub  # noqa: E402
+from config.gc_freeze import startup_objects_freeze  # noqa: E402
 
 django_app = WSGIMiddleware(django_wsgi, workers=settings.ATTUNE_WEB_THREADS)
+startup_objects_freeze()  # last: what is loaded by now lives as long as the process
 
 
 async def application(scope, receive, send):
