@@ -106,8 +106,9 @@ def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
         cwd=REPO_ROOT, env=env, stdout=worker_log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     forecasts = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "forecasts", "--pool", "solo",
-         "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "-n", "forecasts@%h"],
+        ["nice", "-n", "10", sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "forecasts",
+         "--pool", "solo", "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
+         "-n", "forecasts@%h"],
         cwd=REPO_ROOT, env=env, stdout=forecasts_log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"

@@ -220,11 +220,14 @@ def main() -> int:
         f"\nlive round on PostgreSQL: {args.servers} servers x 8 GPUs, {args.jobs} jobs, {conf.policy}/"
         f"{conf.allocator}; median of {args.scenarios} runs, each on a fresh copy of the same data;"
         " core = engine.schedule_round alone on the inputs round_inputs builds; round ms = the round's"
-        " transaction (SchedulingRound.duration_ms: decided and committed, agents woken); with forecast ="
-        " the whole scheduling_round_run, the forecast of every live job after the commit included"
+        " transaction (SchedulingRound.duration_ms: decided and committed, agents woken), which is all a"
+        " round costs the service's rounds worker (the forecast refresh after it is a task on the"
+        " `forecasts` queue); embedded + forecast = the whole scheduling_round_run in the embedded mode,"
+        " where that refresh of every live job runs inline after the commit"
     )
     print_table(
-        ["round", "runnable", "placed", "preempted", "waiting", "queries", "round ms", "with forecast ms",
+        ["round", "runnable", "placed", "preempted", "waiting", "queries", "round ms",
+         "embedded + forecast ms",
          "best ms", "inputs ms", "core ms", "x core"],
         rows,
     )  # fmt: skip

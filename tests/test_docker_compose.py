@@ -27,7 +27,8 @@ def test_forecasts_have_a_worker_of_their_own_and_rounds_stay_on_the_default_que
     default queue, so a forecast never waits in front of a round."""
     services = load()["services"]
     forecasts = services["forecasts-worker"]["command"]
-    assert forecasts[:4] == ["celery", "-A", "config", "worker"]
+    # At a lower CPU priority than the web tier and the rounds: forecasts are background work.
+    assert forecasts[:7] == ["nice", "-n", "10", "celery", "-A", "config", "worker"]
     assert forecasts[forecasts.index("-Q") + 1] == "forecasts"
     assert "-Q" not in services["worker"]["command"]
     routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
