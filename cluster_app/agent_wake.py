@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from functools import lru_cache
 
 import redis
 from django.conf import settings
 from django.core import signing
 from django.db import transaction
+
+from config.redis_pool import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +37,8 @@ def wake_enabled() -> bool:
     return bool(settings.ATTUNE_AGENT_WAKE)
 
 
-@lru_cache(maxsize=4)
 def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+    return redis_client(url, REDIS_TIMEOUT_S)
 
 
 def wake_redis() -> redis.Redis:

@@ -1,4 +1,4 @@
-"""One Redis connection pool per process for Django's cache, whatever instance of the cache asks.
+"""One Redis connection pool per process (Django's cache, whatever instance asks) and the services' client.
 
 Django's RedisCache keeps its connection pool on the cache instance, and Django hands each request
 its own instance when requests run on a2wsgi's threads (the cache handler's storage is per context,
@@ -10,6 +10,7 @@ every instance the same pool for the same URL and options; redis-py's pools are 
 from __future__ import annotations
 
 import threading
+from functools import lru_cache
 from typing import Any
 
 import redis
@@ -29,3 +30,11 @@ class SharedConnectionPool(redis.ConnectionPool):
             if pool is None:
                 pool = _pools[key] = redis.ConnectionPool.from_url(url, **kwargs)
             return pool
+
+
+@lru_cache(maxsize=8)
+def redis_client(url: str, timeout_s: float = 2.0) -> redis.Redis:
+    """The process's client for `url` (thread-safe, one pool), failing after `timeout_s` rather than
+    hanging the request or round that uses it: the services' debounce and wake keys, which all have a
+    fallback when Redis is away."""
+    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)

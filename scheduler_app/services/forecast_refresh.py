@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
-from functools import cache
 
 from celery import current_app
 from django.db import transaction
 
+from config.redis_pool import redis_client as _redis
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.services.forecasts import job_forecasts_refresh
 
@@ -24,13 +24,6 @@ LAST_START_KEY = "attune:forecast-refresh:last"
 # How long a queued refresh may wait past its countdown before its key (and the message) is given up:
 # a task lost with a dead broker must not block refreshes for long.
 QUEUED_SLACK_S = 60
-
-
-@cache
-def _redis(url: str):
-    import redis
-
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
 def job_forecasts_refresh_request(*, trigger: str) -> None:

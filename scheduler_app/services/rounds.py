@@ -9,13 +9,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from functools import cache
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import server_states_refresh
+from config.redis_pool import redis_client as _redis
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.models import (
@@ -163,13 +163,6 @@ def _round(trigger: str) -> SchedulingRound:
 # ---------------------------------------------------------------------------------------------------
 # Early rounds
 # ---------------------------------------------------------------------------------------------------
-
-
-@cache
-def _redis(url: str):
-    import redis
-
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
 def scheduling_round_request(*, trigger: str) -> None:
