@@ -30,6 +30,20 @@ def staff_user(db):
 
 
 @pytest.fixture
+def live_redis(settings):
+    """A client of the Redis at REDIS_URL, for tests of the services' debounce keys; skips, saying
+    why, when none answers there."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis at {settings.REDIS_URL}")
+    return client
+
+
+@pytest.fixture
 def fifo_tune(settings):
     """The live driver with FIFO + tune, rounds asked for but not run inline (tests run them)."""
     settings.ATTUNE_SCHEDULER = {

@@ -184,20 +184,14 @@ def test_forecast_tasks_go_to_the_forecasts_queue_and_rounds_stay_on_the_default
     assert tasks.forecast_refresh_task.name == forecast_refresh.REFRESH_TASK
 
 
-def test_the_debounce_uses_real_redis_keys(settings, monkeypatch):
-    import redis
-
+def test_the_debounce_uses_real_redis_keys(settings, monkeypatch, live_redis):
     settings.ATTUNE_SCHEDULER = {
         **settings.ATTUNE_SCHEDULER,
         "inline_rounds": False,
         "forecast_refresh_min_interval_s": INTERVAL_S,
     }
     settings.CELERY_TASK_ALWAYS_EAGER = False
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.RedisError:
-        pytest.skip("no Redis at REDIS_URL")
+    client = live_redis
     keys = (forecast_refresh.QUEUED_KEY, forecast_refresh.LAST_START_KEY)
     client.delete(*keys)
     sent: list[dict] = []

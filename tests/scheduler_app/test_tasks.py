@@ -99,16 +99,10 @@ def test_a_broker_outage_does_not_fail_the_request(settings, monkeypatch):
     rounds.scheduling_round_request(trigger="submit")  # logs a warning, raises nothing
 
 
-def test_the_debounce_uses_a_real_redis_set_nx(settings, monkeypatch):
-    import redis
-
+def test_the_debounce_uses_a_real_redis_set_nx(settings, monkeypatch, live_redis):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
     settings.CELERY_TASK_ALWAYS_EAGER = False
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.RedisError:
-        pytest.skip("no Redis at REDIS_URL")
+    client = live_redis
     client.delete(rounds.EARLY_ROUND_KEY)
     queued = []
     monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
