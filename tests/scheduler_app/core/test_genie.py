@@ -102,3 +102,33 @@ def test_a_best_case_never_keeps_a_later_admitted_job_off_free_gpus():
     # Alone, the job gets its best case (capped at the server): nobody after it needs the cores.
     (alone,) = GenieAllocator().allocate_at(jobs[:1], make_cluster(1), 0.0).decisions
     assert alone.reason == reasons.BEST_CASE and alone.placement.num_cpus == 24
+
+
+def test_an_urgent_job_that_meets_its_deadline_only_without_the_slack_still_gets_a_qos_fit():
+    # 2,400 s of work, deadline 1,100 s: it needs 2.18x, res18's best case is 2.4x. With slack 0.8 it
+    # would need 2.73x; the margin is dropped rather than the job (PAPERS §2.3: WA >= 0 is feasible).
+    job = make_job(1, total_iters=work(2400.0), deadline_s=1100.0)
+    plan = GenieAllocator(slack=0.8, work_conserving=False).allocate_at([job], make_cluster(1), 0.0)
+    (decision,) = plan.decisions
+    assert decision.reason == reasons.QOS_FIT
+    assert decision.placement.speedup >= 2400.0 / 1100.0 - 1e-9
+
+
+def test_no_reservation_for_a_job_that_would_miss_its_deadline_from_it():
+    # As test_reservation_backfills_only_jobs_that_do_not_delay_it, but job 2's deadline (1,500 s)
+    # is met only if it starts now (1,250 s at 2.4x); from the reservation at 417 s it would miss.
+    # PAPERS §2.3 step 4 reserves only when t' + E <= D, so job 4 is not held back for it.
+    cluster = make_cluster(1, gpus=3, cpus=27, mem_gb=1500.0)
+    jobs = [
+        make_job(1, total_iters=work(1000.0)),
+        make_job(2, gpus=3, total_iters=work(3000.0), deadline_s=1500.0),
+        make_job(3, total_iters=work(300.0)),
+        make_job(4, total_iters=work(5000.0)),
+    ]
+    plan = GenieAllocator(work_conserving=False).allocate_at(jobs, cluster, 0.0)
+    assert outcomes(plan) == [
+        (1, "placed", reasons.BEST_CASE),
+        (2, "pending", reasons.INSUFFICIENT_GPUS),
+        (3, "placed", reasons.BEST_CASE),
+        (4, "placed", reasons.BEST_CASE),
+    ]
