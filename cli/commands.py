@@ -252,7 +252,7 @@ def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
     return status
 
 
-QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END"]
+QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END", "QOS"]
 LIVE_STATES = ("PENDING", "RUNNING")
 
 
@@ -338,10 +338,30 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
                 when(
                     job.get("estimated_finish_at") if job["state"] in LIVE_STATES else job.get("finished_at")
                 ),
+                qos_cell(job),
             ]
         )
     table(rows, out)
     return 0
+
+
+def _instant(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def qos_cell(job: dict[str, Any]) -> str:
+    """The queue's QOS column: the deadline (its own, or submission + maximum latency), marked `!` when
+    the job's current estimate ends after it (or, finished, it ended after it); a minimum rate as
+    `>=N it/s`; blank without a target."""
+    cells = []
+    deadline = job.get("deadline_at")
+    if deadline:
+        end = job.get("estimated_finish_at") if job["state"] in LIVE_STATES else job.get("finished_at")
+        late = end is not None and _instant(end) > _instant(deadline)
+        cells.append(when(deadline) + ("!" if late else ""))
+    if job.get("qos_min_rate_iters_per_s"):
+        cells.append(f">={job['qos_min_rate_iters_per_s']:g} it/s")
+    return ", ".join(cells)
 
 
 def qos_target_text(job: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -66,10 +67,17 @@ def test_a_user_logs_in_submits_a_pipeline_watches_the_queue_and_cancels(service
 
     code, out, _ = run(capsys, "queue")
     header, *rows = out.splitlines()
-    assert header.split() == ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END"]
+    assert header.split() == [
+        *("JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END", "QOS")
+    ]
     by_id = {row.split()[0]: row.split() for row in rows}
     assert by_id[str(train.pk)][1:5] == ["train", "alice", "PENDING", "2"]
     assert by_id[str(evaluate.pk)][5] == "Dependency"
+    # The QOS column: eval's maximum latency as the time it must finish by; train has no target.
+    qos_at = out.splitlines()[0].index("QOS")
+    qos = {row.split()[0]: row[qos_at:].strip() for row in rows}
+    deadline = (evaluate.submitted_at + timedelta(days=1)).astimezone().strftime("%Y-%m-%d %H:%M")
+    assert qos[str(evaluate.pk)] in (deadline, deadline + "!") and qos[str(train.pk)] == ""
 
     code, out, _ = run(capsys, "show", str(evaluate.pk))
     assert (

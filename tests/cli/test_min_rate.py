@@ -27,6 +27,8 @@ def test_submit_with_a_min_rate_and_show_it(service, capsys):
     assert "QoS target (minimum rate): attainable" in out
     code, out, _ = run(capsys, "show", str(job.pk))
     assert code == 0 and re.search(r"^QoS +at least 0.25 iterations/s while running$", out, re.M)
+    code, out, _ = run(capsys, "queue")
+    assert code == 0 and re.search(rf"^{job.pk} +rate .*>=0.25 it/s$", out, re.M)
 
 
 def test_a_rate_the_cluster_cannot_give_is_accepted_at_risk(service, capsys):

@@ -215,6 +215,11 @@ class JobSerializer(serializers.ModelSerializer):
         help_text="A pending or running job's current estimate (null: unknown, see estimate_detail)"
     )
     estimate_detail = serializers.SerializerMethodField(help_text="Why an estimate is unknown")
+    deadline_at = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="The QoS target as a time: qos_deadline_at, or submission + qos_max_latency_s (null: none)",
+    )
     details_hidden = serializers.SerializerMethodField(
         help_text="Another user's job: command, script, paths, log and event messages are left out"
     )
@@ -252,6 +257,7 @@ class JobSerializer(serializers.ModelSerializer):
             "qos_deadline_at",
             "qos_max_latency_s",
             "qos_min_rate_iters_per_s",
+            "deadline_at",
             "time_limit_s",
             "depends_on",
             "held",
