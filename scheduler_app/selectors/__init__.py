@@ -40,6 +40,7 @@ from scheduler_app.selectors.jobs import (
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpus
 from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue
+from scheduler_app.selectors.round_jobs import JobLike, RoundJob, round_jobs_lock
 from scheduler_app.selectors.rounds import (
     OWN_COMMAND_GUESS_ITER_S,
     OWN_COMMAND_GUESS_LENGTH_S,
@@ -68,10 +69,12 @@ __all__ = [
     "AccountingReport",
     "AccountingRow",
     "ActiveLease",
+    "JobLike",
     "JobPart",
     "LeaseSpeed",
     "QueueEntry",
     "RoundInputs",
+    "RoundJob",
     "accounting_report",
     "accounting_window",
     "active_leases",
@@ -98,6 +101,7 @@ __all__ = [
     "proportional_profile",
     "rendezvous_env",
     "round_inputs",
+    "round_jobs_lock",
     "server_busy_gpus",
     "team_quotas_left",
 ]

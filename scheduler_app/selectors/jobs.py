@@ -50,14 +50,21 @@ def job_details_visible(job: Job, user: AbstractBaseUser) -> bool:
 
 
 def dependency_waits(*, job_ids: Iterable[int]) -> dict[int, dict[int, str]]:
-    """For each of `job_ids` with a dependency that has not COMPLETED: dependency id -> its state."""
+    """For each of `job_ids` (PENDING jobs: only those wait for dependencies) with a dependency that
+    has not COMPLETED: dependency id -> its state."""
+    wanted = set(job_ids)
+    if not wanted:
+        return {}
     waits: dict[int, dict[int, str]] = defaultdict(dict)
+    # The dependents' state rather than an IN list of every pending job: a round asks for its whole
+    # queue, and a thousand-id IN costs more to build and parse than the few dependency rows it finds.
     for job_id, dep_id, state in (
-        Job.depends_on.through.objects.filter(from_job_id__in=list(job_ids))
+        Job.depends_on.through.objects.filter(from_job__state=JobState.PENDING)
         .exclude(to_job__state=JobState.COMPLETED)
         .values_list("from_job_id", "to_job_id", "to_job__state")
     ):
-        waits[job_id][dep_id] = state
+        if job_id in wanted:
+            waits[job_id][dep_id] = state
     return dict(waits)
 
 

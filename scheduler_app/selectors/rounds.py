@@ -33,6 +33,7 @@ from scheduler_app.models import (
     Team,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases
+from scheduler_app.selectors.round_jobs import JobLike
 
 
 @dataclass
@@ -45,7 +46,7 @@ class RoundInputs:
 
     snapshot: ClusterSnapshot
     views: list[JobView]
-    jobs: dict[int, Job]
+    jobs: dict[int, JobLike]
     leases_by_job: dict[int, list[ActiveLease]]
     gpu_ids: dict[tuple[int, int], int]
     frozen_job_ids: set[int] = field(default_factory=set)
@@ -81,7 +82,7 @@ OWN_COMMAND_GUESS_ITER_S = 1.0
 OWN_COMMAND_GUESS_LENGTH_S = 3600.0
 
 
-def own_command_iter_time_s(job: Job, measured_iters_per_s: Iterable[float | None] = ()) -> float | None:
+def own_command_iter_time_s(job: JobLike, measured_iters_per_s: Iterable[float | None] = ()) -> float | None:
     """Seconds per iteration of an own command (it has no profile), or None when nothing tells.
 
     Its running lease's measured speed when it reports progress; else its time limit spread over its
@@ -99,7 +100,7 @@ def own_command_iter_time_s(job: Job, measured_iters_per_s: Iterable[float | Non
     return None
 
 
-def job_num_nodes(job: Job) -> int | None:
+def job_num_nodes(job: JobLike) -> int | None:
     """How many servers the job must span (the core's JobView.num_nodes): what it asked for; an own
     command that did not ask runs on one server (its processes know of no peers); None for a catalog
     workload, which the allocator may spread."""
@@ -108,7 +109,7 @@ def job_num_nodes(job: Job) -> int | None:
     return None if job.workload_id is not None else 1
 
 
-def _deadline_s(job: Job) -> float | None:
+def _deadline_s(job: JobLike) -> float | None:
     deadline = job.deadline_at
     return None if deadline is None else deadline.timestamp()
 
@@ -119,7 +120,7 @@ def next_round_at(now: datetime, round_s: float) -> datetime:
     return now if last is None else max(now, last + timedelta(seconds=round_s))
 
 
-def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInputs:
+def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> RoundInputs:
     """Build the snapshot and job views of a round from server and job rows (rows given by the caller,
     who may have locked them).
 
@@ -133,7 +134,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[Job]) -> RoundInpu
     for lease in active_leases():
         leases_by_job[lease.job_id].append(lease)
 
-    jobs_by_id: dict[int, Job] = {}
+    jobs_by_id: dict[int, JobLike] = {}
     frozen: set[int] = set()
     for job in sorted(jobs, key=lambda j: j.id):
         if any(lease.server_id not in schedulable_ids for lease in leases_by_job.get(job.id, ())):
@@ -261,7 +262,7 @@ def owner_usage_gpu_s(*, owner_ids: Iterable[int], now: datetime) -> dict[int, f
     return usage
 
 
-def team_quotas_left(*, jobs: list[Job], frozen_job_ids: set[int]) -> dict[int, int]:
+def team_quotas_left(*, jobs: Sequence[JobLike], frozen_job_ids: set[int]) -> dict[int, int]:
     """Team id -> GPUs its jobs in this round may hold: its quota minus what its frozen jobs (leases
     on servers the round cannot touch) keep. Teams without a quota are not listed (no cap)."""
     quotas = dict(Team.objects.filter(gpu_quota__isnull=False).values_list("id", "gpu_quota"))

@@ -26,6 +26,7 @@ from scheduler_app.models import (
     JobState,
     PendingReason,
 )
+from scheduler_app.selectors import JobLike
 from scheduler_app.services.admission import (
     admission_outcome_record,
     admission_predict_all,
@@ -69,7 +70,7 @@ def job_allocations_end(*, job_ids: Iterable[int], reason: str, now: datetime) -
 
 
 def job_interruption_events(
-    job: Job,
+    job: JobLike,
     *,
     kind: str,
     interrupted_state: str,

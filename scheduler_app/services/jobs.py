@@ -18,7 +18,7 @@ from cluster_app.selectors import cluster_capacity, server_shapes
 from profiles_app.models import Workload
 from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem, unix_user_problem
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobEvent, JobState, PendingReason, Team
-from scheduler_app.selectors import dependency_pending_reason, dependency_waits, job_manageable
+from scheduler_app.selectors import JobLike, dependency_pending_reason, dependency_waits, job_manageable
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,7 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
 
 
 def job_event(
-    job: Job,
+    job: JobLike,
     kind: str,
     *,
     from_state: str = "",
@@ -445,7 +445,7 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
     return jobs
 
 
-def job_dependencies_hold(*, jobs: Sequence[Job], now: datetime) -> set[int]:
+def job_dependencies_hold(*, jobs: Sequence[JobLike], now: datetime) -> set[int]:
     """Round hook: the ids of PENDING jobs that wait for a dependency to complete (leave them out).
 
     Each gets the pending reason Dependency, or DependencyNeverSatisfied once a dependency has ended

@@ -62,6 +62,7 @@ from profiles_app.services import (
     profiling_run_succeed,
 )
 from scheduler_app.models import Allocation, AllocationGpu, Job, JobEvent, JobState, PendingReason
+from scheduler_app.selectors import JobLike
 from scheduler_app.services.jobs import job_event
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ PROFILING_REPORT_KINDS = (PROFILE_POINT, PROFILE_ERROR)
 
 
 def profiling_jobs_hold(
-    *, jobs: Sequence[Job], servers: Sequence[Server], now: datetime, held_otherwise: Iterable[int] = ()
+    *, jobs: Sequence[JobLike], servers: Sequence[Server], now: datetime, held_otherwise: Iterable[int] = ()
 ) -> set[int]:
     """Round hook: the ids of PENDING jobs that wait for their workload's profile (leave them out).
 

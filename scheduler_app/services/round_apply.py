@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import connection
-from django.db.models import Q, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 
 from cluster_app.agent_wake import agents_wake_on_commit
 from scheduler_app.conf import scheduler_conf
@@ -18,16 +17,15 @@ from scheduler_app.core.types import Decision, Outcome, Placement
 from scheduler_app.models import (
     Allocation,
     AllocationGpu,
-    Job,
     JobEvent,
     JobState,
     PendingReason,
-    RoundDecision,
     SchedulingRound,
 )
 from scheduler_app.selectors import ActiveLease, RoundInputs
 from scheduler_app.services.job_control import allocations_end, job_interruption_events
 from scheduler_app.services.jobs import job_event
+from scheduler_app.services.round_writes import job_states_update, model_rows_insert, round_decisions_insert
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +88,9 @@ def round_plan_apply(
     """Write the plan: bulk statements only, so the cost does not grow with queries per job."""
     to_end: list[int] = []  # allocation ids whose lease ends (preempted)
     new_placements: list[Placement] = []
-    to_running: list[int] = []
-    to_pending: dict[str, list[int]] = defaultdict(list)  # reason -> running jobs sent back to queue
-    reason_updates: dict[str, list[int]] = defaultdict(list)  # reason -> pending jobs whose reason changes
+    # job id -> (state, pending reason), only for jobs whose row changes: a job whose lease continues,
+    # a moved job (RUNNING before and after) and a waiting job whose reason stays are not written.
+    job_changes: dict[int, tuple[str, str]] = {}
     events: list[JobEvent] = []
     round_decisions: list[tuple[int, int, str, str, float | None]] = []  # job, position, outcome, ...
     counts = dict.fromkeys(("num_placed", "num_pending", "num_infeasible", "num_preempted"), 0)
@@ -141,7 +139,8 @@ def round_plan_apply(
                     )
                 )
             new_placements.append(placement)
-            to_running.append(job.pk)
+            if (job.state, job.pending_reason) != (JobState.RUNNING, PendingReason.NONE):
+                job_changes[job.pk] = (JobState.RUNNING, PendingReason.NONE)
             continue
 
         counts["num_infeasible" if decision.outcome == Outcome.INFEASIBLE else "num_pending"] += 1
@@ -155,7 +154,7 @@ def round_plan_apply(
         if leases:
             counts["num_preempted"] += 1
             to_end.extend(lease.allocation_id for lease in leases)
-            to_pending[reason].append(job.pk)
+            job_changes[job.pk] = (JobState.PENDING, reason)
             events += job_interruption_events(
                 job,
                 kind="preempted",
@@ -170,7 +169,7 @@ def round_plan_apply(
             )
         elif job.state == JobState.RUNNING:
             # Running without a lease (should not happen): back to the queue.
-            to_pending[reason].append(job.pk)
+            job_changes[job.pk] = (JobState.PENDING, reason)
             events.append(
                 job_event(
                     job,
@@ -183,56 +182,17 @@ def round_plan_apply(
                 )
             )
         elif job.pending_reason != reason:
-            reason_updates[reason].append(job.pk)
+            job_changes[job.pk] = (JobState.PENDING, reason)
 
     # Order matters: release the old holds before inserting new ones, or the partial unique index
     # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
     allocations_end(allocation_ids=to_end, reason="preempted", now=now)
     colocated = colocated_comm_jobs(d.placement for d in decisions if d.placement is not None)
     _allocations_create(sround, new_placements, inputs, colocated, now=now)
-    if to_running:
-        Job.objects.filter(pk__in=to_running).update(
-            state=JobState.RUNNING,
-            pending_reason=PendingReason.NONE,
-            started_at=Coalesce("started_at", Value(now)),
-        )
-    for reason, ids in to_pending.items():
-        Job.objects.filter(pk__in=ids).update(state=JobState.PENDING, pending_reason=reason)
-    for reason, ids in reason_updates.items():
-        Job.objects.filter(pk__in=ids).update(pending_reason=reason)
-    JobEvent.objects.bulk_create(events, batch_size=1000)
+    job_states_update(job_changes, now=now)
+    model_rows_insert(JobEvent, [vars(event) for event in events])
     round_decisions_insert(sround.pk, round_decisions)
     return counts
-
-
-def round_decisions_insert(round_id: int, rows: list[tuple[int, int, str, str, float | None]]) -> None:
-    """Store a round's decision for every job it considered: (job id, position, outcome, reason, speed-up).
-
-    On PostgreSQL one INSERT over unnest'ed arrays: the ORM's bulk_create builds and prepares a model
-    instance per row, which for a thousand-job queue was a third of an unchanged round's time
-    (docs/performance.md, "Live round"). Elsewhere (the embedded SQLite demo) bulk_create.
-    """
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        RoundDecision.objects.bulk_create(
-            [
-                RoundDecision(round_id=round_id, job_id=j, position=p, outcome=o, reason=r, speedup=s)
-                for j, p, o, r, s in rows
-            ],
-            batch_size=1000,
-        )
-        return
-    job_ids, positions, outcomes, reasons_, speedups = (list(column) for column in zip(*rows, strict=True))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {RoundDecision._meta.db_table}"
-            " (round_id, job_id, position, outcome, reason, speedup)"
-            " SELECT %s, v.job_id, v.position, v.outcome, v.reason, v.speedup"
-            " FROM unnest(%s::bigint[], %s::int[], %s::varchar[], %s::varchar[], %s::float8[])"
-            " AS v(job_id, position, outcome, reason, speedup)",
-            [round_id, job_ids, positions, outcomes, reasons_, speedups],
-        )
 
 
 def _allocations_create(
@@ -251,7 +211,7 @@ def _allocations_create(
     Every part of a placement gets the same rendezvous port (MASTER_PORT), one that no other running
     job uses on the first part's server (where rank 0 listens).
     """
-    allocations: list[Allocation] = []
+    allocations: list[dict[str, Any]] = []  # Allocation rows (model_rows_insert: no instances)
     gpu_lists: list[list[int]] = []
     ports = RendezvousPorts(scheduler_conf().rendezvous_ports, now=now) if placements else None
     for placement in placements:
@@ -270,29 +230,29 @@ def _allocations_create(
                 )
                 cpus, mem_gb = max(1, cpus), max(mem_gb, 0.1)
             allocations.append(
-                Allocation(
-                    job_id=placement.job_id,
-                    round=sround,
-                    server_id=share.server_id,
-                    num_gpus=len(share.gpu_indices),
-                    num_cpus=cpus,
-                    mem_gb=mem_gb,
-                    speedup=placement.speedup,
-                    started_at=now,
-                    rendezvous_port=port,
-                    colocated_comm_jobs=colocated.get(placement.job_id, 0),
-                )
+                {
+                    "job_id": placement.job_id,
+                    "round_id": sround.pk,
+                    "server_id": share.server_id,
+                    "num_gpus": len(share.gpu_indices),
+                    "num_cpus": cpus,
+                    "mem_gb": mem_gb,
+                    "speedup": placement.speedup,
+                    "started_at": now,
+                    "rendezvous_port": port,
+                    "colocated_comm_jobs": colocated.get(placement.job_id, 0),
+                }
             )
             gpu_lists.append([inputs.gpu_ids[(share.server_id, i)] for i in share.gpu_indices])
-    Allocation.objects.bulk_create(allocations, batch_size=1000)  # PostgreSQL and SQLite return the ids
-    agents_wake_on_commit({a.server_id for a in allocations})  # their agents start them at once
-    AllocationGpu.objects.bulk_create(
+    ids = model_rows_insert(Allocation, allocations)
+    agents_wake_on_commit({a["server_id"] for a in allocations})  # their agents start them at once
+    model_rows_insert(
+        AllocationGpu,
         [
-            AllocationGpu(allocation_id=a.pk, gpu_id=g)
-            for a, gpus in zip(allocations, gpu_lists, strict=True)
+            {"allocation_id": allocation_id, "gpu_id": g}
+            for allocation_id, gpus in zip(ids, gpu_lists, strict=True)
             for g in gpus
         ],
-        batch_size=2000,
     )
 
 

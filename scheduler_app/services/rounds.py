@@ -19,14 +19,13 @@ from config.redis_pool import redis_client as _redis
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.models import (
-    Job,
-    JobState,
     RoundDecision,
     SchedulingRound,
 )
 from scheduler_app.selectors import (
     borrowing_teams,
     round_inputs,
+    round_jobs_lock,
     server_busy_gpus,
     team_quotas_left,
 )
@@ -102,14 +101,7 @@ def _round(trigger: str) -> SchedulingRound:
     t0 = time.perf_counter()
     now = timezone.now()
     servers = servers_lock_all()
-    # of=("self",) locks only job rows; the round reads but never writes anything joined to them.
-    # no_key: a foreign key check of another transaction (its rows pointing at a job) must not wait
-    # for the round, for the reason given in servers_lock_all.
-    jobs = list(
-        Job.objects.select_for_update(of=("self",), no_key=True)
-        .filter(state__in=[JobState.PENDING, JobState.RUNNING])
-        .order_by("id")
-    )
+    jobs = round_jobs_lock()  # rows, not model instances; locked: see round_jobs_lock
     # Jobs whose workload is being profiled wait out of the round. Synergy profiles on arrival, so
     # queued runs take what running leases leave free before this round places anything new.
     # Held jobs (scontrol hold) are out, their reason set when they were held; so are jobs waiting

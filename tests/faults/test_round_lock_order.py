@@ -67,9 +67,10 @@ def test_round_does_not_deadlock_with_a_report_transaction(stack):
         # The round holds the servers and waits for our job row.
         wait_until(
             lambda: stack.sql(
-                # (the statement's text is cut at track_activity_query_size: match its start)
+                # (the statement's text is cut at track_activity_query_size: match its start; the
+                # round reads its jobs as rows, round_jobs_lock, whose columns are aliased)
                 "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                ['SELECT "scheduler_app_job"."id", "scheduler_app_job"."owner_id"%'],
+                ['SELECT "scheduler_app_job"."id"%"scheduler_app_job"."owner_id"%'],
             ),
             timeout_s=30,
             what="the round to wait for the job row",
