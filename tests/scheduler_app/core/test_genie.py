@@ -66,18 +66,23 @@ def test_a_late_job_is_best_effort_and_waits_with_qos_unattainable():
     assert outcomes(alone)[0][1] == "placed"  # best effort still runs when there is room
 
 
-def test_reservation_backfills_only_jobs_that_do_not_delay_it():
-    # 3 GPUs with room for every best case (9 cores). Job 1 (1 GPU, 1,000 s of work at 2.4x) ends at
-    # 417 s. Job 2 (QoS, 3 GPUs) cannot start: reserved for 417 s. Job 3 (300 s of work, 125 s at
-    # 2.4x) ends before that: backfilled. Job 4 (5,000 s) would hold a GPU past 417 s: it waits.
+def reservation_round(qos_deadline_s: float):
+    """3 GPUs with room for every best case (9 cores). Job 1 (1 GPU, 1,000 s of work at 2.4x) ends at
+    417 s. Job 2 (QoS, 3 GPUs, 3,000 s of work: 1,250 s at 2.4x) cannot start before then. Job 3 (300 s
+    of work, 125 s at 2.4x) ends before 417 s; job 4 (5,000 s) would hold a GPU past it."""
     cluster = make_cluster(1, gpus=3, cpus=27, mem_gb=1500.0)
     jobs = [
         make_job(1, total_iters=work(1000.0)),
-        make_job(2, gpus=3, total_iters=work(3000.0), deadline_s=20_000.0),
+        make_job(2, gpus=3, total_iters=work(3000.0), deadline_s=qos_deadline_s),
         make_job(3, total_iters=work(300.0)),
         make_job(4, total_iters=work(5000.0)),
     ]
-    plan = GenieAllocator(work_conserving=False).allocate_at(jobs, cluster, 0.0)
+    return GenieAllocator(work_conserving=False).allocate_at(jobs, cluster, 0.0)
+
+
+def test_reservation_backfills_only_jobs_that_do_not_delay_it():
+    # Job 2 is reserved for 417 s: job 3 ends before that (backfilled), job 4 would not (it waits).
+    plan = reservation_round(20_000.0)
     assert outcomes(plan) == [
         (1, "placed", reasons.BEST_CASE),
         (2, "pending", reasons.INSUFFICIENT_GPUS),
@@ -115,17 +120,10 @@ def test_an_urgent_job_that_meets_its_deadline_only_without_the_slack_still_gets
 
 
 def test_no_reservation_for_a_job_that_would_miss_its_deadline_from_it():
-    # As test_reservation_backfills_only_jobs_that_do_not_delay_it, but job 2's deadline (1,500 s)
-    # is met only if it starts now (1,250 s at 2.4x); from the reservation at 417 s it would miss.
-    # PAPERS §2.3 step 4 reserves only when t' + E <= D, so job 4 is not held back for it.
-    cluster = make_cluster(1, gpus=3, cpus=27, mem_gb=1500.0)
-    jobs = [
-        make_job(1, total_iters=work(1000.0)),
-        make_job(2, gpus=3, total_iters=work(3000.0), deadline_s=1500.0),
-        make_job(3, total_iters=work(300.0)),
-        make_job(4, total_iters=work(5000.0)),
-    ]
-    plan = GenieAllocator(work_conserving=False).allocate_at(jobs, cluster, 0.0)
+    # Job 2's deadline (1,500 s) is met only if it starts now (1,250 s at 2.4x); from the reservation
+    # at 417 s it would miss. PAPERS §2.3 step 4 reserves only when t' + E <= D, so job 4 is not held
+    # back for it.
+    plan = reservation_round(1500.0)
     assert outcomes(plan) == [
         (1, "placed", reasons.BEST_CASE),
         (2, "pending", reasons.INSUFFICIENT_GPUS),
