@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from cli.api import Api, CliError, error_lines
 from cli.config import save_login
 from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_rate, parse_time_limit_s
-from cli.output import choices_text, table, when
+from cli.output import choices_text, instant, table, when
 
 
 def login(api: Api, *, username: str, out: TextIO) -> int:
@@ -345,10 +345,6 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
     return 0
 
 
-def _instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def qos_cell(job: dict[str, Any]) -> str:
     """The queue's QOS column: the deadline (its own, or submission + maximum latency), marked `!` when
     the job's current estimate ends after it (or, finished, it ended after it); a minimum rate as
@@ -357,7 +353,7 @@ def qos_cell(job: dict[str, Any]) -> str:
     deadline = job.get("deadline_at")
     if deadline:
         end = job.get("estimated_finish_at") if job["state"] in LIVE_STATES else job.get("finished_at")
-        late = end is not None and _instant(end) > _instant(deadline)
+        late = end is not None and instant(end) > instant(deadline)
         cells.append(when(deadline) + ("!" if late else ""))
     if job.get("qos_min_rate_iters_per_s"):
         cells.append(f">={job['qos_min_rate_iters_per_s']:g} it/s")

@@ -8,11 +8,16 @@ from typing import TextIO
 MAX_CHOICES_SHOWN = 20
 
 
+def instant(value: str) -> datetime:
+    """An API timestamp (ISO 8601, "Z" for UTC) as an aware datetime."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
 def when(value: str | None) -> str:
     """An API timestamp as local "YYYY-MM-DD HH:MM"; "-" when there is none."""
     if not value:
         return "-"
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
+    return instant(value).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
 def table(rows: list[list[str]], out: TextIO) -> None:

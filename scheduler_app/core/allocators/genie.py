@@ -243,15 +243,19 @@ class GenieRound:
         assert self.shape is not None
         return job.num_nodes or -(-job.num_gpus // self.shape.num_gpus)
 
+    def best_speed(self, job: JobView) -> float:
+        """The job's best-case speed on the fewest servers that can hold it, after their slowdown."""
+        assert self.shape is not None
+        best = best_case(job.profile, job.num_gpus, self.shape).speed
+        return with_penalty(best, job.profile, self.min_servers(job), job.num_gpus)
+
     def required_speed(self, job: JobView) -> float | None:
         """The speed (x proportional, after the placement's slowdown) that meets the job's QoS target,
         or None: no target, or not attainable even at the best case on the fewest servers (a job given
         both kinds needs both, and is late when either is out of reach)."""
         if job.deadline_s is None and job.min_rate_iters_per_s is None:
             return None
-        assert self.shape is not None
-        best = best_case(job.profile, job.num_gpus, self.shape).speed
-        best = with_penalty(best, job.profile, self.min_servers(job), job.num_gpus)
+        best = self.best_speed(job)
         need = 0.0
         if job.deadline_s is not None:
             window_s = job.deadline_s - self.now_s
@@ -424,9 +428,7 @@ class GenieRound:
         deadline (with the round's slack): PAPERS §2.3 step 4 reserves only then."""
         if job.deadline_s is None:
             return True
-        assert self.shape is not None
-        best = best_case(job.profile, job.num_gpus, self.shape).speed
-        best = with_penalty(best, job.profile, self.min_servers(job), job.num_gpus)
+        best = self.best_speed(job)
         work_s = job.remaining_iters * job.profile.iter_time_s
         return work_s <= best * (job.deadline_s - start_s) * self.slack + EPS
 
