@@ -30,6 +30,11 @@ class SchedulerConf:
     rendezvous_ports: tuple[int, int]
     redis_url: str
 
+    @property
+    def max_grace_s(self) -> int:
+        """The longest an agent lets a stopped lease's process run before SIGKILL."""
+        return max(self.preempt_grace_s, self.cancel_grace_s)
+
 
 def scheduler_conf() -> SchedulerConf:
     # Read on every call (a dict lookup) so that tests can override settings.

@@ -352,6 +352,9 @@ class Allocation(models.Model):
     )
     iters_per_s = models.FloatField(null=True, blank=True, help_text="Last measured speed")
     exit_code = models.SmallIntegerField(null=True, blank=True)
+    exited_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the agent reported the lease's process gone (its exit report)"
+    )
     log_tail = models.TextField(blank=True, help_text="The last lines of the lease's output (capped)")
     rendezvous_port = models.PositiveIntegerField(
         null=True, blank=True, help_text="MASTER_PORT of a job spanning servers (same on every part)"

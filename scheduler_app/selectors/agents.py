@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import Prefetch
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
 from profiles_app.models import ProfilingRun, ProfilingRunStatus
@@ -29,6 +31,12 @@ from scheduler_app.models import (
 # Lease end reasons after which a still-running process is stopped gracefully (checkpoint) rather
 # than cancelled.
 PREEMPT_END_REASONS = frozenset({"preempted"})
+# A lease ended because its server stopped answering: no agent will confirm its exit.
+NODE_FAIL_END_REASON = "node_fail"
+# How long past its grace period an ended lease whose agent has not reported its exit still holds back
+# its job's next lease: the agent SIGKILLs at the grace period's end, and the exit report comes with
+# its next sync. Bounded, so that an agent that died meanwhile delays the restart but never blocks it.
+STOP_CONFIRM_MARGIN_S = 15
 
 
 @dataclass(frozen=True)
@@ -175,10 +183,24 @@ def _live_leases(server_id: int) -> tuple[set[UUID], bool]:
     return live, any(is_run for _, is_run in rows)
 
 
+def _earlier_lease_stopping(*, now: datetime, grace_s: float) -> QuerySet[Allocation]:
+    """An ended lease of the outer allocation's job whose process its agent started and has not yet
+    reported gone. A job that a round moved (or sent back to the queue and placed again) starts its
+    next lease only after that: the old process may still be writing its checkpoint during its grace
+    period, and the new one would resume from a stale checkpoint, or train beside it, otherwise."""
+    return Allocation.objects.filter(
+        job_id=OuterRef("job_id"),
+        ended_at__gte=now - timedelta(seconds=grace_s + STOP_CONFIRM_MARGIN_S),
+        agent_started_at__isnull=False,
+        exited_at__isnull=True,
+    ).exclude(end_reason=NODE_FAIL_END_REASON)
+
+
 def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str, Any]]:
     """The commands that bring `server` to the state the scheduler decided, from database state only.
 
-    - start: an active lease of this server whose job is RUNNING and which the agent does not run;
+    - start: an active lease of this server whose job is RUNNING and which the agent does not run,
+      once every earlier lease of the job that an agent started has exited (`_earlier_lease_stopping`);
     - preempt / cancel: a lease the agent runs that the service has ended (preempted by a round, or
       ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
     - drain: the server is DRAINING or DRAINED;
@@ -199,6 +221,7 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
         )
         to_start = list(
             Allocation.objects.filter(lease_id__in=live - running, ended_at__isnull=True)
+            .exclude(Exists(_earlier_lease_stopping(now=timezone.now(), grace_s=conf.max_grace_s)))
             .select_related("job", "job__workload")
             .prefetch_related(Prefetch("gpu_holds", queryset=holds))
             .order_by("started_at", "id")

@@ -64,7 +64,7 @@ MAX_ITERS_PER_S = MAX_STORED_ITERS_PER_S
 MAX_REPORTED_ITERS = 2**62  # done_iters above this is malformed (the job row holds a 64-bit integer)
 AGENT_REPORT_MAX_SEQ = 2**63 - 1
 MAX_STOP_CHARS = 24  # "agent_" + stop must fit Allocation.end_reason
-REPORT_FIELDS = ["agent_started_at", "accounted_until", "iters_per_s", "exit_code", "log_tail"]
+REPORT_FIELDS = ["agent_started_at", "accounted_until", "iters_per_s", "exit_code", "exited_at", "log_tail"]
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,8 @@ def _apply_reports(reports: list[LeaseReport], *, now: datetime, job_ids: set[in
                 allocation.log_tail = "\n".join(tail[-conf.log_tail_lines :])
         elif r.kind == AgentReportKind.EXITED:
             events.extend(_progress(job, allocation, r, gpus=allocation.num_gpus, now=now))
+            if allocation.exited_at is None:
+                allocation.exited_at = r.at  # a moved job's next lease waits for this (agent_commands)
             dirty_jobs.add(job.pk)
             # A job that ends folds its leases' measured speeds into the workload's correction: they
             # must be stored first (exits are rare, so this extra statement is too).

@@ -263,6 +263,58 @@ def test_a_sync_preempts_a_lease_the_scheduler_ended(agent, running, staff_user)
     assert [c["kind"] for c in commands].count("start") == 1  # the urgent job
 
 
+def _moved_while_stopping(agent, running, staff_user):
+    """`running`'s lease A started (reported), then preempted by an urgent job; the urgent job is
+    cancelled and the next round places `running` again: lease B. Returns (A, B)."""
+    old = lease_of(running)
+    synced(agent, running=[old.lease_id], reports=[report(old.lease_id, 1, "started", pid=42)])
+    urgent = submit(staff_user, gpus=4, priority=10, name="urgent")
+    scheduling_round_run()
+    job_cancel(job=urgent, by=staff_user)
+    scheduling_round_run()
+    new = lease_of(running)
+    assert new.pk != old.pk and running.allocations.get(pk=old.pk).end_reason == "preempted"
+    return old, new
+
+
+def starts(answer) -> list[str]:
+    return [c["lease_id"] for c in answer["commands"] if c["kind"] == "start"]
+
+
+def test_a_job_placed_again_starts_only_once_its_preempted_process_exited(agent, running, staff_user):
+    old, new = _moved_while_stopping(agent, running, staff_user)
+    # A still writes its checkpoint (the agent lists it as running): B would resume from a stale one.
+    answer = synced(agent, running=[old.lease_id])
+    assert starts(answer) == [] and answer["commands"][0]["kind"] == "preempt"
+    # The agent has not said A is gone, even though it no longer lists it: still held.
+    assert starts(synced(agent)) == []
+    exited = report(old.lease_id, 2, "exited", exit_code=None, signal=15, done_iters=0)
+    assert starts(synced(agent, reports=[exited])) == [str(new.lease_id)]
+    assert Allocation.objects.get(pk=old.pk).exited_at is not None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(
+            {
+                "started_at": timezone.now() - timedelta(seconds=60),
+                "ended_at": timezone.now() - timedelta(seconds=30 + 16),  # the preempt grace + margin
+            },
+            id="grace_and_margin_passed",
+        ),
+        pytest.param({"end_reason": "node_fail"}, id="its_server_failed"),
+        pytest.param({"agent_started_at": None}, id="never_started"),
+    ],
+)
+def test_a_stopping_lease_holds_the_next_one_back_only_while_its_exit_can_still_come(
+    agent, running, staff_user, change
+):
+    old, new = _moved_while_stopping(agent, running, staff_user)
+    Allocation.objects.filter(pk=old.pk).update(**change)
+    assert starts(synced(agent)) == [str(new.lease_id)]
+
+
 def test_a_sync_cancels_a_cancelled_job_and_unknown_leases(agent, running, user):
     lease = lease_of(running)
     job_cancel(job=running, by=user)

@@ -464,20 +464,23 @@ class Agent:
     # -- the spool (agent/spool.py): what the agent sent and what is still unacknowledged ----------
 
     def spool(self) -> dict[str, Any]:
-        """{'last_seq': {lease: n}, 'pending': {(lease, seq)}} read from the agent's SQLite spool.
+        """{'last_seq': {lease: n}, 'pending': {(lease, seq)}, 'live': {lease}} read from the agent's
+        SQLite spool.
 
         A report gets the lease's next seq (`lease_seq.last_seq`) when it is written and leaves the
-        `reports` table once the service acknowledged (or rejected) it: with nothing pending, the
-        agent sent and had acknowledged exactly the seqs 1..last_seq of each lease.
+        `reports` table once the service acknowledged (or rejected) it: with nothing pending and no
+        live lease (`leases` holds a record from launch until the `exited` report is written), the
+        agent sent and had acknowledged exactly the seqs 1..last_seq of each lease, and writes no more.
         """
         path = self.spool_dir / "spool.sqlite3"
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         try:
             last = dict(db.execute("SELECT lease_id, last_seq FROM lease_seq").fetchall())
             pending = set(db.execute("SELECT lease_id, seq FROM reports").fetchall())
+            live = {row[0] for row in db.execute("SELECT lease_id FROM leases")}
         finally:
             db.close()
-        return {"last_seq": last, "pending": pending}
+        return {"last_seq": last, "pending": pending, "live": live}
 
 
 class Stack:
@@ -893,11 +896,19 @@ class Stack:
         return "\n".join(lines)
 
     def wait_spools_drained(self, timeout_s: float = 30) -> None:
-        """Every agent had every report it wrote acknowledged (its spool's `reports` table is empty)."""
+        """Every agent runs no lease and had every report it wrote acknowledged. A job can complete
+        while a lease of it still stops (it finished through another lease, or the last progress came
+        in the grace period): that lease's `exited` report comes after, so an empty `reports` table
+        alone is not the end."""
+
+        def drained() -> bool:
+            spools = [a.spool() for a in self.agents]
+            return all(not s["pending"] and not s["live"] for s in spools)
+
         wait_until(
-            lambda: all(not a.spool()["pending"] for a in self.agents),
+            drained,
             timeout_s=timeout_s,
-            what="the agents' spools to be drained (every report acknowledged)",
+            what="the agents' spools to be drained (no lease running, every report acknowledged)",
             diagnose=self.describe,
         )
 
