@@ -20,6 +20,7 @@ from cluster_app.services import (
 )
 from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import server_busy_gpus
+from scheduler_app.selectors.agents import NODE_FAIL_END_REASON
 from scheduler_app.services.job_control import job_allocations_end, job_interruption_events
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
@@ -46,7 +47,7 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
     )
     if job_ids:
         jobs = list(Job.objects.select_for_update().filter(pk__in=job_ids).order_by("id"))
-        job_allocations_end(job_ids=job_ids, reason="node_fail", now=now)
+        job_allocations_end(job_ids=job_ids, reason=NODE_FAIL_END_REASON, now=now)
         events = []
         requeued = [j.pk for j in jobs if j.state == JobState.RUNNING]
         for job in jobs:
