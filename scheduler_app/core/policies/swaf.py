@@ -5,9 +5,12 @@ at the best case it could get on this cluster (_execution.best_execution_s: best
 speed-up, consolidated). The order, after a higher `priority` (GENIE's "emergency" flag):
 1. QoS jobs that can still make their deadline (WA >= 0), WA ascending (least slack first);
 2. minimum-rate jobs (`min_rate_iters_per_s`) whose rate the best case reaches, by arrival;
-3. QoS jobs that cannot make their target (WA < 0, or a minimum rate above the best case): the
+3. deadline jobs that could still make it but lose their guarantee under overload (_guarantees.py:
+   Moore and Hodgson's rule over the cluster's capacity up to each deadline), shortest E_best first:
+   they run on what the guaranteed jobs leave and may still finish in time;
+4. QoS jobs that cannot make their target (WA < 0, or a minimum rate above the best case): the
    best-effort tail, shortest E_best first;
-4. jobs without a QoS target, by arrival.
+5. jobs without a QoS target, by arrival.
 Ties everywhere: (arrival_s, job_id). Where jobs without a deadline go relative to the late QoS jobs
 is our choice (PAPERS says only "best-effort tail"): the late jobs were promised a latency, so they
 keep precedence over jobs that were promised none. Where minimum-rate jobs go is ours too (GENIE's
@@ -21,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core.policies._execution import best_execution_s, best_rate_iters_per_s, snapshot_shape
+from scheduler_app.core.policies._guarantees import DEFAULT_PLANNABLE_SHARE, unguaranteed_jobs
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.throughput import EPS, ServerShape
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
-FEASIBLE, MIN_RATE, LATE, NO_DEADLINE = 0, 1, 2, 3
+FEASIBLE, MIN_RATE, UNGUARANTEED, LATE, NO_DEADLINE = 0, 1, 2, 3, 4
 
 
 def waiting_allowance_s(job: JobView, now_s: float, shape: ServerShape | None) -> float | None:
@@ -37,11 +41,24 @@ def waiting_allowance_s(job: JobView, now_s: float, shape: ServerShape | None) -
 
 @register_policy("swaf")
 class SwafPolicy(Policy):
-    """Least waiting allowance first; then minimum-rate jobs; late jobs to a shortest-first tail;
-    jobs without a QoS target last."""
+    """Least waiting allowance first; then minimum-rate jobs; unguaranteed, then late jobs, each a
+    shortest-first tail; jobs without a QoS target last.
+
+    `plannable_share`: the share of the cluster's GPU capacity up to a deadline that guaranteed
+    deadline jobs may plan for (_guarantees.py); None guarantees every job that can still make it
+    (GENIE's SWAF as PAPERS §2.3 states it)."""
+
+    def __init__(self, plannable_share: float | None = DEFAULT_PLANNABLE_SHARE) -> None:
+        if plannable_share is not None and not 0 < plannable_share <= 1:
+            raise ValueError(f"plannable_share must be in (0, 1] or None, got {plannable_share!r}")
+        self.plannable_share = plannable_share
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         shape = snapshot_shape(snapshot)
+        unguaranteed: set[int] = set()
+        if self.plannable_share is not None:
+            # Jobs past their deadline or without one need no capacity there (deadline_need_gpu_s).
+            unguaranteed = unguaranteed_jobs(jobs, snapshot, shape, now_s, self.plannable_share)
 
         def key(j: JobView) -> tuple[int, int, float, float, int]:
             wa = waiting_allowance_s(j, now_s, shape)
@@ -53,6 +70,8 @@ class SwafPolicy(Policy):
                 return (-j.priority, NO_DEADLINE, 0.0, j.arrival_s, j.job_id)
             if wa < 0:
                 return (-j.priority, LATE, best_execution_s(j, shape), j.arrival_s, j.job_id)
+            if j.job_id in unguaranteed:
+                return (-j.priority, UNGUARANTEED, best_execution_s(j, shape), j.arrival_s, j.job_id)
             return (-j.priority, FEASIBLE, wa, j.arrival_s, j.job_id)
 
         return sorted(jobs, key=key)
