@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scheduler_app.core.policies import POLICIES, Policy
 from scheduler_app.simulator import ClusterSpec, genie_trace, simulate
 from scheduler_app.simulator.genie_fits import BATCH_FACTORS
 from scheduler_app.simulator.workloads import genie_fitted_catalog
@@ -36,6 +37,11 @@ class Scheduler:
     policy: str
     allocator: str
     mode: str = "rounds"
+    # Keyword arguments of the policy (policies/swaf.py's plannable_share=None: SWAF without guarantees).
+    policy_kwargs: tuple[tuple[str, object], ...] = ()
+
+    def policy_obj(self) -> Policy:
+        return POLICIES.get(self.policy)(**dict(self.policy_kwargs))
 
 
 BASELINES = (
@@ -57,6 +63,7 @@ ABLATION = (
     Scheduler("FIFO+genie", "fifo", "genie"),
     Scheduler("EDF+genie", "edf", "genie"),
     Scheduler("SJF+genie", "sjf", "genie"),
+    Scheduler("SWAF+genie without guarantees", "swaf", "genie", policy_kwargs=(("plannable_share", None),)),
 )
 
 
@@ -84,7 +91,7 @@ def run_all(
             )
             for s in schedulers:
                 r = simulate(
-                    trace, CLUSTER, policy=s.policy, allocator=s.allocator, mode=s.mode, catalog=catalog
+                    trace, CLUSTER, policy=s.policy_obj(), allocator=s.allocator, mode=s.mode, catalog=catalog
                 )
                 rows.append(
                     {
@@ -185,9 +192,7 @@ def main() -> None:
     print(gains_table(rows, loads, "GENIE (SWAF+genie)", [s.label for s in BASELINES[:3]]))
     print("\n**Combined SWAF+tune against each baseline and against GENIE**\n")
     print(
-        gains_table(
-            rows, loads, "combined SWAF+tune", [s.label for s in BASELINES] + ["GENIE (SWAF+genie)"]
-        )
+        gains_table(rows, loads, "combined SWAF+tune", [s.label for s in BASELINES] + ["GENIE (SWAF+genie)"])
     )
     print("\n" + headline(rows, loads[-1], [s.label for s in BASELINES]))
     print("\n**Ablation: GENIE's placement under the baselines' orders**\n")
