@@ -45,10 +45,9 @@ def test_a_fitted_cross_server_time_keeps_a_deadline_job_off_two_servers(
 ):
     for name in ("n1", "n2"):
         make_server(name, gpus=8, cpus=24, mem_gb=500.0)
-    # Two jobs with less waiting allowance take 6 GPUs of each server (768 s of work each, due in
-    # 1,200 s: together 9,216 GPU-s, within the half of the cluster's 19,200 that SWAF guarantees).
+    # Two jobs with less waiting allowance take 6 GPUs of each server (about 1,000 s of work each).
     ahead = [
-        submit(user, gpus=6, iters=1200, name=f"ahead{i}", qos_max_latency_s=1200.0) for i in (1, 2)
+        submit(user, gpus=6, iters=1600, name=f"ahead{i}", qos_max_latency_s=1500.0) for i in (1, 2)
     ]
     workload = fitted_workload(t_cross_s)
     iter_s = workload_iter_time_s(workload, 4)

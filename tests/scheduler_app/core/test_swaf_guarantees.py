@@ -43,9 +43,10 @@ def test_the_job_needing_the_most_loses_its_guarantee_when_the_sum_passes_the_of
     # Whole cluster plannable: J1 5,360 <= 8 x 700; + J2 = 5,896 > 8 x 720 = 5,760: J1, the largest,
     # goes; J2 + J3 = 1,072 fit.
     assert unguaranteed_jobs(JOBS, ONE_SERVER, REFERENCE_SHAPE, 0.0, plannable_share=1.0) == {1}
-    # Alone, J1 fits the whole server's 5,600 GPU-s but not half of it.
-    assert unguaranteed_jobs([LONG], ONE_SERVER, REFERENCE_SHAPE, 0.0, plannable_share=1.0) == set()
-    assert unguaranteed_jobs([LONG], ONE_SERVER, REFERENCE_SHAPE, 0.0, plannable_share=0.5) == {1}
+    # Half the server's capacity is offered by default: J1 alone is over (5,360 > 2,800) with J2 ...
+    assert unguaranteed_jobs([LONG, SHORT_A], ONE_SERVER, REFERENCE_SHAPE, 0.0, plannable_share=0.5) == {1}
+    # ... but alone it fits the cluster's GPUs: nothing competes for them, it keeps its guarantee.
+    assert unguaranteed_jobs([LONG], ONE_SERVER, REFERENCE_SHAPE, 0.0, plannable_share=0.5) == set()
     # At 400 s J1 has run 400 of its 670 s: 2,160 GPU-s left, <= 8 x 300 by its deadline; with J2,
     # 2,696 > 8 x 320 by 720 (J1 still needs the most); with a short job due at 1000 s, nothing is over.
     running = make_job(1, "transformer", 8, 0, total_iters=1000, done_iters=1000 * 400 / 670, deadline_s=700)
