@@ -10,7 +10,9 @@ speed-up, consolidated). The order, after a higher `priority` (GENIE's "emergenc
    they run on what the guaranteed jobs leave and may still finish in time;
 4. QoS jobs that cannot make their target (WA < 0, or a minimum rate above the best case): the
    best-effort tail, shortest E_best first;
-5. jobs without a QoS target, by arrival.
+5. jobs without a QoS target, shortest remaining execution time (proportional point) first, as SJF
+   orders them: Chronus (PAPERS §2.4) runs its best-effort jobs SRTF, and on a trace without QoS
+   targets SWAF is then SJF (docs/reproduction.md, "One default for both papers").
 Ties everywhere: (arrival_s, job_id). Where jobs without a deadline go relative to the late QoS jobs
 is our choice (PAPERS says only "best-effort tail"): the late jobs were promised a latency, so they
 keep precedence over jobs that were promised none. Where minimum-rate jobs go is ours too (GENIE's
@@ -23,7 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler_app.core.policies._execution import best_execution_s, best_rate_iters_per_s, snapshot_shape
+from scheduler_app.core.policies._execution import (
+    best_execution_s,
+    best_rate_iters_per_s,
+    proportional_execution_s,
+    snapshot_shape,
+)
 from scheduler_app.core.policies._guarantees import DEFAULT_PLANNABLE_SHARE, unguaranteed_jobs
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.throughput import EPS, ServerShape
@@ -42,7 +49,7 @@ def waiting_allowance_s(job: JobView, now_s: float, shape: ServerShape | None) -
 @register_policy("swaf")
 class SwafPolicy(Policy):
     """Least waiting allowance first; then minimum-rate jobs; unguaranteed, then late jobs, each a
-    shortest-first tail; jobs without a QoS target last.
+    shortest-first tail; jobs without a QoS target last, shortest remaining first.
 
     `plannable_share`: the share of the cluster's GPU capacity up to a deadline that guaranteed
     deadline jobs may plan for (_guarantees.py); None guarantees every job that can still make it
@@ -67,7 +74,7 @@ class SwafPolicy(Policy):
                     return (-j.priority, MIN_RATE, 0.0, j.arrival_s, j.job_id)
                 return (-j.priority, LATE, best_execution_s(j, shape), j.arrival_s, j.job_id)
             if wa is None:
-                return (-j.priority, NO_DEADLINE, 0.0, j.arrival_s, j.job_id)
+                return (-j.priority, NO_DEADLINE, proportional_execution_s(j), j.arrival_s, j.job_id)
             if wa < 0:
                 return (-j.priority, LATE, best_execution_s(j, shape), j.arrival_s, j.job_id)
             if j.job_id in unguaranteed:

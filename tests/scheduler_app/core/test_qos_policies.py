@@ -71,6 +71,18 @@ def test_swaf():
     assert ids(SwafPolicy().order(JOBS, CLUSTER, NOW)) == [2, 1, 4, 3, 6, 5]
 
 
+def test_swaf_orders_jobs_without_a_qos_target_as_sjf():
+    # Remaining at proportional: J1 640 s, J2 0.67 x 300 = 201 s, J3 64 s (half of 128 left), J4 640 s.
+    jobs = [
+        make_job(1, "res18", arrival_s=0, total_iters=1000),
+        make_job(2, "transformer", arrival_s=1, total_iters=300),
+        make_job(3, "res18", arrival_s=2, total_iters=200, done_iters=100),
+        make_job(4, "res18", arrival_s=3, total_iters=1000, priority=1),
+    ]
+    assert ids(SwafPolicy().order(jobs, CLUSTER, NOW)) == [4, 3, 2, 1]
+    assert ids(SwafPolicy().order(jobs, CLUSTER, NOW)) == ids(SjfPolicy().order(jobs, CLUSTER, NOW))
+
+
 def test_swaf_allowance_shrinks_with_time():
     # At t=0 J3 is feasible (WA = 450 - 400 = 50) and precedes J2 (WA = 200); at t=100 it is late.
     jobs = [JOBS[1], JOBS[2]]
