@@ -99,9 +99,12 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
 def _round(trigger: str) -> SchedulingRound:
     conf = scheduler_conf()
     t0 = time.perf_counter()
-    now = timezone.now()
     servers = servers_lock_all()
     jobs = round_jobs_lock()  # rows, not model instances; locked: see round_jobs_lock
+    # The round's time is read once it holds its locks: a job that finished while the round waited
+    # for its row released its GPUs at the finish's own time, and a lease on those GPUs must not start
+    # before it (the fault tests check that no two holds of a GPU overlap in time).
+    now = timezone.now()
     # Jobs whose workload is being profiled wait out of the round. Synergy profiles on arrival, so
     # queued runs take what running leases leave free before this round places anything new.
     # Held jobs (scontrol hold) are out, their reason set when they were held; so are jobs waiting

@@ -2,15 +2,24 @@
 cancel that races a round waits for it and wins (the round reads its jobs as rows, locked)."""
 
 import threading
+import time
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason, RoundDecision
+from scheduler_app.models import (
+    Allocation,
+    AllocationGpu,
+    Job,
+    JobEvent,
+    JobState,
+    PendingReason,
+    RoundDecision,
+)
 from scheduler_app.services import rounds
-from scheduler_app.services.job_control import job_cancel
+from scheduler_app.services.job_control import job_cancel, job_finish
 from scheduler_app.services.round_writes import job_states_update, model_rows_insert
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import active, lease_of, make_server, submit
@@ -209,3 +218,39 @@ def test_a_cancel_during_a_round_waits_for_it_and_wins(user, fifo_tune, monkeypa
         "cancelled",
     ]
     assert Allocation.objects.get(job=job).end_reason
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_round_that_waited_for_a_finishing_job_starts_its_lease_after_the_release(user, fifo_tune):
+    """A job finishes (its exit report) while a round waits for that job's row: the GPU it frees goes
+    to the next job with a lease that starts after the release, not at the time the round began."""
+    make_server("n1", gpus=1, cpus=3, mem_gb=62.5)
+    first = submit(user, gpus=1, name="first")
+    scheduling_round_run(trigger="test")
+    second = submit(user, gpus=1, name="second")
+    locked, finished = threading.Event(), threading.Event()
+    round_started = {}
+
+    def finish_while_the_round_waits():
+        try:
+            with transaction.atomic():
+                job = Job.objects.select_for_update().get(pk=first.pk)
+                locked.set()
+                time.sleep(0.5)  # the round starts meanwhile and waits for this row
+                job_finish(job=job, state=JobState.COMPLETED, exit_code=0)
+            finished.set()
+        finally:
+            connection.close()  # this thread's own database connection
+
+    finisher = threading.Thread(target=finish_while_the_round_waits)
+    finisher.start()
+    assert locked.wait(10)
+    round_started["at"] = timezone.now()
+    sround = scheduling_round_run(trigger="racing")
+    finisher.join(10)
+
+    assert finished.is_set() and sround.num_placed == 1
+    released_at = AllocationGpu.objects.get(allocation__job=first).released_at
+    assert released_at > round_started["at"]  # the finish came while the round waited
+    assert lease_of(second).started_at >= released_at
