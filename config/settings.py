@@ -176,10 +176,10 @@ SPECTACULAR_SETTINGS = {
 
 # Every scheduler knob lives here and is read only by scheduler_app/conf.py.
 ATTUNE_SCHEDULER = {
-    # sjf + genie measures within 5 % of the best specialised scheduler on both papers' benchmarks
-    # but is not the default yet: genie's round costs ~6x tune's, and forecasts of a 300-job burst
-    # then kept the worker from rounds (docs/reproduction.md, "One default for both papers"). Forecasts
-    # have a queue and worker of their own since (CELERY_TASK_ROUTES); the switch is a change of its own.
+    # swaf + genie measures within 5 % of the best specialised scheduler on both papers' benchmarks
+    # but is not the default: its jobs without a deadline run shortest remaining first, which can
+    # starve a lab's long runs (no aging yet), and genie's live round costs more than tune's
+    # (docs/reproduction.md, "One default for both papers").
     "policy": env("ATTUNE_POLICY", default="fifo"),
     "allocator": env("ATTUNE_ALLOCATOR", default="tune"),
     "round_s": env.int("ATTUNE_ROUND_S", default=60),
