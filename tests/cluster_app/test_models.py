@@ -62,9 +62,9 @@ def test_agent_credential_stores_only_a_digest():
 def test_agent_token_never_reads_as_an_option_on_the_agents_command_line(monkeypatch):
     # token_urlsafe starts with "-" one time in 64; `--token -x…` then failed as a missing argument.
     from agent.cli import build_parser
-    from cluster_app import services
+    from cluster_app.services import nodes
 
-    monkeypatch.setattr(services.secrets, "token_urlsafe", lambda n: "-" + "x" * 42)
+    monkeypatch.setattr(nodes.secrets, "token_urlsafe", lambda n: "-" + "x" * 42)
     token = agent_credential_issue(server=ServerFactory())
     args = build_parser().parse_args(["--server", "http://attune:8000", "--token", token])
     assert args.token == token

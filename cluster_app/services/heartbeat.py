@@ -1,0 +1,158 @@
+"""An agent's heartbeat: its server marked alive, its usage stored once and added to the minute's sums."""
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from cluster_app.models import Gpu, GpuUsageSample, Server, UsageSample
+from cluster_app.services.nodes import UNRESPONSIVE_STATES, server_revive
+from cluster_app.usage_minutes import MinuteSums, insert_new, minute_add, minute_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    uuid: str
+    util_pct: float
+    mem_used_mb: float
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """One heartbeat's usage reading; `sampled_at` is the agent's clock and the idempotency key."""
+
+    sampled_at: datetime
+    cpu_util_pct: float
+    mem_used_gb: float
+    gpus: Sequence[GpuUsage] = ()
+
+
+@transaction.atomic(savepoint=False)  # no SAVEPOINT inside an agent's sync: two statements fewer
+def node_heartbeat(
+    *, server: Server, usage: UsageReport, busy_gpus: int = 0, now: datetime | None = None
+) -> Server:
+    """Mark the server alive and store its usage; a repeated `sampled_at` is stored once.
+
+    Built for a thousand agents: it never waits for a scheduling round (see `_touch`), and on
+    PostgreSQL its commit does not wait for the WAL flush (a crash may lose the last fraction of a
+    second of samples and liveness, which the next sync restores; reports, whose acks promise
+    storage, keep synchronous commits).
+    """
+    now = now or timezone.now()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+    # Insert-or-ignore on the (server, sampled_at) unique constraints makes a retried beat a no-op;
+    # what did go in is added to the minute's cluster-wide sums (last, below).
+    added = MinuteSums()
+    stored = insert_new(
+        UsageSample,
+        ("server", "sampled_at"),
+        [
+            {
+                "server_id": server.pk,
+                "sampled_at": usage.sampled_at,
+                "cpu_util_pct": usage.cpu_util_pct,
+                "mem_used_gb": usage.mem_used_gb,
+            }
+        ],
+        ("cpu_util_pct", "mem_used_gb"),
+    )
+    for cpu_util_pct, mem_used_gb in stored:
+        added.servers_sampled += 1
+        added.cpu_util_pct_cores_sum += cpu_util_pct * server.num_cpus
+        added.cpu_cores_sum += server.num_cpus
+        added.mem_used_gb_sum += mem_used_gb
+        added.mem_capacity_gb_sum += server.mem_gb
+    stored_gpus = _gpu_samples_insert_new(server, usage)
+    added.gpu_samples = len(stored_gpus)
+    added.gpu_util_pct_sum = sum(util_pct for (util_pct,) in stored_gpus)
+    if server.state in UNRESPONSIVE_STATES:
+        # Re-read under lock: the liveness sweep may be moving this very server to DOWN right now.
+        server = Server.objects.select_for_update().get(pk=server.pk)
+        server_revive(server, busy_gpus=busy_gpus)
+        Server.objects.filter(pk=server.pk).update(
+            last_heartbeat_at=now, state=server.state, state_reason=server.state_reason
+        )
+        server.last_heartbeat_at = now
+    elif _touch(server, now):
+        server.last_heartbeat_at = now
+    # Last: every heartbeat of this minute, from every server, waits on this row's lock until its
+    # transaction commits, so it is taken after the other writes to keep that wait short.
+    minute_add(minute=minute_of(usage.sampled_at), sums=added)
+    return server
+
+
+def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[float]]:
+    """Store the sample's GPU readings of `server`'s GPUs (by UUID; others ignored), each once per
+    `sampled_at`; returns the utilisation of those stored.
+
+    On PostgreSQL one statement resolves the UUIDs and inserts (INSERT ... SELECT over unnest'ed
+    arrays, joined to the server's GPUs): every sync of every agent runs it. Elsewhere (the embedded
+    SQLite) the GPU ids are read first.
+    """
+    if not usage.gpus:
+        return []
+    if connection.vendor == "postgresql":
+        qn = connection.ops.quote_name
+        samples, gpus = qn(GpuUsageSample._meta.db_table), qn(Gpu._meta.db_table)
+        sql = (
+            f"INSERT INTO {samples} (gpu_id, sampled_at, util_pct, mem_used_mb)"
+            f" SELECT g.id, %s, v.util_pct, v.mem_used_mb"
+            f" FROM unnest(%s::varchar[], %s::float8[], %s::float8[]) AS v(uuid, util_pct, mem_used_mb)"
+            f" JOIN {gpus} g ON g.uuid = v.uuid AND g.server_id = %s"
+            f" ON CONFLICT (gpu_id, sampled_at) DO NOTHING RETURNING util_pct"
+        )
+        params = [
+            usage.sampled_at,
+            [g.uuid for g in usage.gpus],
+            [float(g.util_pct) for g in usage.gpus],
+            [float(g.mem_used_mb) for g in usage.gpus],
+            server.pk,
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    gpu_ids = dict(
+        Gpu.objects.filter(server=server, uuid__in=[g.uuid for g in usage.gpus]).values_list("uuid", "id")
+    )
+    return insert_new(
+        GpuUsageSample,
+        ("gpu", "sampled_at"),
+        [
+            {
+                "gpu_id": gpu_ids[g.uuid],
+                "sampled_at": usage.sampled_at,
+                "util_pct": g.util_pct,
+                "mem_used_mb": g.mem_used_mb,
+            }
+            for g in usage.gpus
+            if g.uuid in gpu_ids
+        ],
+        ("util_pct",),
+    )
+
+
+def _touch(server: Server, now: datetime) -> bool:
+    """Set a live server's last_heartbeat_at unless a round holds its row; True when it was set.
+
+    A round locks every server row for its whole transaction; with a thousand agents syncing, waiting
+    for it would queue every sync behind every round. The liveness thresholds are several sync
+    intervals long, so skipping one touch while a round runs costs nothing (Kubernetes moved node
+    heartbeats off the Node object for the same contention). SQLite has no row locks: a plain UPDATE.
+    """
+    if connection.vendor != "postgresql":
+        return Server.objects.filter(pk=server.pk).update(last_heartbeat_at=now) > 0
+    table = connection.ops.quote_name(Server._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_heartbeat_at = %s WHERE id = "
+            f"(SELECT id FROM {table} WHERE id = %s FOR NO KEY UPDATE SKIP LOCKED)",
+            [now, server.pk],
+        )
+        return cursor.rowcount > 0
