@@ -4,13 +4,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cluster_app.models import Gpu, GpuUsageSample, Server, UsageSample
+from cluster_app.models import ClusterUsageMinute, Gpu, GpuUsageSample, Server, UsageSample
 from cluster_app.services.nodes import UNRESPONSIVE_STATES, server_revive
-from cluster_app.usage_minutes import MinuteSums, insert_new, minute_add, minute_of
+from cluster_app.usage_minutes import SUM_FIELDS, MinuteSums, insert_new, minute_add, minute_of
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,6 @@ class UsageReport:
     gpus: Sequence[GpuUsage] = ()
 
 
-@transaction.atomic(savepoint=False)  # no SAVEPOINT inside an agent's sync: two statements fewer
 def node_heartbeat(
     *, server: Server, usage: UsageReport, busy_gpus: int = 0, now: datetime | None = None
 ) -> Server:
@@ -41,9 +41,20 @@ def node_heartbeat(
     Built for a thousand agents: it never waits for a scheduling round (see `_touch`), and on
     PostgreSQL its commit does not wait for the WAL flush (a crash may lose the last fraction of a
     second of samples and liveness, which the next sync restores; reports, whose acks promise
-    storage, keep synchronous commits).
+    storage, keep synchronous commits). On PostgreSQL a live server's heartbeat is one statement
+    (`_heartbeat_statement`); a server coming back, and the embedded SQLite, take the steps one by one.
     """
     now = now or timezone.now()
+    if connection.vendor == "postgresql" and server.state not in UNRESPONSIVE_STATES:
+        if _heartbeat_statement(server, usage, now):
+            server.last_heartbeat_at = now
+        return server
+    return _heartbeat_steps(server=server, usage=usage, busy_gpus=busy_gpus, now=now)
+
+
+@transaction.atomic(savepoint=False)  # no SAVEPOINT inside an agent's sync: two statements fewer
+def _heartbeat_steps(*, server: Server, usage: UsageReport, busy_gpus: int, now: datetime) -> Server:
+    """What `node_heartbeat` does, statement by statement, in one transaction (any database)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
@@ -90,34 +101,9 @@ def node_heartbeat(
 
 def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[float]]:
     """Store the sample's GPU readings of `server`'s GPUs (by UUID; others ignored), each once per
-    `sampled_at`; returns the utilisation of those stored.
-
-    On PostgreSQL one statement resolves the UUIDs and inserts (INSERT ... SELECT over unnest'ed
-    arrays, joined to the server's GPUs): every sync of every agent runs it. Elsewhere (the embedded
-    SQLite) the GPU ids are read first.
-    """
+    `sampled_at`; returns the utilisation of those stored."""
     if not usage.gpus:
         return []
-    if connection.vendor == "postgresql":
-        qn = connection.ops.quote_name
-        samples, gpus = qn(GpuUsageSample._meta.db_table), qn(Gpu._meta.db_table)
-        sql = (
-            f"INSERT INTO {samples} (gpu_id, sampled_at, util_pct, mem_used_mb)"
-            f" SELECT g.id, %s, v.util_pct, v.mem_used_mb"
-            f" FROM unnest(%s::varchar[], %s::float8[], %s::float8[]) AS v(uuid, util_pct, mem_used_mb)"
-            f" JOIN {gpus} g ON g.uuid = v.uuid AND g.server_id = %s"
-            f" ON CONFLICT (gpu_id, sampled_at) DO NOTHING RETURNING util_pct"
-        )
-        params = [
-            usage.sampled_at,
-            [g.uuid for g in usage.gpus],
-            [float(g.util_pct) for g in usage.gpus],
-            [float(g.mem_used_mb) for g in usage.gpus],
-            server.pk,
-        ]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
     gpu_ids = dict(
         Gpu.objects.filter(server=server, uuid__in=[g.uuid for g in usage.gpus]).values_list("uuid", "id")
     )
@@ -136,6 +122,78 @@ def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[fl
         ],
         ("util_pct",),
     )
+
+
+@cache
+def _heartbeat_sql() -> str:
+    """The whole heartbeat of a live server as one PostgreSQL statement (see `_heartbeat_statement`)."""
+    qn = connection.ops.quote_name
+    samples, gpu_samples = qn(UsageSample._meta.db_table), qn(GpuUsageSample._meta.db_table)
+    servers, gpus = qn(Server._meta.db_table), qn(Gpu._meta.db_table)
+    minutes = qn(ClusterUsageMinute._meta.db_table)
+    columns = ", ".join(qn(ClusterUsageMinute._meta.get_field(f).column) for f in SUM_FIELDS)
+    updates = ", ".join(f"{c} = {minutes}.{c} + EXCLUDED.{c}" for c in columns.split(", "))
+    return (
+        f"WITH sample AS ("
+        f" INSERT INTO {samples} (server_id, sampled_at, cpu_util_pct, mem_used_gb)"
+        f" VALUES (%(server)s, %(at)s, %(cpu_util_pct)s, %(mem_used_gb)s)"
+        f" ON CONFLICT (server_id, sampled_at) DO NOTHING RETURNING cpu_util_pct, mem_used_gb),"
+        f" gpu AS ("
+        f" INSERT INTO {gpu_samples} (gpu_id, sampled_at, util_pct, mem_used_mb)"
+        f" SELECT g.id, %(at)s, v.util_pct, v.mem_used_mb"
+        f" FROM unnest(%(uuids)s::varchar[], %(utils)s::float8[], %(mems)s::float8[])"
+        f" AS v(uuid, util_pct, mem_used_mb)"
+        f" JOIN {gpus} g ON g.uuid = v.uuid AND g.server_id = %(server)s"
+        f" ON CONFLICT (gpu_id, sampled_at) DO NOTHING RETURNING util_pct),"
+        f" touched AS ("
+        f" UPDATE {servers} SET last_heartbeat_at = %(now)s WHERE id ="
+        f" (SELECT id FROM {servers} WHERE id = %(server)s FOR NO KEY UPDATE SKIP LOCKED) RETURNING id),"
+        f" added AS (SELECT"
+        f" (SELECT count(*) FROM sample) AS servers_sampled,"
+        f" (SELECT coalesce(sum(cpu_util_pct), 0) FROM sample) * %(cpus)s AS cpu_util_pct_cores_sum,"
+        f" (SELECT count(*) FROM sample) * %(cpus)s AS cpu_cores_sum,"
+        f" (SELECT coalesce(sum(mem_used_gb), 0) FROM sample) AS mem_used_gb_sum,"
+        f" (SELECT count(*) FROM sample) * %(mem_gb)s::float8 AS mem_capacity_gb_sum,"
+        f" (SELECT count(*) FROM gpu) AS gpu_samples,"
+        f" (SELECT coalesce(sum(util_pct), 0) FROM gpu) AS gpu_util_pct_sum),"
+        f" minute AS ("
+        f" INSERT INTO {minutes} (minute, {columns}) SELECT %(minute)s, {columns} FROM added"
+        f" WHERE servers_sampled > 0 OR gpu_samples > 0"
+        f" ON CONFLICT (minute) DO UPDATE SET {updates})"
+        f" SELECT (SELECT count(*) FROM touched),"
+        f" CASE WHEN %(own_transaction)s THEN set_config('synchronous_commit', 'off', true) END"
+    )
+
+
+def _heartbeat_statement(server: Server, usage: UsageReport, now: datetime) -> bool:
+    """A live server's heartbeat on PostgreSQL in one statement, hence one round trip and, outside a
+    transaction, one commit; True when `last_heartbeat_at` was set (a round may hold the row, `_touch`).
+
+    The same writes as `_heartbeat_steps`, as data-modifying CTEs: the samples inserted or ignored, the
+    touch, and the minute's UPSERT of what went in. The UPSERT is the one CTE the final SELECT does not
+    read, so PostgreSQL runs it last, after the inserts it reads; its row lock, which every heartbeat of
+    the minute takes, is held only until this statement commits. Issue 14's fleet: the heartbeat's
+    transaction went from seven round trips (BEGIN, SET, four statements, COMMIT) to one.
+    """
+    params = {
+        "server": server.pk,
+        "at": usage.sampled_at,
+        "cpu_util_pct": float(usage.cpu_util_pct),
+        "mem_used_gb": float(usage.mem_used_gb),
+        "uuids": [g.uuid for g in usage.gpus],
+        "utils": [float(g.util_pct) for g in usage.gpus],
+        "mems": [float(g.mem_used_mb) for g in usage.gpus],
+        "now": now,
+        "cpus": int(server.num_cpus),
+        "mem_gb": float(server.mem_gb),
+        "minute": minute_of(usage.sampled_at),
+        # Inside a caller's transaction the setting would reach its other writes: left as it is there.
+        "own_transaction": not connection.in_atomic_block,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_heartbeat_sql(), params)
+        (touched, _setting) = cursor.fetchone()
+    return touched > 0
 
 
 def _touch(server: Server, now: datetime) -> bool:

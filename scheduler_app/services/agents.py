@@ -130,14 +130,18 @@ def agent_register(*, server: Server, inventory: NodeInventory) -> Server:
     return server
 
 
-@transaction.atomic
 def agent_heartbeat(*, server: Server, usage: UsageReport) -> Server:
-    """Mark the server alive and store its usage sample (stored once per `sampled_at`)."""
-    was_silent = server.state in UNRESPONSIVE_STATES
-    busy = server_busy_gpus().get(server.pk, 0) if was_silent else 0
-    server = node_heartbeat(server=server, usage=usage, busy_gpus=busy)
-    if was_silent and server.state not in UNRESPONSIVE_STATES:
-        scheduling_round_request_on_commit(trigger="node_back")
+    """Mark the server alive and store its usage sample (stored once per `sampled_at`).
+
+    A live server's heartbeat runs in no transaction of ours: on PostgreSQL it is one statement
+    (`node_heartbeat`), committed by itself. A server coming back asks for an early round.
+    """
+    if server.state not in UNRESPONSIVE_STATES:
+        return node_heartbeat(server=server, usage=usage)
+    with transaction.atomic():
+        server = node_heartbeat(server=server, usage=usage, busy_gpus=server_busy_gpus().get(server.pk, 0))
+        if server.state not in UNRESPONSIVE_STATES:
+            scheduling_round_request_on_commit(trigger="node_back")
     return server
 
 
