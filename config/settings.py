@@ -274,6 +274,9 @@ ATTUNE_AGENT_SYNC_INTERVAL_S = env.float(
     "ATTUNE_AGENT_SYNC_INTERVAL_S", default=10.0 if ATTUNE_AGENT_WAKE else 2.0
 )
 ATTUNE_AGENT_WAIT_TIMEOUT_S = env.float("ATTUNE_AGENT_WAIT_TIMEOUT_S", default=30.0)
+# An agent's calls run as named prepared statements on PostgreSQL (cluster_app/prepared_sql.py): planning
+# was most of their database CPU. Turn off behind a pooler in transaction mode (PgBouncer).
+ATTUNE_DB_PREPARED_STATEMENTS = env.bool("ATTUNE_DB_PREPARED_STATEMENTS", default=True)
 # Threads per web process serving Django (config/asgi.py); gunicorn's --workers sets the processes.
 ATTUNE_WEB_THREADS = env.int("ATTUNE_WEB_THREADS", default=8)
 ATTUNE_NODE_NOT_RESPONDING_AFTER_S = env.int("ATTUNE_NODE_NOT_RESPONDING_AFTER_S", default=30)

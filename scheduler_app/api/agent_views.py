@@ -12,6 +12,7 @@ from cluster_app.agent_call_counter import count_agent_call
 from cluster_app.agent_wake import AGENT_WAIT_PATH, wait_ticket
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import node_conf
+from cluster_app.prepared_sql import prepared_statements
 from cluster_app.services import GpuConflictError
 from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, BoundedJSONParser
 from scheduler_app.api.serializers.agents import (
@@ -41,6 +42,11 @@ class AgentView(APIView):
     permission_classes = [IsAgent]
     parser_classes = [BoundedJSONParser]  # the protocol is JSON; forms have no nulls, lists or objects
     max_body_bytes = AGENT_MAX_BODY_BYTES  # a batch of reports is larger than any user's request
+
+    def dispatch(self, request, *args, **kwargs):
+        # From authentication to the answer: an agent's statements repeat every sync (prepared_sql.py).
+        with prepared_statements():
+            return super().dispatch(request, *args, **kwargs)
 
 
 class AgentRegisterView(AgentView):

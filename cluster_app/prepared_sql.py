@@ -1,0 +1,127 @@
+"""Named prepared statements on PostgreSQL for the agents' calls: planning was most of their database cost.
+
+Each agent sync runs the same dozen statements with new values; PostgreSQL parsed and planned every one
+of them every time. Measured on the heartbeat's one statement (issue 14, docs/performance.md): 1.4 ms of
+the server's CPU planned each time, 0.4 ms prepared. Within `prepared_statements()`, every SELECT,
+INSERT, UPDATE, DELETE or WITH statement that has parameters is PREPAREd once per database connection
+(named by a hash of its text) and then run as EXECUTE; PostgreSQL plans it afresh for its first five
+runs and then keeps a generic plan when that is no worse. Statements are session objects in
+PostgreSQL: they outlive a rolled-back transaction, and go with the connection (Django's persistent
+connections keep them for CONN_MAX_AGE). Statements with different text (an IN list of 3 leases or
+of 4) are different statements; at most MAX_PER_CONNECTION are kept, later ones run unprepared.
+
+Off with ATTUNE_DB_PREPARED_STATEMENTS=0, for a pooler in transaction mode (PgBouncer) that moves a
+session's statements between server connections. Other databases (the embedded SQLite) are untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+PREPARABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
+MAX_PER_CONNECTION = 256
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
+
+
+def numbered(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """`sql` with psycopg2's placeholders (`%s` in order, or `%(name)s`) as PostgreSQL's `$1, $2, ...`
+    and the values in that order; `%%` becomes `%`. ValueError when the placeholders and `params`
+    do not match."""
+    values: list[Any] = []
+    by_name: dict[str, int] = {}
+    positional = iter(params) if not isinstance(params, Mapping) else None
+
+    def one(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "%%":
+            return "%"
+        if token == "%s":
+            if positional is None:
+                raise ValueError("a %s placeholder with named parameters")
+            try:
+                values.append(next(positional))
+            except StopIteration:
+                raise ValueError("more %s placeholders than parameters") from None
+            return f"${len(values)}"
+        if positional is not None:
+            raise ValueError("a named placeholder with positional parameters")
+        name = match.group(1)
+        if name not in by_name:
+            values.append(params[name])  # type: ignore[index]
+            by_name[name] = len(values)
+        return f"${by_name[name]}"
+
+    text = _PLACEHOLDER.sub(one, sql)
+    if positional is not None and next(positional, _END) is not _END:
+        raise ValueError("more parameters than %s placeholders")
+    return text, values
+
+
+_END = object()
+
+
+def _statement_name(sql: str) -> str:
+    return "att_" + hashlib.blake2b(sql.encode(), digest_size=10).hexdigest()
+
+
+def _prepared_names(db) -> dict[str, tuple[str, ...] | None]:
+    """Name -> parameter order (the names of `%(name)s` placeholders; None: positional) of the
+    statements prepared on `db`'s current server session (a new connection starts empty)."""
+    raw = db.connection
+    session = (id(raw), raw.get_backend_pid())
+    state = db.__dict__.get("_attune_prepared")
+    if state is None or state[0] != session:
+        state = (session, {})
+        db._attune_prepared = state
+    return state[1]
+
+
+def _run_prepared(execute, sql, params, many, context):
+    """An execute_wrapper: PREPARE once, then EXECUTE (see the module's docstring)."""
+    if many or not params or not sql.lstrip()[:6].upper().startswith(PREPARABLE):
+        return execute(sql, params, many, context)
+    db = context["connection"]
+    prepared = _prepared_names(db)
+    name = _statement_name(sql)
+    if name in prepared:
+        order = prepared[name]
+        values = list(params) if order is None else [params[key] for key in order]
+    elif len(prepared) >= MAX_PER_CONNECTION:
+        return execute(sql, params, many, context)
+    else:
+        text, values = numbered(sql, params)
+        execute(f"PREPARE {name} AS {text}", None, False, context)
+        order = None if not isinstance(params, Mapping) else tuple(_named_order(sql))
+        prepared[name] = order
+    return execute(f"EXECUTE {name}({', '.join(['%s'] * len(values))})", values, False, context)
+
+
+def _named_order(sql: str) -> list[str]:
+    """The distinct `%(name)s` placeholders of `sql`, in their first appearance's order."""
+    seen: list[str] = []
+    for match in _PLACEHOLDER.finditer(sql):
+        key = match.group(1)
+        if key and key not in seen:
+            seen.append(key)
+    return seen
+
+
+def prepared_enabled() -> bool:
+    return connection.vendor == "postgresql" and bool(settings.ATTUNE_DB_PREPARED_STATEMENTS)
+
+
+@contextmanager
+def prepared_statements() -> Iterator[None]:
+    """Run this thread's statements on the default database as prepared statements (PostgreSQL)."""
+    if not prepared_enabled():
+        yield
+        return
+    with connection.execute_wrapper(_run_prepared):
+        yield
