@@ -20,6 +20,7 @@ import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -27,6 +28,8 @@ from django.db import connection
 
 PREPARABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
 MAX_PER_CONNECTION = 256
+# A statement with more parameters than this (an IN list of a whole queue) is one of a kind: planned as is.
+MAX_PARAMS = 100
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
 
 
@@ -71,9 +74,17 @@ def _statement_name(sql: str) -> str:
     return "att_" + hashlib.blake2b(sql.encode(), digest_size=10).hexdigest()
 
 
-def _prepared_names(db) -> dict[str, tuple[str, ...] | None]:
-    """Name -> parameter order (the names of `%(name)s` placeholders; None: positional) of the
-    statements prepared on `db`'s current server session (a new connection starts empty)."""
+@dataclass(frozen=True)
+class _Prepared:
+    """A statement prepared on a session: its parameters' order and the EXECUTE that runs it."""
+
+    order: tuple[str, ...] | None  # the names of `%(name)s` placeholders; None: positional
+    execute_sql: str
+
+
+def _prepared_on_session(db) -> dict[str, _Prepared]:
+    """Name -> statement, of those prepared on `db`'s current server session (a new connection starts
+    empty)."""
     raw = db.connection
     session = (id(raw), raw.get_backend_pid())
     state = db.__dict__.get("_attune_prepared")
@@ -85,22 +96,33 @@ def _prepared_names(db) -> dict[str, tuple[str, ...] | None]:
 
 def _run_prepared(execute, sql, params, many, context):
     """An execute_wrapper: PREPARE once, then EXECUTE (see the module's docstring)."""
-    if many or not params or not sql.lstrip()[:6].upper().startswith(PREPARABLE):
+    if many or not params or len(params) > MAX_PARAMS or not sql.lstrip()[:6].upper().startswith(PREPARABLE):
         return execute(sql, params, many, context)
     db = context["connection"]
-    prepared = _prepared_names(db)
+    prepared = _prepared_on_session(db)
     name = _statement_name(sql)
-    if name in prepared:
-        order = prepared[name]
-        values = list(params) if order is None else [params[key] for key in order]
-    elif len(prepared) >= MAX_PER_CONNECTION:
-        return execute(sql, params, many, context)
-    else:
+    statement = prepared.get(name)
+    if statement is None:
+        if len(prepared) >= MAX_PER_CONNECTION:
+            return execute(sql, params, many, context)
         text, values = numbered(sql, params)
         execute(f"PREPARE {name} AS {text}", None, False, context)
+        # Each argument cast to the type PostgreSQL inferred for it: psycopg2 writes values as typed
+        # literals (a list is ARRAY[...] of text), which a plain statement's own casts convert but
+        # EXECUTE would refuse (text[] is not jsonb[]).
+        execute(
+            "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = %s",
+            [name],
+            False,
+            context,
+        )
+        types = context["cursor"].fetchone()[0]
+        arguments = ", ".join(f"%s::{t}" for t in types)
         order = None if not isinstance(params, Mapping) else tuple(_named_order(sql))
-        prepared[name] = order
-    return execute(f"EXECUTE {name}({', '.join(['%s'] * len(values))})", values, False, context)
+        statement = prepared[name] = _Prepared(order, f"EXECUTE {name}({arguments})")
+    else:
+        values = list(params) if statement.order is None else [params[key] for key in statement.order]
+    return execute(statement.execute_sql, values, False, context)
 
 
 def _named_order(sql: str) -> list[str]:

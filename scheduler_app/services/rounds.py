@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from cluster_app.prepared_sql import prepared_statements
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import server_states_refresh
 from config.redis_pool import redis_client as _redis
@@ -88,7 +89,8 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
         if not acquired:
             logger.info("scheduling round (%s) skipped: another round is running", trigger)
             return None
-        sround = _round(trigger)
+        with prepared_statements():
+            sround = _round(trigger)
         # Not here but on the `forecasts` queue, debounced: playing a whole queue forward costs many
         # rounds, and a burst of rounds must not wait behind forecasts on the rounds' worker. After
         # commit, so that the forecast reads what this round decided.
