@@ -136,7 +136,13 @@ def _named_order(sql: str) -> list[str]:
 
 
 def prepared_enabled() -> bool:
-    return connection.vendor == "postgresql" and bool(settings.ATTUNE_DB_PREPARED_STATEMENTS)
+    """On PostgreSQL, when allowed, and when connections persist: with a connection per request
+    (CONN_MAX_AGE=0) every statement would be prepared for one use, three round trips for one."""
+    return (
+        connection.vendor == "postgresql"
+        and bool(settings.ATTUNE_DB_PREPARED_STATEMENTS)
+        and connection.settings_dict.get("CONN_MAX_AGE") != 0
+    )
 
 
 @contextmanager
