@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,10 @@ IGNORES_SIGTERM = (
 
 def logged(service, lease_id: str, text: str) -> bool:
     return any(text in line for r in service.reports_for(lease_id, "log") for line in r["data"]["lines"])
+
+
+def parse_at(at: str) -> datetime:
+    return datetime.fromisoformat(at.replace("Z", "+00:00"))
 
 
 def assert_seqs_contiguous(reports: list[dict]) -> None:
@@ -114,6 +119,26 @@ def test_a_wake_brings_commands_at_once_and_urgent_reports_beat_the_interval(ser
     stopping_s = time.monotonic()
     agent.shutdown()
     assert time.monotonic() - stopping_s < 1.5
+
+
+def test_progress_is_reported_at_most_once_per_sync_interval(service, make_agent):
+    # Progress is read every 0.1 s (the fixture's), but the service syncs every 0.5 s: more than one
+    # progress report per sync would only be more rows for the service to ingest.
+    service.sync_interval_s = 0.5
+    agent = make_agent()
+    agent.start()
+    wait_for(lambda: service.syncs)
+    service.commands = [start_cmd("lease-1", gpu_uuids=[agent.gpus[0].uuid], iters=600)]
+    exited = wait_for(lambda: service.exited("lease-1"), timeout_s=30)
+    assert exited["data"]["exit_code"] == 0
+    progress = service.reports_for("lease-1", "progress")
+    started_at = service.reports_for("lease-1", "started")[0]["at"]
+    span_s = (parse_at(exited["at"]) - parse_at(started_at)).total_seconds()
+    assert progress and progress[-1]["data"]["done_iters"] == 600
+    # One per 0.5 s of running (and the exit's own), not one per 0.1 s.
+    assert len(progress) <= span_s / 0.5 + 2, (len(progress), span_s)
+    assert span_s >= 1.5  # long enough that one report per 0.1 s would have been several times more
+    assert_seqs_contiguous(service.reports_for("lease-1"))
 
 
 def test_register_retries_until_the_service_answers(service, make_agent):
