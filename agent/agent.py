@@ -112,7 +112,7 @@ class Agent:
             time_scale=config.time_scale,
             progress_interval_s=config.progress_interval_s,
             log_interval_s=config.log_interval_s,
-
+            sync_interval_s=lambda: self.syncer.interval_s,  # the service's, once it answered
             on_report=self.syncer.notify,
             bandwidths=NodeBandwidths(work_dir=config.work_dir, storage_mbps=config.storage_mbps),
             identity=self.identity,
