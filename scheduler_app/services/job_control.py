@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import F, Value
+from django.db.models import F, OuterRef, Subquery, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -55,7 +55,10 @@ def allocations_end(*, allocation_ids: Iterable[int], reason: str, now: datetime
     ended = Allocation.objects.filter(pk__in=ids, ended_at__isnull=True).update(
         ended_at=Greatest(Value(now), F("started_at")), end_reason=reason
     )
-    AllocationGpu.objects.filter(allocation_id__in=ids, released_at__isnull=True).update(released_at=now)
+    # Each hold is released when its lease ended (not at `now`, which may predate the lease's start).
+    AllocationGpu.objects.filter(allocation_id__in=ids, released_at__isnull=True).update(
+        released_at=Subquery(Allocation.objects.filter(pk=OuterRef("allocation_id")).values("ended_at")[:1])
+    )
     if ended and wake_enabled():  # their agents stop the processes now, not at their next sync
         agents_wake_on_commit(Allocation.objects.filter(pk__in=ids).values_list("server_id", flat=True))
     return ended

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit
 from cluster_app.models import NodeState, Server
-from cluster_app.selectors import server_ids_in_states, server_lock
+from cluster_app.selectors import server_ids_in_states, server_lock, servers_lock_all
 from cluster_app.services import (
     LivenessSweep,
     node_liveness_sweep,
@@ -39,7 +39,11 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
     3. Server states are refreshed (IDLE/MIXED/ALLOCATED; DRAINING -> DRAINED once empty).
     A NOT_RESPONDING server keeps its jobs: it may only be slow, and its agent resumes reporting.
     """
-    now = now or timezone.now()
+    if now is None:
+        # Read once every server row is locked, as a round does: a sweep that waited for a round must
+        # not end the leases that round just started at a time before their start.
+        servers_lock_all()
+        now = timezone.now()
     sweep = node_liveness_sweep(now=now)
     down = server_ids_in_states(states=[NodeState.DOWN])
     job_ids = set(

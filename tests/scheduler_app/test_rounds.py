@@ -250,6 +250,10 @@ def test_a_lease_never_ends_before_it_started(user, fifo_tune):
     )
     lease.refresh_from_db()
     assert lease.ended_at == lease.started_at
+    # Its GPU holds are released when it ended, not at the caller's earlier time: no hold of a GPU
+    # may end before it began (the fault tests read GPU holds as time intervals).
+    releases = set(AllocationGpu.objects.filter(allocation=lease).values_list("released_at", flat=True))
+    assert releases == {lease.ended_at}
 
 
 def test_decisions_of_old_rounds_are_pruned_and_the_rounds_kept(user, fifo_tune, settings):
