@@ -64,13 +64,14 @@ def test_round_does_not_deadlock_with_a_report_transaction(stack):
         text=True,
     )
     try:
-        # The round holds the servers and waits for our job row.
+        # The round holds the servers and waits for our job row: a backend that our transaction blocks
+        # (by its lock, not by its text: the round's statements run as EXECUTE of prepared ones).
+        ours = conn.get_backend_pid()
         wait_until(
             lambda: stack.sql(
-                # (the statement's text is cut at track_activity_query_size: match its start; the
-                # round reads its jobs as rows, round_jobs_lock, whose columns are aliased)
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                ['SELECT "scheduler_app_job"."id"%"scheduler_app_job"."owner_id"%'],
+                "SELECT 1 FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND %s = ANY(pg_blocking_pids(pid))",
+                [ours],
             ),
             timeout_s=30,
             what="the round to wait for the job row",
