@@ -12,6 +12,9 @@ of 4) are different statements; at most MAX_PER_CONNECTION are kept, later ones 
 
 Off with ATTUNE_DB_PREPARED_STATEMENTS=0, for a pooler in transaction mode (PgBouncer) that moves a
 session's statements between server connections. Other databases (the embedded SQLite) are untouched.
+What an administrator sees changes: pg_stat_activity shows `EXECUTE att_...(...)` for these statements;
+the text behind a name is in that session's pg_prepared_statements (and in the server's log with
+log_statement, which prints both).
 """
 
 from __future__ import annotations
