@@ -88,11 +88,19 @@ def main() -> int:
         optimizer.step()
         if args.step_s:
             time.sleep(args.step_s)
+        stop = stop_requested
+        if distributed:
+            # Every rank stops at the same step: each server's part gets its SIGTERM when its own agent
+            # acts, up to a sync apart, and a rank that left alone would break rank 0's next all-reduce
+            # before rank 0 saved (it then restarted from an older checkpoint).
+            flag = torch.tensor([1.0 if stop_requested else 0.0], device=next(model.parameters()).device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = bool(flag.item())
         if rank == 0:
             write_progress(step, (step - start) / max(1e-9, time.monotonic() - t0))
-            if step % args.checkpoint_every == 0 or stop_requested:
+            if step % args.checkpoint_every == 0 or stop:
                 save_checkpoint(ckpt, step, model.module if distributed else model, optimizer)
-        if stop_requested:
+        if stop:
             print(f"rank {rank}: SIGTERM at step {step}, checkpoint saved, exiting", flush=True)
             return 0
     if rank == 0:
