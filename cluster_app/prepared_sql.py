@@ -1,8 +1,8 @@
 """Named prepared statements on PostgreSQL for the agents' calls: planning was most of their database cost.
 
 Each agent sync runs the same dozen statements with new values; PostgreSQL parsed and planned every one
-of them every time. Measured on the heartbeat's one statement (issue 14, docs/performance.md): 1.4 ms of
-the server's CPU planned each time, 0.4 ms prepared. Within `prepared_statements()`, every SELECT,
+of them every time (`python -m bench.sync_cost`: the PostgreSQL backend's CPU per empty sync went from
+about 2.2 ms to 1.0 ms once prepared, docs/performance.md). Within `prepared_statements()`, every SELECT,
 INSERT, UPDATE, DELETE or WITH statement that has parameters is PREPAREd once per database connection
 (named by a hash of its text) and then run as EXECUTE; PostgreSQL plans it afresh for its first five
 runs and then keeps a generic plan when that is no worse. Statements are session objects in
@@ -40,37 +40,41 @@ def numbered(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> tuple[str, 
     """`sql` with psycopg2's placeholders (`%s` in order, or `%(name)s`) as PostgreSQL's `$1, $2, ...`
     and the values in that order; `%%` becomes `%`. ValueError when the placeholders and `params`
     do not match."""
-    values: list[Any] = []
-    by_name: dict[str, int] = {}
-    positional = iter(params) if not isinstance(params, Mapping) else None
+    text, names = _numbered(sql, params)
+    return text, _ordered_values(params, names)
+
+
+def _numbered(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> tuple[str, tuple[str, ...] | None]:
+    """`sql` numbered (see `numbered`) and the names of its `$1, $2, ...` (None: positional)."""
+    named = isinstance(params, Mapping)
+    names: list[str] = []
+    count = 0
 
     def one(match: re.Match[str]) -> str:
+        nonlocal count
         token = match.group(0)
         if token == "%%":
             return "%"
         if token == "%s":
-            if positional is None:
+            if named:
                 raise ValueError("a %s placeholder with named parameters")
-            try:
-                values.append(next(positional))
-            except StopIteration:
-                raise ValueError("more %s placeholders than parameters") from None
-            return f"${len(values)}"
-        if positional is not None:
+            count += 1
+            return f"${count}"
+        if not named:
             raise ValueError("a named placeholder with positional parameters")
         name = match.group(1)
-        if name not in by_name:
-            values.append(params[name])  # type: ignore[index]
-            by_name[name] = len(values)
-        return f"${by_name[name]}"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
 
     text = _PLACEHOLDER.sub(one, sql)
-    if positional is not None and next(positional, _END) is not _END:
-        raise ValueError("more parameters than %s placeholders")
-    return text, values
+    if not named and count != len(params):
+        raise ValueError(f"{count} %s placeholders for {len(params)} parameters")
+    return text, tuple(names) if named else None
 
 
-_END = object()
+def _ordered_values(params: Sequence[Any] | Mapping[str, Any], names: tuple[str, ...] | None) -> list[Any]:
+    return list(params) if names is None else [params[name] for name in names]  # type: ignore[index]
 
 
 def _statement_name(sql: str) -> str:
@@ -108,7 +112,7 @@ def _run_prepared(execute, sql, params, many, context):
     if statement is None:
         if len(prepared) >= MAX_PER_CONNECTION:
             return execute(sql, params, many, context)
-        text, values = numbered(sql, params)
+        text, names = _numbered(sql, params)
         execute(f"PREPARE {name} AS {text}", None, False, context)
         # Each argument cast to the type PostgreSQL inferred for it: psycopg2 writes values as typed
         # literals (a list is ARRAY[...] of text), which a plain statement's own casts convert but
@@ -121,21 +125,8 @@ def _run_prepared(execute, sql, params, many, context):
         )
         types = context["cursor"].fetchone()[0]
         arguments = ", ".join(f"%s::{t}" for t in types)
-        order = None if not isinstance(params, Mapping) else tuple(_named_order(sql))
-        statement = prepared[name] = _Prepared(order, f"EXECUTE {name}({arguments})")
-    else:
-        values = list(params) if statement.order is None else [params[key] for key in statement.order]
-    return execute(statement.execute_sql, values, False, context)
-
-
-def _named_order(sql: str) -> list[str]:
-    """The distinct `%(name)s` placeholders of `sql`, in their first appearance's order."""
-    seen: list[str] = []
-    for match in _PLACEHOLDER.finditer(sql):
-        key = match.group(1)
-        if key and key not in seen:
-            seen.append(key)
-    return seen
+        statement = prepared[name] = _Prepared(names, f"EXECUTE {name}({arguments})")
+    return execute(statement.execute_sql, _ordered_values(params, statement.order), False, context)
 
 
 def prepared_enabled() -> bool:

@@ -1,6 +1,5 @@
 """An agent's heartbeat: its server marked alive, its usage stored once and added to the minute's sums."""
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,8 +11,6 @@ from django.utils import timezone
 from cluster_app.models import ClusterUsageMinute, Gpu, GpuUsageSample, Server, UsageSample
 from cluster_app.services.nodes import UNRESPONSIVE_STATES, server_revive
 from cluster_app.usage_minutes import SUM_FIELDS, MinuteSums, insert_new, minute_add, minute_of
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ def node_heartbeat(
 ) -> Server:
     """Mark the server alive and store its usage; a repeated `sampled_at` is stored once.
 
-    Built for a thousand agents: it never waits for a scheduling round (see `_touch`), and on
+    Built for a thousand agents: it never waits for a scheduling round (see `_heartbeat_sql`), and on
     PostgreSQL its commit does not wait for the WAL flush (a crash may lose the last fraction of a
     second of samples and liveness, which the next sync restores; reports, whose acks promise
     storage, keep synchronous commits). On PostgreSQL a live server's heartbeat is one statement
@@ -91,7 +88,9 @@ def _heartbeat_steps(*, server: Server, usage: UsageReport, busy_gpus: int, now:
             last_heartbeat_at=now, state=server.state, state_reason=server.state_reason
         )
         server.last_heartbeat_at = now
-    elif _touch(server, now):
+    elif Server.objects.filter(pk=server.pk).update(last_heartbeat_at=now):
+        # (Reached on SQLite only, one writer at a time; a live server's PostgreSQL touch, which skips
+        # a row a round holds, is in `_heartbeat_sql`.)
         server.last_heartbeat_at = now
     # Last: every heartbeat of this minute, from every server, waits on this row's lock until its
     # transaction commits, so it is taken after the other writes to keep that wait short.
@@ -126,7 +125,14 @@ def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[fl
 
 @cache
 def _heartbeat_sql() -> str:
-    """The whole heartbeat of a live server as one PostgreSQL statement (see `_heartbeat_statement`)."""
+    """The whole heartbeat of a live server as one PostgreSQL statement (see `_heartbeat_statement`).
+
+    The touch skips a server row that a round holds (SKIP LOCKED): a round locks every server row for
+    its whole transaction, and with a thousand agents syncing, waiting for it would queue every sync
+    behind every round. The liveness thresholds are several sync intervals long, so skipping one touch
+    while a round runs costs nothing (Kubernetes moved node heartbeats off the Node object for the same
+    contention).
+    """
     qn = connection.ops.quote_name
     samples, gpu_samples = qn(UsageSample._meta.db_table), qn(GpuUsageSample._meta.db_table)
     servers, gpus = qn(Server._meta.db_table), qn(Gpu._meta.db_table)
@@ -167,7 +173,7 @@ def _heartbeat_sql() -> str:
 
 def _heartbeat_statement(server: Server, usage: UsageReport, now: datetime) -> bool:
     """A live server's heartbeat on PostgreSQL in one statement, hence one round trip and, outside a
-    transaction, one commit; True when `last_heartbeat_at` was set (a round may hold the row, `_touch`).
+    transaction, one commit; True when `last_heartbeat_at` was set (not while a round holds the row).
 
     The same writes as `_heartbeat_steps`, as data-modifying CTEs: the samples inserted or ignored, the
     touch, and the minute's UPSERT of what went in. The UPSERT is the one CTE the final SELECT does not
@@ -194,23 +200,3 @@ def _heartbeat_statement(server: Server, usage: UsageReport, now: datetime) -> b
         cursor.execute(_heartbeat_sql(), params)
         (touched, _setting) = cursor.fetchone()
     return touched > 0
-
-
-def _touch(server: Server, now: datetime) -> bool:
-    """Set a live server's last_heartbeat_at unless a round holds its row; True when it was set.
-
-    A round locks every server row for its whole transaction; with a thousand agents syncing, waiting
-    for it would queue every sync behind every round. The liveness thresholds are several sync
-    intervals long, so skipping one touch while a round runs costs nothing (Kubernetes moved node
-    heartbeats off the Node object for the same contention). SQLite has no row locks: a plain UPDATE.
-    """
-    if connection.vendor != "postgresql":
-        return Server.objects.filter(pk=server.pk).update(last_heartbeat_at=now) > 0
-    table = connection.ops.quote_name(Server._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET last_heartbeat_at = %s WHERE id = "
-            f"(SELECT id FROM {table} WHERE id = %s FOR NO KEY UPDATE SKIP LOCKED)",
-            [now, server.pk],
-        )
-        return cursor.rowcount > 0

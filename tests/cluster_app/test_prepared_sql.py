@@ -87,7 +87,7 @@ def test_a_new_connection_prepares_again_and_other_statements_pass_through():
     assert len(_prepared_on_server()) == 1
 
 
-def test_statements_run_plainly_outside_the_block(settings):
+def test_statements_run_unprepared_when_the_setting_is_off(settings):
     _postgresql_only()
     server = ServerFactory()
     connection.close()  # a fresh session, without what earlier tests prepared
