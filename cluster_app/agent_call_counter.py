@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import re
 
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,13 @@ def count_agent_call(kind: str) -> None:
         raise ValueError(f"agent call kind must match {KIND_PATTERN.pattern}: {kind!r}")
     key = _counter_key(kind)
     try:
+        backend = caches["default"]  # `cache` is a proxy: isinstance() needs the backend itself
+        if isinstance(backend, RedisCache):
+            if _redis_incr(backend, key) == 1:  # created by this call: the kind is registered once
+                _register(kind)
+            return
         try:
-            cache.incr(key)  # one round trip in the common case
+            cache.incr(key)
         except ValueError:
             # Not there yet (or evicted): add() is true only for the call that creates the counter,
             # the one time the kind is registered.
@@ -48,6 +54,14 @@ def count_agent_call(kind: str) -> None:
         # A counter must never cost an agent its sync: with the cache (Redis) down the call goes on
         # uncounted (found by tests/faults/test_redis_restarted.py: every sync answered 500).
         logger.warning("agent call not counted (cache unavailable): %s", exc)
+
+
+def _redis_incr(backend: RedisCache, key: str) -> int:
+    """INCR on the cache's own Redis key, one round trip: RedisCache.incr() asks EXISTS first (it must
+    raise for a missing key), a second round trip on every agent sync. Redis creates a missing counter
+    at 1, and the cache stores integers as plain numbers, so cache.get() reads what INCR wrote."""
+    redis_key = backend.make_and_validate_key(key)
+    return backend._cache.get_client(redis_key, write=True).incr(redis_key)
 
 
 def _register(kind: str) -> None:

@@ -410,6 +410,33 @@ def test_agent_call_counter_counts_by_kind_and_is_exposed(client):
     assert agent_calls() == {"register": 1, "sync": 3}
 
 
+@pytest.mark.django_db
+def test_an_agent_call_costs_one_redis_command_once_its_kind_is_known(monkeypatch):
+    """Every agent sync counts itself: one INCR, not RedisCache.incr()'s EXISTS + INCR."""
+    from django.core.cache import cache, caches
+    from django.core.cache.backends.redis import RedisCache
+
+    if not isinstance(caches["default"], RedisCache):
+        pytest.skip("the cache is not Redis (CACHE_URL): the local-memory cache has no round trips")
+    import redis
+
+    commands: list[str] = []
+    execute = redis.Redis.execute_command
+
+    def counted(self, *args, **options):
+        commands.append(str(args[0]))
+        return execute(self, *args, **options)
+
+    count_agent_call("sync")  # the first call also registers the kind
+    monkeypatch.setattr(redis.Redis, "execute_command", counted)
+    count_agent_call("sync")
+    count_agent_call("sync")
+    assert commands == ["INCRBY", "INCRBY"]  # redis-py sends INCR as INCRBY 1
+    monkeypatch.undo()
+    assert agent_calls() == {"sync": 3}
+    assert cache.get("attune:agent-calls:count:sync") == 3  # what INCR wrote, read through the cache
+
+
 # --- the Grafana dashboard -------------------------------------------------------------------------
 
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("",), "gauge": ("",)}
