@@ -17,9 +17,10 @@ preempt and cancel commands are obeyed (a started lease is reported, a finished 
 
 Printed: p50/p99 per call kind (a sync's time to answer; the wait's deliberate hold is not a
 latency), errors, reports stored == reports sent (each exactly once), the delay from a round's
-commit to its start commands reaching the agents (p50/p99), the rounds' duration under that load, and
-the ratio to /healthz. `--find-max` raises N by --step until the p99 of a sync passes --p99-ms (or
-errors appear) and prints the largest N that held.
+commit to its start commands reaching the agents (p50/p99), the rounds' duration under that load, the
+ratio to /healthz, and the CPU of each part of the stack over the window (bench/cpu_shares.py), with
+the web tier's and PostgreSQL's per sync. `--find-max` raises N by --step until the p99 of a sync
+passes --p99-ms (or errors appear) and prints the largest N that held.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import print_table
+from bench.cpu_shares import CpuShares
 from bench.fleet_agents import ITERS_PER_S, FleetStats, healthz_baseline, run_fleet
 from bench.live_common import bench_database, django_setup, logger, logging_setup, percentile
 
@@ -85,9 +87,9 @@ def service_env(database_url: str, redis_url: str, interval_s: float) -> dict[st
 
 
 @contextmanager
-def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
+def processes(env: dict[str, str], *, workers: int | None) -> Iterator[tuple[str, dict[str, int]]]:
     """gunicorn (config/gunicorn.conf.py) on a free port, a Celery worker with beat and one of the
-    `forecasts` queue, as docker-compose runs them; yields the URL."""
+    `forecasts` queue, as docker-compose runs them; yields the URL and their pids by part."""
     port = _free_port()
     web_env = {**env, "ATTUNE_BIND": f"127.0.0.1:{port}"}
     if workers:
@@ -124,7 +126,7 @@ def processes(env: dict[str, str], *, workers: int | None) -> Iterator[str]:
                 raise RuntimeError(f"gunicorn did not start; see {logs}/web.log")
             time.sleep(0.3)
         logger.info("web tier at %s (logs in %s)", base_url, logs)
-        yield base_url
+        yield base_url, {"web": web.pid, "rounds": worker.pid, "forecasts": forecasts.pid}
     finally:
         for proc in (forecasts, worker, web):
             proc.terminate()
@@ -231,6 +233,11 @@ class FleetResult:
     reports_sent: int
     reports_stored: int
     stored_once: bool
+    cores: dict[str, float]  # part of the stack -> average cores over the window (bench/cpu_shares.py)
+
+    def cpu_ms_per_sync(self, part: str) -> float:
+        """That part's CPU per sync in the window: what a change to the service's code moves."""
+        return self.cores.get(part, float("nan")) * 1000 / max(1e-9, self.syncs_per_s)
 
     def holds(self, p99_ms: float) -> bool:
         return self.errors == 0 and self.sync_p99_ms < p99_ms and self.stored_once
@@ -244,11 +251,16 @@ def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
         django_setup(url)
         tokens = seed(num_agents, tuple(args.job_minutes))
         env = service_env(url, args.redis_url, args.interval)
-        with processes(env, workers=args.workers) as base_url:
+        with processes(env, workers=args.workers) as (base_url, pids):
             rate = num_agents / args.interval
             base, base_errors = asyncio.run(healthz_baseline(base_url, rate, args.baseline_seconds))
-            stats = asyncio.run(run_fleet(tokens, base_url, args))
+            shares = CpuShares(pids)
+            try:
+                stats = asyncio.run(run_fleet(tokens, base_url, args))
+            finally:
+                shares.stop()
         since, until = stats.measured
+        cores = shares.cores(since, until)
         syncs = stats.latencies["sync"]
         delays = delivery_delays(stats)
         rounds = round_durations_ms(since, until)
@@ -273,6 +285,7 @@ def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
             # Every report sent was acknowledged and stored, and nothing else was stored (the unique
             # (lease_id, seq) constraint makes each row one report).
             stored_once=stored == stats.sent and acked == stats.sent and stats.unsent == 0,
+            cores=cores,
         )
         if stats.errors:
             logger.warning("errors: %s", dict(stats.errors))
@@ -294,7 +307,8 @@ def print_results(results: list[FleetResult], p99_ms: float) -> None:
         [
             "agents", "syncs/s", "sync p50 ms", "sync p99 ms", "healthz p50 ms", "healthz p99 ms",
             "p50 / healthz", "errors", "reports sent", "stored", "once", "start delivery p50 s",
-            "p99 s", "n", "round p50 ms", "round p99 ms", "rounds", "verdict",
+            "p99 s", "n", "round p50 ms", "round p99 ms", "rounds", "web cpu ms/sync", "db cpu ms/sync",
+            "cores web/db/rounds/forecasts/redis/bench", "verdict",
         ],
         [
             [
@@ -303,6 +317,9 @@ def print_results(results: list[FleetResult], p99_ms: float) -> None:
                 f"{r.sync_p50_ms / r.healthz_p50_ms:.1f}x", r.errors, r.reports_sent, r.reports_stored,
                 "yes" if r.stored_once else "NO", f"{r.delivery_p50_s:.2f}", f"{r.delivery_p99_s:.2f}",
                 r.deliveries, f"{r.round_p50_ms:.0f}", f"{r.round_p99_ms:.0f}", r.rounds,
+                f"{r.cpu_ms_per_sync('web'):.1f}", f"{r.cpu_ms_per_sync('postgres'):.1f}",
+                "/".join(f"{r.cores.get(part, float('nan')):.2f}"
+                         for part in ("web", "postgres", "rounds", "forecasts", "redis", "bench")),
                 "ok" if r.holds(p99_ms) else "over",
             ]
             for r in results
