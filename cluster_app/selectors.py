@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from cluster_app.models import AgentCredential, Gpu, NodeState, Server
+from cluster_app.raw_rows import model_rows
 from cluster_app.services import agent_token_digest
 
 # States in which a server takes new work. DRAINING servers keep their running leases but get
@@ -70,7 +71,7 @@ def agent_credential_find(*, token: str) -> AgentCredential | None:
         f" FROM {credentials} c JOIN {servers} s ON s.id = c.server_id"
         f" WHERE c.token_digest = %s AND c.revoked_at IS NULL"
     )
-    for server in Server.objects.raw(sql, [agent_token_digest(token)]):
+    for server in model_rows(Server, sql, [agent_token_digest(token)]):
         last_used_at = server.__dict__.pop("credential_last_used_at")
         # An extra column skips the model field's conversion: SQLite hands back a naive UTC time.
         if isinstance(last_used_at, str):

@@ -4,7 +4,7 @@ The ORM builds each of these statements for 1 to 4 ms of CPU (the job and worklo
 columns, the lease's rank two correlated subqueries), several times what PostgreSQL takes to run it;
 at a thousand agents that was most of the web tier's CPU. Plain SQL over the models' own table and
 column names, portable between PostgreSQL and the embedded SQLite; rows come back as model instances
-through `raw()`, which converts values as the ORM would.
+through `model_rows` (cluster_app/raw_rows.py: raw()'s conversions, its per-query set-up done once).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from uuid import UUID
 
 from django.db import connection
 
+from cluster_app.raw_rows import model_rows
 from profiles_app.models import Workload
 from scheduler_app.models import Allocation, Job
 
@@ -38,7 +39,7 @@ def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID,
         f"SELECT id, lease_id, job_id, started_at FROM {_table(Allocation)}"
         f" WHERE server_id = %s AND lease_id IN ({marks})"
     )
-    return {a.lease_id: a for a in Allocation.objects.raw(sql, [server_id, *params])}
+    return {a.lease_id: a for a in model_rows(Allocation, sql, [server_id, *params])}
 
 
 def jobs_lock(*, job_ids: Iterable[int]) -> dict[int, Job]:
@@ -48,13 +49,13 @@ def jobs_lock(*, job_ids: Iterable[int]) -> dict[int, Job]:
         return {}
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     sql = f"SELECT * FROM {_table(Job)} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id{lock}"
-    jobs = {j.pk: j for j in Job.objects.raw(sql, ids)}
+    jobs = {j.pk: j for j in model_rows(Job, sql, ids)}
     workload_ids = sorted({j.workload_id for j in jobs.values() if j.workload_id is not None})
     workloads = {}
     if workload_ids:
         marks = ", ".join(["%s"] * len(workload_ids))
         sql = f"SELECT * FROM {_table(Workload)} WHERE id IN ({marks})"
-        workloads = {w.pk: w for w in Workload.objects.raw(sql, workload_ids)}
+        workloads = {w.pk: w for w in model_rows(Workload, sql, workload_ids)}
     for job in jobs.values():
         job.workload = workloads.get(job.workload_id)
     return jobs
@@ -76,4 +77,4 @@ def leases_with_rank(*, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
         f" AND e.id < a.id) AS rank"
         f" FROM {table} a WHERE a.lease_id IN ({marks})"
     )
-    return {a.lease_id: a for a in Allocation.objects.raw(sql, params)}
+    return {a.lease_id: a for a in model_rows(Allocation, sql, params)}
