@@ -30,7 +30,7 @@ class Team(models.Model):
         return self.name
 
 
-# No measured speed above this is believed or stored (services/agents.py; a CHECK constraint).
+# No measured speed above this is believed or stored (services/report_apply.py; a CHECK constraint).
 MAX_STORED_ITERS_PER_S = 1e9
 
 

@@ -25,7 +25,8 @@ from scheduler_app.api.serializers.agents import (
     GpuConflictSerializer,
 )
 from scheduler_app.services.agent_sync import SyncRequest, agent_sync
-from scheduler_app.services.agents import LeaseReport, agent_register
+from scheduler_app.services.agents import agent_register
+from scheduler_app.services.report_apply import LeaseReport
 
 # One instance of each checks every sync and report, in every thread: run_validation keeps no state
 # on the serializer (DRF's ListSerializer checks all its items with one child the same way), while a

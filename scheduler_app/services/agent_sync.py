@@ -14,7 +14,8 @@ from cluster_app.agent_wake import wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
 from scheduler_app.selectors import agent_commands
-from scheduler_app.services.agents import LeaseReport, ReportsOutcome, agent_heartbeat, agent_reports_ingest
+from scheduler_app.services.agents import ReportsOutcome, agent_heartbeat, agent_reports_ingest
+from scheduler_app.services.report_apply import LeaseReport
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from profiles_app.models import SpeedObservation
 from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobState
-from scheduler_app.services.agents import AGENT_CLOCK_SKEW, SPEED_OUTLIER_FACTOR
+from scheduler_app.services.agents import AGENT_CLOCK_SKEW
+from scheduler_app.services.report_apply import SPEED_OUTLIER_FACTOR
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import lease_of, submit, synced
 

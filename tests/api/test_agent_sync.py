@@ -242,7 +242,7 @@ def test_a_batch_that_fails_in_the_database_is_rolled_back_and_applied_on_resend
 
     batch = [report(lease, 1, "progress", done_iters=10)]
     with monkeypatch.context() as m:
-        m.setattr(agents_module, "_apply_reports", failing)
+        m.setattr(agents_module, "reports_apply", failing)
         answer = synced(agent_client(server), running=[lease], reports=batch)
     assert answer["acked"] == [] and answer["rejected"] == [] and answer["commands"] == []
     assert not AgentReport.objects.exists()

@@ -152,6 +152,48 @@ def test_cancelling_a_running_job_wakes_its_servers_agent(
 
 
 @pytest.mark.django_db
+def test_the_exit_of_a_moved_jobs_old_process_wakes_the_agent_of_its_next_lease(
+    wake, published, django_capture_on_commit_callbacks
+):
+    """A moved job's next lease is not started until its old process exited (agent_commands): the
+    exit's arrival wakes the next lease's agent, which would otherwise wait for its next sync."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler_app.services.agents import agent_reports_ingest
+    from scheduler_app.services.report_apply import LeaseReport
+    from tests.factories import AllocationFactory, JobFactory, ServerFactory
+
+    old_server, new_server, bystander = ServerFactory(), ServerFactory(), ServerFactory()
+    now = timezone.now()
+    job = JobFactory(state=JobState.RUNNING)
+    began = now - timedelta(minutes=5)
+    old = AllocationFactory(
+        job=job, server=old_server, started_at=began, agent_started_at=began,
+        ended_at=now - timedelta(seconds=2), end_reason="preempted",
+    )  # fmt: skip
+    AllocationFactory(job=job, server=new_server, started_at=now - timedelta(seconds=2))  # its start is held
+    AllocationFactory(job=JobFactory(state=JobState.RUNNING), server=bystander, started_at=now)
+    before = {s.pk: generation(wake, s.pk) for s in (old_server, new_server, bystander)}
+    exited = LeaseReport(old.lease_id, 1, "exited", now, {"exit_code": None, "signal": 15, "done_iters": 10})
+    progress = LeaseReport(old.lease_id, 2, "progress", now, {"done_iters": 10})
+    with django_capture_on_commit_callbacks() as callbacks:
+        agent_reports_ingest(server=old_server, reports=[progress])  # no exit: nobody woken
+    assert wake_callbacks(callbacks) == []
+    with django_capture_on_commit_callbacks() as callbacks:
+        agent_reports_ingest(server=old_server, reports=[exited])
+    for cb in wake_callbacks(callbacks):
+        cb()
+    assert {s.pk: generation(wake, s.pk) for s in (old_server, new_server, bystander)} == {
+        old_server.pk: before[old_server.pk],  # its own commands come back in the same sync
+        new_server.pk: before[new_server.pk] + 1,
+        bystander.pk: before[bystander.pk],
+    }
+    assert {new_server.pk} in published()
+
+
+@pytest.mark.django_db
 def test_draining_a_server_wakes_its_agent(wake, published, django_capture_on_commit_callbacks):
     server = make_server("gpu01", gpus=4)
     before = generation(wake, server.pk)

@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from scheduler_app.models import AgentReport, Job, JobEvent
 from scheduler_app.services import agents
-from scheduler_app.services.agents import LeaseReport, agent_reports_ingest
+from scheduler_app.services.agents import agent_reports_ingest
+from scheduler_app.services.report_apply import LeaseReport
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import lease_of, make_server, submit
 
@@ -29,7 +30,7 @@ def test_a_batch_sent_twice_at_once_is_applied_once(user, settings, monkeypatch)
         LeaseReport(lease.lease_id, 2, "progress", t0 + timedelta(seconds=30), {"done_iters": 300}),
     ]
     first_inside, release = threading.Event(), threading.Event()
-    real_apply = agents._apply_reports
+    real_apply = agents.reports_apply
 
     def slow_apply(reports, **kwargs):
         # The first request holds its transaction open with the reports inserted but not committed.
@@ -37,7 +38,7 @@ def test_a_batch_sent_twice_at_once_is_applied_once(user, settings, monkeypatch)
         assert release.wait(10)
         return real_apply(reports, **kwargs)
 
-    monkeypatch.setattr(agents, "_apply_reports", slow_apply)
+    monkeypatch.setattr(agents, "reports_apply", slow_apply)
     outcomes = {}
 
     def send(name):

@@ -15,8 +15,9 @@ from scheduler_app.api.fields import (
     StrictUUIDField,
 )
 from scheduler_app.models import AgentReportKind
-from scheduler_app.services.agents import AGENT_REPORT_MAX_SEQ, MAX_REPORTED_ITERS, clean_text
+from scheduler_app.services.agents import AGENT_REPORT_MAX_SEQ, clean_text
 from scheduler_app.services.profiling import PROFILING_REPORT_KINDS
+from scheduler_app.services.report_apply import MAX_REPORTED_ITERS
 
 # Bounds of what a node can report, far above any real machine: what passes them fits the database's
 # columns and every sum the dashboards take of them.
