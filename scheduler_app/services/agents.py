@@ -25,14 +25,9 @@ from cluster_app.services import (
     node_register,
 )
 from cluster_app.usage_minutes import insert_new
-from profiles_app.selectors import (
-    profiling_runs_of_server,
-)
+from profiles_app.selectors import profiling_runs_of_server
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import (
-    AgentReport,
-    Allocation,
-)
+from scheduler_app.models import AgentReport, Allocation
 from scheduler_app.selectors import server_busy_gpus
 from scheduler_app.selectors.agent_reports import leases_of_server
 from scheduler_app.services.profiling import profiling_reports_ingest
