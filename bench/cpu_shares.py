@@ -49,13 +49,11 @@ class CpuShares:
     """Samples the parts' cumulative CPU seconds on a thread of its own until `stop()`."""
 
     def __init__(self, pids: dict[str, int]) -> None:
-        bench = os.getpid()
+        self._pids = pids
         self._parts: dict[str, Callable[[], float]] = {
             **{part: (lambda pid=pid: _tree_cpu_s(pid)) for part, pid in pids.items()},
             "postgres": lambda: _named_cpu_s("postgres"),
             "redis": lambda: _named_cpu_s("redis-server"),
-            # Its own emulated agents: the stack's processes are its children, taken out.
-            "bench": lambda: _tree_cpu_s(bench) - sum(_tree_cpu_s(p) for p in pids.values()),
         }
         self._samples: list[tuple[float, dict[str, float]]] = []
         self._stop = threading.Event()
@@ -63,8 +61,12 @@ class CpuShares:
         self._thread.start()
 
     def _run(self) -> None:
+        bench = os.getpid()
         while not self._stop.is_set():
-            self._samples.append((time.time(), {part: read() for part, read in self._parts.items()}))
+            sample = {part: read() for part, read in self._parts.items()}
+            # The bench's own emulated agents: the stack's processes are its children, taken out.
+            sample["bench"] = _tree_cpu_s(bench) - sum(sample[part] for part in self._pids)
+            self._samples.append((time.time(), sample))
             self._stop.wait(SAMPLE_S)
 
     def stop(self) -> None:

@@ -102,13 +102,12 @@ def reports_apply(reports: list[LeaseReport], *, now: datetime, job_ids: set[int
             events.extend(_exited(job, allocation, r, now=now))
     # One statement each, whatever the batch holds. Only the fields reports own: ended_at / end_reason
     # belong to job_finish and the round.
-    touched = {r.lease_id for r in reports}
     update_from_values(
         Allocation,
         [
             {"pk": a.pk, **{f: getattr(a, f) for f in REPORT_FIELDS}}
             for a in sorted(allocations.values(), key=lambda a: a.pk)
-            if a.lease_id in touched
+            if a.lease_id in lease_ids
         ],
         REPORT_FIELDS,
     )

@@ -416,6 +416,8 @@ def test_an_agent_call_costs_one_redis_command_once_its_kind_is_known(monkeypatc
     from django.core.cache import cache, caches
     from django.core.cache.backends.redis import RedisCache
 
+    from cluster_app.agent_call_counter import _counter_key
+
     if not isinstance(caches["default"], RedisCache):
         pytest.skip("the cache is not Redis (CACHE_URL): the local-memory cache has no round trips")
     import redis
@@ -434,7 +436,7 @@ def test_an_agent_call_costs_one_redis_command_once_its_kind_is_known(monkeypatc
     assert commands == ["INCRBY", "INCRBY"]  # redis-py sends INCR as INCRBY 1
     monkeypatch.undo()
     assert agent_calls() == {"sync": 3}
-    assert cache.get("attune:agent-calls:count:sync") == 3  # what INCR wrote, read through the cache
+    assert cache.get(_counter_key("sync")) == 3  # what INCR wrote, read through the cache
 
 
 # --- the Grafana dashboard -------------------------------------------------------------------------
