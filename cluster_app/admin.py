@@ -24,6 +24,7 @@ class ServerAdmin(admin.ModelAdmin):
         "gpu_model",
         "last_heartbeat_at",
     )
+    list_select_related = ("heartbeat",)
     list_filter = ("state", "gpu_model")
     search_fields = ("name", "hostname")
     inlines = [GpuInline]

@@ -1,5 +1,7 @@
 """The hardware Attune schedules on: servers, their GPUs, agent credentials and usage samples."""
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 
@@ -34,7 +36,6 @@ class Server(models.Model):
     nic_gbps = models.FloatField(default=0, help_text="Network bandwidth between servers, Gb/s")
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.IDLE)
     state_reason = models.CharField(max_length=255, blank=True)
-    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=50, blank=True)
     time_scale = models.FloatField(
         default=1.0,
@@ -55,6 +56,33 @@ class Server(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def last_heartbeat_at(self) -> datetime | None:
+        """When its agent was last heard from (None: never); kept in ServerHeartbeat, which see.
+        Lists read it through select_related("heartbeat")."""
+        heartbeat = getattr(self, "heartbeat", None)  # the reverse one-to-one raises AttributeError
+        return heartbeat.at if heartbeat is not None else None
+
+
+class ServerHeartbeat(models.Model):
+    """When a server's agent was last heard from, in a row of its own.
+
+    Not a column of Server: a scheduling round holds every server row locked for its whole
+    transaction (cluster_app.selectors.servers_lock_all), so a heartbeat that wrote the server row
+    either waited for the round, queueing a thousand agents' syncs behind it, or skipped its touch,
+    and servers whose beats kept landing in rounds were marked NOT_RESPONDING while their agents
+    were fine. Nothing locks these rows for long; the liveness sweep reads them after locking the
+    servers. Kubernetes moved node heartbeats from the Node object to Lease objects for the same reason.
+    """
+
+    server = models.OneToOneField(
+        Server, on_delete=models.CASCADE, primary_key=True, related_name="heartbeat"
+    )
+    at = models.DateTimeField(help_text="the service's clock when the last heartbeat arrived")
+
+    def __str__(self) -> str:
+        return f"{self.server_id} @ {self.at:%Y-%m-%d %H:%M:%S}"
 
 
 class Gpu(models.Model):

@@ -1,10 +1,12 @@
 """factory_boy factories for the Django models (core and simulator tests use tests/builders.py)."""
 
+from datetime import datetime
+
 import factory
 from django.contrib.auth import get_user_model
 from django.db.models import F
 
-from cluster_app.models import Gpu, Server
+from cluster_app.models import Gpu, Server, ServerHeartbeat
 from profiles_app.catalog import profile_for
 from profiles_app.models import Workload
 from scheduler_app.models import Allocation, AllocationGpu, Job, Team
@@ -40,12 +42,25 @@ class ServerFactory(factory.django.DjangoModelFactory):
     gpu_model = "Tesla V100"
 
     @factory.post_generation
+    def last_heartbeat_at(self, create: bool, extracted, **kwargs) -> None:
+        """`ServerFactory(last_heartbeat_at=t)`: its agent was last heard from at t."""
+        if create and extracted is not None:
+            heartbeat_at(self, extracted)
+
+    @factory.post_generation
     def with_gpus(self, create: bool, extracted, **kwargs) -> None:
         if create and extracted is not False:
             Gpu.objects.bulk_create(
                 Gpu(server=self, index=i, uuid=f"GPU-{self.name}-{i}", model=self.gpu_model)
                 for i in range(self.num_gpus)
             )
+
+
+def heartbeat_at(server: Server, at: datetime | None) -> None:
+    """Set when `server`'s agent was last heard from (None: never)."""
+    ServerHeartbeat.objects.filter(server_id=server.pk).delete()
+    if at is not None:
+        ServerHeartbeat.objects.create(server_id=server.pk, at=at)
 
 
 class GpuFactory(factory.django.DjangoModelFactory):

@@ -8,7 +8,7 @@ from functools import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cluster_app.models import ClusterUsageMinute, Gpu, GpuUsageSample, Server, UsageSample
+from cluster_app.models import ClusterUsageMinute, Gpu, GpuUsageSample, Server, ServerHeartbeat, UsageSample
 from cluster_app.services.nodes import UNRESPONSIVE_STATES, server_revive
 from cluster_app.usage_minutes import SUM_FIELDS, MinuteSums, insert_new, minute_add, minute_of
 
@@ -35,7 +35,8 @@ def node_heartbeat(
 ) -> Server:
     """Mark the server alive and store its usage; a repeated `sampled_at` is stored once.
 
-    Built for a thousand agents: it never waits for a scheduling round (see `_heartbeat_sql`), and on
+    Built for a thousand agents: it never waits for a scheduling round (the time is written to
+    ServerHeartbeat, a row no round locks; the server row is written only to revive it), and on
     PostgreSQL its commit does not wait for the WAL flush (a crash may lose the last fraction of a
     second of samples and liveness, which the next sync restores; reports, whose acks promise
     storage, keep synchronous commits). On PostgreSQL a live server's heartbeat is one statement
@@ -43,8 +44,8 @@ def node_heartbeat(
     """
     now = now or timezone.now()
     if connection.vendor == "postgresql" and server.state not in UNRESPONSIVE_STATES:
-        if _heartbeat_statement(server, usage, now):
-            server.last_heartbeat_at = now
+        _heartbeat_statement(server, usage, now)
+        server.heartbeat = ServerHeartbeat(server=server, at=now)
         return server
     return _heartbeat_steps(server=server, usage=usage, busy_gpus=busy_gpus, now=now)
 
@@ -84,18 +85,23 @@ def _heartbeat_steps(*, server: Server, usage: UsageReport, busy_gpus: int, now:
         # Re-read under lock: the liveness sweep may be moving this very server to DOWN right now.
         server = Server.objects.select_for_update().get(pk=server.pk)
         server_revive(server, busy_gpus=busy_gpus)
-        Server.objects.filter(pk=server.pk).update(
-            last_heartbeat_at=now, state=server.state, state_reason=server.state_reason
-        )
-        server.last_heartbeat_at = now
-    elif Server.objects.filter(pk=server.pk).update(last_heartbeat_at=now):
-        # (Reached on SQLite only, one writer at a time; a live server's PostgreSQL touch, which skips
-        # a row a round holds, is in `_heartbeat_sql`.)
-        server.last_heartbeat_at = now
+        Server.objects.filter(pk=server.pk).update(state=server.state, state_reason=server.state_reason)
+    server_heartbeat_record(server=server, now=now)
     # Last: every heartbeat of this minute, from every server, waits on this row's lock until its
     # transaction commits, so it is taken after the other writes to keep that wait short.
     minute_add(minute=minute_of(usage.sampled_at), sums=added)
     return server
+
+
+def server_heartbeat_record(*, server: Server, now: datetime) -> None:
+    """Record that `server`'s agent was heard from at `now` (never moves the time back); one statement."""
+    ServerHeartbeat.objects.bulk_create(
+        [ServerHeartbeat(server=server, at=now)],
+        update_conflicts=True,
+        unique_fields=["server"],
+        update_fields=["at"],
+    )
+    server.heartbeat = ServerHeartbeat(server=server, at=now)
 
 
 def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[float]]:
@@ -127,15 +133,12 @@ def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[fl
 def _heartbeat_sql() -> str:
     """The whole heartbeat of a live server as one PostgreSQL statement (see `_heartbeat_statement`).
 
-    The touch skips a server row that a round holds (SKIP LOCKED): a round locks every server row for
-    its whole transaction, and with a thousand agents syncing, waiting for it would queue every sync
-    behind every round. The liveness thresholds are several sync intervals long, so skipping one touch
-    while a round runs costs nothing (Kubernetes moved node heartbeats off the Node object for the same
-    contention).
+    The touch is an UPSERT of the server's ServerHeartbeat row, never of the server row, which a round
+    holds locked for its whole transaction (see ServerHeartbeat for what touching it cost).
     """
     qn = connection.ops.quote_name
     samples, gpu_samples = qn(UsageSample._meta.db_table), qn(GpuUsageSample._meta.db_table)
-    servers, gpus = qn(Server._meta.db_table), qn(Gpu._meta.db_table)
+    beats, gpus = qn(ServerHeartbeat._meta.db_table), qn(Gpu._meta.db_table)
     minutes = qn(ClusterUsageMinute._meta.db_table)
     columns = ", ".join(qn(ClusterUsageMinute._meta.get_field(f).column) for f in SUM_FIELDS)
     updates = ", ".join(f"{c} = {minutes}.{c} + EXCLUDED.{c}" for c in columns.split(", "))
@@ -152,8 +155,8 @@ def _heartbeat_sql() -> str:
         f" JOIN {gpus} g ON g.uuid = v.uuid AND g.server_id = %(server)s"
         f" ON CONFLICT (gpu_id, sampled_at) DO NOTHING RETURNING util_pct),"
         f" touched AS ("
-        f" UPDATE {servers} SET last_heartbeat_at = %(now)s WHERE id ="
-        f" (SELECT id FROM {servers} WHERE id = %(server)s FOR NO KEY UPDATE SKIP LOCKED) RETURNING id),"
+        f" INSERT INTO {beats} AS b (server_id, at) VALUES (%(server)s, %(now)s)"
+        f" ON CONFLICT (server_id) DO UPDATE SET at = GREATEST(b.at, EXCLUDED.at) RETURNING 1),"
         f" added AS (SELECT"
         f" (SELECT count(*) FROM sample) AS servers_sampled,"
         f" (SELECT coalesce(sum(cpu_util_pct), 0) FROM sample) * %(cpus)s AS cpu_util_pct_cores_sum,"
@@ -171,9 +174,9 @@ def _heartbeat_sql() -> str:
     )
 
 
-def _heartbeat_statement(server: Server, usage: UsageReport, now: datetime) -> bool:
+def _heartbeat_statement(server: Server, usage: UsageReport, now: datetime) -> None:
     """A live server's heartbeat on PostgreSQL in one statement, hence one round trip and, outside a
-    transaction, one commit; True when `last_heartbeat_at` was set (not while a round holds the row).
+    transaction, one commit.
 
     The same writes as `_heartbeat_steps`, as data-modifying CTEs: the samples inserted or ignored, the
     touch, and the minute's UPSERT of what went in. The UPSERT is the one CTE the final SELECT does not
@@ -198,5 +201,4 @@ def _heartbeat_statement(server: Server, usage: UsageReport, now: datetime) -> b
     }
     with connection.cursor() as cursor:
         cursor.execute(_heartbeat_sql(), params)
-        (touched, _setting) = cursor.fetchone()
-    return touched > 0
+        cursor.fetchone()

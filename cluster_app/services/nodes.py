@@ -13,7 +13,7 @@ from django.db.models.deletion import ProtectedError
 from django.utils import timezone
 
 from cluster_app.conf import node_conf
-from cluster_app.models import AgentCredential, Gpu, NodeState, Server
+from cluster_app.models import AgentCredential, Gpu, NodeState, Server, ServerHeartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -213,9 +213,9 @@ def node_register(
     server.agent_version = inventory.agent_version
     server.time_scale = inventory.time_scale
     server.gpu_model = next((g.model for g in inventory.gpus if g.model), server.gpu_model)
-    server.last_heartbeat_at = now
     server_revive(server, busy_gpus=busy_gpus)
     server.save()
+    ServerHeartbeat.objects.update_or_create(server=server, defaults={"at": now})
     logger.info(
         "server %s registered: %d GPUs, %d cores, %.1f GB",
         server.name,
@@ -231,15 +231,21 @@ def node_liveness_sweep(*, now: datetime | None = None) -> LivenessSweep:
 
     Silence counts from the last heartbeat (or from the server's creation if it never sent one).
     Every server row is locked first (see cluster_app.selectors.servers_lock_all for the lock order),
-    so a heartbeat that arrives meanwhile waits and then revives the server.
+    then the heartbeats are read, so every one committed by then counts. A live server's heartbeat
+    does not wait for these locks (it writes ServerHeartbeat only): one committed between that read
+    and this commit leaves its server NOT_RESPONDING until its next heartbeat, which revives it under
+    the server's lock. A server goes DOWN only from NOT_RESPONDING, whose heartbeats take that lock,
+    so no server goes DOWN while its agent is heard from.
     """
     conf = node_conf()
     now = now or timezone.now()
     result = LivenessSweep()
     nr_before = now - timedelta(seconds=conf.not_responding_after_s)
     down_before = now - timedelta(seconds=conf.down_after_s)
-    for server in Server.objects.select_for_update(no_key=True).order_by("id"):
-        seen = server.last_heartbeat_at or server.created_at
+    servers = list(Server.objects.select_for_update(no_key=True).order_by("id"))
+    heard = dict(ServerHeartbeat.objects.values_list("server_id", "at"))
+    for server in servers:
+        seen = heard.get(server.pk) or server.created_at
         if server.state in WATCHED_STATES and seen < nr_before:
             new_state, names = NodeState.NOT_RESPONDING, result.not_responding
         elif server.state == NodeState.NOT_RESPONDING and seen < down_before:

@@ -278,7 +278,7 @@ class AttuneCollector(Collector):
             yield GaugeMetricFamily(name, documentation, value=float(value))
 
     def _nodes(self, now: datetime) -> Iterable[Metric]:
-        servers = list(Server.objects.order_by("name").values_list("name", "state", "last_heartbeat_at"))
+        servers = list(Server.objects.order_by("name").values_list("name", "state", "heartbeat__at"))
         counts = Counter(state for _, state, _ in servers)
         by_state = GaugeMetricFamily(
             "attune_nodes", "Servers by node state (Slurm's words).", labels=["state"]

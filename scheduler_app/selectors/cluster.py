@@ -17,7 +17,7 @@ from scheduler_app.models import (
 
 def cluster_overview() -> dict[str, Any]:
     """Every server with its state, capacity and what active leases use of it, plus cluster totals."""
-    servers = list(Server.objects.order_by("name"))
+    servers = list(Server.objects.select_related("heartbeat").order_by("name"))
     holders = dict(
         AllocationGpu.objects.filter(released_at__isnull=True).values_list("gpu_id", "allocation__job_id")
     )

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from cluster_app.models import ClusterUsageMinute, GpuUsageSample, Server, UsageSample
+from cluster_app.models import ClusterUsageMinute, GpuUsageSample, Server, ServerHeartbeat, UsageSample
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import node_heartbeat
 from tests.cluster_app.test_usage_minutes import report
@@ -59,9 +59,12 @@ def test_outside_a_transaction_it_commits_by_itself_and_leaves_the_session_as_it
     assert ClusterUsageMinute.objects.get().servers_sampled == 1
 
 
-def test_while_a_round_holds_the_server_row_it_stores_the_sample_without_waiting_or_touching():
+def test_while_a_round_holds_the_server_row_it_stores_the_sample_and_the_heartbeat_without_waiting():
+    # The server row is left alone: the time goes to ServerHeartbeat, which no round locks. Before,
+    # the touch skipped a locked row, and servers whose beats kept landing in rounds went
+    # NOT_RESPONDING under a fleet's load.
     server = ServerFactory(name="held", num_gpus=1)
-    Server.objects.filter(pk=server.pk).update(last_heartbeat_at=None)
+    assert Server.objects.get(pk=server.pk).last_heartbeat_at is None
     locked, release = threading.Event(), threading.Event()
 
     def round_holding_the_row():
@@ -81,14 +84,12 @@ def test_while_a_round_holds_the_server_row_it_stores_the_sample_without_waiting
         started = timezone.now()
         returned = node_heartbeat(server=server, usage=report(server, at, 10, 1, [5]), now=at)
         assert timezone.now() - started < timedelta(seconds=5)  # did not wait for the round
-        assert returned.last_heartbeat_at is None
+        assert returned.last_heartbeat_at == at
         assert UsageSample.objects.filter(server=server).count() == 1
+        assert ServerHeartbeat.objects.get(server=server).at == at  # committed while the round holds on
     finally:
         release.set()
         holder.join(30)
-    assert Server.objects.get(pk=server.pk).last_heartbeat_at is None
-    later = timezone.now()
-    assert (
-        node_heartbeat(server=server, usage=report(server, later, 10, 1, [5]), now=later).last_heartbeat_at
-        == later
-    )
+    earlier = at - timedelta(seconds=30)
+    node_heartbeat(server=server, usage=report(server, earlier, 10, 1, [5]), now=earlier)
+    assert Server.objects.get(pk=server.pk).last_heartbeat_at == at  # never moved back

@@ -5,11 +5,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from cluster_app.models import NodeState, Server
+from cluster_app.models import NodeState
 from scheduler_app.models import Allocation, Job, JobEvent, JobState
 from scheduler_app.services.nodes import node_drain, node_liveness_sweep_run, node_resume
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import active, lease_of, make_server, submit
+from tests.factories import heartbeat_at
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +30,7 @@ def knobs(settings):
 def test_a_silent_server_goes_not_responding_then_down_and_its_jobs_are_requeued(user):
     now = timezone.now()
     server = make_server("gpu01", gpus=4)
-    Server.objects.filter(pk=server.pk).update(last_heartbeat_at=now)
+    heartbeat_at(server, now)
     job = submit(user, gpus=2, iters=1000)
     scheduling_round_run()
     lease = lease_of(job)
@@ -60,8 +61,8 @@ def test_a_requeued_job_runs_elsewhere_with_its_progress(user):
     now = timezone.now()
     dying = make_server("a-dying", gpus=2)
     healthy = make_server("b-healthy", gpus=2)
-    Server.objects.filter(pk=healthy.pk).update(last_heartbeat_at=now + timedelta(seconds=400))
-    Server.objects.filter(pk=dying.pk).update(last_heartbeat_at=now)
+    heartbeat_at(healthy, now + timedelta(seconds=400))
+    heartbeat_at(dying, now)
     job = submit(user, gpus=2)
     scheduling_round_run()
     assert lease_of(job).server == dying
@@ -81,8 +82,8 @@ def test_a_job_spanning_servers_restarts_whole_when_one_dies(user):
     now = timezone.now()
     a = make_server("a", gpus=2)
     b = make_server("b", gpus=2)
-    Server.objects.filter(pk=b.pk).update(last_heartbeat_at=now + timedelta(seconds=400))
-    Server.objects.filter(pk=a.pk).update(last_heartbeat_at=now)
+    heartbeat_at(b, now + timedelta(seconds=400))
+    heartbeat_at(a, now)
     job = submit(user, gpus=4)
     scheduling_round_run()
     assert len(active(job)) == 2

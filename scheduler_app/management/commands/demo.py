@@ -163,7 +163,7 @@ class Command(BaseCommand):
         while not stop.wait(1.0):
             try:
                 ready = list(
-                    Server.objects.filter(name__in=AGENT_NAMES, last_heartbeat_at__isnull=False)
+                    Server.objects.filter(name__in=AGENT_NAMES, heartbeat__isnull=False)
                     .exclude(agent_version="")
                     .order_by("name")
                 )
