@@ -28,11 +28,18 @@ A job with a node count (`num_nodes` = N) is placed on exactly N servers with nu
 would be placed, so "every admitted job is placed" holds for jobs without one.
 Stickiness (_placement.py): every try of steps 3-5 first offers a job the GPUs it held last round,
 and places the others around them when it can; step 5 makes room on a job's own servers when its
-GPUs there are still free. Which operating point a job gets still follows steps 3-5 alone.
+GPUs there are still free. Before steps 3-5, a job still holding its GPUs of last round stays on
+them whenever they hold it at proportional or better (`keep_home`): at its best case (tune_matrix:
+or an intermediate point) beside what its neighbours there reserved, else at proportional, making
+room there by step 5 if need be. It moves only when none of that fits. Without this rule a job
+that ran at proportional left its GPUs for its best case wherever an ended job had freed cores,
+and the job whose cores it took moved in turn: at 1,000 servers, 20 jobs ending moved 200 to 650
+running ones per round (docs/performance.md, "Moves per round"). A move is a restart on a real
+cluster (checkpoint, requeue, reload), so it is not worth a better operating point for one round.
 Keeping placements can cost packing: the round is then also planned without claims, and that plan
 wins when its throughput (sum of speed-ups x GPUs) beats the sticky one by more than
 `repack_gain` (default 5 %; None: always sticky), so stickiness saves restarts without costing
-throughput.
+more than that much throughput.
 
 Deliberate differences from the reference:
 - The reference's evaluated "+tune" runs use its first-fit GPU scan (no "+place"); PAPERS.md and
@@ -127,12 +134,14 @@ class TuneRound:
         *,
         order: str = ORDER_GPUS,
         sticky: bool = True,
+        keep_homes: bool = True,
     ) -> None:
         self.jobs = ordered_jobs
         self.snapshot = snapshot
         self.placement = placement
         self.order = order
         self.sticky = sticky
+        self.keep_homes = sticky and keep_homes
         self.state = RoundState(snapshot, ordered_jobs)
         self.shape = cluster_shape(snapshot)
         self.demands = DemandCache(self.shape)
@@ -194,6 +203,8 @@ class TuneRound:
             return
         best = self.demands.best(job)
         bc, bm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
+        if self.keep_homes and self.keep_home(pos, job, best):
+            return
         if self.try_place(pos, bc, bm, best, best.speed, reasons.BEST_CASE):
             return
         if self.try_intermediate(pos, job, best):
@@ -208,6 +219,50 @@ class TuneRound:
             # It asks no more than proportional: the reference retries the same vector.
             dc, dm, point, speed, reason = bc, bm, best, best.speed, reasons.BEST_CASE
         self.make_room_and_place(pos, dc, dm, point, speed, reason)
+
+    def keep_home(self, pos: int, job: JobView, best: OperatingPoint) -> bool:
+        """Place a job on its GPUs of last round if they hold it at proportional or better; False
+        (nothing changed but peers shrunk by step 5 there) when they do not, or it has none.
+
+        In order: each of `home_points` (best case first) beside what the other claimants there
+        reserved (`home_plan`, strict: taking their cores would move them instead); proportional on
+        what is free there (or the best case, for a job asking no more than proportional); the same
+        after step 5 took surplus back from peers on those servers.
+        """
+        state = self.state
+        home = state.home_servers(job.job_id)
+        if home is None:
+            return False
+        for point in self.home_points(job, best):
+            dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
+            plan = state.home_plan(job.job_id, dc, dm, strict=True)
+            if plan is not None:
+                reason = reasons.BEST_CASE if point is best else reasons.INTERMEDIATE
+                self.hold(pos, plan, dc, dm, point, point.speed, reason)
+                return True
+        assert self.shape is not None
+        if needs_downgrade(best, self.shape):
+            dc, dm, point, speed, reason = state.prop_cpus, state.prop_mem_gb, None, 1.0, reasons.PROPORTIONAL
+        else:
+            dc, dm, point, speed = (
+                state.uniform(best.cpus_per_gpu),
+                state.uniform(best.mem_gb_per_gpu),
+                best,
+                best.speed,
+            )
+            reason = reasons.BEST_CASE
+        plan = state.home_plan(job.job_id, dc, dm, strict=False)
+        if plan is None:
+            self.take_back(home, dc, dm)
+            plan = state.home_plan(job.job_id, dc, dm, strict=False)
+        if plan is None:
+            return False
+        self.hold(pos, plan, dc, dm, point, speed, reason)
+        return True
+
+    def home_points(self, job: JobView, best: OperatingPoint) -> list[OperatingPoint]:
+        """The operating points `keep_home` tries before proportional, fastest first. Tune: the best case."""
+        return [best]
 
     def make_room_and_place(
         self,
@@ -295,13 +350,26 @@ class TuneRound:
             plan = state.find(self.placement, num_gpus, dc, dm, owner)
         if plan is None:
             return False
-        shares = state.take(plan, dc, dm, owner)
+        self.hold(pos, plan, dc, dm, point, speed, reason)
+        return True
+
+    def hold(
+        self,
+        pos: int,
+        plan: Plan,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        point: OperatingPoint | None,
+        speed: float,
+        reason: str,
+    ) -> None:
+        """Commit `plan` for the job at `pos` at this demand, operating point and reason."""
+        shares = self.state.take(plan, dc, dm, self.jobs[pos].job_id)
         revertible = point is not None and reason != reasons.FIXED_DEMAND
         held = HeldJob(self.jobs[pos], pos, len(self.held), shares, point, speed, reason, revertible)
         self.held.append(held)
         for share in shares:
             self.on_server[share.server_pos].append(held)
-        return True
 
     # -- step 5: take surplus back from peers -------------------------------------------------
     def underutilized_servers(self, num_gpus: int, num_free: Sequence[int]) -> Plan:
@@ -396,6 +464,9 @@ class TuneAllocator(Allocator):
         self.repack_gain = repack_gain
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
+        """The plan that keeps the most jobs where they run among those within `repack_gain` of the
+        fastest: every job kept home (`keep_home`); else jobs moved only where their own operating
+        point gains (stickiness without `keep_home`); else the plan without claims."""
         sticky_round = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order)
         sticky = sticky_round.run()
         if self.repack_gain is None or not any(job.current is not None for job in ordered_jobs):
@@ -404,6 +475,11 @@ class TuneAllocator(Allocator):
         if sticky_round.best_case_throughput() <= threshold:
             return sticky  # not even every admitted job at its best case would be enough faster
         fresh = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order, sticky=False).run()
-        if fresh.throughput() > threshold:
-            return fresh
-        return sticky
+        if fresh.throughput() <= threshold:
+            return sticky
+        loose = self.round_class(
+            ordered_jobs, snapshot, self.placement, order=self.order, keep_homes=False
+        ).run()
+        if loose.throughput() * (1.0 + self.repack_gain) >= fresh.throughput():
+            return loose
+        return fresh

@@ -32,6 +32,11 @@ class TuneMatrixRound(TuneRound):
                 return True
         return False
 
+    def home_points(self, job: JobView, best: OperatingPoint) -> list[OperatingPoint]:
+        """The best case, then the intermediate points, fastest first."""
+        assert self.shape is not None
+        return [best, *intermediate_points(job.profile, job.num_gpus, self.shape)]
+
     def shrink_peer(
         self, peer: HeldJob, share: HeldShare, need_cpus: float, need_mem_gb: float
     ) -> tuple[float, float]:
