@@ -10,9 +10,10 @@ from uuid import UUID
 
 from django.db import OperationalError
 
-from cluster_app.agent_wake import wake_generation
+from cluster_app.agent_wake import agent_wake_after_round, wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
+from scheduler_app.models import AgentReportKind
 from scheduler_app.selectors import agent_commands
 from scheduler_app.services.agents import ReportsOutcome, agent_heartbeat, agent_reports_ingest
 from scheduler_app.services.report_apply import LeaseReport
@@ -20,8 +21,12 @@ from scheduler_app.services.report_apply import LeaseReport
 logger = logging.getLogger(__name__)
 
 # How long a sync's reports may wait for job rows that a scheduling round holds before they are left
-# for the next sync; a round on a large cluster holds them for a second or more.
+# for later; a round on a large cluster holds them for a second or more, and every web thread that
+# waits is one fewer for the other agents. Progress alone barely waits: it is cumulative, and the
+# next sync carries it again. Starts and exits wait a little, and if that is not enough the round's
+# commit wakes the agent (agent_wake_after_round), so they go in moments after it.
 REPORTS_LOCK_WAIT_MS = 100
+PROGRESS_LOCK_WAIT_MS = 5
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout / NOWAIT
 
 
@@ -59,19 +64,25 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     server = agent_heartbeat(server=server, usage=request.usage)
     outcome = ReportsOutcome()
     if request.reports:
+        urgent = any(r.kind != AgentReportKind.PROGRESS for r in request.reports)
         try:
             outcome = agent_reports_ingest(
-                server=server, reports=request.reports, lock_wait_ms=REPORTS_LOCK_WAIT_MS
+                server=server,
+                reports=request.reports,
+                lock_wait_ms=REPORTS_LOCK_WAIT_MS if urgent else PROGRESS_LOCK_WAIT_MS,
             )
         except OperationalError as exc:
             if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
                 raise
-            # A round holds the jobs' rows: the reports wait for the next sync rather than this one
+            # A round holds the jobs' rows: the reports wait for a later sync rather than this one
             # waiting for the round (at a thousand agents, every sync would queue behind every round).
+            if urgent:
+                agent_wake_after_round(server.pk)
             logger.info(
-                "server %s: %d reports deferred to the next sync (a round holds their jobs)",
+                "server %s: %d reports deferred (a round holds their jobs)%s",
                 server.name,
                 len(request.reports),
+                "; its agent is woken after the round" if urgent else "",
             )
         except Exception:
             logger.exception(

@@ -29,7 +29,7 @@ from profiles_app.selectors import profiling_runs_of_server
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AgentReport, Allocation
 from scheduler_app.selectors import server_busy_gpus
-from scheduler_app.selectors.agent_reports import leases_of_server
+from scheduler_app.selectors.agent_reports import jobs_lock, leases_of_server
 from scheduler_app.services.profiling import profiling_reports_ingest
 from scheduler_app.services.report_apply import LeaseReport, reports_apply
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
@@ -159,6 +159,9 @@ def agent_reports_ingest(
             known.setdefault((r.lease_id, r.seq), _within_lease_life(r, allocations[r.lease_id], now=now))
     if not known:
         return outcome
+    # The job rows are locked before anything is written: when a round holds them, the lock wait
+    # (lock_wait_ms) fails the batch before it cost an insert that would be rolled back.
+    jobs = jobs_lock(job_ids={allocations[lease_id].job_id for lease_id, _ in known})
     batch_id = uuid.uuid4()
     # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
     # Strings cleaned once, for the stored row and for what is applied (PostgreSQL refuses NUL).
@@ -189,7 +192,7 @@ def agent_reports_ingest(
     to_apply = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     if to_apply:
         job_ids = {allocations[r.lease_id].job_id for r in to_apply}
-        exited_jobs = reports_apply(to_apply, now=now, job_ids=job_ids)
+        exited_jobs = reports_apply(to_apply, now=now, jobs={j: jobs[j] for j in job_ids})
         _next_leases_wake(job_ids=exited_jobs, reporting_server_id=server.pk)
     outcome.applied = len(to_apply)
     return outcome

@@ -28,7 +28,7 @@ from scheduler_app.models import (
     JobEvent,
     JobState,
 )
-from scheduler_app.selectors.agent_reports import jobs_lock, leases_with_rank
+from scheduler_app.selectors.agent_reports import leases_with_rank
 from scheduler_app.services.job_control import job_finish, job_requeue
 from scheduler_app.services.jobs import job_event
 
@@ -54,16 +54,16 @@ class LeaseReport:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def reports_apply(reports: list[LeaseReport], *, now: datetime, job_ids: set[int]) -> set[int]:
-    """Apply new reports of the leases of `job_ids` (a lease's job never changes); returns the jobs
-    one of whose leases reported its exit for the first time."""
+def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, Job]) -> set[int]:
+    """Apply new reports of the leases of `jobs` (their rows locked by the caller, `jobs_lock`; a
+    lease's job never changes); returns the jobs one of whose leases reported its exit for the first
+    time."""
     conf = scheduler_conf()
     lease_ids = {r.lease_id for r in reports}
-    # Lock the jobs (in id order, like every other writer), then re-read their leases: a round or a
-    # cancel may have ended a lease between our first read and the lock. A job spread over servers has
-    # one lease per server, all created at once (GENIE's placement fit); each lease comes with their
-    # number and its rank among them (rank 0 reports the job's progress).
-    jobs = jobs_lock(job_ids=job_ids)
+    # The jobs are locked (in id order, like every other writer); their leases are read after that: a
+    # round or a cancel may have ended a lease between the caller's first read and the lock. A job
+    # spread over servers has one lease per server, all created at once (GENIE's placement fit); each
+    # lease comes with their number and its rank among them (rank 0 reports the job's progress).
     allocations = leases_with_rank(lease_ids=lease_ids)
     events: list[JobEvent] = []
     dirty_jobs: set[int] = set()

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from cluster_app.agent_wake import agents_wake_after_round_on_commit
 from cluster_app.prepared_sql import prepared_statements
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import server_states_refresh
@@ -91,6 +92,8 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
             return None
         with prepared_statements():
             sround = _round(trigger)
+        # Agents whose starts or exits waited in vain for the job rows this round held (agent_sync).
+        agents_wake_after_round_on_commit()
         # Not here but on the `forecasts` queue, debounced: playing a whole queue forward costs many
         # rounds, and a burst of rounds must not wait behind forecasts on the rounds' worker. After
         # commit, so that the forecast reads what this round decided.

@@ -161,17 +161,15 @@ def test_tune_job_upgraded_to_its_best_case_keeps_its_gpu():
 
 def test_tune_job_at_proportional_stays_rather_than_moving_for_its_best_case():
     # res18 held GPU 0 of s0 at proportional (3 cores) beside seven neighbours that hold and need
-    # the other 21 cores (a fixed demand of 3 per GPU); s1 is empty. Its best case (9 cores) fits only on s1. Moving there would be a
-    # restart for a faster operating point: the sticky plan keeps it on GPU 0 at proportional, and
-    # its neighbours where they are (before, it moved, and on a full cluster the job whose cores it
-    # took did too). Here that costs the round more than 5 % of its throughput (repack_gain), so by
-    # default res18 does move for its best case, alone: the re-packed plan, no faster, would move
-    # two neighbours to s1 as well.
+    # the other 21 cores (a fixed demand of 3 per GPU); s1 is empty. Its best case (9 cores) fits
+    # only on s1. Moving there would be a restart for a faster operating point: the sticky plan
+    # keeps it on GPU 0 at proportional, and its neighbours where they are (before, it moved, and
+    # on a full cluster the job whose cores it took did too). Here that costs the round more than
+    # 5 % of its throughput (repack_gain), so by default res18 does move for its best case, alone:
+    # the re-packed plan, no faster, would move two neighbours to s1 as well.
     cluster = make_cluster(2)
     res18 = make_job(1, "res18", current=held(1, (0, (0,), 3, 62.5)))
-    neighbours = [
-        make_job(j, cpus_per_gpu=3.0, current=held(j, (0, (j - 1,), 3, 62.5))) for j in range(2, 9)
-    ]
+    neighbours = [make_job(j, cpus_per_gpu=3.0, current=held(j, (0, (j - 1,), 3, 62.5))) for j in range(2, 9)]
     plan = TuneAllocator(repack_gain=None).allocate([res18, *neighbours], cluster)
     assert outcomes(plan)[0] == (1, "placed", "proportional")
     for job in (res18, *neighbours):
