@@ -18,7 +18,7 @@ SCHEDULABLE_STATES = frozenset({NodeState.IDLE, NodeState.MIXED, NodeState.ALLOC
 
 
 def server_list() -> QuerySet[Server]:
-    return Server.objects.order_by("name")
+    return Server.objects.select_related("heartbeat").order_by("name")
 
 
 def server_get_by_name(*, name: str) -> Server | None:

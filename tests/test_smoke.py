@@ -41,6 +41,27 @@ def test_home_page_shows_the_cluster(client, demo):
     assert '<span class="figure">32</span>' in body
 
 
+def test_home_page_reads_the_heartbeats_in_one_query_whatever_the_servers(client, demo):
+    # Heartbeats live in ServerHeartbeat (a round never locks them); the page lists them beside the
+    # servers through a join, not a query per server.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from tests.factories import ServerFactory, heartbeat_at
+
+    for server in Server.objects.all():
+        heartbeat_at(server, timezone.now())
+    with CaptureQueriesContext(connection) as four:
+        assert client.get("/").status_code == 200
+    for i in range(6):
+        heartbeat_at(ServerFactory(name=f"extra{i}", with_gpus=False), timezone.now())
+    with CaptureQueriesContext(connection) as ten:
+        body = client.get("/").content.decode()
+    assert "extra5" in body and "never" not in body
+    assert len(ten.captured_queries) == len(four.captured_queries)
+
+
 def test_every_admin_changelist_and_add_page_opens(client, demo, staff_user):
     client.force_login(staff_user)
     assert client.get("/admin/").status_code == 200
