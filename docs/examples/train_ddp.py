@@ -108,6 +108,10 @@ def main() -> int:
             save_checkpoint(ckpt, step, model.module if distributed else model, optimizer)
         print(f"done: {args.steps} steps", flush=True)
     if distributed:
+        # Leave together: a rank that tore its process group down while rank 0 was still saving
+        # aborted in gloo's teardown ("terminate called without an active exception", exit -6), and
+        # the job failed after all its steps were done.
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 

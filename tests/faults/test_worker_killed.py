@@ -1,9 +1,12 @@
-"""Fault: the Celery worker (with its beat) SIGKILLed in the middle of a scheduling round, three times.
+"""Fault: the Celery worker (with its beat) SIGKILLed in the middle of a scheduling round, three times
+or more.
 
-Hundreds of pending jobs make each round's transaction last a good fraction of a second; the test
-watches pg_locks for the rounds' advisory lock (held exactly while a round's transaction is open)
-and kills the worker's whole process group while it is held. After each kill: no GPU double-booked,
-no job RUNNING without a lease, no half-applied round; a restarted worker completes the next round.
+Hundreds of pending jobs make each round's transaction last tens of milliseconds; the test watches
+pg_locks for the rounds' advisory lock (held exactly while a round's transaction is open) and kills
+the worker's whole process group while it is held. A kill can still miss (the round committed in the
+moment before the signal), so the test kills again, up to MAX_KILLS, until one has landed inside.
+After each kill: no GPU double-booked, no job RUNNING without a lease, no half-applied round; a
+restarted worker completes the next round.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from tests.faults.stack import ROUND_S, wait_until
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 
 KILLS = 3
+MAX_KILLS = 8  # kills beyond KILLS only while none has landed inside a round yet
 JOBS = 12
 FILLERS = 300  # pending jobs that make each round long enough to be killed in its middle
 
@@ -31,7 +35,7 @@ def kill_inside_a_round(stack, rng: random.Random, *, timeout_s: float = 20) -> 
     while time.monotonic() < deadline:
         holder = stack.round_lock_holder()
         if holder is not None:
-            time.sleep(rng.uniform(0.0, 0.04))
+            time.sleep(rng.uniform(0.0, 0.01))
             rounds_before = stack.last_round_id()
             held = stack.round_lock_holder() == holder  # checked just before the signal
             t0 = time.monotonic()
@@ -63,7 +67,9 @@ def test_worker_sigkilled_mid_round(stack):
     assert len(fillers) == FILLERS
 
     kills = []
-    for k in range(KILLS):
+    for k in range(MAX_KILLS):
+        if k >= KILLS and any(kill["in_round"] for kill in kills):
+            break
         kill = kill_inside_a_round(stack, rng)
         # The dead worker's round left nothing behind: the database is consistent right now.
         kill["figures"] = stack.check_invariants()
@@ -103,7 +109,7 @@ def test_worker_sigkilled_mid_round(stack):
     )
     in_round = sum(k["in_round"] for k in kills)
     summary = (
-        f"[worker-kill] seed {seed}: {KILLS} SIGKILLs, {in_round} inside a round's transaction; jobs: "
+        f"[worker-kill] seed {seed}: {len(kills)} SIGKILLs, {in_round} inside a round's transaction; jobs: "
         f"{JOBS}/{JOBS} short ones COMPLETED with done == total, fillers {filler_states}; GPUs: "
         f"{figures['gpus']}, {figures['gpus_held']} held now, 0 in two unreleased holds, 0 overlapping "
         f"among {figures['gpu_holds']} holds; leases {figures['leases']} ({figures['active_leases']} "
