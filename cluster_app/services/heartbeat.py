@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster_app.models import ClusterUsageMinute, Gpu, GpuUsageSample, Server, ServerHeartbeat, UsageSample
-from cluster_app.services.nodes import UNRESPONSIVE_STATES, server_revive
+from cluster_app.services.nodes import UNRESPONSIVE_STATES, server_heartbeat_record, server_revive
 from cluster_app.usage_minutes import SUM_FIELDS, MinuteSums, insert_new, minute_add, minute_of
 
 
@@ -91,17 +91,6 @@ def _heartbeat_steps(*, server: Server, usage: UsageReport, busy_gpus: int, now:
     # transaction commits, so it is taken after the other writes to keep that wait short.
     minute_add(minute=minute_of(usage.sampled_at), sums=added)
     return server
-
-
-def server_heartbeat_record(*, server: Server, now: datetime) -> None:
-    """Record that `server`'s agent was heard from at `now` (never moves the time back); one statement."""
-    ServerHeartbeat.objects.bulk_create(
-        [ServerHeartbeat(server=server, at=now)],
-        update_conflicts=True,
-        unique_fields=["server"],
-        update_fields=["at"],
-    )
-    server.heartbeat = ServerHeartbeat(server=server, at=now)
 
 
 def _gpu_samples_insert_new(server: Server, usage: UsageReport) -> list[tuple[float]]:

@@ -215,7 +215,7 @@ def node_register(
     server.gpu_model = next((g.model for g in inventory.gpus if g.model), server.gpu_model)
     server_revive(server, busy_gpus=busy_gpus)
     server.save()
-    ServerHeartbeat.objects.update_or_create(server=server, defaults={"at": now})
+    server_heartbeat_record(server=server, now=now)
     logger.info(
         "server %s registered: %d GPUs, %d cores, %.1f GB",
         server.name,
@@ -224,6 +224,18 @@ def node_register(
         inventory.mem_gb,
     )
     return server
+
+
+def server_heartbeat_record(*, server: Server, now: datetime) -> None:
+    """Record that `server`'s agent was heard from at `now` (an upsert, one statement); the live
+    PostgreSQL heartbeat does the same inside its own statement (services/heartbeat.py)."""
+    ServerHeartbeat.objects.bulk_create(
+        [ServerHeartbeat(server=server, at=now)],
+        update_conflicts=True,
+        unique_fields=["server"],
+        update_fields=["at"],
+    )
+    server.heartbeat = ServerHeartbeat(server=server, at=now)
 
 
 def node_liveness_sweep(*, now: datetime | None = None) -> LivenessSweep:

@@ -191,8 +191,7 @@ def agent_reports_ingest(
     fresh = {(UUID(str(lease_id)), seq) for lease_id, seq in inserted}
     to_apply = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     if to_apply:
-        job_ids = {allocations[r.lease_id].job_id for r in to_apply}
-        exited_jobs = reports_apply(to_apply, now=now, jobs={j: jobs[j] for j in job_ids})
+        exited_jobs = reports_apply(to_apply, now=now, jobs=jobs)
         _next_leases_wake(job_ids=exited_jobs, reporting_server_id=server.pk)
     outcome.applied = len(to_apply)
     return outcome

@@ -55,9 +55,9 @@ class LeaseReport:
 
 
 def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, Job]) -> set[int]:
-    """Apply new reports of the leases of `jobs` (their rows locked by the caller, `jobs_lock`; a
-    lease's job never changes); returns the jobs one of whose leases reported its exit for the first
-    time."""
+    """Apply new reports; `jobs` holds their leases' jobs (and maybe others), rows locked by the
+    caller (`jobs_lock`; a lease's job never changes). Returns the jobs one of whose leases reported
+    its exit for the first time."""
     conf = scheduler_conf()
     lease_ids = {r.lease_id for r in reports}
     # The jobs are locked (in id order, like every other writer); their leases are read after that: a

@@ -33,7 +33,7 @@ them whenever they hold it at proportional or better (`keep_home`): at its best 
 or an intermediate point) beside what its neighbours there reserved, else at proportional, making
 room there by step 5 if need be. It moves only when none of that fits. Without this rule a job
 that ran at proportional left its GPUs for its best case wherever an ended job had freed cores,
-and the job whose cores it took moved in turn: at 1,000 servers, 20 jobs ending moved 200 to 650
+and the job whose cores it took moved in turn: at 1,000 servers, 20 jobs ending moved 310 to 564
 running ones per round (docs/performance.md, "Moves per round"). A move is a restart on a real
 cluster (checkpoint, requeue, reload), so it is not worth a better operating point for one round.
 Keeping placements can cost packing: the round is then also planned without claims, and that plan
@@ -209,16 +209,23 @@ class TuneRound:
             return
         if self.try_intermediate(pos, job, best):
             return
+        dc, dm, point, speed, reason = self.fallback_demand(best)
+        if point is None and self.try_place(pos, dc, dm, point, speed, reason):
+            return  # downgraded to proportional; a job asking no more retried nothing new
+        self.make_room_and_place(pos, dc, dm, point, speed, reason)
+
+    def fallback_demand(
+        self, best: OperatingPoint
+    ) -> tuple[Sequence[float], Sequence[float], OperatingPoint | None, float, str]:
+        """(cores, memory, point, speed, reason) once the best case did not fit: proportional, or,
+        for a job whose best case asks no more than proportional, that best case again (the
+        reference retries the same vector)."""
+        state = self.state
         assert self.shape is not None
         if needs_downgrade(best, self.shape):
-            dc, dm = state.prop_cpus, state.prop_mem_gb
-            point, speed, reason = None, 1.0, reasons.PROPORTIONAL
-            if self.try_place(pos, dc, dm, point, speed, reason):
-                return
-        else:
-            # It asks no more than proportional: the reference retries the same vector.
-            dc, dm, point, speed, reason = bc, bm, best, best.speed, reasons.BEST_CASE
-        self.make_room_and_place(pos, dc, dm, point, speed, reason)
+            return state.prop_cpus, state.prop_mem_gb, None, 1.0, reasons.PROPORTIONAL
+        bc, bm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
+        return bc, bm, best, best.speed, reasons.BEST_CASE
 
     def keep_home(self, pos: int, job: JobView, best: OperatingPoint) -> bool:
         """Place a job on its GPUs of last round if they hold it at proportional or better; False
@@ -240,17 +247,7 @@ class TuneRound:
                 reason = reasons.BEST_CASE if point is best else reasons.INTERMEDIATE
                 self.hold(pos, plan, dc, dm, point, point.speed, reason)
                 return True
-        assert self.shape is not None
-        if needs_downgrade(best, self.shape):
-            dc, dm, point, speed, reason = state.prop_cpus, state.prop_mem_gb, None, 1.0, reasons.PROPORTIONAL
-        else:
-            dc, dm, point, speed = (
-                state.uniform(best.cpus_per_gpu),
-                state.uniform(best.mem_gb_per_gpu),
-                best,
-                best.speed,
-            )
-            reason = reasons.BEST_CASE
+        dc, dm, point, speed, reason = self.fallback_demand(best)
         plan = state.home_plan(job.job_id, dc, dm, strict=False)
         if plan is None:
             self.take_back(home, dc, dm)
