@@ -20,20 +20,26 @@ from scheduler_app.core.types import ClusterSnapshot, JobView, ServerView
 from scheduler_app.simulator import philly_derived_trace
 
 
-def build_round(num_servers: int, num_jobs: int, seed: int) -> tuple[ClusterSnapshot, list[JobView]]:
-    servers = tuple(
-        ServerView(
-            server_id=i,
-            name=f"s{i}",
-            num_gpus=8,
-            num_cpus=24,
-            mem_gb=500.0,
-            free_gpus=tuple(range(8)),
-            free_cpus=24,
-            free_mem_gb=500.0,
+def empty_cluster(num_servers: int) -> ClusterSnapshot:
+    """`num_servers` free servers of 8 GPUs, 24 cores and 500 GB (the paper's server)."""
+    return ClusterSnapshot(
+        servers=tuple(
+            ServerView(
+                server_id=i,
+                name=f"s{i}",
+                num_gpus=8,
+                num_cpus=24,
+                mem_gb=500.0,
+                free_gpus=tuple(range(8)),
+                free_cpus=24,
+                free_mem_gb=500.0,
+            )
+            for i in range(num_servers)
         )
-        for i in range(num_servers)
     )
+
+
+def build_round(num_servers: int, num_jobs: int, seed: int) -> tuple[ClusterSnapshot, list[JobView]]:
     catalog = load_catalog()
     trace = philly_derived_trace(num_jobs, jobs_per_hour=36.0, multi_gpu=True, seed=seed)
     jobs = [
@@ -46,16 +52,14 @@ def build_round(num_servers: int, num_jobs: int, seed: int) -> tuple[ClusterSnap
         )
         for t in trace
     ]
-    return ClusterSnapshot(servers=servers), jobs
+    return empty_cluster(num_servers), jobs
 
 
 def next_round(snapshot: ClusterSnapshot, jobs: list[JobView], allocator: str) -> list[JobView]:
     """The jobs one round later: placed ones hold their placement, every tenth placed one is done."""
     placements = schedule_round(snapshot, jobs, policy="fifo", allocator=allocator, now_s=0.0).placements()
     done = set(sorted(placements)[::10])
-    return [
-        dataclasses.replace(j, current=placements.get(j.job_id)) for j in jobs if j.job_id not in done
-    ]
+    return [dataclasses.replace(j, current=placements.get(j.job_id)) for j in jobs if j.job_id not in done]
 
 
 def main() -> None:

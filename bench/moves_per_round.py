@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bench.common import print_table
+from bench.core_round import empty_cluster
 from profiles_app.catalog import load_catalog
 from scheduler_app.core.engine import schedule_round
-from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan, ServerView
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 JOB_GPUS = (1, 1, 2, 4, 1, 2)  # per server, as bench.agent_fleet submits them
 
@@ -37,21 +38,7 @@ class RoundChanges:
 
 def full_cluster(servers: int) -> tuple[ClusterSnapshot, list[JobView]]:
     """`servers` empty 8-GPU servers (24 cores, 500 GB) and the fleet bench's queue for them."""
-    snapshot = ClusterSnapshot(
-        servers=tuple(
-            ServerView(
-                server_id=i,
-                name=f"s{i}",
-                num_gpus=8,
-                num_cpus=24,
-                mem_gb=500.0,
-                free_gpus=tuple(range(8)),
-                free_cpus=24,
-                free_mem_gb=500.0,
-            )
-            for i in range(servers)
-        )
-    )
+    snapshot = empty_cluster(servers)
     catalog = load_catalog()
     profiles = [catalog[name] for name in sorted(catalog)]
     jobs = [
