@@ -75,13 +75,13 @@ def core_baseline(repeats: int) -> tuple[float, float, int]:
     from cluster_app.models import Server
     from scheduler_app.conf import scheduler_conf
     from scheduler_app.core.engine import schedule_round
-    from scheduler_app.selectors import round_inputs, round_jobs_lock
+    from scheduler_app.selectors import round_inputs, round_jobs_read
 
     conf = scheduler_conf()
     start = time.perf_counter()
     with transaction.atomic():  # the rows the round reads, read as it reads them (jobs as locked rows)
         servers = list(Server.objects.order_by("id"))
-        inputs = round_inputs(servers=servers, jobs=round_jobs_lock())
+        inputs = round_inputs(servers=servers, jobs=round_jobs_read())
     inputs_s = time.perf_counter() - start
     now_s = time.time()
     core_s, _ = time_call(

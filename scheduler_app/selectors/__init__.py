@@ -40,7 +40,7 @@ from scheduler_app.selectors.jobs import (
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpus
 from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue
-from scheduler_app.selectors.round_jobs import JobLike, RoundJob, round_jobs_lock
+from scheduler_app.selectors.round_jobs import JobLike, JobNow, RoundJob, round_jobs_read, round_jobs_recheck
 from scheduler_app.selectors.rounds import (
     OWN_COMMAND_GUESS_ITER_S,
     OWN_COMMAND_GUESS_LENGTH_S,
@@ -70,6 +70,7 @@ __all__ = [
     "AccountingRow",
     "ActiveLease",
     "JobLike",
+    "JobNow",
     "JobPart",
     "LeaseSpeed",
     "QueueEntry",
@@ -101,7 +102,8 @@ __all__ = [
     "proportional_profile",
     "rendezvous_env",
     "round_inputs",
-    "round_jobs_lock",
+    "round_jobs_read",
+    "round_jobs_recheck",
     "server_busy_gpus",
     "team_quotas_left",
 ]

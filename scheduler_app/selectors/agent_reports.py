@@ -43,11 +43,16 @@ def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID,
 
 
 def jobs_lock(*, job_ids: Iterable[int]) -> dict[int, Job]:
-    """job id -> the job, locked FOR UPDATE in id order (PostgreSQL), its workload attached."""
+    """job id -> the job, locked FOR NO KEY UPDATE in id order (PostgreSQL), its workload attached.
+
+    NO KEY: reports never change a job's key, and the rows that point at a job (a round's decisions,
+    events and leases) take FOR KEY SHARE on it for their foreign key checks, which FOR UPDATE would
+    make wait for the reports (and the reports for them).
+    """
     ids = sorted(set(job_ids))
     if not ids:
         return {}
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
     sql = f"SELECT * FROM {_table(Job)} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id{lock}"
     jobs = {j.pk: j for j in model_rows(Job, sql, ids)}
     workload_ids = sorted({j.workload_id for j in jobs.values() if j.workload_id is not None})

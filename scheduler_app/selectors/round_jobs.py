@@ -1,11 +1,14 @@
-"""The jobs a live round decides on: every PENDING or RUNNING job, locked, read as plain rows."""
+"""The jobs a live round decides on: every PENDING or RUNNING job read as plain rows, and the rows it
+writes locked and read again before it writes them."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
 
-from scheduler_app.models import Job, JobState, qos_deadline
+from scheduler_app.models import Allocation, Job, JobState, qos_deadline
 
 
 @dataclass(slots=True)
@@ -55,22 +58,59 @@ JobLike = Job | RoundJob
 _COLUMNS = tuple(f.name for f in fields(RoundJob))
 
 
-def round_jobs_lock() -> list[RoundJob]:
-    """Every PENDING or RUNNING job, in id order, its row locked until the round's transaction ends.
+def round_jobs_read() -> list[RoundJob]:
+    """Every PENDING or RUNNING job, in id order, not locked.
 
-    The lock is what keeps a concurrent cancel, finish, hold or update of a job from being lost or
-    overwritten: such a change locks the job row first (select_for_update), so it either commits
-    before this read (and the round sees its result, or no longer sees the job) or waits until the
-    round has committed (and then acts on what the round wrote). Locking every queued row costs about
-    2 ms for a thousand jobs; building model instances for them was what cost.
-
-    of=("self",) locks only job rows. no_key: a foreign key check of another transaction (its rows
-    pointing at a job) must not wait for the round, for the reason given in servers_lock_all.
+    A round on a thousand servers computes its plan for a second or more; locking every job row for
+    that long made every agent's report wait for it (docs/performance.md, "Rounds that lock only what
+    they write"). The round locks the rows it is about to write instead, and reads them again
+    (round_jobs_recheck), dropping the decisions of jobs that changed meanwhile.
     """
     rows = (
-        Job.objects.select_for_update(of=("self",), no_key=True)
-        .filter(state__in=[JobState.PENDING, JobState.RUNNING])
+        Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING])
         .order_by("id")
         .values_list(*_COLUMNS)
     )
     return [RoundJob(*row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class JobNow:
+    """A job's row as it is now, locked, with the servers of its active leases."""
+
+    state: str
+    held: bool
+    lease_ids: frozenset[int]
+    lease_server_ids: frozenset[int]
+
+
+def round_jobs_recheck(job_ids: Iterable[int]) -> dict[int, JobNow]:
+    """Lock the rows of `job_ids` (id order, FOR NO KEY UPDATE) and read what a round's plan depends on:
+    state, hold and active leases. A job missing from the result no longer exists.
+
+    The lock is what keeps a concurrent cancel, finish, hold or report of a job from being lost or
+    overwritten: such a change locks the job row first, so it either committed before this read (and
+    the round sees it, and leaves the job alone) or waits until the round has committed (and then acts
+    on what the round wrote). no_key: as in servers_lock_all, a foreign key check of another
+    transaction (its rows pointing at a job) must not wait for the round.
+    """
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    rows = list(
+        Job.objects.select_for_update(of=("self",), no_key=True)
+        .filter(pk__in=ids)
+        .order_by("id")
+        .values_list("id", "state", "held")
+    )
+    leases: dict[int, set[int]] = defaultdict(set)
+    servers: dict[int, set[int]] = defaultdict(set)
+    for allocation_id, job_id, server_id in Allocation.objects.filter(
+        job_id__in=ids, ended_at__isnull=True
+    ).values_list("id", "job_id", "server_id"):
+        leases[job_id].add(allocation_id)
+        servers[job_id].add(server_id)
+    return {
+        job_id: JobNow(state, held, frozenset(leases[job_id]), frozenset(servers[job_id]))
+        for job_id, state, held in rows
+    }

@@ -473,6 +473,7 @@ def job_dependencies_hold(*, jobs: Sequence[JobLike], now: datetime) -> set[int]
                 job_event(job, "dependency_never_satisfied", reason=reason, message=message, at=now)
             )
     for reason, ids in by_reason.items():
-        Job.objects.filter(pk__in=ids).update(pending_reason=reason)
+        # The round has not locked these rows: a job cancelled meanwhile is left as it is.
+        Job.objects.filter(pk__in=ids, state=JobState.PENDING).update(pending_reason=reason)
     JobEvent.objects.bulk_create(events)
     return set(waits)

@@ -146,7 +146,10 @@ def profiling_jobs_hold(
             )
     changed = [e.job_id for e in events]
     if changed:
-        Job.objects.filter(pk__in=changed).update(pending_reason=PendingReason.PROFILING)
+        # The round has not locked these rows: a job cancelled meanwhile is left as it is.
+        Job.objects.filter(pk__in=changed, state=JobState.PENDING).update(
+            pending_reason=PendingReason.PROFILING
+        )
         JobEvent.objects.bulk_create(events)
     return held
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
+from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit
 from scheduler_app.conf import scheduler_conf
@@ -22,7 +24,7 @@ from scheduler_app.models import (
     PendingReason,
     SchedulingRound,
 )
-from scheduler_app.selectors import ActiveLease, RoundInputs
+from scheduler_app.selectors import ActiveLease, RoundInputs, round_jobs_recheck
 from scheduler_app.services.job_control import allocations_end, job_interruption_events
 from scheduler_app.services.jobs import job_event
 from scheduler_app.services.round_writes import job_states_update, model_rows_insert, round_decisions_insert
@@ -76,45 +78,68 @@ def _placement_data(placement: Placement, names: dict[int, str]) -> list[dict]:
     ]
 
 
-def round_plan_apply(
-    sround: SchedulingRound,
+@dataclass
+class PlanWrites:
+    """What applying a plan writes, worked out without touching the database."""
+
+    to_end: list[int] = field(default_factory=list)  # allocation ids whose lease ends (preempted)
+    new_placements: list[Placement] = field(default_factory=list)
+    # job id -> (state, pending reason), only for jobs whose row changes: a job whose lease continues,
+    # a moved job (RUNNING before and after) and a waiting job whose reason stays are not written.
+    job_changes: dict[int, tuple[str, str]] = field(default_factory=dict)
+    events: list[JobEvent] = field(default_factory=list)
+    round_decisions: list[tuple[int, int, str, str, float | None]] = field(default_factory=list)
+    counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("num_placed", "num_pending", "num_infeasible", "num_preempted"), 0
+        )
+    )
+    written_job_ids: set[int] = field(default_factory=set)  # jobs whose row or leases change
+
+
+def _plan_writes(
+    round_id: int | None,
     inputs: RoundInputs,
     decisions: tuple[Decision, ...],
     *,
     now: datetime,
     names: dict[int, str],
     all_gpus: int,
-) -> dict[str, int]:
-    """Write the plan: bulk statements only, so the cost does not grow with queries per job."""
-    to_end: list[int] = []  # allocation ids whose lease ends (preempted)
-    new_placements: list[Placement] = []
-    # job id -> (state, pending reason), only for jobs whose row changes: a job whose lease continues,
-    # a moved job (RUNNING before and after) and a waiting job whose reason stays are not written.
-    job_changes: dict[int, tuple[str, str]] = {}
-    events: list[JobEvent] = []
-    round_decisions: list[tuple[int, int, str, str, float | None]] = []  # job, position, outcome, ...
-    counts = dict.fromkeys(("num_placed", "num_pending", "num_infeasible", "num_preempted"), 0)
+    skipped: frozenset[int] | set[int] = frozenset(),
+) -> PlanWrites:
+    """The plan's writes. A `skipped` job's decision writes nothing (not even its RoundDecision), but
+    still counts as a job waiting ahead for the pending reasons of the jobs behind it, so that skipping
+    it changes no other job's writes."""
+    w = PlanWrites()
     blocked_ahead = False
 
     for position, decision in enumerate(decisions):
         job = inputs.jobs[decision.job_id]
         leases = inputs.leases_by_job.get(job.pk, [])
         placement = decision.placement
+        if job.pk in skipped:
+            if placement is None and _pending_reason(decision, blocked_ahead) in (
+                PendingReason.RESOURCES,
+                PendingReason.PRIORITY,
+            ):
+                blocked_ahead = True
+            continue
         speedup = placement.speedup if placement else None
-        round_decisions.append((job.pk, position, decision.outcome.value, decision.reason, speedup))
+        w.round_decisions.append((job.pk, position, decision.outcome.value, decision.reason, speedup))
         if placement is not None:
-            counts["num_placed"] += 1
+            w.counts["num_placed"] += 1
             if leases and _same_resources(leases, placement):
                 continue  # the lease continues untouched
+            w.written_job_ids.add(job.pk)
             data = {
-                "round": sround.pk,
+                "round": round_id,
                 "placement": _placement_data(placement, names),
                 "speedup": placement.speedup,
             }
             if leases:
-                counts["num_preempted"] += 1
-                to_end.extend(lease.allocation_id for lease in leases)
-                events += job_interruption_events(
+                w.counts["num_preempted"] += 1
+                w.to_end.extend(lease.allocation_id for lease in leases)
+                w.events += job_interruption_events(
                     job,
                     kind="preempted",
                     interrupted_state=JobState.PREEMPTED,
@@ -123,11 +148,11 @@ def round_plan_apply(
                     next_state=JobState.RUNNING,
                     next_reason=decision.reason,
                     at=now,
-                    data={"round": sround.pk},
+                    data={"round": round_id},
                     next_data=data,
                 )
             else:
-                events.append(
+                w.events.append(
                     job_event(
                         job,
                         "scheduled",
@@ -138,12 +163,12 @@ def round_plan_apply(
                         data=data,
                     )
                 )
-            new_placements.append(placement)
+            w.new_placements.append(placement)
             if (job.state, job.pending_reason) != (JobState.RUNNING, PendingReason.NONE):
-                job_changes[job.pk] = (JobState.RUNNING, PendingReason.NONE)
+                w.job_changes[job.pk] = (JobState.RUNNING, PendingReason.NONE)
             continue
 
-        counts["num_infeasible" if decision.outcome == Outcome.INFEASIBLE else "num_pending"] += 1
+        w.counts["num_infeasible" if decision.outcome == Outcome.INFEASIBLE else "num_pending"] += 1
         reason = _pending_reason(decision, blocked_ahead)
         if decision.reason == reasons.EXCEEDS_CLUSTER_GPUS and job.num_gpus <= all_gpus:
             # Too big for the servers in service now, but not for the whole cluster: it waits for the
@@ -152,10 +177,10 @@ def round_plan_apply(
         if reason in (PendingReason.RESOURCES, PendingReason.PRIORITY):
             blocked_ahead = True
         if leases:
-            counts["num_preempted"] += 1
-            to_end.extend(lease.allocation_id for lease in leases)
-            job_changes[job.pk] = (JobState.PENDING, reason)
-            events += job_interruption_events(
+            w.counts["num_preempted"] += 1
+            w.to_end.extend(lease.allocation_id for lease in leases)
+            w.job_changes[job.pk] = (JobState.PENDING, reason)
+            w.events += job_interruption_events(
                 job,
                 kind="preempted",
                 interrupted_state=JobState.PREEMPTED,
@@ -164,13 +189,13 @@ def round_plan_apply(
                 next_state=JobState.PENDING,
                 next_reason=reason,
                 at=now,
-                data={"round": sround.pk},
-                next_data={"round": sround.pk},
+                data={"round": round_id},
+                next_data={"round": round_id},
             )
         elif job.state == JobState.RUNNING:
             # Running without a lease (should not happen): back to the queue.
-            job_changes[job.pk] = (JobState.PENDING, reason)
-            events.append(
+            w.job_changes[job.pk] = (JobState.PENDING, reason)
+            w.events.append(
                 job_event(
                     job,
                     "requeued",
@@ -178,21 +203,79 @@ def round_plan_apply(
                     to_state=JobState.PENDING,
                     reason=reason,
                     at=now,
-                    data={"round": sround.pk},
+                    data={"round": round_id},
                 )
             )
         elif job.pending_reason != reason:
-            job_changes[job.pk] = (JobState.PENDING, reason)
+            w.job_changes[job.pk] = (JobState.PENDING, reason)
+    w.written_job_ids |= set(w.job_changes)
+    return w
 
+
+def round_plan_recheck(inputs: RoundInputs, decisions: tuple[Decision, ...], *, all_gpus: int) -> set[int]:
+    """Lock the rows of the jobs the plan writes, read them again, and return the ids of the jobs whose
+    decisions must be skipped: the plan was computed on rows read without locks, and a report, cancel
+    or hold may have changed them since.
+
+    Skipped: every written job whose state, hold or set of active leases is not what the plan read;
+    then, until nothing changes, every new placement on a server where a skipped job still holds a
+    lease (the plan may have counted on that lease's end, or on the cores a resize in place would have
+    freed), which in turn keeps that job's own leases. A job that ended meanwhile released its GPUs,
+    which the plan did not give to anyone else. Leases are created only by rounds (single-flight), so
+    nothing else can have taken what the plan counts as free. Skipped jobs are decided by the next round.
+    """
+    writes = _plan_writes(None, inputs, decisions, now=timezone.now(), names={}, all_gpus=all_gpus)
+    current = round_jobs_recheck(writes.written_job_ids)
+    skipped: set[int] = set()
+    contested: set[int] = set()  # servers where a skipped job keeps a lease
+    for job_id in writes.written_job_ids:
+        job = inputs.jobs[job_id]
+        read_leases = frozenset(lease.allocation_id for lease in inputs.leases_by_job.get(job_id, []))
+        now_row = current.get(job_id)
+        if now_row is None or (now_row.state, now_row.held, now_row.lease_ids) != (
+            job.state,
+            job.held,
+            read_leases,
+        ):
+            skipped.add(job_id)
+            if now_row is not None:
+                contested |= now_row.lease_server_ids
+    placed_on = {p.job_id: {share.server_id for share in p.shares} for p in writes.new_placements}
+    while contested:
+        newly = {
+            job_id for job_id, servers in placed_on.items() if job_id not in skipped and servers & contested
+        }
+        if not newly:
+            break
+        skipped |= newly
+        contested |= {lease.server_id for job_id in newly for lease in inputs.leases_by_job.get(job_id, [])}
+    return skipped
+
+
+def round_plan_apply(
+    sround: SchedulingRound,
+    inputs: RoundInputs,
+    decisions: tuple[Decision, ...],
+    *,
+    now: datetime,
+    names: dict[int, str],
+    all_gpus: int,
+    skipped: set[int] | frozenset[int] = frozenset(),
+) -> dict[str, int]:
+    """Write the plan, less the `skipped` jobs' decisions (round_plan_recheck, which must have locked
+    the rows first): bulk statements only, so the cost does not grow with queries per job."""
+    w = _plan_writes(sround.pk, inputs, decisions, now=now, names=names, all_gpus=all_gpus, skipped=skipped)
     # Order matters: release the old holds before inserting new ones, or the partial unique index
     # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
-    allocations_end(allocation_ids=to_end, reason="preempted", now=now)
-    colocated = colocated_comm_jobs(d.placement for d in decisions if d.placement is not None)
-    _allocations_create(sround, new_placements, inputs, colocated, now=now)
-    job_states_update(job_changes, now=now)
-    model_rows_insert(JobEvent, [vars(event) for event in events])
-    round_decisions_insert(sround.pk, round_decisions)
-    return counts
+    allocations_end(allocation_ids=w.to_end, reason="preempted", now=now)
+    colocated = colocated_comm_jobs(
+        d.placement for d in decisions if d.placement is not None and d.job_id not in skipped
+    )
+    _allocations_create(sround, w.new_placements, inputs, colocated, now=now)
+    job_states_update(w.job_changes, now=now)
+    model_rows_insert(JobEvent, [vars(event) for event in w.events])
+    round_decisions_insert(sround.pk, w.round_decisions)
+    return w.counts
 
 
 def _allocations_create(

@@ -27,14 +27,14 @@ from scheduler_app.models import (
 from scheduler_app.selectors import (
     borrowing_teams,
     round_inputs,
-    round_jobs_lock,
+    round_jobs_read,
     server_busy_gpus,
     team_quotas_left,
 )
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_request_on_commit
 from scheduler_app.services.jobs import job_dependencies_hold
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
-from scheduler_app.services.round_apply import round_plan_apply
+from scheduler_app.services.round_apply import round_plan_apply, round_plan_recheck
 
 logger = logging.getLogger(__name__)
 
@@ -73,18 +73,23 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
     """Run one live scheduling round; None if another round holds the lock (single-flight).
 
     1. Take the round lock (see _single_flight) inside the round's one transaction.
-    2. Lock every server row, then every PENDING/RUNNING job row (the shared lock order), leave out
+    2. Lock every server row, read every PENDING/RUNNING job row without locking it, leave out
        the jobs waiting for their workload's profile and give queued profiling runs what running
        leases leave free (services/profiling.py), and build the snapshot and job views through
        selectors (round mode: a schedulable server is all free, less what profiling runs hold).
     3. engine.schedule_round with the configured policy and allocator.
-    4. Apply the plan (services/round_apply.py): unchanged placements keep their lease; moved or
+    4. Lock the rows of the jobs the plan writes (after the servers': the shared lock order) and read
+       them again; the decisions of jobs that changed meanwhile are skipped, and so are those that
+       counted on them (round_plan_recheck). Agents' reports thus wait only for the locks of the
+       apply step, not for the whole round.
+    5. Apply the plan (services/round_apply.py): unchanged placements keep their lease; moved or
        unplaced running jobs are preempted (leases ended, GPUs released); new placements get Allocation rows.
-    5. Store the SchedulingRound, a RoundDecision per job and a JobEvent per state change; give
-       profiling runs still queued what the plan left free; refresh server states.
-    6. After commit, the agents of the servers that got new leases are woken (cluster_app/agent_wake.py)
+    6. Store the SchedulingRound, a RoundDecision per job decided and a JobEvent per state change; give
+       profiling runs still queued what the plan left free; refresh server states. If decisions were
+       skipped, ask for an early round for them.
+    7. After commit, the agents of the servers that got new leases are woken (cluster_app/agent_wake.py)
        and sync at once; those whose leases ended are woken by allocations_end.
-    7. After commit, ask for a refresh of every live job's forecast (services/forecast_refresh.py).
+    8. After commit, ask for a refresh of every live job's forecast (services/forecast_refresh.py).
     """
     with _single_flight() as acquired:
         if not acquired:
@@ -105,10 +110,7 @@ def _round(trigger: str) -> SchedulingRound:
     conf = scheduler_conf()
     t0 = time.perf_counter()
     servers = servers_lock_all()
-    jobs = round_jobs_lock()  # rows, not model instances; locked: see round_jobs_lock
-    # The round's time is read once it holds its locks: a job that finished while the round waited
-    # for its row released its GPUs at the finish's own time, and a lease on those GPUs must not start
-    # before it (the fault tests check that no two holds of a GPU overlap in time).
+    jobs = round_jobs_read()  # rows, not model instances; not locked: see round_jobs_read
     now = timezone.now()
     # Jobs whose workload is being profiled wait out of the round. Synergy profiles on arrival, so
     # queued runs take what running leases leave free before this round places anything new.
@@ -129,8 +131,15 @@ def _round(trigger: str) -> SchedulingRound:
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
         borrowing_teams=borrowing_teams(),
     )
+    all_gpus = sum(s.num_gpus for s in servers)
+    skipped = round_plan_recheck(inputs, plan.decisions, all_gpus=all_gpus)
+    started_at = now
+    # The writes are dated once the round holds the rows it writes: a job that finished while the round
+    # computed released its GPUs at the finish's own time, and a lease on those GPUs must not start
+    # before it (the fault tests check that no two holds of a GPU overlap in time).
+    now = timezone.now()
     sround = SchedulingRound.objects.create(
-        started_at=now,
+        started_at=started_at,
         policy=conf.policy,
         allocator=conf.allocator,
         trigger=trigger,
@@ -142,8 +151,12 @@ def _round(trigger: str) -> SchedulingRound:
         plan.decisions,
         now=now,
         names={s.id: s.name for s in servers},
-        all_gpus=sum(s.num_gpus for s in servers),
+        all_gpus=all_gpus,
+        skipped=skipped,
     )
+    if skipped:
+        # Their jobs changed while the plan was computed (mostly: they ended); the next round decides them.
+        scheduling_round_request_on_commit(trigger="skipped")
     # Runs still queued get what the plan left free (preempted or moved jobs), under this round's lock.
     profiling_runs_dispatch(now=now)
     server_states_refresh(busy_gpus=server_busy_gpus())
@@ -154,7 +167,8 @@ def _round(trigger: str) -> SchedulingRound:
     summary = (
         f"round {sround.pk} ({trigger}, {conf.policy}/{conf.allocator}): {len(inputs.views)} runnable, "
         f"{counts['num_placed']} placed, {counts['num_pending']} pending, {counts['num_infeasible']} "
-        f"infeasible, {counts['num_preempted']} preempted, {sround.duration_ms:.0f} ms"
+        f"infeasible, {counts['num_preempted']} preempted, {len(skipped)} skipped, "
+        f"{sround.duration_ms:.0f} ms"
     )
     transaction.on_commit(lambda: logger.info(summary))
     return sround

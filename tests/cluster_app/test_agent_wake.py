@@ -199,16 +199,16 @@ def test_the_exit_of_a_moved_jobs_old_process_wakes_the_agent_of_its_next_lease(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_start_or_exit_a_round_holds_back_wakes_its_agent_once_the_round_commits(wake, published):
-    """Reports whose jobs a round holds are left for later (agent_sync): progress barely waits and
-    goes with the next sync; a start or exit waits 100 ms, then asks the round's commit to wake
-    its agent, so it goes in moments after the round rather than an interval later."""
+    """Reports whose jobs a round holds (to write them) are left for later (agent_sync): progress
+    barely waits and goes with the next sync; a start or exit waits 100 ms, then asks the round's
+    commit to wake its agent, so it goes in moments after the round rather than an interval later."""
     from datetime import timedelta
 
     from django.db import transaction
     from django.utils import timezone
 
     from cluster_app.services import UsageReport
-    from scheduler_app.selectors.round_jobs import round_jobs_lock
+    from scheduler_app.selectors.round_jobs import round_jobs_recheck
     from scheduler_app.services.agent_sync import SyncRequest, agent_sync
     from scheduler_app.services.report_apply import LeaseReport
     from tests.factories import AllocationFactory, JobFactory, ServerFactory
@@ -226,7 +226,7 @@ def test_a_start_or_exit_a_round_holds_back_wakes_its_agent_once_the_round_commi
     def round_holding_the_jobs():
         try:
             with transaction.atomic():
-                round_jobs_lock()  # as a round takes them
+                round_jobs_recheck([lease.job_id])  # as a round's apply step takes them
                 locked.set()
                 release.wait(30)
         finally:

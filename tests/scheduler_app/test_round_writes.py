@@ -2,11 +2,10 @@
 cancel that races a round waits for it and wins (the round reads its jobs as rows, locked)."""
 
 import threading
-import time
 import uuid
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from scheduler_app.models import (
@@ -168,39 +167,78 @@ def test_model_rows_insert_stores_each_row_with_its_id_and_the_fields_defaults(u
     assert all(a.ended_at is None and a.log_tail == "" and a.speedup == 1.0 for a in leases)
 
 
+def _in_thread(results: dict, name: str, call, done: threading.Event | None = None) -> threading.Thread:
+    def run():
+        try:
+            results[name] = call()
+        finally:
+            if done is not None:
+                done.set()
+            connection.close()  # this thread's own database connection
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 @postgresql_only
 @pytest.mark.django_db(transaction=True)
-def test_a_cancel_during_a_round_waits_for_it_and_wins(user, fifo_tune, monkeypatch):
+def test_a_cancel_while_a_round_computes_goes_through_and_the_round_skips_the_job(
+    user, fifo_tune, monkeypatch
+):
+    """The round reads the queue without locking it: a cancel while it computes does not wait for it,
+    and the round, reading the rows it writes again under their locks, leaves the cancelled job alone."""
     make_server("n1")
     job = submit(user, gpus=1)
     inside, release, cancelled = threading.Event(), threading.Event(), threading.Event()
     real = rounds.schedule_round
 
     def paused_schedule_round(*args, **kwargs):
-        inside.set()  # the round holds its job rows locked from here to its commit
+        inside.set()
         assert release.wait(10)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rounds, "schedule_round", paused_schedule_round)
     results = {}
-
-    def in_thread(name, call):
-        def run():
-            try:
-                results[name] = call()
-            finally:
-                if name == "cancel":
-                    cancelled.set()
-                connection.close()  # this thread's own database connection
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    round_thread = in_thread("round", lambda: scheduling_round_run(trigger="racing"))
+    round_thread = _in_thread(results, "round", lambda: scheduling_round_run(trigger="racing"))
     try:
         assert inside.wait(10)
-        cancel_thread = in_thread("cancel", lambda: job_cancel(job=job))
+        _in_thread(results, "cancel", lambda: job_cancel(job=job), cancelled).join(10)
+        assert cancelled.is_set() and not release.is_set()  # it did not wait for the round
+    finally:
+        release.set()
+        round_thread.join(10)
+
+    assert results["round"].num_placed == 0  # the plan placed it; the round skipped it
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert not Allocation.objects.filter(job=job).exists()
+    assert not RoundDecision.objects.filter(round=results["round"], job=job).exists()
+    assert list(JobEvent.objects.filter(job=job).order_by("at", "id").values_list("kind", flat=True)) == [
+        "submitted",
+        "cancelled",
+    ]
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_while_a_round_writes_the_job_waits_for_it_and_wins(user, fifo_tune, monkeypatch):
+    make_server("n1")
+    job = submit(user, gpus=1)
+    inside, release, cancelled = threading.Event(), threading.Event(), threading.Event()
+    real = rounds.round_plan_apply
+
+    def paused_apply(*args, **kwargs):
+        inside.set()  # round_plan_recheck has locked the rows the plan writes, to the round's commit
+        assert release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rounds, "round_plan_apply", paused_apply)
+    results = {}
+    round_thread = _in_thread(results, "round", lambda: scheduling_round_run(trigger="racing"))
+    try:
+        assert inside.wait(10)
+        cancel_thread = _in_thread(results, "cancel", lambda: job_cancel(job=job), cancelled)
         assert not cancelled.wait(0.5)  # it waits for the round's lock on the job row
     finally:
         release.set()
@@ -222,35 +260,41 @@ def test_a_cancel_during_a_round_waits_for_it_and_wins(user, fifo_tune, monkeypa
 
 @postgresql_only
 @pytest.mark.django_db(transaction=True)
-def test_a_round_that_waited_for_a_finishing_job_starts_its_lease_after_the_release(user, fifo_tune):
-    """A job finishes (its exit report) while a round waits for that job's row: the GPU it frees goes
-    to the next job with a lease that starts after the release, not at the time the round began."""
+def test_a_job_that_finishes_while_a_round_reads_is_skipped_and_its_gpu_starts_after_the_release(
+    user, fifo_tune, monkeypatch
+):
+    """A job finishes (its exit report commits) between the round's read of the jobs and its read of
+    the leases: the round sees a RUNNING job without a lease and a free GPU. The job's decision is
+    skipped (its row changed), and the GPU it freed goes to the next job with a lease that starts after
+    the release, not at the time the round began."""
     make_server("n1", gpus=1, cpus=3, mem_gb=62.5)
     first = submit(user, gpus=1, name="first")
     scheduling_round_run(trigger="test")
     second = submit(user, gpus=1, name="second")
-    locked, finished = threading.Event(), threading.Event()
-    round_started = {}
+    real = rounds.round_inputs
+    results = {}
 
-    def finish_while_the_round_waits():
-        try:
-            with transaction.atomic():
-                job = Job.objects.select_for_update().get(pk=first.pk)
-                locked.set()
-                time.sleep(0.5)  # the round starts meanwhile and waits for this row
-                job_finish(job=job, state=JobState.COMPLETED, exit_code=0)
-            finished.set()
-        finally:
-            connection.close()  # this thread's own database connection
+    def finish_then_read(*args, **kwargs):
+        finish = lambda: job_finish(job=Job.objects.get(pk=first.pk), state=JobState.COMPLETED, exit_code=0)  # noqa: E731
+        _in_thread(results, "finish", finish).join(10)
+        return real(*args, **kwargs)
 
-    finisher = threading.Thread(target=finish_while_the_round_waits)
-    finisher.start()
-    assert locked.wait(10)
-    round_started["at"] = timezone.now()
+    monkeypatch.setattr(rounds, "round_inputs", finish_then_read)
+    round_began = timezone.now()
     sround = scheduling_round_run(trigger="racing")
-    finisher.join(10)
 
-    assert finished.is_set() and sround.num_placed == 1
+    # FIFO gave the free GPU to the older job, which had ended: that decision is skipped, and no
+    # other job was given the GPU in this round's plan.
+    assert "finish" in results and sround.num_placed == 0
+    first.refresh_from_db()
+    assert first.state == JobState.COMPLETED  # not requeued or placed again by the round that read it
+    assert (
+        JobEvent.objects.filter(job=first).order_by("-at", "-id").values_list("kind", flat=True)[0]
+        == "completed"
+    )
+    assert Allocation.objects.filter(job=first).count() == 1
+    monkeypatch.setattr(rounds, "round_inputs", real)
+    assert scheduling_round_run(trigger="skipped").num_placed == 1  # the early round it asked for
     released_at = AllocationGpu.objects.get(allocation__job=first).released_at
-    assert released_at > round_started["at"]  # the finish came while the round waited
+    assert released_at > round_began  # the finish came while the round ran
     assert lease_of(second).started_at >= released_at
