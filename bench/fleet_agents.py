@@ -32,6 +32,7 @@ class Lease:
     done_iters: float
     since: float
     seq: int = 0
+    next_progress_at: float = 0.0  # wall time; as the agent, at most one progress report per interval
 
 
 @dataclass
@@ -108,7 +109,9 @@ class FleetAgent:
         self.stats.sent.add((lease.lease_id, lease.seq))
 
     def _advance(self, now: float) -> None:
-        """Each running lease reports its progress; one that reached its total exits 0."""
+        """Each running lease reports its progress at most once per interval (agent/leases.py: an extra
+        sync, woken or after a start or exit, carries none; the next one says all the others would);
+        one that reached its total exits 0."""
         for lease_id, lease in list(self.leases.items()):
             lease.done_iters = min(lease.total_iters, lease.done_iters + ITERS_PER_S * (now - lease.since))
             lease.since = now
@@ -118,7 +121,8 @@ class FleetAgent:
                 self._report(lease, "exited", data, now)
                 del self.leases[lease_id]
                 self.wake.set()  # an exit is sent at once, as the agent does
-            else:
+            elif now >= lease.next_progress_at:
+                lease.next_progress_at = now + self.interval_s * (1 - JITTER)
                 self._report(lease, "progress", {"done_iters": done, "iters_per_s": ITERS_PER_S}, now)
 
     def _obey(self, commands: list[dict], now: float) -> None:
