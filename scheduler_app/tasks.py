@@ -13,6 +13,7 @@ from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
 from scheduler_app.services.rounds import (
     round_decisions_prune,
+    scheduling_round_request,
     scheduling_round_request_clear,
     scheduling_round_run,
 )
@@ -27,6 +28,11 @@ def scheduling_round_task(trigger: str = "beat") -> int | None:
         # An early round is starting: let the next submission or job end queue another one.
         scheduling_round_request_clear()
     sround = scheduling_round_run(trigger=trigger)
+    if sround is None and trigger != "beat":
+        # Another round held the lock (rounds on two worker processes): it may have read the queue
+        # before the change that asked for this one committed, so ask again rather than leave that
+        # change (a job's end, its freed GPUs) to the next beat round, up to ATTUNE_ROUND_S away.
+        scheduling_round_request(trigger=trigger)
     return sround.pk if sround is not None else None
 
 

@@ -1,5 +1,7 @@
 """Celery tasks, the beat schedule and the debounced early round."""
 
+from types import SimpleNamespace
+
 import pytest
 from django.conf import settings as django_settings
 
@@ -81,10 +83,31 @@ def test_a_burst_of_requests_queues_one_delayed_round(settings, monkeypatch):
     assert queued == [{"kwargs": {"trigger": "submit"}, "countdown": 2.0}]
 
     # The task clears the key as it starts; the next request queues the next round.
-    monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: None)
+    monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: SimpleNamespace(pk=1))
     tasks.scheduling_round_task(trigger="submit")
     rounds.scheduling_round_request(trigger="job_end")
     assert len(queued) == 2 and queued[1]["kwargs"] == {"trigger": "job_end"}
+
+
+def test_an_early_round_skipped_by_a_running_round_asks_again(settings, monkeypatch):
+    """Another worker's round held the lock, and may have read the queue before the change that asked
+    for this round: the request is queued again, not left to the next beat round."""
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "inline_rounds": False,
+        "early_round_delay_s": 2,
+    }
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    fake = FakeRedis()
+    monkeypatch.setattr(rounds, "_redis", lambda url: fake)
+    queued = []
+    monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
+    monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: None)  # the lock is taken
+
+    assert tasks.scheduling_round_task(trigger="job_end") is None
+    assert queued == [{"kwargs": {"trigger": "job_end"}, "countdown": 2.0}]
+    tasks.scheduling_round_task(trigger="beat")  # a beat round comes again anyway
+    assert len(queued) == 1
 
 
 def test_a_broker_outage_does_not_fail_the_request(settings, monkeypatch):
