@@ -66,7 +66,10 @@ class FakeRedis:
         self.keys.pop(key, None)
 
 
-def test_a_burst_of_requests_queues_one_delayed_round(settings, monkeypatch):
+@pytest.fixture
+def queued_rounds(settings, monkeypatch) -> list[dict]:
+    """Early rounds through Celery (not inline), 2 s after their request, debounced on a fake Redis;
+    returns the list that the queued round tasks' apply_async calls go to."""
     settings.ATTUNE_SCHEDULER = {
         **settings.ATTUNE_SCHEDULER,
         "inline_rounds": False,
@@ -77,7 +80,11 @@ def test_a_burst_of_requests_queues_one_delayed_round(settings, monkeypatch):
     monkeypatch.setattr(rounds, "_redis", lambda url: fake)
     queued = []
     monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
+    return queued
 
+
+def test_a_burst_of_requests_queues_one_delayed_round(queued_rounds, monkeypatch):
+    queued = queued_rounds
     for _ in range(5):
         rounds.scheduling_round_request(trigger="submit")
     assert queued == [{"kwargs": {"trigger": "submit"}, "countdown": 2.0}]
@@ -89,19 +96,10 @@ def test_a_burst_of_requests_queues_one_delayed_round(settings, monkeypatch):
     assert len(queued) == 2 and queued[1]["kwargs"] == {"trigger": "job_end"}
 
 
-def test_an_early_round_skipped_by_a_running_round_asks_again(settings, monkeypatch):
+def test_an_early_round_skipped_by_a_running_round_asks_again(queued_rounds, monkeypatch):
     """Another worker's round held the lock, and may have read the queue before the change that asked
     for this round: the request is queued again, not left to the next beat round."""
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "inline_rounds": False,
-        "early_round_delay_s": 2,
-    }
-    settings.CELERY_TASK_ALWAYS_EAGER = False
-    fake = FakeRedis()
-    monkeypatch.setattr(rounds, "_redis", lambda url: fake)
-    queued = []
-    monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
+    queued = queued_rounds
     monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: None)  # the lock is taken
 
     assert tasks.scheduling_round_task(trigger="job_end") is None
