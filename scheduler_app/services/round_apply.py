@@ -66,6 +66,15 @@ def _pending_reason(decision: Decision, blocked_ahead: bool) -> str:
     return reason
 
 
+def _waiting_reason(decision: Decision, job, blocked_ahead: bool, all_gpus: int) -> str:
+    """The pending reason of a job the plan leaves waiting."""
+    if decision.reason == reasons.EXCEEDS_CLUSTER_GPUS and job.num_gpus <= all_gpus:
+        # Too big for the servers in service now, but not for the whole cluster: it waits for the
+        # drained or failed servers to come back rather than being called infeasible.
+        return PendingReason.PRIORITY if blocked_ahead else PendingReason.RESOURCES
+    return _pending_reason(decision, blocked_ahead)
+
+
 def _placement_data(placement: Placement, names: dict[int, str]) -> list[dict]:
     return [
         {
@@ -118,7 +127,7 @@ def _plan_writes(
         leases = inputs.leases_by_job.get(job.pk, [])
         placement = decision.placement
         if job.pk in skipped:
-            if placement is None and _pending_reason(decision, blocked_ahead) in (
+            if placement is None and _waiting_reason(decision, job, blocked_ahead, all_gpus) in (
                 PendingReason.RESOURCES,
                 PendingReason.PRIORITY,
             ):
@@ -169,11 +178,7 @@ def _plan_writes(
             continue
 
         w.counts["num_infeasible" if decision.outcome == Outcome.INFEASIBLE else "num_pending"] += 1
-        reason = _pending_reason(decision, blocked_ahead)
-        if decision.reason == reasons.EXCEEDS_CLUSTER_GPUS and job.num_gpus <= all_gpus:
-            # Too big for the servers in service now, but not for the whole cluster: it waits for the
-            # drained or failed servers to come back rather than being called infeasible.
-            reason = PendingReason.PRIORITY if blocked_ahead else PendingReason.RESOURCES
+        reason = _waiting_reason(decision, job, blocked_ahead, all_gpus)
         if reason in (PendingReason.RESOURCES, PendingReason.PRIORITY):
             blocked_ahead = True
         if leases:

@@ -45,6 +45,8 @@ EARLY_ROUND_KEY = "attune:early-round"
 # SQLite (the embedded demo) has no advisory locks; one process serves it, so a process-local lock
 # gives the same single-flight guarantee there.
 _local_round_lock = threading.Lock()
+# Inline mode: whether this thread is running the round that re-decides a round's skipped jobs.
+_inline = threading.local()
 
 
 @contextmanager
@@ -189,10 +191,15 @@ def scheduling_round_request(*, trigger: str) -> None:
     """
     conf = scheduler_conf()
     if conf.inline_rounds:
+        if trigger == "skipped" and getattr(_inline, "skipped_round", False):
+            return  # this thread already re-runs skipped decisions: no chain of inline rounds
+        _inline.skipped_round = trigger == "skipped"
         try:
             scheduling_round_run(trigger=trigger)
         except Exception:  # the request that asked has committed already; do not fail it
             logger.exception("inline scheduling round (%s) failed", trigger)
+        finally:
+            _inline.skipped_round = False
         return
     delay = max(0.0, conf.early_round_delay_s)
     try:

@@ -137,3 +137,21 @@ def test_the_debounce_uses_a_real_redis_set_nx(settings, monkeypatch, live_redis
         assert len(queued) == 2
     finally:
         client.delete(rounds.EARLY_ROUND_KEY)
+
+
+def test_inline_rounds_re_decide_skipped_jobs_once_not_in_a_chain(settings, monkeypatch):
+    """Embedded mode: a round that skipped jobs runs the next one inline after its commit; if that one
+    skips again (jobs still changing), it does not start a third inside the second, and so on."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
+    triggers = []
+
+    def round_that_always_skips(*, trigger):
+        triggers.append(trigger)
+        rounds.scheduling_round_request(trigger="skipped")  # as its on_commit would
+        return None
+
+    monkeypatch.setattr(rounds, "scheduling_round_run", round_that_always_skips)
+    rounds.scheduling_round_request(trigger="job_end")
+    assert triggers == ["job_end", "skipped"]
+    rounds.scheduling_round_request(trigger="skipped")  # the flag was reset: a later skip runs again
+    assert triggers == ["job_end", "skipped", "skipped"]
