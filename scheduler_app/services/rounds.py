@@ -191,15 +191,16 @@ def scheduling_round_request(*, trigger: str) -> None:
     """
     conf = scheduler_conf()
     if conf.inline_rounds:
-        if trigger == "skipped" and getattr(_inline, "skipped_round", False):
+        outer = getattr(_inline, "skipped_round", False)
+        if trigger == "skipped" and outer:
             return  # this thread already re-runs skipped decisions: no chain of inline rounds
-        _inline.skipped_round = trigger == "skipped"
+        _inline.skipped_round = outer or trigger == "skipped"
         try:
             scheduling_round_run(trigger=trigger)
         except Exception:  # the request that asked has committed already; do not fail it
             logger.exception("inline scheduling round (%s) failed", trigger)
         finally:
-            _inline.skipped_round = False
+            _inline.skipped_round = outer
         return
     delay = max(0.0, conf.early_round_delay_s)
     try:
