@@ -185,6 +185,11 @@ ATTUNE_SCHEDULER = {
     "round_s": env.int("ATTUNE_ROUND_S", default=60),
     # A submission or a job's end asks for an early round this many seconds later (debounced).
     "early_round_delay_s": env.float("ATTUNE_EARLY_ROUND_DELAY_S", default=2.0),
+    # After a round of d seconds (workers' mode) the next early round waits until this x d after its
+    # end: under churn (a job ending every second) early rounds would otherwise run back to back, and
+    # on a small host every second the rounds take is CPU the agents' syncs wait for. 2: at most a
+    # third of the time; a 50 ms round still leaves the next one to the 2 s debounce above.
+    "round_pacing": env.float("ATTUNE_ROUND_PACING", default=2.0),
     # Run early rounds inline after commit instead of through Celery: the embedded mode (no
     # DATABASE_URL, so no worker) and eager Celery. Beat rounds always need Celery beat.
     "inline_rounds": env.bool("ATTUNE_INLINE_ROUNDS", default=not env.str("DATABASE_URL", default="")),
@@ -209,6 +214,10 @@ ATTUNE_SCHEDULER = {
     # interval plus one refresh, little against a 60 s round. After a quiet spell a round is forecast at once.
     "forecast_refresh_budget_s": env.float("ATTUNE_FORECAST_REFRESH_BUDGET_S", default=5.0),
     "forecast_refresh_min_interval_s": env.float("ATTUNE_FORECAST_REFRESH_MIN_INTERVAL_S", default=10.0),
+    # And the next refresh waits this x the last one's duration after its end: a refresh slowed by a
+    # loaded host (a thousand nodes under churn) spaces the next ones out instead of taking the CPU the
+    # syncs and rounds need; at most a fifth of the time with 4.
+    "forecast_refresh_pacing": env.float("ATTUNE_FORECAST_REFRESH_PACING", default=4.0),
     # Every user sees every job's summary in the queue (squeue); true: only their own (PrivateData=jobs).
     "private_jobs": env.bool("ATTUNE_PRIVATE_JOBS", default=False),
     # ATTUNE_POLICY=fairshare: a user's past GPU-seconds count half after this many hours.

@@ -13,6 +13,7 @@ class SchedulerConf:
     allocator: str
     round_s: float
     early_round_delay_s: float
+    round_pacing: float
     inline_rounds: bool
     preempt_grace_s: int
     cancel_grace_s: int
@@ -25,6 +26,7 @@ class SchedulerConf:
     forecast_background_budget_s: float
     forecast_refresh_budget_s: float
     forecast_refresh_min_interval_s: float
+    forecast_refresh_pacing: float
     private_jobs: bool
     fairshare_half_life_h: float
     rendezvous_ports: tuple[int, int]
@@ -44,6 +46,7 @@ def scheduler_conf() -> SchedulerConf:
         allocator=raw.get("allocator", "tune"),
         round_s=float(raw.get("round_s", 60)),
         early_round_delay_s=float(raw.get("early_round_delay_s", 2.0)),
+        round_pacing=float(raw.get("round_pacing", 2.0)),
         inline_rounds=bool(raw.get("inline_rounds", False)) or bool(settings.CELERY_TASK_ALWAYS_EAGER),
         preempt_grace_s=int(raw.get("preempt_grace_s", 30)),
         cancel_grace_s=int(raw.get("cancel_grace_s", 10)),
@@ -56,6 +59,7 @@ def scheduler_conf() -> SchedulerConf:
         forecast_background_budget_s=float(raw.get("forecast_background_budget_s", 120.0)),
         forecast_refresh_budget_s=float(raw.get("forecast_refresh_budget_s", 5.0)),
         forecast_refresh_min_interval_s=float(raw.get("forecast_refresh_min_interval_s", 10.0)),
+        forecast_refresh_pacing=float(raw.get("forecast_refresh_pacing", 4.0)),
         private_jobs=bool(raw.get("private_jobs", False)),
         # Slurm's PriorityDecayHalfLife default: last week's use weighs half as much as today's.
         fairshare_half_life_h=float(raw.get("fairshare_half_life_h", 168)),

@@ -6,13 +6,13 @@ from celery import shared_task
 
 from cluster_app.services import usage_samples_rollup
 from scheduler_app.services.agents import agent_reports_prune
-from scheduler_app.services.forecast_refresh import job_forecasts_refresh_started
-from scheduler_app.services.forecasts import job_forecasts_refresh
+from scheduler_app.services.forecast_refresh import job_forecasts_refresh_run
 from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
 from scheduler_app.services.rounds import (
     round_decisions_prune,
+    scheduling_round_put_off,
     scheduling_round_request,
     scheduling_round_request_clear,
     scheduling_round_run,
@@ -23,8 +23,11 @@ logger = logging.getLogger(__name__)
 
 @shared_task(ignore_result=True)
 def scheduling_round_task(trigger: str = "beat") -> int | None:
-    """One scheduling round; returns its id, or None when another round held the lock."""
+    """One scheduling round; returns its id, or None when another round held the lock or an early
+    round was put off until the last round's pace ends (services/rounds.py)."""
     if trigger != "beat":
+        if scheduling_round_put_off(trigger=trigger):
+            return None  # queued again for the end of the last round's pace
         # An early round is starting: let the next submission or job end queue another one.
         scheduling_round_request_clear()
     sround = scheduling_round_run(trigger=trigger)
@@ -82,11 +85,9 @@ def simulation_run_task(run_id: int) -> str | None:
 
 @shared_task(ignore_result=True)
 def forecast_refresh_task() -> int:
-    """Re-forecast every live job after rounds (debounced, services/forecast_refresh.py); returns how
-    many estimates were stored. On the `forecasts` queue (settings.CELERY_TASK_ROUTES)."""
-    # Starting: let the next round's request queue another refresh (after the minimum interval).
-    job_forecasts_refresh_started()
-    return job_forecasts_refresh()
+    """Re-forecast every live job after rounds (debounced and paced, services/forecast_refresh.py);
+    returns how many estimates were stored. On the `forecasts` queue (settings.CELERY_TASK_ROUTES)."""
+    return job_forecasts_refresh_run()
 
 
 @shared_task(ignore_result=True)

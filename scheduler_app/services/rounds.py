@@ -42,6 +42,11 @@ logger = logging.getLogger(__name__)
 ROUND_LOCK_KEY = int.from_bytes(b"Attune01", "big") & 0x7FFF_FFFF_FFFF_FFFF
 # Redis key that debounces early rounds: set while one is queued and not yet started.
 EARLY_ROUND_KEY = "attune:early-round"
+# Redis key set as a round ends (workers' mode), expiring `round_pacing` x its duration later: an early
+# round is not started before it expires (see scheduling_round_pace).
+ROUND_PACE_KEY = "attune:early-round:paced"
+# An early round whose task finds the pace this much from its end or more is put off until then.
+PACE_SLACK_S = 0.1
 # SQLite (the embedded demo) has no advisory locks; one process serves it, so a process-local lock
 # gives the same single-flight guarantee there.
 _local_round_lock = threading.Lock()
@@ -101,6 +106,8 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
             sround = _round(trigger)
         # Agents whose starts or exits waited in vain for the job rows this round held (agent_sync).
         agents_wake_after_round_on_commit()
+        duration_s = sround.duration_ms / 1000.0
+        transaction.on_commit(lambda: scheduling_round_pace(duration_s))
         # Not here but on the `forecasts` queue, debounced: playing a whole queue forward costs many
         # rounds, and a burst of rounds must not wait behind forecasts on the rounds' worker. After
         # commit, so that the forecast reads what this round decided.
@@ -185,9 +192,11 @@ def scheduling_round_request(*, trigger: str) -> None:
     """Ask for a round soon (after a submission or a job's end), debounced; call after commit.
 
     Inline mode (embedded demo, eager Celery): run the round right here. Otherwise SET NX EX on a
-    Redis key: the first request of a burst queues one round `early_round_delay_s` later and the
-    others find the key taken. The task clears the key as it starts, so a request arriving while
-    that round runs queues the next one. If Redis is unreachable the beat round catches up.
+    Redis key: the first request of a burst queues one round `early_round_delay_s` later, or when the
+    last round's pace ends if that is later (scheduling_round_pace), and the others find the key
+    taken. The task clears the key as it starts, so a request arriving while that round runs queues
+    the next one (put off, if need be, by that round's pace). If Redis is unreachable the beat round
+    catches up.
     """
     conf = scheduler_conf()
     if conf.inline_rounds:
@@ -202,11 +211,10 @@ def scheduling_round_request(*, trigger: str) -> None:
         finally:
             _inline.skipped_round = outer
         return
-    delay = max(0.0, conf.early_round_delay_s)
     try:
-        if not _redis(conf.redis_url).set(
-            EARLY_ROUND_KEY, trigger, nx=True, ex=max(1, math.ceil(delay) + 60)
-        ):
+        client = _redis(conf.redis_url)
+        delay = max(conf.early_round_delay_s, _paced_s(client))
+        if not client.set(EARLY_ROUND_KEY, trigger, nx=True, ex=max(1, math.ceil(delay) + 60)):
             return
         from scheduler_app.tasks import scheduling_round_task
 
@@ -220,6 +228,50 @@ def scheduling_round_request(*, trigger: str) -> None:
 def scheduling_round_request_on_commit(*, trigger: str) -> None:
     """Ask for an early round once the current transaction commits (nothing if it rolls back)."""
     transaction.on_commit(lambda: scheduling_round_request(trigger=trigger))
+
+
+def _paced_s(client) -> float:
+    """Seconds until the pace of the last round ends (0: not paced)."""
+    return max(0, client.pttl(ROUND_PACE_KEY)) / 1000.0  # -2: no key, -1: no expiry
+
+
+def scheduling_round_pace(duration_s: float) -> None:
+    """Hold the next early round until `round_pacing` x `duration_s` from now; a round calls this after
+    its commit. Under churn a job ends every second or so, each end asks for an early round, and a
+    round on a thousand-node cluster takes seconds: unpaced, rounds would run back to back and take a
+    core's worth of CPU from the agents' syncs. Paced, they take at most 1 / (1 + round_pacing) of the
+    time, while a short round (a quiet cluster) leaves the next one to the usual debounce. Beat rounds
+    keep their schedule. Inline mode: no pacing (the round runs in its caller's request)."""
+    conf = scheduler_conf()
+    pace_ms = int(conf.round_pacing * duration_s * 1000)
+    if conf.inline_rounds or pace_ms <= 0:
+        return
+    try:
+        _redis(conf.redis_url).set(ROUND_PACE_KEY, "1", px=pace_ms)
+    except Exception:  # the round has committed; without the key the next round is not paced
+        logger.warning("could not pace the next early round", exc_info=True)
+
+
+def scheduling_round_put_off(*, trigger: str) -> bool:
+    """Whether this early round's task must wait for the pace of a round that ended after it was queued
+    (asked for while that round ran); if so it is queued again for the pace's end, its request key kept
+    so that the requests meanwhile still find it queued. The task calls this first."""
+    conf = scheduler_conf()
+    if conf.inline_rounds:
+        return False
+    try:
+        client = _redis(conf.redis_url)
+        wait_s = _paced_s(client)
+        if wait_s < PACE_SLACK_S:
+            return False
+        client.set(EARLY_ROUND_KEY, trigger, ex=max(1, math.ceil(wait_s) + 60))
+        from scheduler_app.tasks import scheduling_round_task
+
+        scheduling_round_task.apply_async(kwargs={"trigger": trigger}, countdown=wait_s)
+    except Exception:  # Redis or the broker unreachable: run the round now rather than lose it
+        logger.warning("could not put off a paced early round (%s); running it now", trigger, exc_info=True)
+        return False
+    return True
 
 
 def scheduling_round_request_clear() -> None:

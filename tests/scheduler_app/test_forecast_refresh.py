@@ -10,41 +10,11 @@ from scheduler_app.models import JobForecast
 from scheduler_app.services import forecast_refresh, forecasts
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, submit, workload
+from tests.fake_redis import FakeRedis
 
 pytestmark = pytest.mark.django_db
 
 INTERVAL_S = 10.0
-
-
-class FakeRedis:
-    """SET NX/EX/PX, DELETE and PTTL with expiry on a clock the test moves."""
-
-    def __init__(self):
-        self.now = 1000.0
-        self.keys: dict[str, tuple[str, float | None]] = {}
-
-    def _live(self, key):
-        value = self.keys.get(key)
-        if value is not None and value[1] is not None and value[1] <= self.now:
-            del self.keys[key]
-            return None
-        return value
-
-    def set(self, key, value, nx=False, ex=None, px=None):
-        if nx and self._live(key) is not None:
-            return None
-        ttl = ex if ex is not None else (px / 1000 if px is not None else None)
-        self.keys[key] = (value, None if ttl is None else self.now + ttl)
-        return True
-
-    def delete(self, key):
-        self.keys.pop(key, None)
-
-    def pttl(self, key):
-        value = self._live(key)
-        if value is None:
-            return -2
-        return -1 if value[1] is None else int((value[1] - self.now) * 1000)
 
 
 @pytest.fixture
@@ -139,6 +109,68 @@ def test_the_refresh_task_refreshes_and_lets_the_next_round_queue_another(
     # It cleared the queued key as it started and marked its start for the interval.
     assert fake.pttl(forecast_refresh.QUEUED_KEY) == -2
     assert 0 < fake.pttl(forecast_refresh.LAST_START_KEY) <= INTERVAL_S * 1000
+
+
+@pytest.fixture
+def refresh_taking(worker_mode, monkeypatch):
+    """The refresh task with a refresh that takes `seconds` on a clock the test owns; returns a
+    function that runs the task that way and the list of refreshes done."""
+    fake, _ = worker_mode
+    clock = [0.0]
+    done = []
+    monkeypatch.setattr(forecast_refresh.time, "perf_counter", lambda: clock[0])
+
+    def run(seconds: float) -> int:
+        def refresh() -> int:
+            clock[0] += seconds
+            fake.now += seconds
+            done.append(seconds)
+            return 3
+
+        monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh", refresh)
+        return tasks.forecast_refresh_task.apply().get()
+
+    return run, done
+
+
+def test_a_long_refresh_spaces_out_the_next_one(worker_mode, refresh_taking):
+    """A refresh slowed by a loaded host is followed by one at most 4x its duration later (the
+    pacing), not by one at the minimum interval after its start."""
+    fake, sent = worker_mode
+    run, _ = refresh_taking
+    assert run(5.0) == 3
+    assert fake.pttl(forecast_refresh.LAST_START_KEY) == 20_000
+    forecast_refresh.job_forecasts_refresh_request(trigger="job_end")
+    assert sent[-1]["countdown"] == pytest.approx(20.0)
+
+    # A short one keeps the minimum interval since its start.
+    fake.now += 20.0
+    fake.delete(forecast_refresh.QUEUED_KEY)
+    assert run(1.0) == 3
+    assert fake.pttl(forecast_refresh.LAST_START_KEY) == (INTERVAL_S - 1.0) * 1000
+
+
+def test_a_refresh_queued_during_a_long_one_is_put_off_until_its_pace_ends(worker_mode, refresh_taking):
+    fake, sent = worker_mode
+    run, done = refresh_taking
+    forecast_refresh.job_forecasts_refresh_started()  # a refresh starts ...
+    fake.now += 3.0
+    forecast_refresh.job_forecasts_refresh_request(trigger="job_end")  # ... a round asks meanwhile ...
+    assert sent[-1]["countdown"] == pytest.approx(INTERVAL_S - 3.0)
+    fake.now += 5.0
+    forecast_refresh._pace(8.0)  # ... and it ends after 8 s: the next one waits 32 s from now
+    fake.now += INTERVAL_S - 8.0  # the queued task's countdown is over
+
+    assert run(1.0) == 0
+    assert done == []
+    assert sent[-1]["countdown"] == pytest.approx(32.0 - 2.0)
+    assert fake.pttl(forecast_refresh.QUEUED_KEY) > 0  # requests meanwhile still find it queued
+    forecast_refresh.job_forecasts_refresh_request(trigger="job_end")
+    assert len(sent) == 2
+
+    fake.now += 30.0
+    assert run(1.0) == 3
+    assert done == [1.0]
 
 
 def test_forecasts_still_refresh_after_each_round_in_the_embedded_mode(

@@ -11,6 +11,7 @@ from scheduler_app.services import rounds
 from scheduler_app.services.job_control import job_enqueue
 from scheduler_app.services.jobs import JobRequest
 from tests.api.helpers import make_server, workload
+from tests.fake_redis import FakeRedis
 
 pytestmark = pytest.mark.django_db
 
@@ -52,32 +53,25 @@ def test_inline_mode_runs_the_early_round_after_commit(user, settings, django_ca
     assert SchedulingRound.objects.get().trigger == "submit"
 
 
-class FakeRedis:
-    def __init__(self):
-        self.keys = {}
-
-    def set(self, key, value, nx=False, ex=None):
-        if nx and key in self.keys:
-            return None
-        self.keys[key] = value
-        return True
-
-    def delete(self, key):
-        self.keys.pop(key, None)
-
-
 @pytest.fixture
-def queued_rounds(settings, monkeypatch) -> list[dict]:
-    """Early rounds through Celery (not inline), 2 s after their request, debounced on a fake Redis;
-    returns the list that the queued round tasks' apply_async calls go to."""
+def fake_redis(settings, monkeypatch) -> FakeRedis:
+    """Early rounds through Celery (not inline), 2 s after their request and paced at 2x the last
+    round's duration, on a fake Redis."""
     settings.ATTUNE_SCHEDULER = {
         **settings.ATTUNE_SCHEDULER,
         "inline_rounds": False,
         "early_round_delay_s": 2,
+        "round_pacing": 2,
     }
     settings.CELERY_TASK_ALWAYS_EAGER = False
     fake = FakeRedis()
     monkeypatch.setattr(rounds, "_redis", lambda url: fake)
+    return fake
+
+
+@pytest.fixture
+def queued_rounds(fake_redis, monkeypatch) -> list[dict]:
+    """With fake_redis: returns the list that the queued round tasks' apply_async calls go to."""
     queued = []
     monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
     return queued
@@ -108,13 +102,72 @@ def test_an_early_round_skipped_by_a_running_round_asks_again(queued_rounds, mon
     assert len(queued) == 1
 
 
+def test_an_early_round_waits_for_the_last_rounds_pace(fake_redis, queued_rounds):
+    """A long round (a large cluster under churn) holds the next early round for twice its duration
+    after its end; a short one leaves it to the usual 2 s debounce."""
+    rounds.scheduling_round_pace(3.0)
+    rounds.scheduling_round_request(trigger="job_end")
+    assert queued_rounds == [{"kwargs": {"trigger": "job_end"}, "countdown": 6.0}]
+
+    fake_redis.delete(rounds.EARLY_ROUND_KEY)
+    fake_redis.now += 10.0
+    rounds.scheduling_round_pace(0.05)
+    rounds.scheduling_round_request(trigger="job_end")
+    assert queued_rounds[1] == {"kwargs": {"trigger": "job_end"}, "countdown": 2.0}
+
+
+def test_an_early_round_asked_for_during_a_round_is_put_off_until_that_rounds_pace_ends(
+    fake_redis, queued_rounds, monkeypatch
+):
+    ran = []
+    monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: ran.append(trigger))
+    # Asked for while a round ran (no pace yet): queued 2 s later. That round then ends after 4 s.
+    rounds.scheduling_round_request(trigger="job_end")
+    rounds.scheduling_round_pace(4.0)
+    fake_redis.now += 2.0
+
+    assert tasks.scheduling_round_task(trigger="job_end") is None
+    assert ran == []
+    assert queued_rounds[1] == {"kwargs": {"trigger": "job_end"}, "countdown": 6.0}
+    rounds.scheduling_round_request(trigger="submit")  # still debounced by the put-off round
+    assert len(queued_rounds) == 2
+
+    fake_redis.now += 6.0
+    tasks.scheduling_round_task(trigger="job_end")
+    assert ran == ["job_end"]
+    rounds.scheduling_round_request(trigger="submit")  # it started: the next request queues another
+    assert len(queued_rounds) == 3
+
+
+def test_a_round_paces_the_next_early_round_after_its_commit(
+    fake_redis, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr(rounds, "job_forecasts_refresh_request_on_commit", lambda *, trigger: None)
+    make_server("gpu01")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        sround = rounds.scheduling_round_run(trigger="job_end")
+    assert fake_redis.pttl(rounds.ROUND_PACE_KEY) == -2  # not before the commit
+    for callback in callbacks:
+        callback()
+    assert fake_redis.pttl(rounds.ROUND_PACE_KEY) == pytest.approx(2 * sround.duration_ms, abs=2)
+
+
+def test_inline_rounds_are_not_paced(settings, monkeypatch):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
+    monkeypatch.setattr(rounds, "_redis", lambda url: pytest.fail("the embedded mode has no Redis"))
+    rounds.scheduling_round_pace(3.0)
+    assert tasks.scheduling_round_task.apply(kwargs={"trigger": "job_end"}).get() is not None
+
+
 def test_a_broker_outage_does_not_fail_the_request(settings, monkeypatch):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
     settings.CELERY_TASK_ALWAYS_EAGER = False
 
     class Down:
-        def set(self, *args, **kwargs):
+        def pttl(self, *args, **kwargs):
             raise ConnectionError("redis is down")
+
+        set = pttl
 
     monkeypatch.setattr(rounds, "_redis", lambda url: Down())
     rounds.scheduling_round_request(trigger="submit")  # logs a warning, raises nothing
