@@ -217,6 +217,34 @@ def round_durations_ms(since: float, until: float) -> list[float]:
     return list(rounds.values_list("duration_ms", flat=True))
 
 
+def timeline_print(stats: FleetStats, since: float, until: float) -> None:
+    """Per second of the window: syncs sent, their p50/p99, and the rounds that started then (trigger,
+    duration, placed, preempted): where a p99 comes from."""
+    from scheduler_app.models import SchedulingRound
+
+    start, end = datetime.fromtimestamp(since, tz=UTC), datetime.fromtimestamp(until, tz=UTC)
+    rounds: dict[int, list[str]] = {}
+    for r in SchedulingRound.objects.filter(started_at__gte=start, started_at__lt=end).order_by("started_at"):
+        second = int(r.started_at.timestamp() - since)
+        rounds.setdefault(second, []).append(
+            f"{r.trigger} {r.duration_ms:.0f} ms, {r.num_placed} placed, {r.num_preempted} preempted"
+        )
+    per_second: dict[int, list[float]] = {}
+    for sent_at, seconds in stats.sync_times:
+        per_second.setdefault(int(sent_at - since), []).append(seconds)
+    rows = [
+        [
+            second,
+            len(per_second.get(second, [])),
+            f"{percentile(per_second.get(second, [0.0]), 50) * 1000:.0f}",
+            f"{percentile(per_second.get(second, [0.0]), 99) * 1000:.0f}",
+            "; ".join(rounds.get(second, [])),
+        ]
+        for second in range(int(until - since) + 1)
+    ]
+    print_table(["s", "syncs", "p50 ms", "p99 ms", "rounds started"], rows)
+
+
 def stored_reports() -> set[tuple[str, int]]:
     from scheduler_app.models import AgentReport
 
@@ -280,6 +308,8 @@ def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
                 len(restarts), percentile(restarts, 50), percentile(restarts, 99),
             )  # fmt: skip
         rounds = round_durations_ms(since, until)
+        if args.timeline:
+            timeline_print(stats, since, until)
         stored = stored_reports()
         acked = stats.acked
         result = FleetResult(
@@ -357,6 +387,9 @@ def main() -> int:
     parser.add_argument("--max-agents", type=int, default=3000)
     parser.add_argument("--p99-ms", type=float, default=250.0)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--timeline", action="store_true", help="print each second's syncs, p50/p99 and rounds started"
+    )
     parser.add_argument(
         "--job-minutes",
         type=float,

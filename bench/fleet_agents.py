@@ -45,6 +45,7 @@ class FleetStats:
     wakes: int = 0
     measured: tuple[float, float] = (0.0, 0.0)  # wall-clock window of the measurement
     unsent: int = 0  # reports still unacknowledged after the final flush
+    sync_times: list[tuple[float, float]] = field(default_factory=list)  # (wall time sent, seconds taken)
 
 
 class FleetAgent:
@@ -71,6 +72,7 @@ class FleetAgent:
 
     async def _call(self, kind: str, method: str, path: str, **kwargs) -> dict | None:
         start = time.perf_counter()
+        sent_at = time.time()
         try:
             response = await self.client.request(method, path, **kwargs)
         except LeanHTTPError as exc:
@@ -80,6 +82,8 @@ class FleetAgent:
             return None
         if self.measuring and kind != "wait":
             self.stats.latencies[kind].append(time.perf_counter() - start)
+            if kind == "sync":
+                self.stats.sync_times.append((sent_at, self.stats.latencies[kind][-1]))
         if response.status_code != 200:
             if self.measuring:
                 self.stats.errors[kind] += 1
