@@ -177,8 +177,8 @@ def main() -> int:
     parser.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
     args = parser.parse_args()
     logging_setup()
-    if not 1 <= args.servers <= 512 or not 1 <= args.jobs <= 20_000 or not 1 <= args.scenarios <= 20:
-        parser.error("--servers must be 1..512, --jobs 1..20000 and --scenarios 1..20")
+    if not 1 <= args.servers <= 2000 or not 1 <= args.jobs <= 20_000 or not 1 <= args.scenarios <= 20:
+        parser.error("--servers must be 1..2000, --jobs 1..20000 and --scenarios 1..20")
 
     runs: list[dict[str, dict[str, Any]]] = []
     with bench_database(args.db, keep=args.keep_db) as url:
