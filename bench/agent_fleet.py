@@ -19,7 +19,8 @@ Printed: p50/p99 per call kind (a sync's time to answer; the wait's deliberate h
 latency), errors, reports stored == reports sent (each exactly once), the delay from a round's
 commit to its start commands reaching the agents (p50/p99), the rounds' duration under that load, the
 ratio to /healthz, and the CPU of each part of the stack over the window (bench/cpu_shares.py), with
-the web tier's and PostgreSQL's per sync. `--find-max` raises N by --step until the p99 of a sync
+the web tier's and PostgreSQL's per sync; with `--timeline`, each second's syncs, their p50/p99 and the
+rounds that started in it. `--find-max` raises N by --step until the p99 of a sync
 passes --p99-ms (or errors appear) and prints the largest N that held.
 """
 
@@ -50,7 +51,12 @@ from bench.live_common import bench_database, django_setup, logger, logging_setu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB_GPUS = (1, 1, 2, 4, 1, 2)  # per server: the first four fill its 8 GPUs, the rest wait in the queue
-DEFAULT_JOB_MINUTES = (1.0, 5.0)  # their length at that speed: ten times a real cluster's churn, on purpose
+# Their length at that speed: a stress, on purpose. Four jobs run per server, so uniform lengths in
+# (a, b) minutes end 4 / (b - a) jobs per server-minute from the first a minutes on: with (1, 5) that
+# is 1.7 jobs a second per 100 servers, about a hundred times the rate of the Synergy reference's
+# Philly-derived trace (36 jobs an hour on 512 GPUs: 0.016 a second per 100 servers of 8 GPUs;
+# ../shared/data/synergy/README.md); (0.5, 42) is ten times that rate.
+DEFAULT_JOB_MINUTES = (1.0, 5.0)
 DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
 
 
@@ -396,8 +402,9 @@ def main() -> int:
         nargs=2,
         default=list(DEFAULT_JOB_MINUTES),
         metavar=("MIN", "MAX"),
-        help="length of the fleet's jobs (default 1 5: a job ends every 3 s per 100 servers, about ten times"
-        " a real cluster's churn; 30 240 is closer to a lab's training jobs)",
+        help="length of the fleet's jobs (default 1 5: 1.7 job ends a second per 100 servers, about a"
+        " hundred times the Philly-derived reference trace's rate; 0.5 42: ten times that rate; 30 240:"
+        " no job ends in a short run)",
     )
     args = parser.parse_args()
     logging_setup()
