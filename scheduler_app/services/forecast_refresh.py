@@ -12,6 +12,7 @@ from django.db import transaction
 from config.redis_pool import redis_client as _redis
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.services.forecasts import job_forecasts_refresh
+from scheduler_app.services.pacing import pace_extend, pace_left_s, put_off_for_pace
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,6 @@ LAST_START_KEY = "attune:forecast-refresh:last"
 # How long a queued refresh may wait past its countdown before its key (and the message) is given up:
 # a task lost with a dead broker must not block refreshes for long.
 QUEUED_SLACK_S = 60
-# A queued refresh that finds LAST_START_KEY this far from its end or more is put off until then.
-PACE_SLACK_S = 0.1
 
 
 def job_forecasts_refresh_request(*, trigger: str) -> None:
@@ -50,7 +49,7 @@ def job_forecasts_refresh_request(*, trigger: str) -> None:
         return
     try:
         client = _redis(conf.redis_url)
-        countdown_s = max(0, client.pttl(LAST_START_KEY)) / 1000.0  # -2: no key, -1: no expiry
+        countdown_s = pace_left_s(client, LAST_START_KEY)
         ttl_s = max(1, math.ceil(countdown_s) + QUEUED_SLACK_S)
         if not client.set(QUEUED_KEY, trigger, nx=True, ex=ttl_s):
             return
@@ -112,27 +111,27 @@ def _put_off() -> bool:
     if conf.inline_rounds:
         return False
     try:
-        client = _redis(conf.redis_url)
-        wait_s = max(0, client.pttl(LAST_START_KEY)) / 1000.0
-        if wait_s < PACE_SLACK_S:
-            return False
-        client.set(QUEUED_KEY, "paced", ex=max(1, math.ceil(wait_s) + QUEUED_SLACK_S))
-        current_app.send_task(REFRESH_TASK, countdown=wait_s, expires=wait_s + QUEUED_SLACK_S)
+        return put_off_for_pace(
+            _redis(conf.redis_url),
+            pace_key=LAST_START_KEY,
+            queued_key=QUEUED_KEY,
+            queued_value="paced",
+            queued_slack_s=QUEUED_SLACK_S,
+            requeue=lambda wait_s: current_app.send_task(
+                REFRESH_TASK, countdown=wait_s, expires=wait_s + QUEUED_SLACK_S
+            ),
+        )
     except Exception:  # Redis or the broker unreachable: refresh now rather than not at all
         logger.warning("could not put off a paced forecast refresh; refreshing now", exc_info=True)
         return False
-    return True
 
 
 def _pace(duration_s: float) -> None:
     conf = scheduler_conf()
-    pace_ms = int(conf.forecast_refresh_pacing * duration_s * 1000)
-    if conf.inline_rounds or pace_ms <= 0:
+    if conf.inline_rounds or conf.forecast_refresh_pacing <= 0:
         return
     try:
-        client = _redis(conf.redis_url)
         # The longer of the two: the minimum interval since this refresh's start, the pace from its end.
-        if pace_ms > client.pttl(LAST_START_KEY):
-            client.set(LAST_START_KEY, "1", px=pace_ms)
+        pace_extend(_redis(conf.redis_url), LAST_START_KEY, conf.forecast_refresh_pacing * duration_s)
     except Exception:
         logger.warning("could not pace the next forecast refresh", exc_info=True)

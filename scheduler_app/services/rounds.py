@@ -33,6 +33,7 @@ from scheduler_app.selectors import (
 )
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_request_on_commit
 from scheduler_app.services.jobs import job_dependencies_hold
+from scheduler_app.services.pacing import pace_extend, pace_left_s, put_off_for_pace
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
 from scheduler_app.services.round_apply import round_plan_apply, round_plan_recheck
 
@@ -45,8 +46,8 @@ EARLY_ROUND_KEY = "attune:early-round"
 # Redis key set as a round ends (workers' mode), expiring `round_pacing` x its duration later: an early
 # round is not started before it expires (see scheduling_round_pace).
 ROUND_PACE_KEY = "attune:early-round:paced"
-# An early round whose task finds the pace this much from its end or more is put off until then.
-PACE_SLACK_S = 0.1
+# How long a queued early round's key outlives its countdown, in case its task is lost.
+EARLY_ROUND_SLACK_S = 60
 # SQLite (the embedded demo) has no advisory locks; one process serves it, so a process-local lock
 # gives the same single-flight guarantee there.
 _local_round_lock = threading.Lock()
@@ -213,8 +214,10 @@ def scheduling_round_request(*, trigger: str) -> None:
         return
     try:
         client = _redis(conf.redis_url)
-        delay = max(conf.early_round_delay_s, _paced_s(client))
-        if not client.set(EARLY_ROUND_KEY, trigger, nx=True, ex=max(1, math.ceil(delay) + 60)):
+        delay = max(conf.early_round_delay_s, pace_left_s(client, ROUND_PACE_KEY))
+        if not client.set(
+            EARLY_ROUND_KEY, trigger, nx=True, ex=max(1, math.ceil(delay) + EARLY_ROUND_SLACK_S)
+        ):
             return
         from scheduler_app.tasks import scheduling_round_task
 
@@ -230,11 +233,6 @@ def scheduling_round_request_on_commit(*, trigger: str) -> None:
     transaction.on_commit(lambda: scheduling_round_request(trigger=trigger))
 
 
-def _paced_s(client) -> float:
-    """Seconds until the pace of the last round ends (0: not paced)."""
-    return max(0, client.pttl(ROUND_PACE_KEY)) / 1000.0  # -2: no key, -1: no expiry
-
-
 def scheduling_round_pace(duration_s: float) -> None:
     """Hold the next early round until `round_pacing` x `duration_s` from now; a round calls this after
     its commit. Under churn a job ends every second or so, each end asks for an early round, and a
@@ -243,11 +241,10 @@ def scheduling_round_pace(duration_s: float) -> None:
     time, while a short round (a quiet cluster) leaves the next one to the usual debounce. Beat rounds
     keep their schedule. Inline mode: no pacing (the round runs in its caller's request)."""
     conf = scheduler_conf()
-    pace_ms = int(conf.round_pacing * duration_s * 1000)
-    if conf.inline_rounds or pace_ms <= 0:
+    if conf.inline_rounds or conf.round_pacing <= 0:
         return
     try:
-        _redis(conf.redis_url).set(ROUND_PACE_KEY, "1", px=pace_ms)
+        pace_extend(_redis(conf.redis_url), ROUND_PACE_KEY, conf.round_pacing * duration_s)
     except Exception:  # the round has committed; without the key the next round is not paced
         logger.warning("could not pace the next early round", exc_info=True)
 
@@ -259,19 +256,22 @@ def scheduling_round_put_off(*, trigger: str) -> bool:
     conf = scheduler_conf()
     if conf.inline_rounds:
         return False
-    try:
-        client = _redis(conf.redis_url)
-        wait_s = _paced_s(client)
-        if wait_s < PACE_SLACK_S:
-            return False
-        client.set(EARLY_ROUND_KEY, trigger, ex=max(1, math.ceil(wait_s) + 60))
-        from scheduler_app.tasks import scheduling_round_task
+    from scheduler_app.tasks import scheduling_round_task
 
-        scheduling_round_task.apply_async(kwargs={"trigger": trigger}, countdown=wait_s)
+    try:
+        return put_off_for_pace(
+            _redis(conf.redis_url),
+            pace_key=ROUND_PACE_KEY,
+            queued_key=EARLY_ROUND_KEY,
+            queued_value=trigger,
+            queued_slack_s=EARLY_ROUND_SLACK_S,
+            requeue=lambda wait_s: scheduling_round_task.apply_async(
+                kwargs={"trigger": trigger}, countdown=wait_s
+            ),
+        )
     except Exception:  # Redis or the broker unreachable: run the round now rather than lose it
         logger.warning("could not put off a paced early round (%s); running it now", trigger, exc_info=True)
         return False
-    return True
 
 
 def scheduling_round_request_clear() -> None:

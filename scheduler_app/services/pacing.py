@@ -1,0 +1,44 @@
+"""Pacing of background work (early rounds, forecast refreshes): a Redis key alive until the next starts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import redis
+
+# A queued run that finds its pace this far from its end or more is put off until then; less is the
+# countdown's own rounding, not worth another message.
+PACE_SLACK_S = 0.1
+
+
+def pace_left_s(client: redis.Redis, key: str) -> float:
+    """Seconds until `key`'s pace ends (0: no pace)."""
+    return max(0, client.pttl(key)) / 1000.0  # -2: no key, -1: no expiry
+
+
+def pace_extend(client: redis.Redis, key: str, pace_s: float) -> None:
+    """Make the pace `key` last at least `pace_s` from now (a longer pace it has already is kept)."""
+    pace_ms = int(pace_s * 1000)
+    if pace_ms > 0 and pace_ms > client.pttl(key):
+        client.set(key, "1", px=pace_ms)
+
+
+def put_off_for_pace(
+    client: redis.Redis,
+    *,
+    pace_key: str,
+    queued_key: str,
+    queued_value: str,
+    queued_slack_s: int,
+    requeue: Callable[[float], None],
+) -> bool:
+    """Whether a queued run must wait for a pace set after it was queued; if so `requeue(wait_s)` queues
+    it again for the pace's end and its debounce key (`queued_key`) is kept alive until then plus
+    `queued_slack_s`, so that the requests meanwhile still find it queued."""
+    wait_s = pace_left_s(client, pace_key)
+    if wait_s < PACE_SLACK_S:
+        return False
+    client.set(queued_key, queued_value, ex=max(1, math.ceil(wait_s) + queued_slack_s))
+    requeue(wait_s)
+    return True
