@@ -5,8 +5,10 @@ Run: `python -m bench.sync_cost [--syncs 200]`. Creates a fresh PostgreSQL datab
 Django's full request handler in this process (middleware, authentication, validation, the service,
 the answer; no network, so the figure is the web process's own CPU, not the bench's or the socket's)
 with a usage sample of 8 GPUs, the 8 running leases and 0, 1 or 8 progress reports, and `GET /healthz`
-as the baseline. CPU time (`time.process_time`) is this process only; the database server's share is
-read from its backend process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as
+as the baseline; then the syncs with progress left to the worker's applier (ATTUNE_PROGRESS_APPLY_S,
+the default with workers) and the applier's own CPU per report, applying what they left pending.
+CPU time (`time.process_time`) is this process only; the database server's share is read from its
+backend process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as
 a mean over the calls, since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90,
 PostgreSQL CPU ms per call, statements per call, and the ratio to /healthz. CPU time moves
 much less than wall time with the machine's load, so the figure holds on a shared machine; the
@@ -142,6 +144,28 @@ def _measure(call, count: int) -> tuple[list[float], float, int]:
     return cpu_ms, (backend_cpu_s() - backend_before) * 1000 / count, len(statements)
 
 
+def _applier_row(pending: int, base: float) -> list:
+    """One run of the applier over `pending` stored reports: CPU ms per report (this process and the
+    database backend's), as the worker would spend it."""
+    import psutil
+    from django.db import connection
+
+    from scheduler_app.services.report_ingest import agent_reports_apply_run
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = psutil.Process(cursor.fetchone()[0])
+    db_before = sum(backend.cpu_times()[:2])
+    start = time.process_time()
+    applied = agent_reports_apply_run()
+    cpu_ms = (time.process_time() - start) * 1000 / max(1, applied)
+    db_ms = (sum(backend.cpu_times()[:2]) - db_before) * 1000 / max(1, applied)
+    if applied != pending:
+        raise RuntimeError(f"the applier applied {applied} of {pending} pending reports")
+    label = f"applier, per report ({applied})"
+    return [label, f"{cpu_ms:.3f}", "", f"{db_ms:.3f}", "", f"{cpu_ms / base:.2f}x"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--syncs", type=int, default=200, help="measured calls per kind")
@@ -164,6 +188,20 @@ def main(argv: list[str] | None = None) -> int:
             p90 = percentile(cpu, 90)
             rows.append([f"sync, {reports} reports", f"{p50:.2f}", f"{p90:.2f}", f"{db_ms:.2f}", statements,
                          f"{p50 / base:.1f}x"])  # fmt: skip
+        # The same syncs with progress left to the worker's applier (the default with workers), then
+        # the applier's own cost per report, applying all that these syncs left pending.
+        from django.conf import settings
+
+        from scheduler_app.models import AgentReportPending
+
+        deferred = {"inline_rounds": False, "progress_apply_s": 2.0}
+        settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, **deferred}
+        for reports in (1, 8):
+            cpu, db_ms, statements = _measure(lambda n=reports: agent.sync(n), args.syncs)
+            p50 = percentile(cpu, 50)
+            rows.append([f"sync, {reports} reports, applier", f"{p50:.2f}", f"{percentile(cpu, 90):.2f}",
+                         f"{db_ms:.2f}", statements, f"{p50 / base:.1f}x"])  # fmt: skip
+        rows.append(_applier_row(AgentReportPending.objects.count(), base))
         logger.info("%d calls per kind measured", args.syncs)
         print_table(["call", "cpu ms p50", "cpu ms p90", "postgres cpu ms", "statements", "x healthz"], rows)
     return 0

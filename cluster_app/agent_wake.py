@@ -28,9 +28,6 @@ logger = logging.getLogger(__name__)
 AGENT_WAIT_PATH = "/api/v1/agent/wait"  # served by config/agent_wait.py, beside Django
 AGENT_WAIT_MAX_S = 60.0  # the longest wait the endpoint holds
 GENERATION_KEY = "attune:agent-wake:gen:{server_id}"
-# Servers whose agent's urgent reports (starts, exits) waited in vain for job rows a round held: the
-# next round's commit wakes them, so those reports go in moments after it, not an interval later.
-AFTER_ROUND_KEY = "attune:agent-wake:after-round"
 WAKE_CHANNEL = "attune:agent-wake"
 TICKET_SALT = "attune.agent-wait"
 REDIS_TIMEOUT_S = 0.5
@@ -68,42 +65,6 @@ def agents_wake_on_commit(server_ids: Iterable[int]) -> None:
     ids = set(server_ids)
     if ids and wake_enabled():
         transaction.on_commit(lambda: agents_wake(ids))
-
-
-def agent_wake_after_round(server_id: int) -> None:
-    """Have the next scheduling round's commit wake this server's agent (`agents_wake_after_round`)."""
-    if not wake_enabled():
-        return
-    try:
-        wake_redis().sadd(AFTER_ROUND_KEY, int(server_id))
-    except redis.RedisError as exc:
-        logger.warning(
-            "server %s: could not ask for a wake after the round (its interval stands): %s", server_id, exc
-        )
-
-
-def agents_wake_after_round() -> None:
-    """Wake every agent that asked for it through `agent_wake_after_round`; a round calls this once
-    it has committed (a deferred report is applied only once the round's locks are gone)."""
-    if not wake_enabled():
-        return
-    try:
-        pipe = wake_redis().pipeline(transaction=True)
-        pipe.smembers(AFTER_ROUND_KEY)
-        pipe.delete(AFTER_ROUND_KEY)
-        members, _ = pipe.execute()
-    except redis.RedisError as exc:
-        logger.warning(
-            "could not read the agents waiting for the round (they sync at their interval): %s", exc
-        )
-        return
-    agents_wake(int(m) for m in members)
-
-
-def agents_wake_after_round_on_commit() -> None:
-    """`agents_wake_after_round` once the current transaction (a round's) commits."""
-    if wake_enabled():
-        transaction.on_commit(agents_wake_after_round)
 
 
 def wake_generation(server_id: int) -> int:

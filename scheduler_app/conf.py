@@ -15,6 +15,7 @@ class SchedulerConf:
     early_round_delay_s: float
     round_pacing: float
     inline_rounds: bool
+    progress_apply_s: float
     preempt_grace_s: int
     cancel_grace_s: int
     log_tail_lines: int
@@ -33,6 +34,11 @@ class SchedulerConf:
     redis_url: str
 
     @property
+    def progress_deferred(self) -> bool:
+        """Whether syncs leave progress-only reports to the worker's applier (never inline: no worker)."""
+        return self.progress_apply_s > 0 and not self.inline_rounds
+
+    @property
     def max_grace_s(self) -> int:
         """The longest an agent lets a stopped lease's process run before SIGKILL."""
         return max(self.preempt_grace_s, self.cancel_grace_s)
@@ -48,6 +54,7 @@ def scheduler_conf() -> SchedulerConf:
         early_round_delay_s=float(raw.get("early_round_delay_s", 2.0)),
         round_pacing=float(raw.get("round_pacing", 2.0)),
         inline_rounds=bool(raw.get("inline_rounds", False)) or bool(settings.CELERY_TASK_ALWAYS_EAGER),
+        progress_apply_s=float(raw.get("progress_apply_s", 0.0)),
         preempt_grace_s=int(raw.get("preempt_grace_s", 30)),
         cancel_grace_s=int(raw.get("cancel_grace_s", 10)),
         log_tail_lines=int(raw.get("log_tail_lines", 500)),

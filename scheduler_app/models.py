@@ -433,7 +433,8 @@ class AgentReport(models.Model):
     """One report an agent sent about a lease; (lease_id, seq) makes a retried report a no-op.
 
     `batch_id` names the request that inserted the row: after an insert-or-ignore, the rows carrying
-    this request's batch id are exactly the reports seen for the first time.
+    this request's batch id are exactly the reports seen for the first time. A report not applied to
+    its job and lease yet has an AgentReportPending row too.
     """
 
     allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="reports")
@@ -454,6 +455,21 @@ class AgentReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lease_id}#{self.seq} {self.kind}"
+
+
+class AgentReportPending(models.Model):
+    """A stored report not applied yet (services/report_ingest.py): the applier's work list, a few
+    seconds' worth of progress, deleted as it is applied. A table of its own rather than a flag on
+    AgentReport: that table holds days of reports, and whether the planner finds the few flagged rows
+    by an index would depend on its statistics being fresh; updating the flag would rewrite every
+    report's row and its index entries too. `job_id` is the report's lease's job (a lease's job never
+    changes): the applier works job by job, with the job's row locked."""
+
+    report = models.OneToOneField(AgentReport, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    job_id = models.BigIntegerField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"pending {self.report_id} (job {self.job_id})"
 
 
 class SimulationStatus(models.TextChoices):

@@ -10,6 +10,7 @@ from scheduler_app.services.forecast_refresh import job_forecasts_refresh_run
 from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
+from scheduler_app.services.report_ingest import agent_reports_apply_run
 from scheduler_app.services.rounds import (
     round_decisions_prune,
     scheduling_round_put_off,
@@ -48,6 +49,13 @@ def node_liveness_sweep_task() -> dict[str, list]:
         "down": sweep.down,
         "timed_out": jobs_time_limit_enforce(),
     }
+
+
+@shared_task(ignore_result=True)
+def agent_reports_apply_task() -> int:
+    """Every ATTUNE_PROGRESS_APPLY_S, and at once when a sync asks: apply the agent reports that syncs
+    stored and left pending (services/report_ingest.py); returns how many were applied."""
+    return agent_reports_apply_run()
 
 
 @shared_task(ignore_result=True)

@@ -15,6 +15,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+@pytest.fixture(autouse=True)
+def progress_applied_in_sync(settings):
+    """In-process tests call no worker, so their syncs apply their own progress (ATTUNE_PROGRESS_APPLY_S
+    0): a test reads a sync's effect right after it. The worker's applier, the default with workers, is
+    tested in tests/scheduler_app/test_report_applier.py (the `deferred` fixture there) and runs for real
+    under the end-to-end and fault tests' Celery beat."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "progress_apply_s": 0.0}
+
+
 @pytest.fixture
 def user(db):
     from tests.factories import UserFactory

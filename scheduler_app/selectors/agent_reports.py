@@ -16,7 +16,7 @@ from django.db import connection
 
 from cluster_app.raw_rows import model_rows
 from profiles_app.models import Workload
-from scheduler_app.models import Allocation, Job
+from scheduler_app.models import AgentReport, AgentReportPending, Allocation, Job
 
 
 def _table(model) -> str:
@@ -42,8 +42,9 @@ def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID,
     return {a.lease_id: a for a in model_rows(Allocation, sql, [server_id, *params])}
 
 
-def jobs_lock(*, job_ids: Iterable[int]) -> dict[int, Job]:
-    """job id -> the job, locked FOR NO KEY UPDATE in id order (PostgreSQL), its workload attached.
+def jobs_lock(*, job_ids: Iterable[int], skip_locked: bool = False) -> dict[int, Job]:
+    """job id -> the job, locked FOR NO KEY UPDATE in id order (PostgreSQL), its workload attached;
+    with `skip_locked`, the jobs another transaction holds are left out.
 
     NO KEY: reports never change a job's key, and the rows that point at a job (a round's decisions,
     events and leases) take FOR KEY SHARE on it for their foreign key checks, which FOR UPDATE would
@@ -52,7 +53,9 @@ def jobs_lock(*, job_ids: Iterable[int]) -> dict[int, Job]:
     ids = sorted(set(job_ids))
     if not ids:
         return {}
-    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = " FOR NO KEY UPDATE SKIP LOCKED" if skip_locked else " FOR NO KEY UPDATE"
     sql = f"SELECT * FROM {_table(Job)} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id{lock}"
     jobs = {j.pk: j for j in model_rows(Job, sql, ids)}
     workload_ids = sorted({j.workload_id for j in jobs.values() if j.workload_id is not None})
@@ -83,3 +86,37 @@ def leases_with_rank(*, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
         f" FROM {table} a WHERE a.lease_id IN ({marks})"
     )
     return {a.lease_id: a for a in model_rows(Allocation, sql, params)}
+
+
+def pending_reports(*, job_ids: Iterable[int]) -> list[AgentReport]:
+    """Every stored report not applied yet about a lease of these jobs (id, lease_id, seq, kind, at and
+    data loaded)."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return []
+    sql = (
+        f"SELECT r.id, r.lease_id, r.seq, r.kind, r.at, r.data FROM {_table(AgentReportPending)} p"
+        f" JOIN {_table(AgentReport)} r ON r.id = p.report_id"
+        f" WHERE p.job_id IN ({', '.join(['%s'] * len(ids))})"
+    )
+    return model_rows(AgentReport, sql, ids)
+
+
+def pending_report_job_ids(*, after_job_id: int, limit: int) -> list[int]:
+    """The first `limit` ids above `after_job_id` of jobs with a stored report not applied yet."""
+    sql = (
+        f"SELECT DISTINCT job_id FROM {_table(AgentReportPending)} WHERE job_id > %s ORDER BY job_id LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [after_job_id, limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def reports_mark_applied(*, report_ids: Iterable[int]) -> None:
+    """Take the reports off the applier's work list (one statement)."""
+    ids = sorted(set(report_ids))
+    if not ids:
+        return
+    sql = f"DELETE FROM {_table(AgentReportPending)} WHERE report_id IN ({', '.join(['%s'] * len(ids))})"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, ids)

@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cluster_app.agent_wake import agents_wake_after_round_on_commit
 from cluster_app.prepared_sql import prepared_statements
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import server_states_refresh
@@ -105,8 +104,6 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
             return None
         with prepared_statements():
             sround = _round(trigger)
-        # Agents whose starts or exits waited in vain for the job rows this round held (agent_sync).
-        agents_wake_after_round_on_commit()
         duration_s = sround.duration_ms / 1000.0
         transaction.on_commit(lambda: scheduling_round_pace(duration_s))
         # Not here but on the `forecasts` queue, debounced: playing a whole queue forward costs many

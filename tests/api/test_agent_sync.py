@@ -17,9 +17,10 @@ from django.utils import timezone
 from cluster_app.agent_wake import AGENT_WAIT_PATH, wait_ticket_server, wake_generation
 from cluster_app.models import GpuUsageSample, NodeState, Server, UsageSample
 from profiles_app.models import SpeedObservation
-from scheduler_app.models import AgentReport, Job, JobState
+from scheduler_app.models import AgentReport, AgentReportPending, Job, JobState
 from scheduler_app.services import agent_sync as agent_sync_module
-from scheduler_app.services import agents as agents_module
+from scheduler_app.services import report_ingest
+from scheduler_app.services.report_ingest import agent_reports_apply_run
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import agent_client, lease_of, make_server, submit, synced, usage_sample
 
@@ -200,7 +201,7 @@ def test_a_sync_that_starts_8_leases_costs_as_much_as_one_that_starts_1(
     print(f"sync queries: 1 start -> {len(one.captured_queries)}, 8 starts -> {len(eight.captured_queries)}")
 
 
-# --- (c) a batch that cannot be applied is not acknowledged, and the commands still go out -----------
+# --- (c) a batch that cannot be stored is not acknowledged, one that cannot be applied is kept ------
 
 
 def test_a_poisoned_batch_still_answers_commands_and_acks_nothing(user, server, monkeypatch):
@@ -230,25 +231,30 @@ def test_a_poisoned_batch_still_answers_commands_and_acks_nothing(user, server, 
     assert job.done_iters == 10
 
 
-def test_a_batch_that_fails_in_the_database_is_rolled_back_and_applied_on_resend(user, server, monkeypatch):
-    """The failure comes after the reports were inserted: they must not stay recorded as seen, or the
-    resend would be taken for a duplicate and never applied."""
+def test_a_batch_that_fails_to_apply_is_acknowledged_and_applied_by_the_applier(user, server, monkeypatch):
+    """The failure comes after the reports were stored: they stay stored, pending (acknowledged, so the
+    agent drops them from its spool), and the worker's applier applies them; a resend changes nothing."""
     (job,) = placed(submit(user, gpus=2))
     lease = lease_of(job).lease_id
 
-    def failing(reports, *, now):
+    def failing(reports, *, now, jobs):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1 / 0")  # any statement the database refuses
 
     batch = [report(lease, 1, "progress", done_iters=10)]
     with monkeypatch.context() as m:
-        m.setattr(agents_module, "reports_apply", failing)
+        m.setattr(report_ingest, "reports_apply", failing)
+        m.setattr(report_ingest, "agent_reports_apply_request", lambda: None)
         answer = synced(agent_client(server), running=[lease], reports=batch)
-    assert answer["acked"] == [] and answer["rejected"] == [] and answer["commands"] == []
-    assert not AgentReport.objects.exists()
-    assert synced(agent_client(server), running=[lease], reports=batch)["acked"] == [[str(lease), 1]]
+    assert answer["acked"] == [[str(lease), 1]] and answer["rejected"] == [] and answer["commands"] == []
+    assert list(AgentReport.objects.values_list("seq", flat=True)) == [1]
+    assert AgentReportPending.objects.count() == 1
     job.refresh_from_db()
-    assert job.done_iters == 10
+    assert job.done_iters == 0
+    assert synced(agent_client(server), running=[lease], reports=batch)["acked"] == [[str(lease), 1]]
+    assert agent_reports_apply_run() == 1
+    job.refresh_from_db()
+    assert job.done_iters == 10 and not AgentReportPending.objects.exists()
 
 
 def test_the_poisoned_batch_is_logged(user, server, monkeypatch, caplog):
@@ -259,7 +265,7 @@ def test_the_poisoned_batch_is_logged(user, server, monkeypatch, caplog):
 
     monkeypatch.setattr(agent_sync_module, "agent_reports_ingest", poisoned)
     synced(agent_client(server), reports=[report(lease_of(job).lease_id, 1, "progress", done_iters=1)])
-    assert "1 reports could not be applied" in caplog.text and "deadlock detected" in caplog.text
+    assert "1 reports could not be stored" in caplog.text and "deadlock detected" in caplog.text
 
 
 # --- the long-poll offer ----------------------------------------------------------------------------

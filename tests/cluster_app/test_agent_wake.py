@@ -23,13 +23,11 @@ from django.db import connection
 
 from cluster_app import agent_wake
 from cluster_app.agent_wake import (
-    AFTER_ROUND_KEY,
     AGENT_WAIT_PATH,
     GENERATION_KEY,
     TICKET_SALT,
     WAKE_CHANNEL,
     agents_wake,
-    agents_wake_after_round,
     agents_wake_on_commit,
     wait_ticket,
     wait_ticket_server,
@@ -127,8 +125,8 @@ def test_a_round_that_places_a_job_wakes_that_servers_agent_after_commit(
     (other,) = [s.pk for s in servers if s.pk != placed_on]
     # Nothing before the commit: an agent woken now would sync and not see the lease yet.
     assert {s.pk: generation(wake, s.pk) for s in servers} == before
-    # One Redis round trip for the round's leases, one for the agents its locks held back.
-    assert [cb.__name__ for cb in wake_callbacks(callbacks)] == ["<lambda>", "agents_wake_after_round"]
+    # One Redis round trip for the round's leases.
+    assert [cb.__name__ for cb in wake_callbacks(callbacks)] == ["<lambda>"]
     for cb in wake_callbacks(callbacks):
         cb()
     assert generation(wake, placed_on) == before[placed_on] + 1
@@ -165,8 +163,8 @@ def test_the_exit_of_a_moved_jobs_old_process_wakes_the_agent_of_its_next_lease(
 
     from django.utils import timezone
 
-    from scheduler_app.services.agents import agent_reports_ingest
     from scheduler_app.services.report_apply import LeaseReport
+    from scheduler_app.services.report_ingest import agent_reports_ingest
     from tests.factories import AllocationFactory, JobFactory, ServerFactory
 
     old_server, new_server, bystander = ServerFactory(), ServerFactory(), ServerFactory()
@@ -195,68 +193,6 @@ def test_the_exit_of_a_moved_jobs_old_process_wakes_the_agent_of_its_next_lease(
         bystander.pk: before[bystander.pk],
     }
     assert {new_server.pk} in published()
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_start_or_exit_a_round_holds_back_wakes_its_agent_once_the_round_commits(wake, published):
-    """Reports whose jobs a round holds (to write them) are left for later (agent_sync): progress
-    barely waits and goes with the next sync; a start or exit waits 100 ms, then asks the round's
-    commit to wake its agent, so it goes in moments after the round rather than an interval later."""
-    from datetime import timedelta
-
-    from django.db import transaction
-    from django.utils import timezone
-
-    from cluster_app.services import UsageReport
-    from scheduler_app.selectors.round_jobs import round_jobs_recheck
-    from scheduler_app.services.agent_sync import SyncRequest, agent_sync
-    from scheduler_app.services.report_apply import LeaseReport
-    from tests.factories import AllocationFactory, JobFactory, ServerFactory
-
-    if connection.vendor != "postgresql":
-        pytest.skip("lock waits are PostgreSQL's (lock_timeout); SQLite has one writer")
-    server = ServerFactory()
-    now = timezone.now()
-    lease = AllocationFactory(
-        job=JobFactory(state=JobState.RUNNING), server=server, started_at=now - timedelta(minutes=1)
-    )
-    wake.delete(AFTER_ROUND_KEY)
-    locked, release = threading.Event(), threading.Event()
-
-    def round_holding_the_jobs():
-        try:
-            with transaction.atomic():
-                round_jobs_recheck([lease.job_id])  # as a round's apply step takes them
-                locked.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    def sync(*reports: LeaseReport):
-        usage = UsageReport(sampled_at=timezone.now(), cpu_util_pct=1.0, mem_used_gb=1.0)
-        return agent_sync(server=server, request=SyncRequest(usage=usage, reports=list(reports)))
-
-    progress = LeaseReport(lease.lease_id, 1, "progress", now, {"done_iters": 10})
-    exited = LeaseReport(lease.lease_id, 2, "exited", now, {"exit_code": 0, "done_iters": 10})
-    holder = threading.Thread(target=round_holding_the_jobs)
-    holder.start()
-    try:
-        assert locked.wait(10)
-        assert sync(progress).reports.acked == []
-        assert not wake.sismember(AFTER_ROUND_KEY, server.pk)  # progress waits for the next sync
-        assert sync(progress, exited).reports.acked == []
-        assert wake.sismember(AFTER_ROUND_KEY, server.pk)
-    finally:
-        release.set()
-        holder.join(30)
-    before = generation(wake, server.pk)
-    agents_wake_after_round()  # what the round runs once it has committed
-    assert generation(wake, server.pk) == before + 1 and {server.pk} in published()
-    assert not wake.exists(AFTER_ROUND_KEY)
-    assert sorted(sync(progress, exited).reports.acked) == [
-        (str(lease.lease_id), 1),
-        (str(lease.lease_id), 2),
-    ]
 
 
 @pytest.mark.django_db

@@ -9,9 +9,9 @@ from django.db import connection
 from django.utils import timezone
 
 from scheduler_app.models import AgentReport, Job, JobEvent
-from scheduler_app.services import agents
-from scheduler_app.services.agents import agent_reports_ingest
+from scheduler_app.services import report_ingest
 from scheduler_app.services.report_apply import LeaseReport
+from scheduler_app.services.report_ingest import agent_reports_ingest
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import lease_of, make_server, submit
 
@@ -30,7 +30,7 @@ def test_a_batch_sent_twice_at_once_is_applied_once(user, settings, monkeypatch)
         LeaseReport(lease.lease_id, 2, "progress", t0 + timedelta(seconds=30), {"done_iters": 300}),
     ]
     first_inside, release = threading.Event(), threading.Event()
-    real_apply = agents.reports_apply
+    real_apply = report_ingest.reports_apply
 
     def slow_apply(reports, **kwargs):
         # The first request holds its transaction open with the reports inserted but not committed.
@@ -38,7 +38,7 @@ def test_a_batch_sent_twice_at_once_is_applied_once(user, settings, monkeypatch)
         assert release.wait(10)
         return real_apply(reports, **kwargs)
 
-    monkeypatch.setattr(agents, "reports_apply", slow_apply)
+    monkeypatch.setattr(report_ingest, "reports_apply", slow_apply)
     outcomes = {}
 
     def send(name):

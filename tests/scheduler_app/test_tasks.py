@@ -22,10 +22,14 @@ def test_the_beat_schedule_runs_rounds_sweeps_and_rollups():
     assert tasks_by_name == {
         "scheduler_app.tasks.scheduling_round_task",
         "scheduler_app.tasks.node_liveness_sweep_task",
+        "scheduler_app.tasks.agent_reports_apply_task",
         "scheduler_app.tasks.usage_rollup_task",
     }
     assert schedule["scheduling-round"]["schedule"] == float(django_settings.ATTUNE_SCHEDULER["round_s"])
     assert schedule["node-liveness-sweep"]["schedule"] <= 10
+    # Stored progress is applied within seconds, and a run queued behind a busy worker expires.
+    apply = schedule["agent-reports-apply"]
+    assert 0 < apply["schedule"] <= 10 and apply["options"]["expires"] == apply["schedule"]
 
 
 def test_tasks_call_their_services(user, settings):
@@ -34,6 +38,7 @@ def test_tasks_call_their_services(user, settings):
     round_id = tasks.scheduling_round_task.apply(kwargs={"trigger": "beat"}).get()
     assert SchedulingRound.objects.get(pk=round_id).trigger == "beat"
     assert tasks.node_liveness_sweep_task.apply().get() == {"not_responding": [], "down": [], "timed_out": []}
+    assert tasks.agent_reports_apply_task.apply().get() == 0
     assert tasks.usage_rollup_task.apply().get() == {
         "usage_rows_removed": 0,
         "agent_reports_removed": 0,

@@ -1,0 +1,290 @@
+"""Agents' lease reports in: stored once each (and acknowledged), then applied to their jobs and leases,
+either within the sync that brought them or, for progress, by the worker's applier for all servers
+at once (docs/agent-protocol.md section 4)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
+
+from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
+from cluster_app.models import Server
+from cluster_app.usage_minutes import insert_new
+from config.redis_pool import redis_client
+from profiles_app.selectors import profiling_runs_of_server
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.models import AgentReport, AgentReportKind, AgentReportPending, Allocation
+from scheduler_app.selectors.agent_reports import (
+    jobs_lock,
+    leases_of_server,
+    pending_report_job_ids,
+    pending_reports,
+    reports_mark_applied,
+)
+from scheduler_app.services.agents import AGENT_CLOCK_SKEW, clean_text
+from scheduler_app.services.profiling import profiling_reports_ingest
+from scheduler_app.services.report_apply import LeaseReport, reports_apply
+
+logger = logging.getLogger(__name__)
+
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout / NOWAIT
+# Jobs per transaction of the applier: a few seconds of a thousand servers' progress is ~4,000 jobs.
+APPLY_JOBS_PER_BATCH = 500
+# A sync whose start or exit could not be applied (a round held its jobs) asks the applier to run at
+# once; later such syncs within this many seconds find it asked already.
+APPLY_REQUEST_KEY = "attune:agent-reports-apply"
+APPLY_REQUEST_DEBOUNCE_S = 1
+REDIS_TIMEOUT_S = 0.5
+
+
+@dataclass
+class ReportsOutcome:
+    """acked: (lease_id, seq) pairs that are final (stored, now or before); rejected: final refusals;
+    applied: reports applied within this call (the others wait for the applier)."""
+
+    acked: list[tuple[str, int]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    applied: int = 0
+
+
+@dataclass
+class _Stored:
+    outcome: ReportsOutcome
+    job_ids: set[int]  # the jobs of the reports stored for the first time
+    urgent: bool  # one of those is not progress (a start, a log, an exit)
+
+
+def _within_lease_life(r: LeaseReport, allocation: Allocation, *, now: datetime) -> LeaseReport:
+    """`r` dated within its lease's life as the service knows it: not before the lease started, not
+    after the service's clock plus AGENT_CLOCK_SKEW. Clamped rather than refused: a wrong clock must not
+    cost a job its exit report (it would stay RUNNING for ever), while the clamp keeps the GPU time it
+    can credit within the wall time that passed. The agent's own date is kept in `data.agent_at`."""
+    at = min(max(r.at, allocation.started_at), now + AGENT_CLOCK_SKEW)
+    if at == r.at:
+        return r
+    logger.warning("lease %s report %s: agent clock %s clamped to %s", r.lease_id, r.seq, r.at, at)
+    return replace(r, at=at, data={**r.data, "agent_at": r.at.isoformat()})
+
+
+def agent_reports_ingest(
+    *,
+    server: Server,
+    reports: Sequence[LeaseReport],
+    lock_wait_ms: int | None = None,
+    defer_progress: bool | None = None,
+) -> ReportsOutcome:
+    """Store a batch of lease reports from `server`'s agent, each exactly once, then apply them.
+
+    Storing (`agent_reports_store`) is what the agent's acknowledgement means: from then on the
+    service keeps the reports whatever happens to applying them. Applying locks the reports' jobs and
+    applies, in (lease, seq) order, every stored report of theirs still pending (earlier progress left
+    to the applier included), in a transaction of its own (`agent_reports_apply_pending`).
+    A batch of progress alone is not applied here when `defer_progress` (default: the scheduler's
+    `progress_deferred`): the worker's applier applies every server's within seconds, in one
+    transaction, instead of every sync locking its jobs (progress is cumulative; nothing the commands
+    say depends on it). A start, a log or an exit is applied here, so that this sync's commands see it.
+    When the jobs' rows stay locked longer than `lock_wait_ms` (PostgreSQL; a scheduling round holds
+    them) or applying fails, the reports stay pending and the applier applies them: after the round,
+    or (a bug) on each of its runs, logged, as the agent's resends were before.
+    """
+    stored = agent_reports_store(server=server, reports=reports)
+    if not stored.job_ids:
+        return stored.outcome
+    if defer_progress is None:
+        defer_progress = scheduler_conf().progress_deferred
+    if defer_progress and not stored.urgent:
+        return stored.outcome
+    try:
+        stored.outcome.applied = agent_reports_apply_pending(
+            job_ids=stored.job_ids, lock_wait_ms=lock_wait_ms, reporting_server_id=server.pk
+        )
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
+            logger.exception("server %s: reports stored but not applied; left to the applier", server.name)
+        else:
+            logger.info(
+                "server %s: reports stored, applied after the round that holds their jobs", server.name
+            )
+        agent_reports_apply_request()
+    except Exception:
+        logger.exception("server %s: reports stored but not applied; left to the applier", server.name)
+    return stored.outcome
+
+
+def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _Stored:
+    """Store the batch's reports about `server`'s leases, pending, each once; settle the rest.
+
+    1. Leases of other servers (or unknown) are rejected: an agent acts only for its own server.
+    2. Insert-or-ignore every report on the (lease_id, seq) unique constraint: the rows inserted are
+       the reports seen for the first time. A concurrent retry of the same batch waits on the unique
+       index and then inserts nothing, so each report is applied once, by whoever inserted it.
+    A report dated outside its lease's life is clamped into it (`_within_lease_life`), so that a buggy
+    agent cannot inflate a job's attained service. Reports about a profiling run of this server (its
+    lease id) go to the profiling service, which applies them at once.
+    """
+    outcome = ReportsOutcome()
+    now = timezone.now()
+    lease_ids = {r.lease_id for r in reports}
+    allocations = leases_of_server(server_id=server.pk, lease_ids=lease_ids)
+    runs = profiling_runs_of_server(server=server, lease_ids=lease_ids - set(allocations))
+    if runs:
+        with transaction.atomic():
+            outcome.acked += profiling_reports_ingest(
+                server=server, runs=runs, reports=[r for r in reports if r.lease_id in runs]
+            )
+    known: dict[tuple[UUID, int], LeaseReport] = {}
+    for r in reports:
+        if r.lease_id in runs:
+            continue
+        if r.lease_id not in allocations:
+            outcome.rejected.append(
+                {
+                    "lease_id": str(r.lease_id),
+                    "seq": r.seq,
+                    "error": "lease not found on this server",
+                    "code": 404,
+                }
+            )
+        else:
+            known.setdefault((r.lease_id, r.seq), _within_lease_life(r, allocations[r.lease_id], now=now))
+    if not known:
+        return _Stored(outcome, set(), False)
+    batch_id = uuid.uuid4()
+    # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
+    # Strings cleaned once, before they are stored (PostgreSQL refuses NUL).
+    ordered = [
+        replace(known[k], data=clean_text(known[k].data))
+        for k in sorted(known, key=lambda k: (str(k[0]), k[1]))
+    ]
+    with transaction.atomic():
+        inserted = insert_new(
+            AgentReport,
+            ("lease_id", "seq"),
+            [
+                {
+                    "allocation_id": allocations[r.lease_id].pk,
+                    "lease_id": r.lease_id,
+                    "seq": r.seq,
+                    "kind": r.kind,
+                    "at": r.at,
+                    "data": r.data,
+                    "batch_id": batch_id,
+                    "received_at": now,
+                }
+                for r in ordered
+            ],
+            ("id", "lease_id", "seq"),
+        )
+        fresh = {(UUID(str(lease_id)), seq): report_id for report_id, lease_id, seq in inserted}
+        new = [r for r in ordered if (r.lease_id, r.seq) in fresh]
+        # The applier's work list, in the same transaction: a report stored is a report applied, sooner
+        # or later (an exit left out would leave its job RUNNING).
+        insert_new(
+            AgentReportPending,
+            ("report",),
+            [{"report_id": fresh[r.lease_id, r.seq], "job_id": allocations[r.lease_id].job_id} for r in new],
+            ("report",),
+        )
+    outcome.acked += [(str(r.lease_id), r.seq) for r in ordered]
+    return _Stored(
+        outcome,
+        job_ids={allocations[r.lease_id].job_id for r in new},
+        urgent=any(r.kind != AgentReportKind.PROGRESS for r in new),
+    )
+
+
+@transaction.atomic
+def agent_reports_apply_pending(
+    *,
+    job_ids: Iterable[int],
+    lock_wait_ms: int | None = None,
+    skip_locked: bool = False,
+    reporting_server_id: int | None = None,
+) -> int:
+    """Apply every pending report of these jobs' leases, in (lease, seq) order; returns how many.
+
+    The job rows are locked first (in id order, like every other writer), and the pending reports read
+    after the lock: whoever holds a job's row applies its reports, and the next holder finds them
+    applied. `lock_wait_ms` bounds the wait (PostgreSQL; the caller gets LockNotAvailable);
+    `skip_locked` leaves the jobs another transaction holds for a later call. Agents whose leases wait
+    for an exit applied here are woken, except `reporting_server_id`'s (its commands follow in its sync).
+    """
+    if lock_wait_ms is not None and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{int(lock_wait_ms)}ms'")
+    jobs = jobs_lock(job_ids=job_ids, skip_locked=skip_locked)
+    if not jobs:
+        return 0
+    pending = pending_reports(job_ids=jobs)
+    if not pending:
+        return 0
+    ordered = sorted(pending, key=lambda r: (str(r.lease_id), r.seq))
+    exited_jobs = reports_apply(
+        [LeaseReport(lease_id=r.lease_id, seq=r.seq, kind=r.kind, at=r.at, data=r.data) for r in ordered],
+        now=timezone.now(),
+        jobs=jobs,
+    )
+    reports_mark_applied(report_ids=[r.pk for r in ordered])
+    _next_leases_wake(job_ids=exited_jobs, reporting_server_id=reporting_server_id)
+    return len(ordered)
+
+
+def agent_reports_apply_run() -> int:
+    """The applier (a worker's periodic task): apply every pending report, a batch of jobs per
+    transaction, skipping the jobs another transaction holds (a round: their reports go next run).
+    A batch that fails is applied again job by job, so that one job's bad report (a bug) holds back
+    only that job's; it is logged and retried on each run. Returns the reports applied."""
+    applied, after = 0, 0
+    while job_ids := pending_report_job_ids(after_job_id=after, limit=APPLY_JOBS_PER_BATCH):
+        try:
+            applied += agent_reports_apply_pending(job_ids=job_ids, skip_locked=True)
+        except Exception:
+            for job_id in job_ids:
+                try:
+                    applied += agent_reports_apply_pending(job_ids=[job_id], skip_locked=True)
+                except Exception:
+                    logger.exception("job %s: pending agent reports could not be applied", job_id)
+        after = job_ids[-1]
+    return applied
+
+
+def agent_reports_apply_request() -> None:
+    """Ask the applier to run now (debounced), for reports a sync could not apply; the periodic run
+    catches up if Redis or the broker is unreachable. Inline mode has no worker: nothing to ask."""
+    conf = scheduler_conf()
+    if conf.inline_rounds:
+        return
+    try:
+        if redis_client(conf.redis_url, REDIS_TIMEOUT_S).set(
+            APPLY_REQUEST_KEY, 1, nx=True, ex=APPLY_REQUEST_DEBOUNCE_S
+        ):
+            from scheduler_app.tasks import agent_reports_apply_task
+
+            agent_reports_apply_task.apply_async()
+    except Exception:
+        logger.warning(
+            "could not ask for the reports' applier; its periodic run will apply them", exc_info=True
+        )
+
+
+def _next_leases_wake(*, job_ids: set[int], reporting_server_id: int | None) -> None:
+    """Wake the agents of the jobs' leases not started yet: their `start` waited for the exit just
+    recorded (agent_commands holds a moved job's next lease until its stopped process exited), and
+    would otherwise wait for their agents' next sync, up to an interval later. The reporting server's
+    own commands are computed after its reports, in its sync."""
+    if not job_ids or not wake_enabled():
+        return
+    waiting = Allocation.objects.filter(
+        job_id__in=job_ids, ended_at__isnull=True, agent_started_at__isnull=True
+    )
+    if reporting_server_id is not None:
+        waiting = waiting.exclude(server_id=reporting_server_id)
+    agents_wake_on_commit(waiting.values_list("server_id", flat=True))

@@ -1,0 +1,220 @@
+"""Reports stored by a sync, applied within it or by the worker's applier (services/report_ingest.py):
+progress left pending and applied for all servers at once, in order with what comes after it, never
+twice; jobs another transaction holds skipped and applied on the next run; one job's bad report
+holding back no other job's."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduler_app.models import AgentReport, AgentReportPending, Allocation, Job, JobState
+from scheduler_app.services import report_ingest
+from scheduler_app.services.report_apply import LeaseReport
+from scheduler_app.services.report_ingest import (
+    agent_reports_apply_run,
+    agent_reports_ingest,
+)
+from tests.factories import AllocationFactory, JobFactory, ServerFactory, hold_gpus
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def deferred(settings):
+    """Workers' mode with the default applier period: syncs leave progress alone to the applier."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False, "progress_apply_s": 2.0}
+
+
+def running_lease(server=None, *, minutes_ago: float = 5.0) -> Allocation:
+    started = timezone.now() - timedelta(minutes=minutes_ago)
+    job = JobFactory(state=JobState.RUNNING, total_iters=1000, started_at=started)
+    lease = AllocationFactory(job=job, server=server or ServerFactory(), started_at=started)
+    hold_gpus(lease, *lease.server.gpus.order_by("index")[:2])
+    return lease
+
+
+def progress(lease: Allocation, seq: int, done: int, *, seconds_ago: float = 0.0, **data) -> LeaseReport:
+    at = timezone.now() - timedelta(seconds=seconds_ago)
+    return LeaseReport(lease.lease_id, seq, "progress", at, {"done_iters": done, **data})
+
+
+def pending_count() -> int:
+    return AgentReportPending.objects.count()
+
+
+def test_progress_alone_is_stored_acknowledged_and_left_to_the_applier(deferred):
+    lease = running_lease()
+    started = LeaseReport(lease.lease_id, 1, "started", lease.started_at, {"pid": 1})
+    agent_reports_ingest(server=lease.server, reports=[started])  # a start is applied in its sync
+    report = progress(lease, 2, 100, seconds_ago=60)
+    outcome = agent_reports_ingest(server=lease.server, reports=[report])
+    assert outcome.acked == [(str(lease.lease_id), 2)] and outcome.applied == 0
+    job = Job.objects.get(pk=lease.job_id)
+    assert job.done_iters == 0 and job.attained_service_gpu_s == 0 and pending_count() == 1
+    assert agent_reports_apply_run() == 1
+    job.refresh_from_db()
+    assert job.done_iters == 100 and pending_count() == 0
+    credited_s = 2 * (report.at - lease.started_at).total_seconds()
+    assert job.attained_service_gpu_s == pytest.approx(credited_s)
+    # The same report again: acknowledged, stored once, applied never again.
+    again = agent_reports_ingest(server=lease.server, reports=[report])
+    assert again.acked == [(str(lease.lease_id), 2)] and pending_count() == 0
+    assert agent_reports_apply_run() == 0
+    job.refresh_from_db()
+    assert job.attained_service_gpu_s == pytest.approx(credited_s) and AgentReport.objects.count() == 2
+
+
+def test_the_applier_applies_every_servers_progress_in_one_run(deferred):
+    leases = [running_lease() for _ in range(3)]
+    for i, lease in enumerate(leases):
+        agent_reports_ingest(server=lease.server, reports=[progress(lease, 1, 10 * (i + 1))])
+    assert pending_count() == 3
+    assert agent_reports_apply_run() == 3
+    assert sorted(Job.objects.values_list("done_iters", flat=True)) == [10, 20, 30]
+
+
+def test_with_the_applier_off_a_sync_applies_its_own_progress(settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False, "progress_apply_s": 0}
+    lease = running_lease()
+    outcome = agent_reports_ingest(server=lease.server, reports=[progress(lease, 1, 100)])
+    assert outcome.applied == 1 and pending_count() == 0
+    assert Job.objects.get(pk=lease.job_id).done_iters == 100
+
+
+def test_inline_mode_never_defers_there_is_no_worker(settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True, "progress_apply_s": 2.0}
+    lease = running_lease()
+    assert agent_reports_ingest(server=lease.server, reports=[progress(lease, 1, 100)]).applied == 1
+    assert Job.objects.get(pk=lease.job_id).done_iters == 100
+
+
+def test_an_exit_is_applied_in_its_sync_after_the_progress_left_pending_before_it(deferred):
+    """The exit's batch applies the lease's earlier progress first, in seq order: the speed it measured
+    and the GPU time up to it are credited before the exit's own figures."""
+    lease = running_lease(minutes_ago=10)
+    started = LeaseReport(lease.lease_id, 1, "started", lease.started_at, {"pid": 1})
+    agent_reports_ingest(server=lease.server, reports=[started])
+    agent_reports_ingest(
+        server=lease.server, reports=[progress(lease, 2, 400, seconds_ago=120, iters_per_s=2.0)]
+    )
+    assert pending_count() == 1
+    exited = LeaseReport(lease.lease_id, 3, "exited", timezone.now(), {"exit_code": 0, "done_iters": 1000})
+    outcome = agent_reports_ingest(server=lease.server, reports=[exited])
+    assert outcome.applied == 2 and pending_count() == 0
+    job = Job.objects.get(pk=lease.job_id)
+    assert job.state == JobState.COMPLETED and job.done_iters == 1000
+    lease.refresh_from_db()
+    assert lease.iters_per_s == 2.0 and lease.exited_at is not None
+    # GPU time from the lease's start to the exit, once: nothing counted twice or skipped between.
+    assert lease.num_gpus == 2
+    expected_s = 2 * (exited.at - lease.started_at).total_seconds()
+    assert job.attained_service_gpu_s == pytest.approx(expected_s)
+
+
+def test_a_bad_report_holds_back_only_its_own_job(deferred, monkeypatch, caplog):
+    good, bad = running_lease(), running_lease()
+    for lease in (good, bad):
+        agent_reports_ingest(server=lease.server, reports=[progress(lease, 1, 50)])
+    real_apply = report_ingest.reports_apply
+
+    def failing_for_bad(reports, *, now, jobs):
+        if bad.job_id in jobs:
+            raise RuntimeError("a bug in applying this job's reports")
+        return real_apply(reports, now=now, jobs=jobs)
+
+    monkeypatch.setattr(report_ingest, "reports_apply", failing_for_bad)
+    assert agent_reports_apply_run() == 1
+    assert Job.objects.get(pk=good.job_id).done_iters == 50
+    assert Job.objects.get(pk=bad.job_id).done_iters == 0
+    assert f"job {bad.job_id}: pending agent reports could not be applied" in caplog.text
+    # Still pending, so once the bug is gone the next run applies it.
+    assert pending_count() == 1
+    monkeypatch.setattr(report_ingest, "reports_apply", real_apply)
+    assert agent_reports_apply_run() == 1
+    assert Job.objects.get(pk=bad.job_id).done_iters == 50
+
+
+def test_a_batch_that_fails_to_apply_in_its_sync_is_kept_for_the_applier(settings, monkeypatch, caplog):
+    """Stored is acknowledged: a failure in applying (here a statement the database refuses) rolls back
+    the application only, and the applier applies the reports afterwards."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False, "progress_apply_s": 0}
+    lease = running_lease()
+
+    def failing(reports, *, now, jobs):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")
+
+    with monkeypatch.context() as m:
+        m.setattr(report_ingest, "reports_apply", failing)
+        m.setattr(report_ingest, "agent_reports_apply_request", lambda: None)
+        outcome = agent_reports_ingest(server=lease.server, reports=[progress(lease, 1, 70)])
+    assert outcome.acked == [(str(lease.lease_id), 1)] and outcome.applied == 0
+    assert "reports stored but not applied" in caplog.text and pending_count() == 1
+    assert agent_reports_apply_run() == 1
+    assert Job.objects.get(pk=lease.job_id).done_iters == 70
+
+
+def _holding(job_ids: list[int]):
+    """A thread holding the jobs' rows as a round's apply step does, until released."""
+    from scheduler_app.selectors.round_jobs import round_jobs_recheck
+
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                round_jobs_recheck(job_ids)
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert locked.wait(10)
+    return thread, release
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and lock_timeout are PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_reports_whose_jobs_a_round_holds_are_acknowledged_and_applied_after_it(deferred, monkeypatch):
+    """Neither the web thread nor the applier waits for a round: a start or an exit waits 100 ms and is
+    left pending (acknowledged: the agent need not send it again), the applier asked to run; the
+    applier skips the held jobs; once the round commits, its next run applies everything, in order."""
+    from cluster_app.services import UsageReport
+    from scheduler_app.services.agent_sync import SyncRequest, agent_sync
+
+    held, free = running_lease(), running_lease()
+    asked: list[bool] = []
+    monkeypatch.setattr(report_ingest, "agent_reports_apply_request", lambda: asked.append(True))
+
+    def sync(lease, *reports):
+        usage = UsageReport(sampled_at=timezone.now(), cpu_util_pct=1.0, mem_used_gb=1.0)
+        return agent_sync(server=lease.server, request=SyncRequest(usage=usage, reports=list(reports)))
+
+    thread, release = _holding([held.job_id])
+    try:
+        first = progress(held, 1, 10, seconds_ago=30)
+        assert sync(held, first).reports.acked == [(str(held.lease_id), 1)]
+        assert not asked  # progress goes to the applier anyway
+        exited = LeaseReport(held.lease_id, 2, "exited", timezone.now(), {"exit_code": 0, "done_iters": 1000})
+        answer = sync(held, exited).reports
+        assert answer.acked == [(str(held.lease_id), 2)] and answer.applied == 0
+        assert asked == [True]
+        agent_reports_ingest(server=free.server, reports=[progress(free, 1, 5)])
+        # The applier runs meanwhile: it applies the free job and skips the held one.
+        assert agent_reports_apply_run() == 1
+        assert Job.objects.get(pk=free.job_id).done_iters == 5
+        assert Job.objects.get(pk=held.job_id).state == JobState.RUNNING and pending_count() == 2
+    finally:
+        release.set()
+        thread.join(30)
+    assert agent_reports_apply_run() == 2
+    job = Job.objects.get(pk=held.job_id)
+    assert job.state == JobState.COMPLETED and job.done_iters == 1000 and pending_count() == 0
+    assert AgentReport.objects.count() == 3
