@@ -23,7 +23,7 @@ def _table(model) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
-def _lease_params(lease_ids: Iterable[UUID]) -> tuple[str, list]:
+def lease_params(lease_ids: Iterable[UUID]) -> tuple[str, list]:
     """`%s, %s, ...` and the lease ids as the database stores them (SQLite: 32 hex digits)."""
     field = Allocation._meta.get_field("lease_id")
     values = [field.get_db_prep_value(v, connection) for v in sorted(set(lease_ids), key=str)]
@@ -32,7 +32,7 @@ def _lease_params(lease_ids: Iterable[UUID]) -> tuple[str, list]:
 
 def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
     """lease id -> its lease on `server_id` (only id, lease_id, job_id, started_at loaded), any state."""
-    marks, params = _lease_params(lease_ids)
+    marks, params = lease_params(lease_ids)
     if not params:
         return {}
     sql = (
@@ -50,12 +50,17 @@ def jobs_lock(*, job_ids: Iterable[int], skip_locked: bool = False) -> dict[int,
     events and leases) take FOR KEY SHARE on it for their foreign key checks, which FOR UPDATE would
     make wait for the reports (and the reports for them).
     """
-    ids = sorted(set(job_ids))
-    if not ids:
-        return {}
     lock = ""
     if connection.features.has_select_for_update:
         lock = " FOR NO KEY UPDATE SKIP LOCKED" if skip_locked else " FOR NO KEY UPDATE"
+    return jobs_with_workloads(job_ids=job_ids, lock=lock)
+
+
+def jobs_with_workloads(*, job_ids: Iterable[int], lock: str = "") -> dict[int, Job]:
+    """job id -> the job (every column), its workload attached; `lock`: a locking clause for the jobs."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
     sql = f"SELECT * FROM {_table(Job)} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id{lock}"
     jobs = {j.pk: j for j in model_rows(Job, sql, ids)}
     workload_ids = sorted({j.workload_id for j in jobs.values() if j.workload_id is not None})
@@ -73,7 +78,7 @@ def leases_with_rank(*, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
     """lease id -> its lease (every column), with `num_servers`, the parts of its job's placement (its
     sibling leases, created at once: same job, same start), and `rank`, how many of them were created
     before it (rank 0 reports the job's progress)."""
-    marks, params = _lease_params(lease_ids)
+    marks, params = lease_params(lease_ids)
     if not params:
         return {}
     table = _table(Allocation)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
@@ -23,10 +22,10 @@ from scheduler_app.conf import scheduler_conf
 from scheduler_app.job_paths import default_output_pattern, output_path_expand
 from scheduler_app.models import (
     Allocation,
-    AllocationGpu,
     Job,
     JobState,
 )
+from scheduler_app.selectors.lease_starts import held_gpu_uuids, job_part_rows, leases_to_start
 
 # Lease end reasons after which a still-running process is stopped gracefully (checkpoint) rather
 # than cancelled.
@@ -53,20 +52,7 @@ class JobPart:
 def job_parts(*, job_ids: Iterable[int]) -> dict[int, list[JobPart]]:
     """Each job's active leases as rendezvous parts, rank 0 first (one query for all the jobs)."""
     parts: dict[int, list[JobPart]] = defaultdict(list)
-    rows = (
-        Allocation.objects.filter(job_id__in=set(job_ids), ended_at__isnull=True)
-        .order_by("job_id", "id")
-        .values_list(
-            "job_id",
-            "id",
-            "server__name",
-            "server__address",
-            "server__hostname",
-            "num_gpus",
-            "rendezvous_port",
-        )
-    )
-    for job_id, allocation_id, name, address, hostname, num_gpus, port in rows:
+    for job_id, allocation_id, name, address, hostname, num_gpus, port in job_part_rows(job_ids=job_ids):
         parts[job_id].append(JobPart(allocation_id, name, address or hostname or name, num_gpus, port))
     return parts
 
@@ -101,7 +87,7 @@ def rendezvous_env(job: Job, node_rank: int, parts: Sequence[JobPart]) -> dict[s
     return env
 
 
-def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str, Any]:
+def _start_command(allocation: Allocation, parts: Sequence[JobPart], gpu_uuids: list[str]) -> dict[str, Any]:
     job = allocation.job
     env = {"ATTUNE_JOB_ID": str(job.id), "ATTUNE_MEM_GB": f"{allocation.mem_gb:g}"}
     if job.array_job_id is not None:
@@ -117,7 +103,7 @@ def _start_command(allocation: Allocation, parts: Sequence[JobPart]) -> dict[str
         "job_id": job.id,
         "job_name": job.name,
         "env": env,
-        "gpu_uuids": [hold.gpu.uuid for hold in allocation.gpu_holds.all()],
+        "gpu_uuids": gpu_uuids,
         "num_cpus": allocation.num_cpus,
         "mem_gb": allocation.mem_gb,
         "resume_iters": job.done_iters,
@@ -183,24 +169,11 @@ def _live_leases(server_id: int) -> tuple[set[UUID], bool]:
     return live, any(is_run for _, is_run in rows)
 
 
-def _earlier_lease_stopping(*, now: datetime, grace_s: float) -> QuerySet[Allocation]:
-    """An ended lease of the outer allocation's job whose process its agent started and has not yet
-    reported gone. A job that a round moved (or sent back to the queue and placed again) starts its
-    next lease only after that: the old process may still be writing its checkpoint during its grace
-    period, and the new one would resume from a stale checkpoint, or train beside it, otherwise."""
-    return Allocation.objects.filter(
-        job_id=OuterRef("job_id"),
-        ended_at__gte=now - timedelta(seconds=grace_s + STOP_CONFIRM_MARGIN_S),
-        agent_started_at__isnull=False,
-        exited_at__isnull=True,
-    ).exclude(end_reason=NODE_FAIL_END_REASON)
-
-
 def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str, Any]]:
     """The commands that bring `server` to the state the scheduler decided, from database state only.
 
     - start: an active lease of this server whose job is RUNNING and which the agent does not run,
-      once every earlier lease of the job that an agent started has exited (`_earlier_lease_stopping`);
+      once every earlier lease of the job that an agent started has exited (`leases_to_start`);
     - preempt / cancel: a lease the agent runs that the service has ended (preempted by a round, or
       ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
     - drain: the server is DRAINING or DRAINED;
@@ -214,21 +187,20 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     live, profiling = _live_leases(server.pk)
     commands: list[dict[str, Any]] = []
     if live - running:
-        holds = (
-            AllocationGpu.objects.filter(released_at__isnull=True)
-            .select_related("gpu")
-            .order_by("gpu__index")
-        )
-        to_start = list(
-            Allocation.objects.filter(lease_id__in=live - running, ended_at__isnull=True)
-            .exclude(Exists(_earlier_lease_stopping(now=timezone.now(), grace_s=conf.max_grace_s)))
-            .select_related("job", "job__workload")
-            .prefetch_related(Prefetch("gpu_holds", queryset=holds))
-            .order_by("started_at", "id")
+        # A moved job (or one sent back to the queue and placed again) starts its next lease only
+        # once every earlier lease of it that an agent started has exited: the old process may still
+        # be writing its checkpoint during its grace period, and the new one would resume from a stale
+        # checkpoint, or train beside it, otherwise. Bounded by the grace period and a margin for the
+        # exit report, so that an agent that died meanwhile delays the restart but never blocks it.
+        to_start = leases_to_start(
+            lease_ids=live - running,
+            stopping_since=timezone.now() - timedelta(seconds=conf.max_grace_s + STOP_CONFIRM_MARGIN_S),
+            node_fail_reason=NODE_FAIL_END_REASON,
         )
         # The rendezvous needs every part of those jobs, on whichever server.
         parts = job_parts(job_ids=(a.job_id for a in to_start))
-        commands += [_start_command(a, parts.get(a.job_id, [])) for a in to_start]
+        gpus = held_gpu_uuids(allocation_ids=(a.pk for a in to_start))
+        commands += [_start_command(a, parts.get(a.job_id, []), gpus.get(a.pk, [])) for a in to_start]
     for command in profiling_commands(server=server) if profiling else []:
         live.add(UUID(command["lease_id"]))
         commands.append(command)
