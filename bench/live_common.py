@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
 import statistics
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -44,9 +46,30 @@ def database_drop(pg_url: str, name: str) -> None:
 
 @contextmanager
 def bench_database(name: str, *, pg_url: str = DEFAULT_PG_URL, keep: bool = False) -> Iterator[str]:
-    """Create database `name` afresh (dropped first if it exists); yield its URL; drop it at the end."""
+    """Create database `name` afresh (dropped first if it exists); yield its URL; drop it at the end.
+
+    One bench at a time per database: a second run of the same bench would drop the first's database
+    under its running processes (they answer 500s), so it stops at once instead, saying why."""
     if not _NAME.match(name):
         raise ValueError(f"not a plain database name: {name!r}")
+    with _exclusive(name):
+        yield from _fresh_database(name, pg_url=pg_url, keep=keep)
+
+
+@contextmanager
+def _exclusive(name: str) -> Iterator[None]:
+    path = os.path.join(tempfile.gettempdir(), f"{name}.lock")
+    with open(path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(
+                f"another bench is using database {name} ({path} is locked): wait for it to end"
+            ) from None
+        yield
+
+
+def _fresh_database(name: str, *, pg_url: str, keep: bool) -> Iterator[str]:
     database_drop(pg_url, name)
     conn = _admin_connection(pg_url)
     try:
