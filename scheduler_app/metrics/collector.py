@@ -42,6 +42,7 @@ from scheduler_app.metrics.tallies import DECISION_FIELDS, report_totals, round_
 from scheduler_app.models import (
     AdmissionPrediction,
     AgentReportKind,
+    AgentReportPending,
     Allocation,
     AllocationGpu,
     Job,
@@ -314,6 +315,13 @@ class AttuneCollector(Collector):
         for kind in sorted(set(AgentReportKind.values) | set(totals)):
             reports.add_metric([kind], totals.get(kind, 0.0))
         yield reports
+        # The applier's backlog: seconds' worth of progress normally; growing, the worker is not
+        # running it (docs/agent-protocol.md section 2).
+        yield GaugeMetricFamily(
+            "attune_agent_reports_pending",
+            "Agent reports stored and acknowledged but not yet applied to their jobs.",
+            value=AgentReportPending.objects.count(),
+        )
 
     def _admission(self, now: datetime) -> Iterable[Metric]:
         since = now - ADMISSION_WINDOW

@@ -23,6 +23,7 @@ from scheduler_app.metrics.tallies import REPORTS_SETTLE, tallies_forget
 from scheduler_app.models import (
     AdmissionPrediction,
     AgentReport,
+    AgentReportPending,
     AllocationGpu,
     JobState,
     PendingReason,
@@ -248,6 +249,10 @@ def test_reports_ingested_count_settled_rows_and_never_fall_when_rows_are_pruned
 
     AgentReport.objects.filter(seq__lte=2).delete()  # the retention prunes old rows
     assert value(scrape(client), "attune_agent_reports_total", kind="progress") == 2
+    # The applier's backlog: reports stored and not applied yet.
+    assert value(samples, "attune_agent_reports_pending") == 0
+    AgentReportPending.objects.create(report=AgentReport.objects.get(seq=3), job_id=allocation.job_id)
+    assert value(scrape(client), "attune_agent_reports_pending") == 1
 
 
 @pytest.mark.django_db
