@@ -196,7 +196,8 @@ ATTUNE_SCHEDULER = {
     # Workers' mode: a sync stores its progress reports (acknowledging them) and a worker applies every
     # server's in one transaction this often, instead of each sync locking its jobs to apply its own:
     # at a thousand agents that was the largest part of a sync's CPU. 0: each sync applies its own.
-    # Starts, exits and logs are always applied within their sync. Inline mode: always 0 (no worker).
+    # Log lines go with progress; starts and exits are always applied within their sync. Inline mode:
+    # always 0 (no worker).
     "progress_apply_s": env.float("ATTUNE_PROGRESS_APPLY_S", default=2.0),
     "preempt_grace_s": env.int("ATTUNE_PREEMPT_GRACE_S", default=30),
     "cancel_grace_s": env.int("ATTUNE_CANCEL_GRACE_S", default=10),

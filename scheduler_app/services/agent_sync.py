@@ -11,17 +11,16 @@ from uuid import UUID
 from cluster_app.agent_wake import wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
-from scheduler_app.models import AgentReportKind
 from scheduler_app.selectors import agent_commands
 from scheduler_app.services.agents import agent_heartbeat
 from scheduler_app.services.report_apply import LeaseReport
-from scheduler_app.services.report_ingest import ReportsOutcome, agent_reports_ingest
+from scheduler_app.services.report_ingest import URGENT_KINDS, ReportsOutcome, agent_reports_ingest
 
 logger = logging.getLogger(__name__)
 
 # How long a sync waits for job rows that a scheduling round holds before it leaves its reports to the
 # applier (stored and acknowledged either way): a round on a large cluster holds them for a second or
-# more, and every web thread that waits is one fewer for the other agents. Progress alone barely waits
+# more, and every web thread that waits is one fewer for the other agents. Progress and logs barely wait
 # (when it is applied within the sync at all: ATTUNE_PROGRESS_APPLY_S=0); starts and exits wait a
 # little, so that this sync's commands see them, and the applier runs as soon as the round ends.
 REPORTS_LOCK_WAIT_MS = 100
@@ -63,7 +62,7 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     server = agent_heartbeat(server=server, usage=request.usage)
     outcome = ReportsOutcome()
     if request.reports:
-        urgent = any(r.kind != AgentReportKind.PROGRESS for r in request.reports)
+        urgent = any(r.kind in URGENT_KINDS for r in request.reports)
         try:
             outcome = agent_reports_ingest(
                 server=server,

@@ -43,6 +43,9 @@ APPLY_JOBS_PER_BATCH = 500
 APPLY_REQUEST_KEY = "attune:agent-reports-apply"
 APPLY_REQUEST_DEBOUNCE_S = 1
 REDIS_TIMEOUT_S = 0.5
+# Reports applied within their sync even when progress is left to the applier: the commands depend on
+# them (a moved job's next lease waits for its old one's exit; a job's end frees its GPUs for a round).
+URGENT_KINDS = frozenset({AgentReportKind.STARTED, AgentReportKind.EXITED})
 
 
 @dataclass
@@ -59,7 +62,7 @@ class ReportsOutcome:
 class _Stored:
     outcome: ReportsOutcome
     job_ids: set[int]  # the jobs of the reports stored for the first time
-    urgent: bool  # one of those is not progress (a start, a log, an exit)
+    urgent: bool  # one of those is a start or an exit (URGENT_KINDS)
 
 
 def _within_lease_life(r: LeaseReport, allocation: Allocation, *, now: datetime) -> LeaseReport:
@@ -87,10 +90,11 @@ def agent_reports_ingest(
     service keeps the reports whatever happens to applying them. Applying locks the reports' jobs and
     applies, in (lease, seq) order, every stored report of theirs still pending (earlier progress left
     to the applier included), in a transaction of its own (`agent_reports_apply_pending`).
-    A batch of progress alone is not applied here when `defer_progress` (default: the scheduler's
+    A batch of progress and logs alone is not applied here when `defer_progress` (default: the scheduler's
     `progress_deferred`): the worker's applier applies every server's within seconds, in one
     transaction, instead of every sync locking its jobs (progress is cumulative; nothing the commands
-    say depends on it). A start, a log or an exit is applied here, so that this sync's commands see it.
+    say depends on it); so are log lines (a job prints all the time: were logs urgent, nearly every
+    sync would be). A start or an exit is applied here, so that this sync's commands see it.
     When the jobs' rows stay locked longer than `lock_wait_ms` (PostgreSQL; a scheduling round holds
     them) or applying fails, the reports stay pending and the applier applies them: after the round,
     or (a bug) on each of its runs, logged, as the agent's resends were before.
@@ -197,7 +201,7 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _S
     return _Stored(
         outcome,
         job_ids={allocations[r.lease_id].job_id for r in new},
-        urgent=any(r.kind != AgentReportKind.PROGRESS for r in new),
+        urgent=any(r.kind in URGENT_KINDS for r in new),
     )
 
 

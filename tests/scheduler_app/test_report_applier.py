@@ -116,6 +116,27 @@ def test_an_exit_is_applied_in_its_sync_after_the_progress_left_pending_before_i
     assert job.attained_service_gpu_s == pytest.approx(expected_s)
 
 
+def test_log_lines_go_with_progress_and_an_exit_brings_them_in_first(deferred):
+    """A job prints all the time: log lines wait for the applier like progress (were they urgent, nearly
+    every sync would apply within itself). The exit applies them, in order, before itself."""
+    lease = running_lease()
+
+    def log(seq: int, *lines: str) -> LeaseReport:
+        return LeaseReport(lease.lease_id, seq, "log", timezone.now(), {"lines": list(lines)})
+
+    outcome = agent_reports_ingest(server=lease.server, reports=[log(1, "epoch 1"), progress(lease, 2, 10)])
+    assert outcome.applied == 0 and pending_count() == 2
+    agent_reports_ingest(server=lease.server, reports=[log(3, "epoch 2")])
+    lease.refresh_from_db()
+    assert lease.log_tail == ""
+    # The agent ships a job's last output before its exit: the whole of this batch and what waited.
+    exited = LeaseReport(lease.lease_id, 5, "exited", timezone.now(), {"exit_code": 1, "done_iters": 20})
+    assert agent_reports_ingest(server=lease.server, reports=[log(4, "Traceback"), exited]).applied == 5
+    lease.refresh_from_db()
+    assert lease.log_tail.splitlines() == ["epoch 1", "epoch 2", "Traceback"] and pending_count() == 0
+    assert Job.objects.get(pk=lease.job_id).state == JobState.FAILED
+
+
 def test_a_bad_report_holds_back_only_its_own_job(deferred, monkeypatch, caplog):
     good, bad = running_lease(), running_lease()
     for lease in (good, bad):
