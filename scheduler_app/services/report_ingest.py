@@ -90,11 +90,12 @@ def agent_reports_ingest(
     service keeps the reports whatever happens to applying them. Applying locks the reports' jobs and
     applies, in (lease, seq) order, every stored report of theirs still pending (earlier progress left
     to the applier included), in a transaction of its own (`agent_reports_apply_pending`).
-    A batch of progress and logs alone is not applied here when `defer_progress` (default: the scheduler's
-    `progress_deferred`): the worker's applier applies every server's within seconds, in one
-    transaction, instead of every sync locking its jobs (progress is cumulative; nothing the commands
-    say depends on it); so are log lines (a job prints all the time: were logs urgent, nearly every
-    sync would be). A start or an exit is applied here, so that this sync's commands see it.
+    A batch of progress and log lines alone is not applied here when `defer_progress` (default: the
+    scheduler's `progress_deferred`): the worker's applier applies every server's within seconds, in
+    one transaction, instead of every sync locking its jobs. Progress is cumulative and no command
+    depends on it or on the log; a job prints all the time, so were log lines urgent, nearly every
+    sync would be. A start or an exit (URGENT_KINDS) is applied here, so that this sync's commands
+    see it.
     When the jobs' rows stay locked longer than `lock_wait_ms` (PostgreSQL; a scheduling round holds
     them) or applying fails, the reports stay pending and the applier applies them: after the round,
     or (a bug) on each of its runs, logged, as the agent's resends were before.
