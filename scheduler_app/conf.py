@@ -54,7 +54,7 @@ def scheduler_conf() -> SchedulerConf:
         early_round_delay_s=float(raw.get("early_round_delay_s", 2.0)),
         round_pacing=float(raw.get("round_pacing", 2.0)),
         inline_rounds=bool(raw.get("inline_rounds", False)) or bool(settings.CELERY_TASK_ALWAYS_EAGER),
-        progress_apply_s=float(raw.get("progress_apply_s", 0.0)),
+        progress_apply_s=float(raw.get("progress_apply_s", 2.0)),
         preempt_grace_s=int(raw.get("preempt_grace_s", 30)),
         cancel_grace_s=int(raw.get("cancel_grace_s", 10)),
         log_tail_lines=int(raw.get("log_tail_lines", 500)),

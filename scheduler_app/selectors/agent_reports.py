@@ -19,7 +19,8 @@ from profiles_app.models import Workload
 from scheduler_app.models import AgentReport, AgentReportPending, Allocation, Job
 
 
-def _table(model) -> str:
+def quoted_table(model) -> str:
+    """The model's table name, quoted for this database."""
     return connection.ops.quote_name(model._meta.db_table)
 
 
@@ -36,7 +37,7 @@ def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID,
     if not params:
         return {}
     sql = (
-        f"SELECT id, lease_id, job_id, started_at FROM {_table(Allocation)}"
+        f"SELECT id, lease_id, job_id, started_at FROM {quoted_table(Allocation)}"
         f" WHERE server_id = %s AND lease_id IN ({marks})"
     )
     return {a.lease_id: a for a in model_rows(Allocation, sql, [server_id, *params])}
@@ -61,13 +62,13 @@ def jobs_with_workloads(*, job_ids: Iterable[int], lock: str = "") -> dict[int, 
     ids = sorted(set(job_ids))
     if not ids:
         return {}
-    sql = f"SELECT * FROM {_table(Job)} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id{lock}"
+    sql = f"SELECT * FROM {quoted_table(Job)} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id{lock}"
     jobs = {j.pk: j for j in model_rows(Job, sql, ids)}
     workload_ids = sorted({j.workload_id for j in jobs.values() if j.workload_id is not None})
     workloads = {}
     if workload_ids:
         marks = ", ".join(["%s"] * len(workload_ids))
-        sql = f"SELECT * FROM {_table(Workload)} WHERE id IN ({marks})"
+        sql = f"SELECT * FROM {quoted_table(Workload)} WHERE id IN ({marks})"
         workloads = {w.pk: w for w in model_rows(Workload, sql, workload_ids)}
     for job in jobs.values():
         job.workload = workloads.get(job.workload_id)
@@ -81,7 +82,7 @@ def leases_with_rank(*, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
     marks, params = lease_params(lease_ids)
     if not params:
         return {}
-    table = _table(Allocation)
+    table = quoted_table(Allocation)
     sql = (
         f"SELECT a.*,"
         f" (SELECT COUNT(*) FROM {table} s WHERE s.job_id = a.job_id AND s.started_at = a.started_at)"
@@ -100,8 +101,8 @@ def pending_reports(*, job_ids: Iterable[int]) -> list[AgentReport]:
     if not ids:
         return []
     sql = (
-        f"SELECT r.id, r.lease_id, r.seq, r.kind, r.at, r.data FROM {_table(AgentReportPending)} p"
-        f" JOIN {_table(AgentReport)} r ON r.id = p.report_id"
+        f"SELECT r.id, r.lease_id, r.seq, r.kind, r.at, r.data FROM {quoted_table(AgentReportPending)} p"
+        f" JOIN {quoted_table(AgentReport)} r ON r.id = p.report_id"
         f" WHERE p.job_id IN ({', '.join(['%s'] * len(ids))})"
     )
     return model_rows(AgentReport, sql, ids)
@@ -110,7 +111,8 @@ def pending_reports(*, job_ids: Iterable[int]) -> list[AgentReport]:
 def pending_report_job_ids(*, after_job_id: int, limit: int) -> list[int]:
     """The first `limit` ids above `after_job_id` of jobs with a stored report not applied yet."""
     sql = (
-        f"SELECT DISTINCT job_id FROM {_table(AgentReportPending)} WHERE job_id > %s ORDER BY job_id LIMIT %s"
+        f"SELECT DISTINCT job_id FROM {quoted_table(AgentReportPending)} WHERE job_id > %s"
+        f" ORDER BY job_id LIMIT %s"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [after_job_id, limit])
@@ -122,6 +124,7 @@ def reports_mark_applied(*, report_ids: Iterable[int]) -> None:
     ids = sorted(set(report_ids))
     if not ids:
         return
-    sql = f"DELETE FROM {_table(AgentReportPending)} WHERE report_id IN ({', '.join(['%s'] * len(ids))})"
+    marks = ", ".join(["%s"] * len(ids))
+    sql = f"DELETE FROM {quoted_table(AgentReportPending)} WHERE report_id IN ({marks})"
     with connection.cursor() as cursor:
         cursor.execute(sql, ids)
