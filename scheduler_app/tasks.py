@@ -8,6 +8,7 @@ from cluster_app.services import usage_samples_rollup
 from scheduler_app.services.agents import agent_reports_prune
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_run
 from scheduler_app.services.job_control import jobs_time_limit_enforce
+from scheduler_app.services.job_end import job_end_followups_run
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
 from scheduler_app.services.report_ingest import agent_reports_apply_run
@@ -54,8 +55,12 @@ def node_liveness_sweep_task() -> dict[str, list]:
 @shared_task(ignore_result=True)
 def agent_reports_apply_task() -> int:
     """Every ATTUNE_PROGRESS_APPLY_S, and at once when a sync asks: apply the agent reports that syncs
-    stored and left pending (services/report_ingest.py); returns how many were applied."""
-    return agent_reports_apply_run()
+    stored and left pending (services/report_ingest.py), then the follow-ups of the jobs that ended
+    meanwhile (services/job_end.py: after the reports, so that a job's last measured speeds are in);
+    returns how many reports were applied."""
+    applied = agent_reports_apply_run()
+    job_end_followups_run()
+    return applied
 
 
 @shared_task(ignore_result=True)

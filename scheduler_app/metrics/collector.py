@@ -42,7 +42,6 @@ from scheduler_app.metrics.tallies import DECISION_FIELDS, report_totals, round_
 from scheduler_app.models import (
     AdmissionPrediction,
     AgentReportKind,
-    AgentReportPending,
     Allocation,
     AllocationGpu,
     Job,
@@ -52,6 +51,7 @@ from scheduler_app.models import (
     SchedulingRound,
 )
 from scheduler_app.selectors import job_counts_by_state
+from scheduler_app.selectors.agent_reports import applier_backlog
 
 # A round takes milliseconds on a small cluster and seconds on a thousand nodes (docs/performance.md).
 ROUND_DURATION_BUCKETS_S: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -315,12 +315,18 @@ class AttuneCollector(Collector):
         for kind in sorted(set(AgentReportKind.values) | set(totals)):
             reports.add_metric([kind], totals.get(kind, 0.0))
         yield reports
-        # The applier's backlog: seconds' worth of progress normally; growing, the worker is not
-        # running it (docs/agent-protocol.md section 2).
+        # The applier's backlog: seconds' worth of progress and of job ends normally; growing, the worker
+        # is not running it (docs/agent-protocol.md section 2, docs/architecture.md).
+        reports_pending, job_ends_pending = applier_backlog()
         yield GaugeMetricFamily(
             "attune_agent_reports_pending",
             "Agent reports stored and acknowledged but not yet applied to their jobs.",
-            value=AgentReportPending.objects.count(),
+            value=reports_pending,
+        )
+        yield GaugeMetricFamily(
+            "attune_job_ends_pending",
+            "Ended jobs whose follow-ups (learning, admission outcome, notification) have not run yet.",
+            value=job_ends_pending,
         )
 
     def _admission(self, now: datetime) -> Iterable[Metric]:

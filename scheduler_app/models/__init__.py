@@ -6,6 +6,7 @@ One module per subject; everything is importable from `scheduler_app.models`, as
 from scheduler_app.models.jobs import (
     TERMINAL_JOB_STATES,
     Job,
+    JobEndPending,
     JobEvent,
     JobState,
     PendingReason,
@@ -34,6 +35,7 @@ __all__ = [
     "Allocation",
     "AllocationGpu",
     "Job",
+    "JobEndPending",
     "JobEvent",
     "JobForecast",
     "JobState",

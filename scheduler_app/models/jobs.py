@@ -274,3 +274,17 @@ class JobEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.job_id} {self.kind} {self.from_state}->{self.to_state}"
 
+
+class JobEndPending(models.Model):
+    """A job's end whose follow-ups wait for the worker's applier (services/job_end.py): the learning
+    from its measured speeds, its admission outcome and its owner's notification. Written in the
+    transaction that ends the job, deleted in the one that runs them, so each runs exactly once.
+    `state`, `reason` and `data` are job_finish's, which the notification needs."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    state = models.CharField(max_length=16)
+    reason = models.CharField(max_length=64, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"end of job {self.job_id} ({self.state}) pending"

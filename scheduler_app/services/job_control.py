@@ -15,8 +15,6 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
-from notify_app.services import notification_job_ended
-from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_correction_fold
 from scheduler_app.models import (
     TERMINAL_JOB_STATES,
     Allocation,
@@ -27,11 +25,8 @@ from scheduler_app.models import (
     PendingReason,
 )
 from scheduler_app.selectors import JobLike
-from scheduler_app.services.admission import (
-    admission_outcome_record,
-    admission_predict_all,
-    admission_predict_released,
-)
+from scheduler_app.services.admission import admission_predict_all, admission_predict_released
+from scheduler_app.services.job_end import job_end_followups
 from scheduler_app.services.jobs import JobRequest, job_event, job_submit_all
 
 logger = logging.getLogger(__name__)
@@ -144,7 +139,8 @@ def job_finish(
     message: str = "",
     data: dict[str, Any] | None = None,
 ) -> Job:
-    """End a job in a terminal `state`: its leases end (GPUs released), an event, an early round.
+    """End a job in a terminal `state`: its leases end (GPUs released), an event, an early round, and
+    its end's follow-ups (services/job_end.py: now, or by the applier within seconds).
 
     The caller holds the job row locked (select_for_update) and has checked the transition.
     """
@@ -179,14 +175,8 @@ def job_finish(
         at=now,
     )
     logger.info("job %s: %s -> %s %s", job.pk, previous, state, reason)
-    if job.workload_id is not None:
-        measured = speed_correction_fold(job_id=job.pk, workload_id=job.workload_id) is not None
-        if measured:  # only a job whose leases were measured adds to the placement fits
-            placement_penalty_refit(workload_id=job.workload_id)
-            if job.num_gpus > 1:  # only a communicating job tells of interference
-                interference_kappa_refit(workload_id=job.workload_id)
-    admission_outcome_record(job=job)
-    notification_job_ended(job=job, state=state, reason=reason, data=data)
+    # The learning, the admission outcome and the notification: now, or by the applier (job_end.py).
+    job_end_followups(job=job, state=state, reason=reason, data=data)
     _request_round("job_end")
     return job
 

@@ -25,6 +25,7 @@ from scheduler_app.models import (
     AgentReport,
     AgentReportPending,
     AllocationGpu,
+    JobEndPending,
     JobState,
     PendingReason,
     RoundDecision,
@@ -253,6 +254,10 @@ def test_reports_ingested_count_settled_rows_and_never_fall_when_rows_are_pruned
     assert value(samples, "attune_agent_reports_pending") == 0
     AgentReportPending.objects.create(report=AgentReport.objects.get(seq=3), job_id=allocation.job_id)
     assert value(scrape(client), "attune_agent_reports_pending") == 1
+    # Ended jobs whose follow-ups wait for the applier (services/job_end.py).
+    assert value(samples, "attune_job_ends_pending") == 0
+    JobEndPending.objects.create(job_id=allocation.job_id, state=JobState.COMPLETED)
+    assert value(scrape(client), "attune_job_ends_pending") == 1
 
 
 @pytest.mark.django_db

@@ -1,0 +1,107 @@
+"""What a job's end teaches and tells, once the end itself is recorded: the workload's speed correction,
+placement and interference fits, the admission outcome, the owner's notification.
+
+None of it changes what the agents or the next round are told, so with workers it waits for the
+applier (`job_end_followups_run`, every ATTUNE_PROGRESS_APPLY_S) rather than run in the sync that
+reported the exit: at a churn of many job ends a second those steps were a third of an exit's sync.
+Without workers (the embedded demo, ATTUNE_PROGRESS_APPLY_S=0) they run within job_finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from notify_app.services import notification_job_ended
+from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_correction_fold
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.models import Job, JobEndPending
+from scheduler_app.services.admission import admission_outcome_record
+
+logger = logging.getLogger(__name__)
+
+FOLLOWUPS_PER_BATCH = 200  # job ends per transaction of the applier
+
+
+def job_end_followups(*, job: Job, state: str, reason: str = "", data: dict[str, Any] | None = None) -> None:
+    """Run a job's end follow-ups now, or leave them to the applier (in the caller's transaction)."""
+    if scheduler_conf().progress_deferred:
+        JobEndPending.objects.bulk_create(
+            [JobEndPending(job_id=job.pk, state=state, reason=reason, data=data or {})], ignore_conflicts=True
+        )
+        return
+    refits = _job_learn(job)
+    _workloads_refit(refits)
+    _job_tell(job=job, state=state, reason=reason, data=data)
+
+
+def _job_learn(job: Job) -> dict[int, bool]:
+    """Fold the job's measured speed into its workload's correction; {workload: refit interference
+    too} when it was measured (only a measured job adds to the placement fits, and only a
+    communicating one tells of interference)."""
+    if job.workload_id is None:
+        return {}
+    if speed_correction_fold(job_id=job.pk, workload_id=job.workload_id) is None:
+        return {}
+    return {job.workload_id: job.num_gpus > 1}
+
+
+def _workloads_refit(refits: dict[int, bool]) -> None:
+    """The placement (and, where asked, interference) fits, once per workload: they read the
+    workload's latest measured leases, so one refit after several jobs' ends learns as much."""
+    for workload_id, interference in sorted(refits.items()):
+        placement_penalty_refit(workload_id=workload_id)
+        if interference:
+            interference_kappa_refit(workload_id=workload_id)
+
+
+def _job_tell(*, job: Job, state: str, reason: str, data: dict[str, Any] | None) -> None:
+    admission_outcome_record(job=job)
+    notification_job_ended(job=job, state=state, reason=reason, data=data)
+
+
+@transaction.atomic
+def _followups_apply(job_ids: list[int]) -> int:
+    """The pending follow-ups of these jobs, rows locked (others a concurrent run holds are left to
+    it), run and deleted in this transaction; returns how many ran."""
+    pending = list(
+        JobEndPending.objects.select_for_update(skip_locked=True)
+        .filter(job_id__in=job_ids)
+        .order_by("job_id")
+    )
+    if not pending:
+        return 0
+    jobs = Job.objects.in_bulk([p.job_id for p in pending])
+    refits: dict[int, bool] = {}
+    for p in pending:
+        for workload_id, interference in _job_learn(jobs[p.job_id]).items():
+            refits[workload_id] = refits.get(workload_id, False) or interference
+    _workloads_refit(refits)
+    for p in pending:
+        _job_tell(job=jobs[p.job_id], state=p.state, reason=p.reason, data=p.data)
+    JobEndPending.objects.filter(job_id__in=[p.job_id for p in pending]).delete()
+    return len(pending)
+
+
+def job_end_followups_run() -> int:
+    """The applier's part for ended jobs: every pending follow-up, a batch of jobs per transaction. A
+    batch that fails runs again job by job, so one job's failure (a bug) holds back only that job's;
+    it is logged and retried on each run. Returns the job ends followed up."""
+    done, after = 0, 0
+    while job_ids := list(
+        JobEndPending.objects.filter(job_id__gt=after)
+        .order_by("job_id")
+        .values_list("job_id", flat=True)[:FOLLOWUPS_PER_BATCH]
+    ):
+        try:
+            done += _followups_apply(job_ids)
+        except Exception:
+            for job_id in job_ids:
+                try:
+                    done += _followups_apply([job_id])
+                except Exception:
+                    logger.exception("job %s: the follow-ups of its end failed", job_id)
+        after = job_ids[-1]
+    return done
