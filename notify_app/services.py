@@ -125,20 +125,36 @@ def _ended_event(job: Job, state: str, data: dict[str, Any]) -> str | None:
 
 
 def notification_job_ended(
-    *, job: Job, state: str, reason: str = "", data: dict[str, Any] | None = None
+    *,
+    job: Job,
+    state: str,
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+    owner_settings: dict[int, NotificationSettings] | None = None,
 ) -> list[Notification]:
-    """A job reached a terminal state (job_finish, in its transaction): record the notifications its
-    owner opted in to (end: COMPLETED; failure: the others, a cancel only when someone else did it)
-    and send them after commit. Returns the rows created (none when nobody asked, or already sent)."""
+    """A job reached a terminal state (job_finish, in its transaction, or the applier after it):
+    record the notifications its owner opted in to (end: COMPLETED; failure: the others, a cancel only
+    when someone else did it) and send them after commit. Returns the rows created (none when nobody
+    asked, or already sent). `owner_settings` (notification_settings_of) spares a caller ending many
+    jobs a read per job; an owner missing from it has none."""
     event = _ended_event(job, state, data or {})
     if event is None:
         return []
+    if owner_settings is not None and job.owner_id not in owner_settings:
+        return []  # opt-in: no settings, no notification
     facts = {"state": str(state), "reason": reason}
     if job.exit_code is not None:
         facts["exit_code"] = job.exit_code
     if (data or {}).get("cancelled_by_id") is not None:
         facts["cancelled_by_id"] = data["cancelled_by_id"]
-    return _notifications_create(job=job, event=event, data=facts)
+    prefs = owner_settings[job.owner_id] if owner_settings is not None else None
+    return _notifications_create(job=job, event=event, data=facts, prefs=prefs)
+
+
+def notification_settings_of(user_ids: Iterable[int]) -> dict[int, NotificationSettings]:
+    """user -> their notification settings, for those of `user_ids` who have any, in one query."""
+    rows = NotificationSettings.objects.select_related("user").filter(user_id__in=set(user_ids))
+    return {prefs.user_id: prefs for prefs in rows}
 
 
 @transaction.atomic
@@ -174,8 +190,12 @@ def _channels(prefs: NotificationSettings | None, event: str) -> list[str]:
     return channels
 
 
-def _notifications_create(*, job: Job, event: str, data: dict[str, Any]) -> list[Notification]:
-    prefs = NotificationSettings.objects.select_related("user").filter(user_id=job.owner_id).first()
+def _notifications_create(
+    *, job: Job, event: str, data: dict[str, Any], prefs: NotificationSettings | None = None
+) -> list[Notification]:
+    """The rows of `event` for the channels the owner's settings turn on (`prefs`: read if not given)."""
+    if prefs is None:
+        prefs = NotificationSettings.objects.select_related("user").filter(user_id=job.owner_id).first()
     channels = _channels(prefs, event)
     if not channels:
         return []

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from cluster_app.models import Server
@@ -385,44 +385,55 @@ SPEED_RATIO_RANGE = (0.1, 10.0)
 SPEED_MIN_REPORTS = 3
 
 
-def job_speed_ratio(*, job_id: int) -> float | None:
-    """Measured / predicted speed over a job's leases (each lease weighted by its report count), or None
-    when its leases were measured fewer than SPEED_MIN_REPORTS times in all."""
-    measured = predicted = 0.0
-    reports = 0
-    for obs in SpeedObservation.objects.filter(job_id=job_id, predicted_iters_per_s__gt=0):
-        measured += obs.measured_iters_per_s * obs.samples
-        predicted += obs.predicted_iters_per_s * obs.samples
-        reports += obs.samples
-    if reports < SPEED_MIN_REPORTS or predicted <= 0:
-        return None
+def job_speed_ratios(*, job_ids: Iterable[int]) -> dict[int, float]:
+    """job -> measured / predicted speed over its leases (each lease weighted by its report count), in
+    one query; a job measured fewer than SPEED_MIN_REPORTS times in all is left out."""
+    rows = (
+        SpeedObservation.objects.filter(job_id__in=list(job_ids), predicted_iters_per_s__gt=0)
+        .values("job_id")
+        .annotate(
+            measured=Sum(F("measured_iters_per_s") * F("samples")),
+            predicted=Sum(F("predicted_iters_per_s") * F("samples")),
+            reports=Sum("samples"),
+        )
+    )
     low, high = SPEED_RATIO_RANGE
-    return min(high, max(low, measured / predicted))
+    return {
+        row["job_id"]: min(high, max(low, row["measured"] / row["predicted"]))
+        for row in rows
+        if row["reports"] >= SPEED_MIN_REPORTS and row["predicted"] > 0
+    }
 
 
-def speed_correction_fold(*, job_id: int, workload_id: int) -> float | None:
-    """Fold an ended job's measured / predicted speed into its workload's EWMA correction; the new
-    correction, or None when the job has no observation (nothing changes then).
+def job_speed_ratio(*, job_id: int) -> float | None:
+    """Measured / predicted speed over a job's leases, or None when measured too few times."""
+    return job_speed_ratios(job_ids=[job_id]).get(job_id)
 
-    One UPDATE with F() expressions, so jobs of one workload ending at the same time all count.
+
+def speed_corrections_fold(*, jobs: Sequence[tuple[int, int]]) -> dict[int, float]:
+    """Fold ended jobs' measured / predicted speeds into their workloads' EWMA corrections, in the order
+    given ((job, workload) pairs), as if one after the other; returns {job: its ratio} for the jobs
+    that had one (a job with no observation changes nothing).
+
+    One read for all the jobs and one UPDATE per workload, with F() expressions, so jobs of one
+    workload folded at the same time elsewhere all count: k ratios r_1..r_k in turn make
+    c (1 - w)^k + sum_i w (1 - w)^(k - i) r_i.
     """
-    ratio = job_speed_ratio(job_id=job_id)
-    if ratio is None:
-        return None
+    ratios = job_speed_ratios(job_ids=[job_id for job_id, _ in jobs])
+    by_workload: dict[int, list[float]] = {}
+    for job_id, workload_id in jobs:
+        if job_id in ratios:
+            by_workload.setdefault(workload_id, []).append(ratios[job_id])
     w = SPEED_CORRECTION_WEIGHT
-    Workload.objects.filter(pk=workload_id).update(
-        speed_correction=F("speed_correction") * (1 - w) + w * ratio,
-        speed_correction_jobs=F("speed_correction_jobs") + 1,
-    )
-    correction = Workload.objects.values_list("speed_correction", flat=True).get(pk=workload_id)
-    logger.info(
-        "workload %s: speed ratio %.3f from job %s, correction now %.3f",
-        workload_id,
-        ratio,
-        job_id,
-        correction,
-    )
-    return correction
+    for workload_id, folded in sorted(by_workload.items()):
+        k = len(folded)
+        added = sum(w * (1 - w) ** (k - i) * r for i, r in enumerate(folded, start=1))
+        Workload.objects.filter(pk=workload_id).update(
+            speed_correction=F("speed_correction") * (1 - w) ** k + added,
+            speed_correction_jobs=F("speed_correction_jobs") + k,
+        )
+        logger.info("workload %s: speed ratios %s folded into its correction", workload_id, folded)
+    return {job_id: ratios[job_id] for job_id, _ in jobs if job_id in ratios}
 
 
 # The placement fit reads this many of a workload's latest measured leases of each kind: recent enough
@@ -509,4 +520,3 @@ def interference_kappa_refit(*, workload_id: int) -> float | None:
         len(together),
     )
     return kappa
-

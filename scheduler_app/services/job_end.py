@@ -14,8 +14,9 @@ from typing import Any
 
 from django.db import transaction
 
-from notify_app.services import notification_job_ended
-from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_correction_fold
+from notify_app.models import NotificationSettings
+from notify_app.services import notification_job_ended, notification_settings_of
+from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_corrections_fold
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import Job, JobEndPending
 from scheduler_app.services.admission import admission_outcome_record
@@ -32,34 +33,35 @@ def job_end_followups(*, job: Job, state: str, reason: str = "", data: dict[str,
             [JobEndPending(job_id=job.pk, state=state, reason=reason, data=data or {})], ignore_conflicts=True
         )
         return
-    refits = _job_learn(job)
-    _workloads_refit(refits)
+    _jobs_learn([job])
     _job_tell(job=job, state=state, reason=reason, data=data)
 
 
-def _job_learn(job: Job) -> dict[int, bool]:
-    """Fold the job's measured speed into its workload's correction; {workload: refit interference
-    too} when it was measured (only a measured job adds to the placement fits, and only a
-    communicating one tells of interference)."""
-    if job.workload_id is None:
-        return {}
-    if speed_correction_fold(job_id=job.pk, workload_id=job.workload_id) is None:
-        return {}
-    return {job.workload_id: job.num_gpus > 1}
-
-
-def _workloads_refit(refits: dict[int, bool]) -> None:
-    """The placement (and, where asked, interference) fits, once per workload: they read the
-    workload's latest measured leases, so one refit after several jobs' ends learns as much."""
+def _jobs_learn(jobs: list[Job]) -> None:
+    """Fold the jobs' measured speeds into their workloads' corrections, then refit the placement (and,
+    for a communicating job, the interference) fits of the workloads of the jobs that were measured:
+    once per workload, as the fits read the workload's latest measured leases, however many ended."""
+    measured = speed_corrections_fold(jobs=[(j.pk, j.workload_id) for j in jobs if j.workload_id is not None])
+    refits: dict[int, bool] = {}  # workload -> refit the interference too
+    for job in jobs:
+        if job.pk in measured:
+            refits[job.workload_id] = refits.get(job.workload_id, False) or job.num_gpus > 1
     for workload_id, interference in sorted(refits.items()):
         placement_penalty_refit(workload_id=workload_id)
         if interference:
             interference_kappa_refit(workload_id=workload_id)
 
 
-def _job_tell(*, job: Job, state: str, reason: str, data: dict[str, Any] | None) -> None:
+def _job_tell(
+    *,
+    job: Job,
+    state: str,
+    reason: str,
+    data: dict[str, Any] | None,
+    owner_settings: dict[int, NotificationSettings] | None = None,
+) -> None:
     admission_outcome_record(job=job)
-    notification_job_ended(job=job, state=state, reason=reason, data=data)
+    notification_job_ended(job=job, state=state, reason=reason, data=data, owner_settings=owner_settings)
 
 
 @transaction.atomic
@@ -74,13 +76,11 @@ def _followups_apply(job_ids: list[int]) -> int:
     if not pending:
         return 0
     jobs = Job.objects.in_bulk([p.job_id for p in pending])
-    refits: dict[int, bool] = {}
+    _jobs_learn([jobs[p.job_id] for p in pending])
+    owner_settings = notification_settings_of(job.owner_id for job in jobs.values())
     for p in pending:
-        for workload_id, interference in _job_learn(jobs[p.job_id]).items():
-            refits[workload_id] = refits.get(workload_id, False) or interference
-    _workloads_refit(refits)
-    for p in pending:
-        _job_tell(job=jobs[p.job_id], state=p.state, reason=p.reason, data=p.data)
+        job = jobs[p.job_id]
+        _job_tell(job=job, state=p.state, reason=p.reason, data=p.data, owner_settings=owner_settings)
     JobEndPending.objects.filter(job_id__in=[p.job_id for p in pending]).delete()
     return len(pending)
 

@@ -93,6 +93,7 @@ def test_jobs_of_one_workload_ended_together_each_count(user, deferred, monkeypa
     assert correction() == (pytest.approx(expected), 3)
     # The placement fit reads the workload's latest leases: once for the three.
     assert refits == [jobs[0].workload_id]
+    assert not Notification.objects.exists()  # their owner asked for none
 
 
 def test_one_jobs_failing_followup_holds_back_only_its_own(user, deferred, monkeypatch, caplog):
