@@ -38,7 +38,8 @@ class SyncRequest:
 
 @dataclass
 class SyncOutcome:
-    """The server as stored, its commands, the reports' fate and the wake generation read first."""
+    """The server as stored, its commands, the reports' fate and the wake generation read before the
+    commands."""
 
     server: Server
     commands: list[dict[str, Any]]
@@ -55,10 +56,12 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     Reports are acknowledged once stored: applying them cannot lose them (services/report_ingest.py),
     and a report that fails to apply (a bug) is logged and retried by the applier while this node's
     commands still go out: a poisoned report must not cut a node off the scheduler.
-    The wake generation is read before the commands: a change committed after that read wakes the
-    agent again, so none is missed.
+    The wake generation is read after the reports' transaction and before the commands: a change
+    committed after that read wakes the agent again, so none is missed; and what this sync's own
+    reports changed (an exit ends its job's leases, which wakes their agents) does not wake this agent
+    a second time for commands it gets in this answer. Read before the reports, as it was until
+    2026-11-27, every job end cost its agent one more sync.
     """
-    generation = wake_generation(server.pk)
     server = agent_heartbeat(server=server, usage=request.usage)
     outcome = ReportsOutcome()
     if request.reports:
@@ -75,5 +78,6 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
                 server.name,
                 len(request.reports),
             )
+    generation = wake_generation(server.pk)
     commands = agent_commands(server=server, running=request.running)
     return SyncOutcome(server=server, commands=commands, reports=outcome, generation=generation)

@@ -195,6 +195,35 @@ def test_the_exit_of_a_moved_jobs_old_process_wakes_the_agent_of_its_next_lease(
     assert {new_server.pk} in published()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_job_end_an_agent_reports_does_not_wake_that_agent_again(wake, rounds, user):
+    """The exit ends the job's lease, which wakes its server's agent once committed (a lease ended by
+    anyone else must be stopped there); the agent that reported it gets its commands in the same answer,
+    whose generation is read after that commit: its next wait must not answer at once (a second sync
+    for nothing, once per job end)."""
+    from django.utils import timezone
+
+    from tests.api.helpers import agent_client, synced
+
+    server = make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    job = submit(user, gpus=2, iters=100)
+    scheduling_round_run()
+    lease = str(lease_of(job).lease_id)
+    client = agent_client(server)
+    at = timezone.now().isoformat()
+    started = {"lease_id": lease, "seq": 1, "kind": "started", "at": at, "data": {}}
+    assert synced(client, running=[lease], reports=[started])["rejected"] == []
+    before = generation(wake, server.pk)
+    done = {"exit_code": 0, "done_iters": 100}
+    exited = {"lease_id": lease, "seq": 2, "kind": "exited", "at": timezone.now().isoformat(), "data": done}
+    answer = synced(client, running=[], reports=[exited])
+    assert answer["rejected"] == []
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert generation(wake, server.pk) == before + 1  # the lease's end woke its server, after commit
+    assert answer["wait"]["generation"] == before + 1  # read after that: the next wait waits
+
+
 @pytest.mark.django_db
 def test_draining_a_server_wakes_its_agent(wake, published, django_capture_on_commit_callbacks):
     server = make_server("gpu01", gpus=4)
