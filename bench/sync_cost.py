@@ -166,9 +166,140 @@ def _applier_row(pending: int, base: float) -> list:
     return [label, f"{cpu_ms:.3f}", "", f"{db_ms:.3f}", "", f"{cpu_ms / base:.2f}x"]
 
 
+class JobEnds:
+    """Jobs run to their end on a second server of 8 GPUs: placed by a round, started, measured three
+    times at the profile's predicted speed (so that their ends have something to learn from), then
+    each lease's `exited` in a sync of its own: the call measured."""
+
+    def __init__(self, jobs: int) -> None:
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        from cluster_app.services import GpuSpec, agent_credential_issue, server_create
+        from profiles_app.models import Workload
+        from scheduler_app.services.jobs import JobRequest, job_submit
+
+        gpus = [GpuSpec(index=g, uuid=f"GPU-ends-000-{g}", model="V100") for g in range(8)]
+        self.server = server_create(name="ends01", num_cpus=24, mem_gb=500.0, gpus=gpus, gpu_model="V100")
+        self.client = Client(HTTP_AUTHORIZATION=f"Bearer {agent_credential_issue(server=self.server)}")
+        self.gpus = [{"uuid": f"GPU-ends-000-{g}", "util_pct": 50.0, "mem_used_mb": 1000.0} for g in range(8)]
+        owner = get_user_model().objects.get(username="bench")
+        workloads = list(Workload.objects.order_by("name")[:4])
+        for i in range(jobs):
+            request = JobRequest(name=f"end-{i}", num_gpus=1, total_iters=300, workload=workloads[i % 4])
+            job_submit(owner=owner, request=request)
+        self.at = datetime.now(UTC)
+        self.exits: list[tuple[str, list[str]]] = []  # (lease, the leases running with it)
+
+    def _sync(self, reports: list[dict], running: list[str]) -> None:
+        self.at = max(datetime.now(UTC), self.at + timedelta(milliseconds=1))
+        sample = {
+            "sampled_at": self.at.isoformat(),
+            "cpu_util_pct": 40.0,
+            "mem_used_gb": 100.0,
+            "gpus": self.gpus,
+        }
+        for report in reports:
+            report["at"] = self.at.isoformat()
+        body = json.dumps({"sample": sample, "running": running, "reports": reports})
+        response = self.client.post(SYNC, data=body, content_type="application/json")
+        if response.status_code != 200 or response.json()["rejected"]:
+            raise RuntimeError(f"sync answered {response.status_code}: {response.content[:500]!r}")
+
+    def place(self) -> int:
+        """A round, the new leases started and measured; returns how many exits are ready."""
+        from profiles_app.selectors import workload_iter_time_s
+        from scheduler_app.models import Allocation
+        from scheduler_app.services.report_ingest import agent_reports_apply_run
+        from scheduler_app.services.rounds import scheduling_round_run
+
+        scheduling_round_run()
+        leases = list(
+            Allocation.objects.filter(server=self.server, ended_at__isnull=True).select_related(
+                "job__workload"
+            )
+        )
+        running = [str(a.lease_id) for a in leases]
+        self._sync(
+            [{"lease_id": lease, "seq": 1, "kind": "started", "data": {}} for lease in running], running
+        )
+        for seq in (2, 3, 4):
+            reports = []
+            for a in leases:
+                ips = a.speedup / workload_iter_time_s(a.job.workload, a.job.num_gpus)
+                data = {"done_iters": 100 * (seq - 1), "iters_per_s": ips}
+                reports.append({"lease_id": str(a.lease_id), "seq": seq, "kind": "progress", "data": data})
+            self._sync(reports, running)
+        agent_reports_apply_run()
+        self.exits = [(lease, running) for lease in running]
+        return len(self.exits)
+
+    def end_one(self) -> None:
+        if not self.exits and not self.place():
+            raise RuntimeError("no job left to end")
+        lease, running = self.exits.pop()
+        exited = {"lease_id": lease, "seq": 5, "kind": "exited", "data": {"exit_code": 0, "done_iters": 300}}
+        self._sync([exited], running)
+
+
+def _job_end_rows(count: int, base: float) -> list[list]:
+    """An exit's sync with its job's end followed up within it (no workers, or ATTUNE_PROGRESS_APPLY_S
+    0), then with the follow-ups left to the applier (the default with workers), and the applier's
+    CPU per job end. Each call's jobs are placed, started and measured outside the measured call."""
+    import psutil
+    from django.conf import settings
+    from django.db import connection
+
+    from scheduler_app.models import JobEndPending
+    from scheduler_app.services import rounds
+    from scheduler_app.services.job_end import job_end_followups_run
+
+    # A job's end asks for an early round: with rounds not inline that queues a task on the broker, which
+    # no worker of this bench consumes. The request is left out of both rows alike (it is one Redis SET
+    # and, at most every 2 s, one task); the rounds themselves run here, outside the measured calls.
+    rounds.scheduling_round_request_on_commit = lambda **kwargs: None
+    ends = JobEnds(2 * (count + 10))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = psutil.Process(cursor.fetchone()[0])
+    rows = []
+    for label, apply_s in (
+        ("exit, job end followed up in the sync", 0.0),
+        ("exit, follow-ups left to the applier", 2.0),
+    ):
+        conf = {"inline_rounds": False, "progress_apply_s": apply_s}
+        settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, **conf}
+        cpu_ms, db_ms = [], 0.0
+        for i in range(count + 5):
+            if not ends.exits:
+                ends.place()
+            db_before = sum(backend.cpu_times()[:2])
+            start = time.process_time()
+            ends.end_one()
+            if i >= 5:  # the first few warm the code path up
+                cpu_ms.append((time.process_time() - start) * 1000)
+                db_ms += sum(backend.cpu_times()[:2]) - db_before
+        p50 = percentile(cpu_ms, 50)
+        rows.append([label, f"{p50:.2f}", f"{percentile(cpu_ms, 90):.2f}", f"{db_ms * 1000 / count:.2f}", "",
+                     f"{p50 / base:.1f}x"])  # fmt: skip
+    pending = JobEndPending.objects.count()
+    db_before = sum(backend.cpu_times()[:2])
+    start = time.process_time()
+    done = job_end_followups_run()
+    cpu_ms = (time.process_time() - start) * 1000 / max(1, done)
+    db_ms = (sum(backend.cpu_times()[:2]) - db_before) * 1000 / max(1, done)
+    if done != pending:
+        raise RuntimeError(f"the applier followed up {done} of {pending} job ends")
+    rows.append(
+        [f"applier, per job end ({done})", f"{cpu_ms:.3f}", "", f"{db_ms:.3f}", "", f"{cpu_ms / base:.2f}x"]
+    )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--syncs", type=int, default=200, help="measured calls per kind")
+    parser.add_argument("--exits", type=int, default=100, help="measured exits (job ends) per kind")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args(argv)
     logging_setup()
@@ -202,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append([f"sync, {reports} reports, applier", f"{p50:.2f}", f"{percentile(cpu, 90):.2f}",
                          f"{db_ms:.2f}", statements, f"{p50 / base:.1f}x"])  # fmt: skip
         rows.append(_applier_row(AgentReportPending.objects.count(), base))
+        rows += _job_end_rows(args.exits, base)
         logger.info("%d calls per kind measured", args.syncs)
         print_table(["call", "cpu ms p50", "cpu ms p90", "postgres cpu ms", "statements", "x healthz"], rows)
     return 0
