@@ -36,11 +36,15 @@ class JobStateError(Exception):
     """The job's state does not allow the change (e.g. cancelling a finished job)."""
 
 
-def allocations_end(*, allocation_ids: Iterable[int], reason: str, now: datetime) -> int:
+def allocations_end(
+    *, allocation_ids: Iterable[int], reason: str, now: datetime, server_ids: Iterable[int] | None = None
+) -> int:
     """End the given active leases and release their GPUs, in the caller's transaction.
 
     The GPUs are released in the same transaction as the lease ends, so a GPU is never seen free
-    while its lease still counts as active, nor the other way round. Returns the leases ended.
+    while its lease still counts as active, nor the other way round. Their servers' agents are woken
+    after commit (`server_ids`: those servers, when the caller read them already). Returns the leases
+    ended.
     """
     ids = list(allocation_ids)
     if not ids:
@@ -55,16 +59,22 @@ def allocations_end(*, allocation_ids: Iterable[int], reason: str, now: datetime
         released_at=Subquery(Allocation.objects.filter(pk=OuterRef("allocation_id")).values("ended_at")[:1])
     )
     if ended and wake_enabled():  # their agents stop the processes now, not at their next sync
-        agents_wake_on_commit(Allocation.objects.filter(pk__in=ids).values_list("server_id", flat=True))
+        if server_ids is None:
+            server_ids = Allocation.objects.filter(pk__in=ids).values_list("server_id", flat=True)
+        agents_wake_on_commit(server_ids)
     return ended
 
 
 def job_allocations_end(*, job_ids: Iterable[int], reason: str, now: datetime) -> int:
     """End every active lease of the given jobs (see allocations_end)."""
-    ids = Allocation.objects.filter(job_id__in=list(job_ids), ended_at__isnull=True).values_list(
-        "id", flat=True
+    active = Allocation.objects.filter(job_id__in=list(job_ids), ended_at__isnull=True)
+    leases = list(active.values_list("id", "server_id"))
+    return allocations_end(
+        allocation_ids=[lease for lease, _ in leases],
+        reason=reason,
+        now=now,
+        server_ids=[server for _, server in leases],
     )
-    return allocations_end(allocation_ids=list(ids), reason=reason, now=now)
 
 
 def job_interruption_events(
