@@ -432,7 +432,12 @@ def speed_corrections_fold(*, jobs: Sequence[tuple[int, int]]) -> dict[int, floa
             speed_correction=F("speed_correction") * (1 - w) ** k + added,
             speed_correction_jobs=F("speed_correction_jobs") + k,
         )
-        logger.info("workload %s: speed ratios %s folded into its correction", workload_id, folded)
+        logger.info(
+            "workload %s: speed ratio %s of %d ended job(s) folded into its correction",
+            workload_id,
+            ", ".join(f"{r:.3f}" for r in folded),
+            k,
+        )
     return {job_id: ratios[job_id] for job_id, _ in jobs if job_id in ratios}
 
 
