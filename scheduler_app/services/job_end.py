@@ -9,7 +9,6 @@ Without workers (the embedded demo, ATTUNE_PROGRESS_APPLY_S=0) they run within j
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.db import transaction
@@ -20,8 +19,7 @@ from profiles_app.services import interference_kappa_refit, placement_penalty_re
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import Job, JobEndPending
 from scheduler_app.services.admission import admission_outcome_record
-
-logger = logging.getLogger(__name__)
+from scheduler_app.services.job_batches import job_batches_run
 
 FOLLOWUPS_PER_BATCH = 200  # job ends per transaction of the applier
 
@@ -86,22 +84,14 @@ def _followups_apply(job_ids: list[int]) -> int:
 
 
 def job_end_followups_run() -> int:
-    """The applier's part for ended jobs: every pending follow-up, a batch of jobs per transaction. A
-    batch that fails runs again job by job, so one job's failure (a bug) holds back only that job's;
-    it is logged and retried on each run. Returns the job ends followed up."""
-    done, after = 0, 0
-    while job_ids := list(
-        JobEndPending.objects.filter(job_id__gt=after)
-        .order_by("job_id")
-        .values_list("job_id", flat=True)[:FOLLOWUPS_PER_BATCH]
-    ):
-        try:
-            done += _followups_apply(job_ids)
-        except Exception:
-            for job_id in job_ids:
-                try:
-                    done += _followups_apply([job_id])
-                except Exception:
-                    logger.exception("job %s: the follow-ups of its end failed", job_id)
-        after = job_ids[-1]
-    return done
+    """The applier's part for ended jobs: every pending follow-up, a batch of jobs per transaction (one
+    job's failure holds back only its own; logged, retried on each run). Returns the ends followed up."""
+    return job_batches_run(
+        next_job_ids=lambda after: list(
+            JobEndPending.objects.filter(job_id__gt=after)
+            .order_by("job_id")
+            .values_list("job_id", flat=True)[:FOLLOWUPS_PER_BATCH]
+        ),
+        apply=_followups_apply,
+        failure="the follow-ups of its end failed",
+    )

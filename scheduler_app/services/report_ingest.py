@@ -30,6 +30,7 @@ from scheduler_app.selectors.agent_reports import (
     reports_mark_applied,
 )
 from scheduler_app.services.agents import AGENT_CLOCK_SKEW, clean_text
+from scheduler_app.services.job_batches import job_batches_run
 from scheduler_app.services.profiling import profiling_reports_ingest
 from scheduler_app.services.report_apply import LeaseReport, reports_apply
 
@@ -247,18 +248,11 @@ def agent_reports_apply_run() -> int:
     transaction, skipping the jobs another transaction holds (a round: their reports go next run).
     A batch that fails is applied again job by job, so that one job's bad report (a bug) holds back
     only that job's; it is logged and retried on each run. Returns the reports applied."""
-    applied, after = 0, 0
-    while job_ids := pending_report_job_ids(after_job_id=after, limit=APPLY_JOBS_PER_BATCH):
-        try:
-            applied += agent_reports_apply_pending(job_ids=job_ids, skip_locked=True)
-        except Exception:
-            for job_id in job_ids:
-                try:
-                    applied += agent_reports_apply_pending(job_ids=[job_id], skip_locked=True)
-                except Exception:
-                    logger.exception("job %s: pending agent reports could not be applied", job_id)
-        after = job_ids[-1]
-    return applied
+    return job_batches_run(
+        next_job_ids=lambda after: pending_report_job_ids(after_job_id=after, limit=APPLY_JOBS_PER_BATCH),
+        apply=lambda job_ids: agent_reports_apply_pending(job_ids=job_ids, skip_locked=True),
+        failure="pending agent reports could not be applied",
+    )
 
 
 def agent_reports_apply_request() -> None:
