@@ -100,11 +100,17 @@ def pending_reports(*, job_ids: Iterable[int]) -> list[AgentReport]:
     ids = sorted(set(job_ids))
     if not ids:
         return []
-    sql = (
-        f"SELECT r.id, r.lease_id, r.seq, r.kind, r.at, r.data FROM {quoted_table(AgentReportPending)} p"
-        f" JOIN {quoted_table(AgentReport)} r ON r.id = p.report_id"
+    pending = (
+        f"SELECT p.report_id FROM {quoted_table(AgentReportPending)} p"
         f" WHERE p.job_id IN ({', '.join(['%s'] * len(ids))})"
     )
+    # The reports are found by their primary key, never by a join the planner may choose to hash: the
+    # work list churns faster than autovacuum analyzes it, so PostgreSQL guesses it holds thousands of
+    # rows and read the whole report history (days of reports) for a few hundred (23 ms against 1.3
+    # ms at 42,000 stored reports, 2026-11-27). ARRAY(subquery) is PostgreSQL's; SQLite's IN is fine.
+    found = f"= ANY(ARRAY({pending}))" if connection.vendor == "postgresql" else f"IN ({pending})"
+    columns = "r.id, r.lease_id, r.seq, r.kind, r.at, r.data"
+    sql = f"SELECT {columns} FROM {quoted_table(AgentReport)} r WHERE r.id {found}"
     return model_rows(AgentReport, sql, ids)
 
 

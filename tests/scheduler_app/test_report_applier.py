@@ -239,3 +239,37 @@ def test_reports_whose_jobs_a_round_holds_are_acknowledged_and_applied_after_it(
     job = Job.objects.get(pk=held.job_id)
     assert job.state == JobState.COMPLETED and job.done_iters == 1000 and pending_count() == 0
     assert AgentReport.objects.count() == 3
+
+
+def test_pending_reports_are_found_by_key_not_by_reading_the_report_history(deferred):
+    """The work list churns faster than autovacuum analyzes it, so PostgreSQL overestimates it; the
+    reports must still be found through their primary key, not by scanning every report ever stored."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the plan is PostgreSQL's")
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler_app.selectors.agent_reports import pending_reports
+
+    lease = running_lease()
+    report_table, pending_table = AgentReport._meta.db_table, AgentReportPending._meta.db_table
+    with connection.cursor() as cursor:
+        # Days of history, analyzed; and a work list that churned: 40,000 rows come and gone.
+        cursor.execute(
+            f"INSERT INTO {report_table}"
+            f" (allocation_id, lease_id, seq, kind, at, data, batch_id, received_at)"
+            f" SELECT %s, %s, s, 'progress', now(), '{{}}', gen_random_uuid(), now()"
+            f" FROM generate_series(1000, 40999) s",
+            [lease.pk, lease.lease_id],
+        )
+        cursor.execute(f"INSERT INTO {pending_table} (report_id, job_id) SELECT id, 0 FROM {report_table}")
+        cursor.execute(f"DELETE FROM {pending_table}")
+        cursor.execute(f"ANALYZE {report_table}")
+    agent_reports_ingest(server=lease.server, reports=[progress(lease, 1, 10), progress(lease, 2, 20)])
+    with CaptureQueriesContext(connection) as queries:
+        found = pending_reports(job_ids=[lease.job_id])
+    assert sorted(r.seq for r in found) == [1, 2]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + queries.captured_queries[-1]["sql"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    print(plan)
+    assert f"Seq Scan on {report_table}" not in plan, plan
