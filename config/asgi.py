@@ -1,12 +1,12 @@
 """ASGI entry point, what the image runs (gunicorn with uvicorn workers): the agents' long-poll
 (config/agent_wait.py) natively async, every other request to Django's WSGI application on a pool of
-threads (a2wsgi). Threads that live as long as the process keep Django's persistent database
-connections (CONN_MAX_AGE); Django's own ASGI handler would open one per request.
+threads (config/wsgi_bridge.py: one hand-over between the loop and a thread per request). Threads
+that live as long as the process keep Django's persistent database connections (CONN_MAX_AGE);
+Django's own ASGI handler would open one per request.
 """
 
 import os
 
-from a2wsgi import WSGIMiddleware
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -16,8 +16,9 @@ from django.conf import settings  # noqa: E402  (after the settings module is ch
 
 from config.agent_wait import WAIT_PATH, agent_wait_app, wake_hub  # noqa: E402
 from config.gc_freeze import startup_objects_freeze  # noqa: E402
+from config.wsgi_bridge import BufferedWSGI  # noqa: E402
 
-django_app = WSGIMiddleware(django_wsgi, workers=settings.ATTUNE_WEB_THREADS)
+django_app = BufferedWSGI(django_wsgi, workers=settings.ATTUNE_WEB_THREADS)
 startup_objects_freeze()  # last: what is loaded by now lives as long as the process
 
 
