@@ -38,7 +38,7 @@ from scheduler_app.selectors.jobs import (
     job_manageable,
     job_queue_page_queryset,
 )
-from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpus
+from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpu_count, server_busy_gpus
 from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue
 from scheduler_app.selectors.round_jobs import JobLike, JobNow, RoundJob, round_jobs_read, round_jobs_recheck
 from scheduler_app.selectors.rounds import (
@@ -104,6 +104,7 @@ __all__ = [
     "round_inputs",
     "round_jobs_read",
     "round_jobs_recheck",
+    "server_busy_gpu_count",
     "server_busy_gpus",
     "team_quotas_left",
 ]

@@ -62,6 +62,13 @@ def active_leases() -> list[ActiveLease]:
     return leases
 
 
+def server_busy_gpu_count(*, server_id: int) -> int:
+    """GPUs of one server held by active leases: what one agent's register or return needs, where the
+    whole cluster's count (`server_busy_gpus`) cost 20 ms at 1,000 servers, for each of them after a
+    restart of the control plane."""
+    return AllocationGpu.objects.filter(released_at__isnull=True, allocation__server_id=server_id).count()
+
+
 def server_busy_gpus() -> dict[int, int]:
     """Server id -> GPUs held by active leases."""
     return dict(

@@ -22,7 +22,7 @@ from cluster_app.services import (
 )
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AgentReport
-from scheduler_app.selectors import server_busy_gpus
+from scheduler_app.selectors import server_busy_gpu_count
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ def agent_register(*, server: Server, inventory: NodeInventory) -> Server:
 
     Capacity may have appeared (a new or returning server), so an early round is requested.
     """
-    server = node_register(server=server, inventory=inventory, busy_gpus=server_busy_gpus().get(server.pk, 0))
+    busy_gpus = server_busy_gpu_count(server_id=server.pk)
+    server = node_register(server=server, inventory=inventory, busy_gpus=busy_gpus)
     scheduling_round_request_on_commit(trigger="register")
     return server
 
@@ -73,7 +74,8 @@ def agent_heartbeat(*, server: Server, usage: UsageReport) -> Server:
     if server.state not in UNRESPONSIVE_STATES:
         return node_heartbeat(server=server, usage=usage)
     with transaction.atomic():
-        server = node_heartbeat(server=server, usage=usage, busy_gpus=server_busy_gpus().get(server.pk, 0))
+        busy_gpus = server_busy_gpu_count(server_id=server.pk)
+        server = node_heartbeat(server=server, usage=usage, busy_gpus=busy_gpus)
         if server.state not in UNRESPONSIVE_STATES:
             scheduling_round_request_on_commit(trigger="node_back")
     return server

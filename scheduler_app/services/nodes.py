@@ -19,7 +19,7 @@ from cluster_app.services import (
     server_states_refresh,
 )
 from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
-from scheduler_app.selectors import server_busy_gpus
+from scheduler_app.selectors import server_busy_gpu_count, server_busy_gpus
 from scheduler_app.selectors.agents import NODE_FAIL_END_REASON
 from scheduler_app.services.job_control import job_allocations_end, job_interruption_events
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
@@ -85,11 +85,11 @@ def node_drain(*, server: Server, reason: str = "") -> Server:
     # Count its leases only under the server lock: a round holds that lock while it places work.
     server = server_lock(server=server)
     agents_wake_on_commit([server.pk])  # the agent hears of the drain at once
-    return server_drain(server=server, reason=reason, busy_gpus=server_busy_gpus().get(server.pk, 0))
+    return server_drain(server=server, reason=reason, busy_gpus=server_busy_gpu_count(server_id=server.pk))
 
 
 @transaction.atomic
 def node_resume(*, server: Server) -> Server:
     """Put a draining or drained server back into service."""
     server = server_lock(server=server)
-    return server_resume(server=server, busy_gpus=server_busy_gpus().get(server.pk, 0))
+    return server_resume(server=server, busy_gpus=server_busy_gpu_count(server_id=server.pk))

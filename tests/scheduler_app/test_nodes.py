@@ -99,3 +99,26 @@ def test_drain_through_the_service_counts_leases_under_lock(user):
     scheduling_round_run()
     assert node_drain(server=server, reason="maintenance").state == NodeState.DRAINING
     assert node_resume(server=server).state == NodeState.MIXED
+
+
+def test_a_servers_busy_gpus_are_counted_alone_and_as_the_cluster_count_says(user):
+    from scheduler_app.selectors import server_busy_gpu_count, server_busy_gpus
+
+    one, two, idle = make_server("gpu01", gpus=4), make_server("gpu02", gpus=4), make_server("gpu03", gpus=4)
+    for gpus in (4, 2, 1):
+        submit(user, gpus=gpus)
+    scheduling_round_run()
+    cluster = server_busy_gpus()
+    assert sum(cluster.values()) == 7
+    assert [server_busy_gpu_count(server_id=s.pk) for s in (one, two, idle)] == [
+        cluster.get(s.pk, 0) for s in (one, two, idle)
+    ]
+    ended = Allocation.objects.filter(ended_at__isnull=True).order_by("id").first()
+    from django.db import transaction
+
+    from scheduler_app.services.job_control import allocations_end
+
+    with transaction.atomic():
+        allocations_end(allocation_ids=[ended.pk], reason="test", now=timezone.now())
+    assert server_busy_gpu_count(server_id=ended.server_id) == server_busy_gpus().get(ended.server_id, 0)
+    assert sum(server_busy_gpus().values()) == 7 - ended.num_gpus
