@@ -8,7 +8,10 @@ their query count: 1. everything new; 2. nothing changed (median of `--repeats`)
 of the jobs finished (job_finish on running jobs). Baseline in the same run, before each round: the
 pure core, engine.schedule_round, on the inputs the round's own selector builds (round_inputs over
 the same rows); `x core` is the round's median duration over the core's, i.e. what the
-database adds. The databases are dropped at the end, also on error."""
+database adds. `--no-forecast`: each round alone, as the rounds' worker runs it, without the inline
+refresh of every live job's forecast that the embedded mode runs after it (seconds of CPU a round at
+1,000 jobs): for measuring the round beside another bench, which that refresh would slow. The
+databases are dropped at the end, also on error."""
 
 from __future__ import annotations
 
@@ -93,14 +96,18 @@ def core_baseline(repeats: int) -> tuple[float, float, int]:
     return inputs_s, core_s, len(inputs.views)
 
 
-def live_round() -> tuple[Any, float, int]:
-    """One scheduling_round_run: the SchedulingRound, its wall time and its number of queries."""
+def live_round(*, forecast: bool) -> tuple[Any, float, int]:
+    """One scheduling_round_run: the SchedulingRound, its wall time and its number of queries;
+    `forecast`: with the embedded mode's inline forecast refresh after it."""
+    from contextlib import nullcontext
+
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from scheduler_app.services.rounds import scheduling_round_run
 
-    with CaptureQueriesContext(connection) as queries:
+    no_refresh = mock.patch("scheduler_app.services.rounds.job_forecasts_refresh_request_on_commit")
+    with CaptureQueriesContext(connection) as queries, nullcontext() if forecast else no_refresh:
         start = time.perf_counter()
         sround = scheduling_round_run(trigger="bench")
         wall_s = time.perf_counter() - start
@@ -134,12 +141,12 @@ def finish_jobs(count: int, seed: int) -> int:
     return len(chosen)
 
 
-def measure(*, repeats: int, core_repeats: int) -> dict[str, Any]:
+def measure(*, repeats: int, core_repeats: int, forecast: bool) -> dict[str, Any]:
     """Core baseline on the current state, then the live round (`repeats` times: median)."""
     inputs_s, core_s, runnable = core_baseline(core_repeats)
     walls, rounds, sround, queries = [], [], None, 0
     for _ in range(repeats):
-        sround, wall_s, queries = live_round()
+        sround, wall_s, queries = live_round(forecast=forecast)
         walls.append(wall_s)
         rounds.append(sround.duration_ms / 1e3)
     return {
@@ -157,10 +164,11 @@ def measure(*, repeats: int, core_repeats: int) -> dict[str, Any]:
 
 def scenario(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Rounds 1 (all new), 2 (unchanged) and 3 (after some jobs finished) from the populated state."""
-    results = {"1 all new": measure(repeats=1, core_repeats=args.core_repeats)}
-    results[f"2 unchanged (x{args.repeats})"] = measure(repeats=args.repeats, core_repeats=args.core_repeats)
+    kwargs = {"core_repeats": args.core_repeats, "forecast": not args.no_forecast}
+    results = {"1 all new": measure(repeats=1, **kwargs)}
+    results[f"2 unchanged (x{args.repeats})"] = measure(repeats=args.repeats, **kwargs)
     finished = finish_jobs(round(args.finish * args.jobs), args.seed)
-    results[f"3 after {finished} done"] = measure(repeats=1, core_repeats=args.core_repeats)
+    results[f"3 after {finished} done"] = measure(repeats=1, **kwargs)
     return results
 
 
@@ -173,6 +181,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="live repeats of the unchanged round 2")
     parser.add_argument("--core-repeats", type=int, default=5, help="repeats of the core baseline")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--no-forecast", action="store_true", help="leave out the embedded mode's inline forecast refresh"
+    )
     parser.add_argument("--db", default="attune_bench_round", help="database to create and drop")
     parser.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
     args = parser.parse_args()
@@ -220,12 +231,17 @@ def main() -> int:
         " core = engine.schedule_round alone on the inputs round_inputs builds; round ms = the round's"
         " transaction (SchedulingRound.duration_ms: decided and committed, agents woken), which is all a"
         " round costs the service's rounds worker (the forecast refresh after it is a task on the"
-        " `forecasts` queue); embedded + forecast = the whole scheduling_round_run in the embedded mode,"
-        " where that refresh of every live job runs inline after the commit"
+        + (
+            " `forecasts` queue); embedded = the whole scheduling_round_run, the inline forecast refresh"
+            " left out (--no-forecast)"
+            if args.no_forecast
+            else " `forecasts` queue); embedded + forecast = the whole scheduling_round_run in the embedded"
+            " mode, where that refresh of every live job runs inline after the commit"
+        )
     )
     print_table(
         ["round", "runnable", "placed", "preempted", "waiting", "queries", "round ms",
-         "embedded + forecast ms",
+         "embedded ms" if args.no_forecast else "embedded + forecast ms",
          "best ms", "inputs ms", "core ms", "x core"],
         rows,
     )  # fmt: skip
