@@ -145,24 +145,37 @@ def _start_command(allocation: Allocation, parts: Sequence[JobPart], gpu_uuids: 
     return command
 
 
-def _live_leases(server_id: int) -> tuple[set[UUID], bool]:
-    """The ids of the server's live leases (not ended, job RUNNING), and whether a profiling run runs
-    on it: one hand-written statement, as every sync of every agent asks it. The ORM builds the same
-    SQL for 2 to 3 ms of CPU each time (10 to 30 times what running it costs), which a thousand agents
-    pay a hundred times a second."""
+def live_leases_sql() -> str:
+    """`_live_leases`' statement; its parameters: the server, RUNNING, the profiling run's RUNNING and
+    the server twice.
+
+    The job's state is read by its primary key, lease by lease: the server's few leases come first
+    whatever the planner's statistics say. Prepared, the statement gets a generic plan after five runs;
+    with no statistics yet (a new database, or autovacuum behind), a join's plan once started from
+    every RUNNING job (the index on the job's state) and looked for this server's leases among them:
+    13 ms a sync instead of 0.05 at 3,000 running jobs, half of PostgreSQL's time under the fleet
+    (2026-11-27).
+    """
     qn = connection.ops.quote_name
     allocation, job, run = (qn(m._meta.db_table) for m in (Allocation, Job, ProfilingRun))
-    sql = (
-        f"SELECT a.lease_id, 0 FROM {allocation} a JOIN {job} j ON j.id = a.job_id"
-        f" WHERE a.server_id = %s AND a.ended_at IS NULL AND j.state = %s"
+    return (
+        f"SELECT a.lease_id, 0 FROM {allocation} a WHERE a.server_id = %s AND a.ended_at IS NULL"
+        f" AND (SELECT j.state FROM {job} j WHERE j.id = a.job_id) = %s"
         f" UNION ALL SELECT NULL, 1 WHERE EXISTS"
         # A GENIE run's peer server measures its part too (profiles_app/genie_profiling.py).
         f" (SELECT 1 FROM {run} p WHERE p.status = %s AND (p.server_id = %s"
         f" OR (p.peer_server_id = %s AND p.peer_released_at IS NULL)))"
     )
+
+
+def _live_leases(server_id: int) -> tuple[set[UUID], bool]:
+    """The ids of the server's live leases (not ended, job RUNNING), and whether a profiling run runs
+    on it: one hand-written statement, as every sync of every agent asks it. The ORM builds the same
+    SQL for 2 to 3 ms of CPU each time (10 to 30 times what running it costs), which a thousand agents
+    pay a hundred times a second."""
     with connection.cursor() as cursor:
         params = [server_id, JobState.RUNNING.value, ProfilingRunStatus.RUNNING.value, server_id, server_id]
-        cursor.execute(sql, params)
+        cursor.execute(live_leases_sql(), params)
         rows = cursor.fetchall()
     # PostgreSQL hands back UUIDs, SQLite their 32 hex digits.
     live = {v if isinstance(v, UUID) else UUID(v) for v, is_run in rows if not is_run}

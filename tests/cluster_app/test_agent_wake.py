@@ -348,8 +348,8 @@ def asgi_server(wake, monkeypatch) -> Iterator[str]:
     from config import asgi
 
     monkeypatch.setattr(agent_wait, "_hub", None)  # a hub of this server's event loop
-    # Django's threads (config/wsgi_bridge.py's pool) close their connections after each request, so that none is
-    # left open on the test database when the test ends.
+    # Django's threads (config/wsgi_bridge.py's pool) close their connections after each request, so
+    # that none is left open on the test database when the test ends.
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
