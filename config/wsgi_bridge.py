@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import io
+import itertools
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -121,7 +122,7 @@ class BufferedWSGI:
             asyncio.run_coroutine_threadsafe(send(message), loop).result()
 
         send_now({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
-        for chunk in [*answer.written, *chunks]:
+        for chunk in itertools.chain(answer.written, chunks):  # as produced: a generator is not read ahead
             if chunk:
                 send_now({"type": "http.response.body", "body": chunk, "more_body": True})
         send_now({"type": "http.response.body", "body": b""})

@@ -25,6 +25,7 @@ class Recorder:
     def __init__(self) -> None:
         self.ran_on: list[int] = []
         self.closed_on: list[int] = []
+        self.produced = 0  # chunks of a streaming answer taken from its generator so far
 
     def __call__(self, environ, start_response):
         self.ran_on.append(threading.get_ident())
@@ -34,14 +35,19 @@ class Recorder:
         start_response("201 Created", [("Content-Type", "text/plain"), ("X-Path", path)])
         chunks = [b"got ", str(len(body)).encode(), b" bytes: ", body[:16]]
         if path == "/stream":
-            chunks = [f"part {i};".encode() for i in range(50)]
+            chunks = self._parts(50)
         return Answer(chunks, streaming=path == "/stream", on_close=self.closed_on)
+
+    def _parts(self, count: int):
+        for i in range(count):
+            self.produced += 1
+            yield f"part {i};".encode()
 
 
 class Answer:
     """A response iterable with Django's `streaming` flag and a close() that records its thread."""
 
-    def __init__(self, chunks: list[bytes], *, streaming: bool, on_close: list[int]) -> None:
+    def __init__(self, chunks, *, streaming: bool, on_close: list[int]) -> None:
         self._chunks, self.streaming, self._on_close = chunks, streaming, on_close
 
     def __iter__(self):
@@ -63,13 +69,13 @@ def closed_on_its_thread(app: Recorder) -> bool:
 @pytest.fixture
 def served(monkeypatch) -> Iterator[tuple[str, Recorder, list[int]]]:
     """The bridge around a Recorder under uvicorn on a free port; (base URL, the app, hand-overs from a
-    thread to the loop, one entry per run_coroutine_threadsafe)."""
+    thread to the loop: one entry per run_coroutine_threadsafe, how many chunks were produced by then)."""
     app = Recorder()
     crossings: list[int] = []
     real = asyncio.run_coroutine_threadsafe
 
     def counted(coro, loop):
-        crossings.append(1)
+        crossings.append(app.produced)
         return real(coro, loop)
 
     monkeypatch.setattr(wsgi_bridge.asyncio, "run_coroutine_threadsafe", counted)
@@ -140,6 +146,7 @@ def test_a_streaming_answer_is_sent_in_order_from_its_thread(served):
     assert response.status_code == 201
     assert response.text == "".join(f"part {i};" for i in range(50))
     assert len(crossings) == 52  # its start, 50 chunks, its end
+    assert crossings == [0, *range(1, 51), 50]  # each chunk sent as it is produced, none read ahead
     assert closed_on_its_thread(app)
 
 
