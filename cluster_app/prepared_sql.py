@@ -5,7 +5,11 @@ of them every time (`python -m bench.sync_cost`: the PostgreSQL backend's CPU pe
 about 2.2 ms to 1.0 ms once prepared, docs/performance.md). Within `prepared_statements()`, every SELECT,
 INSERT, UPDATE, DELETE or WITH statement that has parameters is PREPAREd once per database connection
 (named by a hash of its text) and then run as EXECUTE; PostgreSQL plans it afresh for its first five
-runs and then keeps a generic plan when that is no worse. Statements are session objects in
+runs and then keeps a generic plan when that is no worse. A generic plan is chosen without the values
+and, on a new database or one that autovacuum has not analyzed yet, without statistics: a statement
+here must have one good plan whatever they say (scheduler_app/selectors/agents.py `live_leases_sql`,
+whose join once started from every RUNNING job; tests/scheduler_app/test_live_leases_plan.py shows
+how to check one). Statements are session objects in
 PostgreSQL: they outlive a rolled-back transaction, and go with the connection (Django's persistent
 connections keep them for CONN_MAX_AGE). Statements with different text (an IN list of 3 leases or
 of 4) are different statements; at most MAX_PER_CONNECTION are kept, later ones run unprepared.
