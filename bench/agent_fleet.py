@@ -92,6 +92,21 @@ def service_env(database_url: str, redis_url: str, interval_s: float) -> dict[st
     }
 
 
+def healthz_wait(base_url: str, web: subprocess.Popen, *, failure: str, timeout_s: float = 60.0) -> None:
+    """Until the web tier at `base_url` answers `/healthz`; RuntimeError(`failure`) if its process ends
+    or `timeout_s` pass first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if web.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(failure)
+        time.sleep(0.3)
+
+
 @contextmanager
 def processes(env: dict[str, str], *, workers: int | None) -> Iterator[tuple[str, dict[str, int]]]:
     """gunicorn (config/gunicorn.conf.py) on a free port, a Celery worker with beat and one of the
@@ -121,16 +136,7 @@ def processes(env: dict[str, str], *, workers: int | None) -> Iterator[tuple[str
     )  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if web.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not start; see {logs}/web.log")
-            time.sleep(0.3)
+        healthz_wait(base_url, web, failure=f"gunicorn did not start; see {logs}/web.log")
         logger.info("web tier at %s (logs in %s)", base_url, logs)
         yield base_url, {"web": web.pid, "rounds": worker.pid, "forecasts": forecasts.pid}
     finally:

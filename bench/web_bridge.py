@@ -18,17 +18,15 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 
-import httpx
 import psutil
 
-from bench.agent_fleet import _free_port, service_env
+from bench.agent_fleet import _free_port, healthz_wait, service_env
 from bench.common import print_table
 from bench.lean_http import LeanClient
 from bench.live_common import bench_database, django_setup, logger, logging_setup
@@ -80,16 +78,7 @@ def web_tier(env: dict[str, str], app: str) -> Iterator[tuple[str, int]]:
     )  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if web.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn serving {app} did not start")
-            time.sleep(0.3)
+        healthz_wait(base_url, web, failure=f"gunicorn serving {app} did not start")
         yield base_url, web.pid
     finally:
         web.terminate()

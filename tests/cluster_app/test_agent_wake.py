@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +39,7 @@ from scheduler_app.services.job_control import job_cancel
 from scheduler_app.services.nodes import node_drain
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import SYNC, lease_of, make_server, submit, usage_sample
+from tests.asgi_server import uvicorn_serving
 
 
 def _redis_up() -> bool:
@@ -344,29 +344,15 @@ def test_a_wake_that_lands_while_the_generation_is_read_is_not_lost():
 @pytest.fixture
 def asgi_server(wake, monkeypatch) -> Iterator[str]:
     """config.asgi's application under uvicorn on a free port, in a thread; its base URL."""
-    uvicorn = pytest.importorskip("uvicorn")
+    pytest.importorskip("uvicorn")
     from config import asgi
 
     monkeypatch.setattr(agent_wait, "_hub", None)  # a hub of this server's event loop
     # Django's threads (config/wsgi_bridge.py's pool) close their connections after each request, so
     # that none is left open on the test database when the test ends.
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(asgi.application, host="127.0.0.1", port=port, lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
-    assert not thread.is_alive()
+    with uvicorn_serving(asgi.application, lifespan="on") as base_url:
+        yield base_url
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ thread that ran its request (Django's database connections are per thread)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,8 +14,9 @@ import pytest
 
 from config import wsgi_bridge
 from config.wsgi_bridge import BufferedWSGI
+from tests.asgi_server import uvicorn_serving
 
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 
 
 class Recorder:
@@ -79,23 +79,8 @@ def served(monkeypatch) -> Iterator[tuple[str, Recorder, list[int]]]:
         return real(coro, loop)
 
     monkeypatch.setattr(wsgi_bridge.asyncio, "run_coroutine_threadsafe", counted)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        BufferedWSGI(app, workers=2), host="127.0.0.1", port=port, lifespan="off", log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", app, crossings
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with uvicorn_serving(BufferedWSGI(app, workers=2)) as base_url:
+        yield base_url, app, crossings
 
 
 def test_a_request_is_answered_whole_with_no_hand_over_but_the_threads_result(served):
