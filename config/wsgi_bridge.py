@@ -36,7 +36,7 @@ Message = dict[str, Any]
 
 
 class _Answer:
-    """A response built on a request's thread: its status, headers and body, or None where it was a
+    """A response built on a request's thread: its status, headers and body; `streamed` where it was a
     streaming one, already sent from that thread."""
 
     def __init__(self) -> None:
