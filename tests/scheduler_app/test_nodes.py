@@ -3,10 +3,13 @@
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from cluster_app.models import NodeState
 from scheduler_app.models import Allocation, Job, JobEvent, JobState
+from scheduler_app.selectors import server_busy_gpu_count, server_busy_gpus
+from scheduler_app.services.job_control import allocations_end
 from scheduler_app.services.nodes import node_drain, node_liveness_sweep_run, node_resume
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import active, lease_of, make_server, submit
@@ -102,8 +105,6 @@ def test_drain_through_the_service_counts_leases_under_lock(user):
 
 
 def test_a_servers_busy_gpus_are_counted_alone_and_as_the_cluster_count_says(user):
-    from scheduler_app.selectors import server_busy_gpu_count, server_busy_gpus
-
     one, two, idle = make_server("gpu01", gpus=4), make_server("gpu02", gpus=4), make_server("gpu03", gpus=4)
     for gpus in (4, 2, 1):
         submit(user, gpus=gpus)
@@ -114,10 +115,6 @@ def test_a_servers_busy_gpus_are_counted_alone_and_as_the_cluster_count_says(use
         cluster.get(s.pk, 0) for s in (one, two, idle)
     ]
     ended = Allocation.objects.filter(ended_at__isnull=True).order_by("id").first()
-    from django.db import transaction
-
-    from scheduler_app.services.job_control import allocations_end
-
     with transaction.atomic():
         allocations_end(allocation_ids=[ended.pk], reason="test", now=timezone.now())
     assert server_busy_gpu_count(server_id=ended.server_id) == server_busy_gpus().get(ended.server_id, 0)
