@@ -7,6 +7,12 @@ a drain) calls `agents_wake_on_commit`, so the agent syncs within moments of the
 its next interval. Redis is the only shared state: the wait endpoint needs no database, and a wait
 ticket (signed, like a session cookie) stands for the agent's token there.
 
+A commit that wakes many servers at once (a round that placed work on a hundred of them) would have
+their agents sync in the same instant: a burst that queues every other agent's sync behind it on the
+web tier. So the message names the servers in a random order with a spacing, and the wait endpoints
+answer the n-th of them n spacings later (`wake_spacing_s`): a hundred woken agents arrive over a
+second rather than at once, and one woken agent at once.
+
 Without Redis (the embedded demo) waking is off and agents sync at their interval; a Redis that does
 not answer costs a warning, never a failed round: the interval is the fallback.
 """
@@ -14,6 +20,7 @@ not answer costs a warning, never a failed round: the interval is the fallback.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Iterable
 
 import redis
@@ -45,16 +52,50 @@ def wake_redis() -> redis.Redis:
     return _redis(settings.REDIS_URL)
 
 
+def wake_spacing_s(count: int) -> float:
+    """Seconds between the answers of `count` agents woken by one commit: ATTUNE_AGENT_WAKE_SPACING_MS,
+    less when `count` of them would take longer than ATTUNE_AGENT_WAKE_SPREAD_MAX_MS (the commands'
+    delivery must stay within a couple of seconds of the commit)."""
+    if count < 2:
+        return 0.0
+    spacing_s = max(0.0, float(settings.ATTUNE_AGENT_WAKE_SPACING_MS)) / 1000.0
+    spread_max_s = max(0.0, float(settings.ATTUNE_AGENT_WAKE_SPREAD_MAX_MS)) / 1000.0
+    return min(spacing_s, spread_max_s / (count - 1))
+
+
+def wake_message(server_ids: Iterable[int], spacing_s: float) -> str:
+    """The wake channel's message: "<spacing ms>;<id>,<id>,...", the n-th id answered n spacings later."""
+    return f"{spacing_s * 1000.0:g};" + ",".join(map(str, server_ids))
+
+
+def wake_message_parse(data: bytes | str) -> tuple[float, list[int]]:
+    """(spacing s, server ids in their order) of a wake message; malformed parts are left out, and a
+    message without a spacing (an older publisher's) wakes them all at once."""
+    text = data.decode() if isinstance(data, bytes) else str(data)
+    head, separator, body = text.partition(";")
+    spacing_s = 0.0
+    if separator:
+        try:
+            spacing_s = max(0.0, float(head)) / 1000.0
+        except ValueError:
+            spacing_s = 0.0
+    else:
+        body = head
+    return spacing_s, [int(part) for part in body.split(",") if part.strip().isdigit()]
+
+
 def agents_wake(server_ids: Iterable[int]) -> None:
-    """Bump each server's generation and tell the wait endpoints (one round trip)."""
+    """Bump each server's generation and tell the wait endpoints (one round trip), the servers in a
+    random order and spaced (`wake_spacing_s`): no server's agent is always the last one answered."""
     ids = sorted({int(i) for i in server_ids})
     if not ids or not wake_enabled():
         return
+    order = random.sample(ids, len(ids))
     try:
         pipe = wake_redis().pipeline(transaction=False)
-        for server_id in ids:
+        for server_id in ids:  # in id order: the same order in every publisher
             pipe.incr(GENERATION_KEY.format(server_id=server_id))
-        pipe.publish(WAKE_CHANNEL, ",".join(map(str, ids)))
+        pipe.publish(WAKE_CHANNEL, wake_message(order, wake_spacing_s(len(order))))
         pipe.execute()
     except redis.RedisError as exc:
         logger.warning("could not wake the agents of servers %s (they sync at their interval): %s", ids, exc)

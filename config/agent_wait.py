@@ -28,6 +28,7 @@ from cluster_app.agent_wake import (
     GENERATION_KEY,
     WAKE_CHANNEL,
     wait_ticket_server,
+    wake_message_parse,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,11 +87,19 @@ class WakeHub:
                 await asyncio.sleep(RECONNECT_S)
 
     def _wake(self, data: bytes | str) -> None:
-        text = data.decode() if isinstance(data, bytes) else str(data)
-        for part in text.split(","):
-            if part.strip().isdigit():
-                for event in self._waiters.get(int(part), ()):
+        """Wake the waiters of the message's servers, the n-th server's n spacings from now (see
+        cluster_app/agent_wake.py): a timer per server, none per waiter that is not there."""
+        spacing_s, server_ids = wake_message_parse(data)
+        loop = asyncio.get_running_loop()
+        for position, server_id in enumerate(server_ids):
+            events = self._waiters.get(server_id)
+            if not events:
+                continue
+            if position == 0 or spacing_s <= 0:
+                for event in events:
                     event.set()
+            else:
+                loop.call_later(position * spacing_s, _set_all, list(events))
 
     def _wake_all(self) -> None:
         for events in self._waiters.values():
@@ -130,6 +139,12 @@ class WakeHub:
                 await self._listener
         if self._redis is not None:
             await self._redis.aclose()
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    # A waiter that timed out meanwhile left its event behind: setting it costs nothing.
+    for event in events:
+        event.set()
 
 
 _hub: WakeHub | None = None

@@ -31,6 +31,9 @@ from cluster_app.agent_wake import (
     wait_ticket,
     wait_ticket_server,
     wake_generation,
+    wake_message,
+    wake_message_parse,
+    wake_spacing_s,
 )
 from cluster_app.services import agent_credential_issue
 from config import agent_wait
@@ -80,7 +83,7 @@ def published(wake) -> Iterator[Callable[[], list[set[int]]]]:
                     break
                 continue
             if message["type"] == "message":
-                got.append({int(part) for part in message["data"].decode().split(",")})
+                got.append(set(wake_message_parse(message["data"])[1]))
         return got
 
     yield read
@@ -266,6 +269,49 @@ def test_agents_wake_bumps_each_server_once_and_publishes_them_in_one_message(wa
     wake.delete(GENERATION_KEY.format(server_id=a), GENERATION_KEY.format(server_id=b))
 
 
+def test_agents_woken_together_are_spaced_within_the_spread(settings):
+    settings.ATTUNE_AGENT_WAKE_SPACING_MS = 20
+    settings.ATTUNE_AGENT_WAKE_SPREAD_MAX_MS = 1000
+    assert wake_spacing_s(1) == 0.0  # one agent: at once
+    assert wake_spacing_s(2) == pytest.approx(0.020)
+    assert wake_spacing_s(51) == pytest.approx(0.020)  # the last one a second after the first
+    assert wake_spacing_s(201) == pytest.approx(1.0 / 200)  # more: closer together, still within 1 s
+    settings.ATTUNE_AGENT_WAKE_SPACING_MS = 0
+    assert wake_spacing_s(100) == 0.0  # spacing off: all at once
+
+
+def test_a_wake_message_keeps_its_order_and_spacing_and_an_unspaced_one_wakes_at_once():
+    assert wake_message_parse(wake_message([9, 3, 5], 0.02).encode()) == (pytest.approx(0.02), [9, 3, 5])
+    assert wake_message_parse(b"3,5") == (0.0, [3, 5])  # a publisher from before the spacing
+    assert wake_message_parse("x;3,,y,7") == (0.0, [3, 7])  # malformed parts left out
+
+
+def test_agents_wake_publishes_its_servers_in_a_random_order_with_their_spacing(wake, settings, monkeypatch):
+    settings.ATTUNE_AGENT_WAKE_SPACING_MS = 20
+    ids = random.sample(range(10**8, 2 * 10**8), 40)
+    pubsub = wake.pubsub()
+    pubsub.subscribe(WAKE_CHANNEL)
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+    try:
+        agents_wake(ids)
+        agents_wake(ids)
+        orders = []
+        deadline = time.monotonic() + 3
+        while len(orders) < 2 and time.monotonic() < deadline:
+            message = pubsub.get_message(timeout=0.2)
+            if message and message["type"] == "message":
+                spacing_s, order = wake_message_parse(message["data"])
+                if set(order) == set(ids):
+                    assert spacing_s == pytest.approx(0.020)
+                    orders.append(order)
+        assert len(orders) == 2 and all(sorted(order) == sorted(ids) for order in orders)
+        # Shuffled: two orders of 40 agree with each other and with id order by chance only (40! to 1).
+        assert orders[0] != orders[1] or orders[0] != sorted(ids)
+    finally:
+        pubsub.close()
+        wake.delete(*[GENERATION_KEY.format(server_id=i) for i in ids])
+
+
 # --- (d) wait tickets ---------------------------------------------------------------------------------
 
 
@@ -336,6 +382,45 @@ def test_a_wake_that_lands_while_the_generation_is_read_is_not_lost():
     started = time.monotonic()
     assert run_in_own_thread(hub.wait(7, 0, timeout_s=3.0)) == (1, True)
     assert time.monotonic() - started < 1.0 and hub.reads == 2
+
+
+def test_waiters_woken_together_are_answered_in_the_message_order_a_spacing_apart():
+    """Five servers' waiters, one message with a 150 ms spacing: the first answered at once, the n-th
+    about n spacings later, in the message's order."""
+
+    class SpacedHub(agent_wait.WakeHub):
+        def __init__(self) -> None:
+            super().__init__("redis://unused")
+            self.generations: dict[int, int] = {}
+
+        def _ensure_listening(self) -> None:
+            pass
+
+        async def generation(self, server_id: int) -> int:
+            return self.generations.get(server_id, 0)
+
+    async def scenario() -> dict[int, float]:
+        hub = SpacedHub()
+        order = [14, 11, 13, 10, 12]
+        answered: dict[int, float] = {}
+
+        async def one(server_id: int) -> None:
+            assert await hub.wait(server_id, 0, timeout_s=5.0) == (1, True)
+            answered[server_id] = time.monotonic() - started
+
+        waiters = [asyncio.create_task(one(server_id)) for server_id in order]
+        await asyncio.sleep(0.1)  # every waiter is waiting
+        hub.generations = dict.fromkeys(order, 1)
+        started = time.monotonic()
+        hub._wake(wake_message(order, 0.150).encode())
+        await asyncio.gather(*waiters)
+        return {position: answered[server_id] for position, server_id in enumerate(order)}
+
+    answered = run_in_own_thread(scenario())
+    assert answered[0] < 0.1
+    for position in range(1, 5):
+        assert position * 0.150 - 0.01 <= answered[position] < position * 0.150 + 0.12, answered
+    assert list(answered.values()) == sorted(answered.values())
 
 
 # --- (e) the long-poll under a real ASGI server --------------------------------------------------------
