@@ -134,14 +134,16 @@ class AgentCredential(models.Model):
 class UsageSample(models.Model):
     """A server-wide usage reading from the agent at one moment."""
 
-    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="usage_samples")
+    # No index of its own, nor a plain (server, sampled_at) one: the unique constraint's index serves
+    # both, and every agent sync writes these rows, each index one more write.
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="usage_samples", db_index=False)
     sampled_at = models.DateTimeField()
     cpu_util_pct = models.FloatField()
     mem_used_gb = models.FloatField()
 
     class Meta:
         ordering = ["-sampled_at"]
-        indexes = [models.Index(fields=["server", "sampled_at"]), models.Index(fields=["sampled_at"])]
+        indexes = [models.Index(fields=["sampled_at"])]  # the roll-up and the retention read by time
         constraints = [
             models.UniqueConstraint(fields=["server", "sampled_at"], name="usage_one_sample_per_instant"),
         ]
@@ -153,14 +155,15 @@ class UsageSample(models.Model):
 class GpuUsageSample(models.Model):
     """One GPU's utilisation and memory at one moment (NVML on real nodes)."""
 
-    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="usage_samples")
+    # As UsageSample's: the unique constraint's (gpu, sampled_at) index is the only one by GPU.
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="usage_samples", db_index=False)
     sampled_at = models.DateTimeField()
     util_pct = models.FloatField()
     mem_used_mb = models.FloatField()
 
     class Meta:
         ordering = ["-sampled_at"]
-        indexes = [models.Index(fields=["gpu", "sampled_at"]), models.Index(fields=["sampled_at"])]
+        indexes = [models.Index(fields=["sampled_at"])]
         constraints = [
             models.UniqueConstraint(fields=["gpu", "sampled_at"], name="gpu_usage_one_sample_per_instant"),
         ]
