@@ -17,11 +17,10 @@ from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
 from cluster_app.models import Server
-from cluster_app.usage_minutes import insert_new
 from config.redis_pool import redis_client
 from profiles_app.selectors import profiling_runs_of_server
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import AgentReport, AgentReportKind, AgentReportPending, Allocation
+from scheduler_app.models import AgentReportKind, Allocation
 from scheduler_app.selectors.agent_reports import (
     jobs_lock,
     leases_of_server,
@@ -33,6 +32,7 @@ from scheduler_app.services.agents import AGENT_CLOCK_SKEW, clean_text
 from scheduler_app.services.job_batches import job_batches_run
 from scheduler_app.services.profiling import profiling_reports_ingest
 from scheduler_app.services.report_apply import LeaseReport, reports_apply
+from scheduler_app.services.report_rows import NewReport, reports_insert_new
 
 logger = logging.getLogger(__name__)
 
@@ -163,42 +163,31 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _S
             known.setdefault((r.lease_id, r.seq), _within_lease_life(r, allocations[r.lease_id], now=now))
     if not known:
         return _Stored(outcome, set(), False)
-    batch_id = uuid.uuid4()
     # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
     # Strings cleaned once, before they are stored (PostgreSQL refuses NUL).
     ordered = [
         replace(known[k], data=clean_text(known[k].data))
         for k in sorted(known, key=lambda k: (str(k[0]), k[1]))
     ]
-    with transaction.atomic():
-        inserted = insert_new(
-            AgentReport,
-            ("lease_id", "seq"),
-            [
-                {
-                    "allocation_id": allocations[r.lease_id].pk,
-                    "lease_id": r.lease_id,
-                    "seq": r.seq,
-                    "kind": r.kind,
-                    "at": r.at,
-                    "data": r.data,
-                    "batch_id": batch_id,
-                    "received_at": now,
-                }
-                for r in ordered
-            ],
-            ("id", "lease_id", "seq"),
-        )
-        fresh = {(UUID(str(lease_id)), seq): report_id for report_id, lease_id, seq in inserted}
-        new = [r for r in ordered if (r.lease_id, r.seq) in fresh]
-        # The applier's work list, in the same transaction: a report stored is a report applied, sooner
-        # or later (an exit left out would leave its job RUNNING).
-        insert_new(
-            AgentReportPending,
-            ("report",),
-            [{"report_id": fresh[r.lease_id, r.seq], "job_id": allocations[r.lease_id].job_id} for r in new],
-            ("report",),
-        )
+    # The applier's work list goes in with the reports: a report stored is a report applied, sooner
+    # or later (an exit left out would leave its job RUNNING).
+    fresh = reports_insert_new(
+        [
+            NewReport(
+                allocation_id=allocations[r.lease_id].pk,
+                job_id=allocations[r.lease_id].job_id,
+                lease_id=r.lease_id,
+                seq=r.seq,
+                kind=r.kind,
+                at=r.at,
+                data=r.data,
+            )
+            for r in ordered
+        ],
+        batch_id=uuid.uuid4(),
+        received_at=now,
+    )
+    new = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     outcome.acked += [(str(r.lease_id), r.seq) for r in ordered]
     return _Stored(
         outcome,

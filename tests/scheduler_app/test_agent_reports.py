@@ -68,3 +68,46 @@ def test_a_batch_sent_twice_at_once_is_applied_once(user, settings, monkeypatch)
     assert JobEvent.objects.filter(job=job, kind="lease_started").count() == 1
     assert AgentReport.objects.count() == 2
     assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("insert", ["reports_insert_new", "_insert_new_by_rows"])
+def test_new_reports_are_stored_once_each_with_their_work_list_row(user, settings, insert):
+    """On PostgreSQL `reports_insert_new` is one statement (unnest, two inserts); `_insert_new_by_rows`
+    is the path of other databases. Both store only what is new and list it for the applier."""
+    import uuid
+
+    from scheduler_app.models import AgentReportPending
+    from scheduler_app.services import report_rows
+    from scheduler_app.services.report_rows import NewReport
+
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
+    make_server("gpu01", gpus=4)
+    jobs = [submit(user, gpus=2), submit(user, gpus=2)]
+    scheduling_round_run()
+    leases = [lease_of(job) for job in jobs]
+    now = timezone.now()
+
+    def report(lease, seq, kind="progress", data=None):
+        return NewReport(lease.pk, lease.job_id, lease.lease_id, seq, kind, now, data or {"done_iters": seq})
+
+    store = getattr(report_rows, insert)
+    first = [
+        report(leases[0], 1, "started", {"pid": 7, "note": "é ✓"}),
+        report(leases[0], 2),
+        report(leases[1], 1),
+    ]
+    fresh = store(first, batch_id=uuid.uuid4(), received_at=now)
+    assert set(fresh) == {(r.lease_id, r.seq) for r in first}
+    # A retry of part of it with one new report: only that one goes in.
+    again = [report(leases[0], 2), report(leases[1], 1), report(leases[1], 2)]
+    fresh_again = store(again, batch_id=uuid.uuid4(), received_at=now)
+    assert set(fresh_again) == {(leases[1].lease_id, 2)}
+
+    stored = {(r.lease_id, r.seq): r for r in AgentReport.objects.all()}
+    assert len(stored) == 4
+    assert stored[leases[0].lease_id, 1].data == {"pid": 7, "note": "é ✓"}
+    assert stored[leases[0].lease_id, 1].kind == "started" and stored[leases[0].lease_id, 1].at == now
+    assert {key: stored[key].pk for key in [*fresh, *fresh_again]} == {**fresh, **fresh_again}
+    pending = dict(AgentReportPending.objects.values_list("report_id", "job_id"))
+    assert pending == {r.pk: r.allocation.job_id for r in stored.values()}

@@ -1,0 +1,122 @@
+"""A sync's new reports stored with their applier's work-list rows: one statement on PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+from django.db import connection, transaction
+
+from cluster_app.usage_minutes import insert_new
+from scheduler_app.models import AgentReport, AgentReportPending, Allocation
+
+
+@dataclass(frozen=True)
+class NewReport:
+    """A report to store, its lease's allocation and job known."""
+
+    allocation_id: int
+    job_id: int
+    lease_id: UUID
+    seq: int
+    kind: str
+    at: datetime
+    data: dict[str, Any]
+
+
+def reports_insert_new(
+    reports: Sequence[NewReport], *, batch_id: UUID, received_at: datetime
+) -> dict[tuple[UUID, int], int]:
+    """Insert the reports not stored yet, each with its AgentReportPending row (the applier's work list),
+    both or neither; returns (lease_id, seq) -> report id of those inserted now.
+
+    Insert-or-ignore on the (lease_id, seq) unique constraint: a report stored before (a retried sync),
+    or by a concurrent retry of the same batch (it waits on the unique index, then inserts nothing), is
+    left out. Rows go in the order given: callers sort them, so that two overlapping batches take the
+    index's locks in the same order and cannot deadlock.
+    On PostgreSQL one statement whatever the batch's size: the columns as arrays (unnest), the work
+    list in a second data-modifying CTE. It is the same text for every batch, so it is prepared once per
+    connection (cluster_app/prepared_sql.py), where a VALUES list per batch size was a new statement for
+    each size, and both inserts are one round trip. Elsewhere (the embedded SQLite) two inserts.
+    """
+    if not reports:
+        return {}
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _insert_sql(),
+                {
+                    "allocations": [r.allocation_id for r in reports],
+                    "leases": [r.lease_id for r in reports],
+                    "seqs": [r.seq for r in reports],
+                    "kinds": [r.kind for r in reports],
+                    "ats": [r.at for r in reports],
+                    "datas": [json.dumps(r.data) for r in reports],
+                    "batch": batch_id,
+                    "received": received_at,
+                },
+            )
+            return {(UUID(str(lease_id)), seq): report_id for report_id, lease_id, seq in cursor.fetchall()}
+    with transaction.atomic():
+        return _insert_new_by_rows(reports, batch_id=batch_id, received_at=received_at)
+
+
+def _insert_new_by_rows(
+    reports: Sequence[NewReport], *, batch_id: UUID, received_at: datetime
+) -> dict[tuple[UUID, int], int]:
+    """`reports_insert_new` as two inserts of VALUES rows, any database (in the caller's transaction)."""
+    inserted = insert_new(
+        AgentReport,
+        ("lease_id", "seq"),
+        [
+            {
+                "allocation_id": r.allocation_id,
+                "lease_id": r.lease_id,
+                "seq": r.seq,
+                "kind": r.kind,
+                "at": r.at,
+                "data": r.data,
+                "batch_id": batch_id,
+                "received_at": received_at,
+            }
+            for r in reports
+        ],
+        ("id", "lease_id", "seq"),
+    )
+    fresh = {(UUID(str(lease_id)), seq): report_id for report_id, lease_id, seq in inserted}
+    insert_new(
+        AgentReportPending,
+        ("report",),
+        [
+            {"report_id": fresh[r.lease_id, r.seq], "job_id": r.job_id}
+            for r in reports
+            if (r.lease_id, r.seq) in fresh
+        ],
+        ("report",),
+    )
+    return fresh
+
+
+@cache
+def _insert_sql() -> str:
+    qn = connection.ops.quote_name
+    reports, pending = qn(AgentReport._meta.db_table), qn(AgentReportPending._meta.db_table)
+    allocations = qn(Allocation._meta.db_table)
+    return (
+        f"WITH new AS ("
+        f" INSERT INTO {reports} (allocation_id, lease_id, seq, kind, at, data, batch_id, received_at)"
+        f" SELECT v.allocation_id, v.lease_id, v.seq, v.kind, v.at, v.data::jsonb, %(batch)s, %(received)s"
+        f" FROM unnest(%(allocations)s::bigint[], %(leases)s::uuid[], %(seqs)s::bigint[],"
+        f" %(kinds)s::varchar[], %(ats)s::timestamptz[], %(datas)s::text[])"
+        f" AS v(allocation_id, lease_id, seq, kind, at, data)"
+        f" ON CONFLICT (lease_id, seq) DO NOTHING RETURNING id, lease_id, seq, allocation_id),"
+        f" listed AS ("
+        f" INSERT INTO {pending} (report_id, job_id)"
+        f" SELECT new.id, a.job_id FROM new JOIN {allocations} a ON a.id = new.allocation_id)"
+        f" SELECT id, lease_id, seq FROM new"
+    )
