@@ -53,7 +53,7 @@ def gpus_active(*, server_ids: Iterable[int] | None = None) -> list[tuple[int, i
     """(gpu id, server id, index, uuid) of every non-retired GPU, by server then index."""
     qs = Gpu.objects.filter(retired_at__isnull=True)
     if server_ids is not None:
-        qs = qs.filter(server_id__in=list(server_ids))
+        qs = qs.filter(server_id__any=list(server_ids))  # a round passes every server: one array
     return list(qs.order_by("server_id", "index").values_list("id", "server_id", "index", "uuid"))
 
 

@@ -99,14 +99,14 @@ def round_jobs_recheck(job_ids: Iterable[int]) -> dict[int, JobNow]:
         return {}
     rows = list(
         Job.objects.select_for_update(of=("self",), no_key=True)
-        .filter(pk__in=ids)
+        .filter(pk__any=ids)  # cluster_app/lookups.py: one array, not a thousand parameters
         .order_by("id")
         .values_list("id", "state", "held")
     )
     leases: dict[int, set[int]] = defaultdict(set)
     servers: dict[int, set[int]] = defaultdict(set)
     for allocation_id, job_id, server_id in Allocation.objects.filter(
-        job_id__in=ids, ended_at__isnull=True
+        job_id__any=ids, ended_at__isnull=True
     ).values_list("id", "job_id", "server_id"):
         leases[job_id].add(allocation_id)
         servers[job_id].add(server_id)
