@@ -76,7 +76,8 @@ def wake_message_parse(data: bytes | str) -> tuple[float, list[int]]:
     spacing_s = 0.0
     if separator:
         try:
-            spacing_s = max(0.0, float(head)) / 1000.0
+            # Bounded by the longest wait: a wake is never held past the waits it answers.
+            spacing_s = min(max(0.0, float(head)) / 1000.0, AGENT_WAIT_MAX_S)
         except ValueError:
             spacing_s = 0.0
     else:

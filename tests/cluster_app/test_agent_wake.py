@@ -284,6 +284,7 @@ def test_a_wake_message_keeps_its_order_and_spacing_and_an_unspaced_one_wakes_at
     assert wake_message_parse(wake_message([9, 3, 5], 0.02).encode()) == (pytest.approx(0.02), [9, 3, 5])
     assert wake_message_parse(b"3,5") == (0.0, [3, 5])  # a publisher from before the spacing
     assert wake_message_parse("x;3,,y,7") == (0.0, [3, 7])  # malformed parts left out
+    assert wake_message_parse("inf;3") == (60.0, [3])  # never held past the longest wait
 
 
 def test_agents_wake_publishes_its_servers_in_a_random_order_with_their_spacing(wake, settings, monkeypatch):
