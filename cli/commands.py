@@ -308,6 +308,8 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
     # --state may be repeated and each may hold several (squeue -t PD,R).
     wanted = [state for group in args.state or [] for state in group]
     params: dict[str, Any] = {"state": wanted or ([] if args.all else list(LIVE_STATES))}
+    if args.name:
+        params["name"] = args.name
     if args.team:
         params["team"] = args.team
     if args.user:

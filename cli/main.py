@@ -207,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only these states, e.g. COMPLETED or PD,R (squeue's codes); repeatable",
     )
     p.add_argument("--all", action="store_true", help="every state, finished jobs too")
+    p.add_argument("-n", "--name", help="only jobs of this name, exactly (squeue --name)")
     p.add_argument("--team", help="only this team's jobs")
     p.add_argument("--user", help="only this user's jobs (staff see everyone's)")
     p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this array")

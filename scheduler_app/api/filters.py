@@ -87,6 +87,7 @@ class JobFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(
         choices=JobState.choices, distinct=False, help_text="Repeat for several"
     )
+    name = django_filters.CharFilter(field_name="name", help_text="Job name, exactly (squeue --name)")
     team = django_filters.CharFilter(field_name="team__name", help_text="Team name")
     owner = django_filters.CharFilter(field_name="owner__username", help_text="Owner's username")
     workload = django_filters.CharFilter(field_name="workload__name", help_text="Catalog workload name")
@@ -95,4 +96,4 @@ class JobFilter(django_filters.FilterSet):
 
     class Meta:
         model = Job
-        fields = ["state", "team", "owner", "workload", "array_job", "id"]
+        fields = ["state", "name", "team", "owner", "workload", "array_job", "id"]

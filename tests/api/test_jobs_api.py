@@ -171,6 +171,8 @@ def test_list_filters(staff_user, cluster):
         return {j["name"] for j in client.get(f"{JOBS}?{query}").json()["results"]}
 
     assert names("owner=bob") == {"b1", "b2"}
+    assert names("name=b1") == {"b1"}
+    assert names("name=b") == set()  # the whole name, as squeue --name
     assert names("team=nlp") == {"b1"}
     assert names("workload=res18") == {"a1"}
     assert names("state=COMPLETED") == {"b2"}

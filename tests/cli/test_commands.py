@@ -370,6 +370,7 @@ def test_queue_takes_squeues_state_codes_and_lists_the_states_it_knows(service, 
     assert names("-t", "pd") == ["waits"]
     assert names("--state", "R") == ["big"]
     assert names("-t", "R,PD") == names("-t", "running", "-t", "PENDING") == ["big", "waits"]
+    assert names("--name", "waits") == names("-n", "waits") == ["waits"]
     err = usage_error(capsys, "queue", "--state", "active")
     assert (
         "unknown state 'active': choose one of PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, PREEMPTED, "
