@@ -142,7 +142,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["scheduler_app.api.filter_backends.StrictFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "scheduler_app.api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 100,
     # Bodies too large (413) or nested too deeply (400) are refused before they are parsed.

@@ -182,6 +182,25 @@ def test_list_filters(staff_user, cluster):
     assert b1
 
 
+def test_an_unknown_list_parameter_is_refused_naming_it(staff_user, cluster):
+    """A misspelt filter listed every job as if unfiltered; now it is a 400 that names it and says
+    what the list accepts. Pagination and DRF's format stay accepted; a job's detail is not a list."""
+    job = submit(staff_user, name="mine")
+    client = client_for(staff_user)
+    answer = client.get(f"{JOBS}?nmae=mine&stat=RUNNING")
+    assert answer.status_code == 400
+    errors = answer.json()
+    assert set(errors) == {"nmae", "stat"}
+    message = errors["nmae"][0]
+    assert message.startswith("Unknown parameter") and "name" in message and "state" in message
+    assert "limit" in message and "offset" in message
+    page = client.get(f"{JOBS}?name=mine&limit=5&offset=0&format=json")
+    assert page.status_code == 200 and [j["name"] for j in page.json()["results"]] == ["mine"]
+    assert client.get(f"{JOBS}{job.pk}/?nmae=x").status_code == 200
+    assert client.get("/api/v1/workloads/?limit=2").status_code == 200
+    assert set(client.get("/api/v1/workloads/?name=res18").json()) == {"name"}
+
+
 def test_detail_shows_queue_position_estimate_allocations_and_events(user, cluster):
     first = submit(user, gpus=4, name="first", iters=1000)
     scheduling_round_run()
