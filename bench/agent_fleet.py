@@ -413,7 +413,8 @@ def print_results(results: list[FleetResult], p99_ms: float, delivery_p99_s: flo
     )  # fmt: skip
 
 
-def main() -> int:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with --stress and the default warm-up (from the churn) applied."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=500)
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between an agent's syncs")
@@ -457,11 +458,16 @@ def main() -> int:
         action="store_true",
         help="--job-minutes {:g} {:g}: a hundred times the reference's churn".format(*STRESS_JOB_MINUTES),
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.stress:
         args.job_minutes = list(STRESS_JOB_MINUTES)
     if args.warmup is None:
         args.warmup = max(20.0, args.job_minutes[0] * 60 + args.interval)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
     logging_setup()
     results = []
     n = args.agents
