@@ -59,7 +59,7 @@ JOB_GPUS = (1, 1, 2, 4, 1, 2)  # per server: the first four fill its 8 GPUs, the
 # second per 100 servers of 8 GPUs: ten times the Synergy reference's Philly-derived trace (36 jobs an
 # hour on 512 GPUs, 0.016 a second per 100 servers; ../shared/data/synergy/README.md), which is the
 # order of a large production datacenter's average (SenseTime's Helios: 1.58 million GPU jobs in six
-# months on four clusters of some 6,000 GPUs, about 30 an hour per 512 GPUs). So the default is a busy
+# months on four clusters of about 6,400 GPUs, some 30 an hour per 512 GPUs). So the default is a busy
 # hour of a busy cluster, with margin. STRESS_JOB_MINUTES, (1, 5), ends 1.7 a second per 100 servers,
 # a hundred times the reference: a stress for finding where the control plane breaks, not a workload.
 DEFAULT_JOB_MINUTES = (0.5, 42.0)
