@@ -43,12 +43,7 @@ class StrictFilterBackend(DjangoFilterBackend):
         if filterset_class is not None:
             known |= set(filterset_class.base_filters)
         paginator = getattr(view, "paginator", None)
-        for attribute in (
-            "limit_query_param",
-            "offset_query_param",
-            "page_query_param",
-            "page_size_query_param",
-        ):
+        for attribute in PAGINATION_PARAMETERS:
             name = getattr(paginator, attribute, None)
             if name:
                 known.add(name)

@@ -8,13 +8,16 @@ import pytest
 
 from bench.agent_fleet import (
     DEFAULT_JOB_MINUTES,
+    JOB_GPUS,
     REFERENCE_JOB_ENDS_PER_S_PER_100,
     STRESS_JOB_MINUTES,
     FleetResult,
     arguments,
 )
+from bench.fleet_agents import GPUS_PER_SERVER
 
-RUNNING_JOBS_PER_SERVER = 4  # JOB_GPUS' first four fill a server's 8 GPUs
+# The jobs that fill a server's GPUs at the start run at once; the rest of JOB_GPUS waits in the queue.
+RUNNING_JOBS_PER_SERVER = next(n for n in range(len(JOB_GPUS) + 1) if sum(JOB_GPUS[:n]) == GPUS_PER_SERVER)
 
 
 def result(**changes) -> FleetResult:
