@@ -36,6 +36,9 @@ class Allocation(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=32, blank=True)
+    # When a sync answer first carried this lease's `start` (the service's clock): from then on an agent
+    # may run it, so a later lease of the job waits for its exit or its fence (selectors/lease_starts.py).
+    start_sent_at = models.DateTimeField(null=True, blank=True)
     # What the agent reported about the lease (times on the agent's clock).
     agent_started_at = models.DateTimeField(null=True, blank=True)
     accounted_until = models.DateTimeField(
