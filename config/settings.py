@@ -1,5 +1,6 @@
 """Env-driven Django settings (django-environ); defaults give the zero-setup embedded demo (SQLite)."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -33,6 +34,7 @@ INSTALLED_APPS = [
     "profiles_app",
     "scheduler_app",
     "notify_app",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -44,6 +46,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a login that axes refused into the lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -89,6 +93,23 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "web:login"
 LOGIN_REDIRECT_URL = "web:queue"
 LOGOUT_REDIRECT_URL = "web:login"
+# Failed logins (django-axes): the login form, the admin's and POST /api/v1/auth/token/ all authenticate
+# through AxesStandaloneBackend, which counts failures per username and client address together (a wrong
+# password from one address never locks the owner out elsewhere). At the limit that pair is refused with a
+# 429 saying when to retry (scheduler_app/web/lockout.py) until the cool-off has passed since its last
+# failure; a successful login clears the count. ATTUNE_LOGIN_THROTTLE=0 turns it off.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = env.bool("ATTUNE_LOGIN_THROTTLE", default=True)
+AXES_FAILURE_LIMIT = env.int("ATTUNE_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(seconds=env.float("ATTUNE_LOGIN_COOLOFF_S", default=900.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "scheduler_app.web.lockout.lockout_response"
+# Failures are kept (until their cool-off ends); one row per successful login would only grow.
+AXES_DISABLE_ACCESS_LOG = True
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env("TIME_ZONE", default="UTC")

@@ -2,9 +2,12 @@
 
 from functools import cache
 
+from axes.handlers.proxy import AxesProxyHandler
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
+from rest_framework.authtoken.models import Token
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -39,6 +42,7 @@ from scheduler_app.services.job_control import (
     job_release,
 )
 from scheduler_app.services.nodes import node_drain, node_resume
+from scheduler_app.web.lockout import lockout_response
 
 
 @extend_schema_view(
@@ -147,9 +151,32 @@ class TokenView(ObtainAuthToken):
     authentication_classes: list = []
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
 
-    @extend_schema(tags=["auth"], summary="Get your API token: POST your username and password")
+    @extend_schema(
+        responses={
+            200: AuthTokenSerializer,
+            429: OpenApiResponse(
+                description="Too many failed logins for this username from this address: retry after the "
+                "Retry-After header's seconds (ATTUNE_LOGIN_FAILURE_LIMIT, ATTUNE_LOGIN_COOLOFF_S)"
+            ),
+        },
+        tags=["auth"],
+        summary="Get your API token: POST your username and password",
+    )
     def post(self, request: Request, *args, **kwargs) -> Response:
-        return super().post(request, *args, **kwargs)
+        serializer = self.get_serializer(data=request.data)
+        try:
+            serializer.is_valid(raise_exception=True)
+        except ValidationError:
+            # django-axes refused the password check and flagged this (DRF's) request: its middleware
+            # only sees Django's request, so the lockout answer is given here.
+            if getattr(request, "axes_locked_out", False):
+                return lockout_response(request._request)
+            raise
+        user = serializer.validated_data["user"]
+        # No session login here, so no user_logged_in signal: tell axes, which clears the failures.
+        AxesProxyHandler.user_logged_in(sender=type(self), request=request._request, user=user)
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})
 
 
 class ClusterView(APIView):
