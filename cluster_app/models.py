@@ -42,6 +42,12 @@ class Server(models.Model):
         help_text="Seconds of the node per second of a job's profile: 1 on a real node; a fake node's "
         "--time-scale (0.05 runs synthetic jobs 20 times faster)",
     )
+    registered_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its agent last registered its inventory; empty: never (placeholder GPUs from "
+        "node_token or the admin), and the server takes no work until it does",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

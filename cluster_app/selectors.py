@@ -17,6 +17,17 @@ from cluster_app.services import agent_token_digest
 SCHEDULABLE_STATES = frozenset({NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED})
 
 
+def server_takes_work(server: Server) -> bool:
+    """Whether new work may be placed on `server`: its agent registered (the GPUs are real, not
+    node_token's placeholders) and its state is schedulable."""
+    return server.state in SCHEDULABLE_STATES and server.registered_at is not None
+
+
+def servers_taking_work() -> QuerySet[Server]:
+    """The servers that `server_takes_work` admits, as a query."""
+    return Server.objects.filter(state__in=SCHEDULABLE_STATES, registered_at__isnull=False)
+
+
 def server_list() -> QuerySet[Server]:
     return Server.objects.select_related("heartbeat").order_by("name")
 

@@ -5,6 +5,7 @@ from datetime import datetime
 import factory
 from django.contrib.auth import get_user_model
 from django.db.models import F
+from django.utils import timezone
 
 from cluster_app.models import Gpu, Server, ServerHeartbeat
 from profiles_app.catalog import profile_for
@@ -40,6 +41,7 @@ class ServerFactory(factory.django.DjangoModelFactory):
     num_cpus = 24
     mem_gb = 500.0
     gpu_model = "Tesla V100"
+    registered_at = factory.LazyFunction(timezone.now)  # its agent registered (None: never)
 
     @factory.post_generation
     def last_heartbeat_at(self, create: bool, extracted, **kwargs) -> None:

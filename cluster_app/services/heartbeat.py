@@ -9,7 +9,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster_app.models import ClusterUsageMinute, Gpu, GpuUsageSample, Server, ServerHeartbeat, UsageSample
-from cluster_app.services.nodes import UNRESPONSIVE_STATES, server_heartbeat_record, server_revive
+from cluster_app.services.nodes import (
+    UNRESPONSIVE_STATES,
+    ServerNotRegisteredError,
+    server_heartbeat_record,
+    server_revive,
+)
 from cluster_app.usage_minutes import SUM_FIELDS, MinuteSums, insert_new, minute_add, minute_of
 
 
@@ -41,7 +46,12 @@ def node_heartbeat(
     second of samples and liveness, which the next sync restores; reports, whose acks promise
     storage, keep synchronous commits). On PostgreSQL a live server's heartbeat is one statement
     (`_heartbeat_statement`); a server coming back, and the embedded SQLite, take the steps one by one.
+
+    Raises ServerNotRegisteredError, storing nothing, for a server that no agent registered: its GPUs
+    are placeholders, and a heartbeat must not bring it into service.
     """
+    if server.registered_at is None:
+        raise ServerNotRegisteredError(server.name)
     now = now or timezone.now()
     if connection.vendor == "postgresql" and server.state not in UNRESPONSIVE_STATES:
         _heartbeat_statement(server, usage, now)

@@ -42,6 +42,21 @@ class ServerStateError(Exception):
     """A state change that the server's current state does not allow (e.g. resuming a DOWN server)."""
 
 
+class ServerNotRegisteredError(Exception):
+    """An agent synced for a server whose inventory no agent has registered (placeholder GPUs)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"server {name} has not registered: its agent must POST /api/v1/agent/register (an agent "
+            "does at start) before it syncs; the server takes no work until then"
+        )
+
+
+# What an unregistered server says while it waits (node_token, the admin, a resume before registration).
+WAITING_FOR_REGISTRATION = "waiting for its agent to register"
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """What an agent (or an admin) says about one GPU."""
@@ -100,8 +115,13 @@ def server_create(
     nic_gbps: float = 0.0,
     state: str = NodeState.IDLE,
     state_reason: str = "",
+    registered: bool = True,
 ) -> Server:
-    """Create a server with its GPUs in one transaction (constraints reject bad inventories)."""
+    """Create a server with its GPUs in one transaction (constraints reject bad inventories).
+
+    `registered`: the inventory is real (seed data, benchmarks, tests) and the server may take work in
+    its state; False: placeholders (node_token), and the server takes no work until its agent registers.
+    """
     server = Server.objects.create(
         name=name,
         hostname=hostname,
@@ -113,6 +133,7 @@ def server_create(
         nic_gbps=nic_gbps,
         state=state,
         state_reason=state_reason,
+        registered_at=timezone.now() if registered else None,
     )
     Gpu.objects.bulk_create(
         Gpu(server=server, index=g.index, uuid=g.uuid, model=g.model or gpu_model, memory_mb=g.memory_mb)
@@ -148,8 +169,8 @@ def agent_credential_touch(*, credential: AgentCredential, now: datetime | None 
 
 
 def server_revive(server: Server, *, busy_gpus: int) -> None:
-    """A server heard from again leaves NOT_RESPONDING / DOWN for its occupancy state."""
-    if server.state in UNRESPONSIVE_STATES:
+    """A server heard from again leaves NOT_RESPONDING / DOWN for its occupancy state, once registered."""
+    if server.state in UNRESPONSIVE_STATES and server.registered_at is not None:
         logger.info("server %s is back (was %s)", server.name, server.state)
         server.state = occupancy_state(num_gpus=server.num_gpus, busy_gpus=busy_gpus)
         server.state_reason = ""
@@ -213,6 +234,7 @@ def node_register(
     server.agent_version = inventory.agent_version
     server.time_scale = inventory.time_scale
     server.gpu_model = next((g.model for g in inventory.gpus if g.model), server.gpu_model)
+    server.registered_at = now  # from now on the server may take work (its state permitting)
     server_revive(server, busy_gpus=busy_gpus)
     server.save()
     server_heartbeat_record(server=server, now=now)
@@ -224,6 +246,18 @@ def node_register(
         inventory.mem_gb,
     )
     return server
+
+
+# How a never-registered server's state_reason says that its agent's registration was refused.
+REFUSED_PREFIX = "registration refused: "
+
+
+def node_registration_refused(*, server: Server, reason: str) -> None:
+    """Say on a never-registered server why its agent's registration was refused (shown beside its
+    state); a registered server keeps its inventory and its reason."""
+    Server.objects.filter(pk=server.pk, registered_at__isnull=True).update(
+        state_reason=(REFUSED_PREFIX + reason)[: Server._meta.get_field("state_reason").max_length]
+    )
 
 
 def server_heartbeat_record(*, server: Server, now: datetime) -> None:
@@ -295,11 +329,17 @@ def server_states_refresh(*, busy_gpus: Mapping[int, int]) -> int:
 
 @transaction.atomic
 def server_drain(*, server: Server, busy_gpus: int, reason: str = "") -> Server:
-    """Stop placing work on `server`: DRAINING while its leases run, DRAINED once it holds none."""
+    """Stop placing work on `server`: DRAINING while its leases run, DRAINED once it holds none.
+
+    A live server drains; so does one whose agent never registered (it holds nothing: DRAINED), so that
+    staff can keep a server out of service before its agent first appears; it stays DRAINED when the
+    agent registers, until resumed. A registered server that is silent (NOT_RESPONDING, DOWN) cannot:
+    the liveness sweep owns its state until its agent is back.
+    """
     server = Server.objects.select_for_update().get(pk=server.pk)
     if server.state in (NodeState.DRAINING, NodeState.DRAINED):
         return server
-    if server.state not in OCCUPANCY_STATES:
+    if server.state not in OCCUPANCY_STATES and server.registered_at is not None:
         raise ServerStateError(f"server {server.name} is {server.state}; only a live server can be drained")
     server.state = NodeState.DRAINED if busy_gpus == 0 else NodeState.DRAINING
     server.state_reason = reason or "drained by an administrator"
@@ -318,8 +358,12 @@ def server_resume(*, server: Server, busy_gpus: int) -> Server:
         raise ServerStateError(
             f"server {server.name} is {server.state}; it comes back by itself when its agent reports"
         )
-    server.state = occupancy_state(num_gpus=server.num_gpus, busy_gpus=busy_gpus)
-    server.state_reason = ""
+    if server.registered_at is None:
+        # Back to waiting: it takes work once its agent registers (node_register revives it).
+        server.state, server.state_reason = NodeState.NOT_RESPONDING, WAITING_FOR_REGISTRATION
+    else:
+        server.state = occupancy_state(num_gpus=server.num_gpus, busy_gpus=busy_gpus)
+        server.state_reason = ""
     server.save(update_fields=["state", "state_reason"])
     logger.info("server %s resumed: %s", server.name, server.state)
     return server

@@ -13,10 +13,11 @@ from cluster_app.agent_wake import AGENT_WAIT_PATH, wait_ticket
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import node_conf
 from cluster_app.prepared_sql import prepared_statements
-from cluster_app.services import GpuConflictError
+from cluster_app.services import GpuConflictError, ServerNotRegisteredError
 from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, BoundedJSONParser
 from scheduler_app.api.serializers.agents import (
     AgentHeartbeatSerializer,
+    AgentNotRegisteredSerializer,
     AgentRegisterResponseSerializer,
     AgentRegisterSerializer,
     AgentReportSerializer,
@@ -80,7 +81,7 @@ class AgentSyncView(AgentView):
     @extend_schema(
         tags=["agent"],
         request=AgentSyncSerializer,
-        responses=AgentSyncResponseSerializer,
+        responses={200: AgentSyncResponseSerializer, 409: AgentNotRegisteredSerializer},
         summary="One sync: usage, reports and running leases in; commands and acks out",
     )
     def post(self, request: Request) -> Response:
@@ -107,9 +108,12 @@ class AgentSyncView(AgentView):
                 )
         usage = AgentHeartbeatSerializer.usage_of(body["sample"])
         running = body["running"]
-        outcome = agent_sync(
-            server=request.auth, request=SyncRequest(usage=usage, running=running, reports=valid)
-        )
+        try:
+            outcome = agent_sync(
+                server=request.auth, request=SyncRequest(usage=usage, running=running, reports=valid)
+            )
+        except ServerNotRegisteredError as exc:  # nothing stored: the agent registers, then syncs
+            return Response({"detail": str(exc), "code": "not_registered"}, status=status.HTTP_409_CONFLICT)
         conf = node_conf()
         wait = None
         if conf.wake:

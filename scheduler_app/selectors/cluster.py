@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Sum
 
 from cluster_app.models import Server
-from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active
+from cluster_app.selectors import gpus_active, server_takes_work
 from scheduler_app.models import (
     Allocation,
     AllocationGpu,
@@ -73,6 +73,6 @@ def cluster_overview() -> dict[str, Any]:
         totals["gpus_in_use"] += row["in_use"]["gpus"]
         totals["cpus_in_use"] += row["in_use"]["cpus"]
         totals["mem_gb_in_use"] += row["in_use"]["mem_gb"]
-        if s.state in SCHEDULABLE_STATES:
+        if server_takes_work(s):
             totals["schedulable_gpus"] += row["capacity"]["gpus"]
     return {"totals": totals, "servers": rows}

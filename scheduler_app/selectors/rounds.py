@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cluster_app.models import Server
-from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active
+from cluster_app.selectors import gpus_active, server_takes_work
 from profiles_app.selectors import (
     profiling_holds,
     workload_profiles,
@@ -128,7 +128,8 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> Round
     re-decides every job in `jobs`; only leases of jobs outside the round (frozen ones, or jobs not
     passed in) are subtracted. `current` is each running job's placement from its active leases.
     """
-    schedulable = sorted((s for s in servers if s.state in SCHEDULABLE_STATES), key=lambda s: s.id)
+    # Never a server whose agent has not registered: its GPUs are node_token's placeholders.
+    schedulable = sorted((s for s in servers if server_takes_work(s)), key=lambda s: s.id)
     schedulable_ids = {s.id for s in schedulable}
     leases_by_job: dict[int, list[ActiveLease]] = defaultdict(list)
     for lease in active_leases():

@@ -15,10 +15,12 @@ from django.utils import timezone
 from cluster_app.models import Server
 from cluster_app.services import (
     UNRESPONSIVE_STATES,
+    GpuConflictError,
     NodeInventory,
     UsageReport,
     node_heartbeat,
     node_register,
+    node_registration_refused,
 )
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AgentReport
@@ -53,15 +55,22 @@ def clean_text(value: Any) -> Any:
     return value
 
 
-@transaction.atomic
 def agent_register(*, server: Server, inventory: NodeInventory) -> Server:
-    """Replace the server's inventory (cluster_app) with what its agent found; marks it alive.
+    """Replace the server's inventory (cluster_app) with what its agent found; marks it alive, and
+    from then on the server may take work.
 
-    Capacity may have appeared (a new or returning server), so an early round is requested.
+    Capacity may have appeared (a new or returning server), so an early round is requested. A refused
+    registration (GpuConflictError, re-raised) changes nothing but the reason a never-registered
+    server shows: it stays out of service.
     """
-    busy_gpus = server_busy_gpu_count(server_id=server.pk)
-    server = node_register(server=server, inventory=inventory, busy_gpus=busy_gpus)
-    scheduling_round_request_on_commit(trigger="register")
+    try:
+        with transaction.atomic():
+            busy_gpus = server_busy_gpu_count(server_id=server.pk)
+            server = node_register(server=server, inventory=inventory, busy_gpus=busy_gpus)
+            scheduling_round_request_on_commit(trigger="register")
+    except GpuConflictError as exc:
+        node_registration_refused(server=server, reason=str(exc))
+        raise
     return server
 
 

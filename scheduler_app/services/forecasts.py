@@ -27,7 +27,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cluster_app.models import Server
-from cluster_app.selectors import SCHEDULABLE_STATES
+from cluster_app.selectors import servers_taking_work
 from notify_app.services import notification_qos_at_risk
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.policies import POLICIES
@@ -123,7 +123,7 @@ def live_queue(extra_jobs: Sequence[Job] = ()) -> LiveQueue:
         for job_id, deps in waits.items()
         if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
     }
-    servers = list(Server.objects.filter(state__in=SCHEDULABLE_STATES))
+    servers = list(servers_taking_work())
     inputs = round_inputs(servers=servers, jobs=[j for j in jobs if j.pk not in held and j.pk not in never])
     return LiveQueue(jobs=jobs, held=held, never=never, waits=waits, servers=servers, inputs=inputs)
 

@@ -35,7 +35,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
-from cluster_app.selectors import SCHEDULABLE_STATES, gpus_active, servers_lock_all
+from cluster_app.selectors import gpus_active, servers_lock_all, servers_taking_work
 from profiles_app import optimistic
 from profiles_app.genie_profiling import (
     genie_holds_cpus,
@@ -168,7 +168,7 @@ def enqueue_profile_task(run_id: int) -> None:
 
 def _free_resources() -> dict[int, dict[str, Any]]:
     """Per schedulable server: free GPU indices, cores and memory after leases and profiling holds."""
-    servers = {s.pk: s for s in Server.objects.filter(state__in=SCHEDULABLE_STATES).order_by("id")}
+    servers = {s.pk: s for s in servers_taking_work().order_by("id")}
     held_gpus = set(AllocationGpu.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
     used = {
         row["server_id"]: row

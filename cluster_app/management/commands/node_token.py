@@ -5,13 +5,14 @@ from django.db import transaction
 
 from cluster_app.models import NodeState, Server
 from cluster_app.services import GpuSpec, agent_credential_issue, server_create
+from cluster_app.services.nodes import WAITING_FOR_REGISTRATION
 
 
 class Command(BaseCommand):
     help = (
         "Print a new agent token for server NAME (only its digest is stored). A missing server is "
-        "created with placeholder GPUs and stays NOT_RESPONDING until its agent registers; the "
-        "agent's registration then replaces the inventory with the real one."
+        "created with placeholder GPUs and stays NOT_RESPONDING, taking no work, until its agent "
+        "registers; the agent's registration then replaces the inventory with the real one."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -33,7 +34,8 @@ class Command(BaseCommand):
                 mem_gb=opts["mem_gb"],
                 gpus=[GpuSpec(index=i, uuid=f"unregistered-{name}-{i}") for i in range(opts["gpus"])],
                 state=NodeState.NOT_RESPONDING,
-                state_reason="waiting for its agent to register",
+                state_reason=WAITING_FOR_REGISTRATION,
+                registered=False,  # placeholders: no work until its agent registers the real GPUs
             )
             self.stderr.write(f"created server {name} (waiting for its agent to register)")
         # The token alone on stdout, so that scripts can capture it: TOKEN=$(manage.py node_token gpu01)

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
-from cluster_app.models import Server
+from cluster_app.models import NodeState, Server
 from cluster_app.services import GpuSpec, agent_credential_issue, server_create
 from profiles_app.models import Workload
 from scheduler_app.models import Job, JobState, Team, UnixAccount
@@ -108,6 +108,8 @@ class Command(BaseCommand):
             num_cpus=24,
             mem_gb=500.0,
             gpus=[GpuSpec(index=i, uuid=f"unregistered-{name}-{i}") for i in range(8)],
+            state=NodeState.NOT_RESPONDING,
+            registered=False,  # placeholders until the agent below registers its fake GPUs
         )
         token = agent_credential_issue(server=server)
         base = Path(settings.VAR_DIR) / "agent" / name
