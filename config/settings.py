@@ -296,6 +296,10 @@ ATTUNE_NOTIFY = {
     "webhook_timeout_s": env.float("ATTUNE_NOTIFY_WEBHOOK_TIMEOUT_S", default=10.0),
     # Hosts (and their subdomains) webhooks may go to, e.g. hooks.slack.com; empty: any.
     "webhook_hosts": env.list("ATTUNE_NOTIFY_WEBHOOK_HOSTS", default=[]),
+    # Webhooks reach public addresses only (checked after resolving the name, at save and at each send);
+    # these CIDRs open more (e.g. 10.0.0.0/8 for an in-house chat server). Loopback, link-local, private,
+    # multicast and reserved ranges are refused otherwise.
+    "webhook_allowed_networks": env.list("ATTUNE_NOTIFY_WEBHOOK_ALLOWED_NETWORKS", default=[]),
     # Without a worker (the embedded demo) deliver on a thread of the web process.
     "inline": env.bool("ATTUNE_NOTIFY_INLINE", default=ATTUNE_SCHEDULER["inline_rounds"]),
 }

@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from notify_app.addresses import IPNetwork, networks_parse
+
 
 @dataclass(frozen=True)
 class NotifyConf:
@@ -15,6 +17,8 @@ class NotifyConf:
     retry_backoff_max_s: float
     webhook_timeout_s: float
     webhook_hosts: tuple[str, ...]
+    # Networks webhooks may reach although not public (loopback, private...): empty, only public ones.
+    webhook_allowed_networks: tuple[IPNetwork, ...]
     inline: bool
     test_interval_s: float
 
@@ -29,6 +33,7 @@ def notify_conf() -> NotifyConf:
         retry_backoff_max_s=max(0.0, float(raw.get("retry_backoff_max_s", 600.0))),
         webhook_timeout_s=float(raw.get("webhook_timeout_s", 10.0)),
         webhook_hosts=tuple(h.lower().lstrip(".") for h in raw.get("webhook_hosts", ()) if h),
+        webhook_allowed_networks=networks_parse(raw.get("webhook_allowed_networks", ())),
         # No worker (the embedded demo) or eager Celery: deliver on a thread of this process instead.
         inline=bool(raw.get("inline", False)) or bool(settings.CELERY_TASK_ALWAYS_EAGER),
         test_interval_s=float(raw.get("test_interval_s", 10.0)),

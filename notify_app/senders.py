@@ -6,6 +6,7 @@ timeout, an HTTP 5xx, an SMTP 4xx) or not (an HTTP 4xx, an SMTP 5xx such as an u
 
 from __future__ import annotations
 
+import logging
 import smtplib
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,8 +16,20 @@ import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage
 
+from notify_app.addresses import (
+    REFUSED,
+    IPNetwork,
+    WebhookAddressRefused,
+    WebhookHostUnresolved,
+    webhook_address,
+)
+
+logger = logging.getLogger(__name__)
+
 USER_AGENT = "Attune-Notify/1"
 MAX_ERROR_CHARS = 500
+# Every failed connection reads the same (refused, reset, timed out, closed early): see webhook_send.
+UNREACHABLE = "the endpoint did not answer or refused the connection"
 
 
 class DeliveryError(Exception):
@@ -83,25 +96,55 @@ def email_send(*, to: str, message: Message) -> None:
         raise DeliveryError(f"SMTP connection failed: {_describe(exc)}", retryable=True) from exc
 
 
-def webhook_send(*, url: str, message: Message, timeout_s: float) -> None:
+def webhook_send(
+    *, url: str, message: Message, timeout_s: float, allowed_networks: tuple[IPNetwork, ...] = ()
+) -> None:
     """POST the message's JSON body to `url`; raises DeliveryError unless it answers 2xx.
+
+    The host is resolved once and must be public or inside `allowed_networks` (notify_app/addresses.py);
+    the request then goes to that very address, with the name in the Host header and as the TLS server
+    name (the certificate is checked against the name), so DNS cannot point it elsewhere meanwhile. No
+    proxy from the environment is used: it would connect on our behalf, and to where it chose.
 
     Redirects are not followed: a webhook that moved should be updated, and following them would let
     a receiver send the service elsewhere.
+
+    A connection that fails says only that: refused, reset, timed out and closed early read the same,
+    so that the errors shown to users never map the ports of a host (the detail goes to the log).
     """
-    host = webhook_host(url)
     try:
-        response = httpx.post(
-            url,
-            json=message.webhook_body(),
-            headers={"User-Agent": USER_AGENT, "Idempotency-Key": message.key},
-            timeout=timeout_s,
-            follow_redirects=False,
-        )
+        target = httpx.URL(url)
+        if target.scheme not in ("http", "https") or not target.host:
+            raise httpx.UnsupportedProtocol(f"webhooks are http or https URLs, not {target.scheme or 'this'}")
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
         raise DeliveryError(f"invalid webhook URL: {_describe(exc)}", retryable=False) from exc
-    except httpx.TransportError as exc:  # refused, reset, timed out, DNS, TLS: may work later
-        raise DeliveryError(f"webhook {host} unreachable: {_describe(exc)}", retryable=True) from exc
+    host = target.host
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        address = webhook_address(host, port, allowed_networks)
+    except WebhookAddressRefused as exc:
+        raise DeliveryError(f"webhook {host} refused: {REFUSED}", retryable=False) from exc
+    except WebhookHostUnresolved as exc:
+        # Read like a failed connection: it is one, and it tells nothing about which names exist inside.
+        raise DeliveryError(f"could not deliver to webhook {host}: {UNREACHABLE}", retryable=True) from exc
+    extensions = {"sni_hostname": host} if target.scheme == "https" else {}
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
+            response = client.post(
+                target.copy_with(host=address),
+                json=message.webhook_body(),
+                headers={
+                    "Host": target.netloc.decode("ascii"),
+                    "User-Agent": USER_AGENT,
+                    "Idempotency-Key": message.key,
+                },
+                extensions=extensions,
+            )
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise DeliveryError(f"invalid webhook URL: {_describe(exc)}", retryable=False) from exc
+    except httpx.TransportError as exc:  # refused, reset, timed out, TLS: may work later
+        logger.info("webhook %s (%s port %s): %s", host, address, port, _describe(exc))
+        raise DeliveryError(f"could not deliver to webhook {host}: {UNREACHABLE}", retryable=True) from exc
     status = response.status_code
     if 200 <= status < 300:
         return

@@ -27,6 +27,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from notify_app.addresses import REFUSED, webhook_url_refused
 from notify_app.conf import NotifyConf, notify_conf
 from notify_app.models import (
     Notification,
@@ -100,6 +101,11 @@ def notification_settings_save(
         errors["webhook_url"] = (
             f"Webhooks may only go to {', '.join(conf.webhook_hosts)} on this cluster "
             f"(not {webhook_host(prefs.webhook_url)})."
+        )
+    elif prefs.webhook_url and webhook_url_refused(prefs.webhook_url, conf.webhook_allowed_networks):
+        errors["webhook_url"] = (
+            f"Webhooks may not go to {webhook_host(prefs.webhook_url)}: {REFUSED}. Give a public URL "
+            "(an operator can allow internal networks: ATTUNE_NOTIFY_WEBHOOK_ALLOWED_NETWORKS)."
         )
     if errors:
         raise ValidationError(errors)
@@ -359,7 +365,12 @@ def _send(notification: Notification, conf: NotifyConf) -> None:
         raise DeliveryError("the webhook was removed before it was sent", retryable=False)
     if not webhook_host_allowed(url, conf.webhook_hosts):
         raise DeliveryError(f"webhook host {webhook_host(url)} is not allowed", retryable=False)
-    webhook_send(url=url, message=message, timeout_s=conf.webhook_timeout_s)
+    webhook_send(
+        url=url,
+        message=message,
+        timeout_s=conf.webhook_timeout_s,
+        allowed_networks=conf.webhook_allowed_networks,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -438,7 +449,12 @@ def notification_test_send(*, user: AbstractBaseUser) -> list[tuple[str, str]]:
     if prefs is not None and prefs.webhook_url:
         if webhook_host_allowed(prefs.webhook_url, conf.webhook_hosts):
             outcome = _try(
-                lambda: webhook_send(url=prefs.webhook_url, message=message, timeout_s=conf.webhook_timeout_s)
+                lambda: webhook_send(
+                    url=prefs.webhook_url,
+                    message=message,
+                    timeout_s=conf.webhook_timeout_s,
+                    allowed_networks=conf.webhook_allowed_networks,
+                )
             )
         else:
             outcome = f"webhook host {webhook_host(prefs.webhook_url)} is not allowed"

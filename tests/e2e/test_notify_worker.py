@@ -45,6 +45,8 @@ def notify_worker(e2e_ready, live_settings, tmp_path, smtp):
         ATTUNE_NOTIFY_RETRY_BACKOFF_S="0.5",
         ATTUNE_NOTIFY_MAX_TRIES="3",
         ATTUNE_NOTIFY_INLINE="0",
+        # The receiver listens on loopback, which webhooks may not reach unless allowed.
+        ATTUNE_NOTIFY_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
     )
     yield w
     w.stop()

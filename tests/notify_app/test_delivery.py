@@ -97,7 +97,10 @@ def test_a_refused_webhook_connection_is_retried(owner, queued):
     first = notification_deliver(notification_id=n.pk)
     assert first.state == NotificationState.PENDING and first.retry_in_s == 0.0
     n.refresh_from_db()
-    assert n.tries == 1 and "unreachable" in n.last_error and "ConnectError" in n.last_error
+    # Said generically: a refused port and an open one that hangs up read the same (test_addresses.py).
+    assert n.tries == 1 and n.last_error == (
+        "could not deliver to webhook 127.0.0.1: the endpoint did not answer or refused the connection"
+    )
     assert "/hook" not in n.last_error  # the URL's path may be a secret
     receiver = HttpReceiver(port=port).start()
     try:
