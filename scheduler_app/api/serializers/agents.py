@@ -87,6 +87,11 @@ class GpuConflictSerializer(serializers.Serializer):
     conflicting_uuids = serializers.ListField(child=serializers.CharField())
 
 
+class AgentNotRegisteredSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    code = serializers.CharField(help_text='"not_registered": register first (a sync stores nothing before)')
+
+
 class AgentGpuUsageSerializer(serializers.Serializer):
     uuid = StrictCharField(max_length=64)
     util_pct = StrictFloatField(min_value=0, max_value=100)
@@ -97,11 +102,6 @@ class AgentHeartbeatSerializer(serializers.Serializer):
     sampled_at = serializers.DateTimeField()
     cpu_util_pct = StrictFloatField(min_value=0, max_value=100, help_text="The whole node's, 0-100")
     mem_used_gb = StrictFloatField(min_value=0, max_value=MAX_NODE_MEM_GB)
-class AgentNotRegisteredSerializer(serializers.Serializer):
-    detail = serializers.CharField()
-    code = serializers.CharField(help_text='"not_registered": register first (a sync stores nothing before)')
-
-
     gpus = AgentGpuUsageSerializer(many=True, required=False, default=list)
 
     @staticmethod
