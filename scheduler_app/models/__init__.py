@@ -3,6 +3,7 @@
 One module per subject; everything is importable from `scheduler_app.models`, as Django expects.
 """
 
+from scheduler_app.models.idempotency import IdempotencyKey
 from scheduler_app.models.jobs import (
     TERMINAL_JOB_STATES,
     Job,
@@ -34,6 +35,7 @@ __all__ = [
     "AgentReportPending",
     "Allocation",
     "AllocationGpu",
+    "IdempotencyKey",
     "Job",
     "JobEndPending",
     "JobEvent",
