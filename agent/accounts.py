@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_JOB_USER = "nobody"
+# Own jobs never run as a system account (postgres, www-data, daemon...): below this uid an account
+# belongs to the system, as login.defs' UID_MIN and Slurm's defaults say. --min-uid changes it.
+DEFAULT_MIN_UID = 1000
 DEFAULT_JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
 JOB_LANG = "C.UTF-8"
 # Directories on the way to a job's files: traversable by the job's account, listable by no one else.
@@ -86,6 +89,9 @@ class JobIdentity:
     job_user: str | None = DEFAULT_JOB_USER
     node: str = field(default_factory=socket.gethostname)
     euid: int = field(default_factory=os.geteuid)
+    # Root mode: a job's own account (run_as) must have at least this uid, on this node (uids differ
+    # per node, so the service's check at submission cannot be the last word).
+    min_uid: int = DEFAULT_MIN_UID
 
     @property
     def is_root(self) -> bool:
@@ -100,7 +106,7 @@ class JobIdentity:
         """The account a job asking for `run_as` runs as; AccountError (with the reason) when it cannot."""
         if self.is_root:
             if run_as:
-                return lookup_account(run_as, node=self.node)
+                return self._owner_account(run_as)
             if self.job_user is None:
                 return own_account(self.euid)
             return lookup_account(self.job_user, node=self.node)
@@ -113,13 +119,40 @@ class JobIdentity:
             )
         return own
 
+    def _owner_account(self, run_as: str) -> Account:
+        """Root mode: a user's job account, refused when it is the catalog workloads' account (its
+        jobs would read and rewrite every catalog job's checkpoints) or a system account (a web user
+        named `postgres` would get the database's files)."""
+        if self.job_user is not None and run_as == self.job_user:
+            raise AccountError(
+                f"account {run_as!r} is this node's account for catalog workloads (--job-user): "
+                "users' jobs never run as it"
+            )
+        account = lookup_account(run_as, node=self.node)
+        if account.uid < self.min_uid:
+            raise AccountError(
+                f"account {run_as!r} on node {self.node} has uid {account.uid}, a system account "
+                f"(below --min-uid {self.min_uid}): users' jobs never run as one"
+            )
+        if self.job_user is not None:
+            with contextlib.suppress(KeyError):
+                if pwd.getpwnam(self.job_user).pw_uid == account.uid:  # the same uid under another name
+                    raise AccountError(
+                        f"account {run_as!r} has the uid of this node's account for catalog workloads "
+                        f"({self.job_user}, --job-user): users' jobs never run as it"
+                    )
+        return account
+
     def describe(self) -> str:
         """The one start-up line that says which mode the agent is in."""
         if not self.is_root:
             name = own_account(self.euid).name
             return f"single-user mode: not root, so jobs run as {name!r} (other accounts' jobs are refused)"
         catalog = self.job_user if self.job_user is not None else "the agent's own account (job_user unset)"
-        return f"root mode: jobs run as their owners' accounts, catalog workloads as {catalog}"
+        return (
+            f"root mode: jobs run as their owners' accounts (uid {self.min_uid} or more, never {catalog}), "
+            f"catalog workloads as {catalog}"
+        )
 
 
 def clean_env(account: Account, *, path: str = DEFAULT_JOB_PATH) -> dict[str, str]:

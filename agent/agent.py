@@ -14,7 +14,13 @@ from typing import Any
 import httpx
 
 from agent import __version__
-from agent.accounts import DEFAULT_JOB_PATH, DEFAULT_JOB_USER, JobIdentity, traversable_by_others
+from agent.accounts import (
+    DEFAULT_JOB_PATH,
+    DEFAULT_JOB_USER,
+    DEFAULT_MIN_UID,
+    JobIdentity,
+    traversable_by_others,
+)
 from agent.bandwidth import NodeBandwidths
 from agent.client import ServiceClient, ServiceError, call_with_retry
 from agent.clock import utc_iso
@@ -55,6 +61,8 @@ class AgentConfig:
     # The account of catalog workloads (run_as null) when the agent is root; None keeps them on the
     # agent's own identity (tests only: never root on a real node).
     job_user: str | None = DEFAULT_JOB_USER
+    # Root mode: users' jobs run only as accounts with this uid or more, never as job_user.
+    min_uid: int = DEFAULT_MIN_UID
     job_path: str = DEFAULT_JOB_PATH
     workload_python: str | None = None
     address: str = ""
@@ -87,7 +95,7 @@ class Agent:
         self.client = ServiceClient(
             config.server_url, config.token, timeout_s=config.http_timeout_s, transport=transport
         )
-        self.identity = JobIdentity(job_user=config.job_user, node=config.name)
+        self.identity = JobIdentity(job_user=config.job_user, node=config.name, min_uid=config.min_uid)
         self.launcher = launcher or ProcessLauncher(
             isolation=choose_isolation(config.isolation),
             job_path=config.job_path,

@@ -14,6 +14,7 @@ from agent import __version__
 from agent.accounts import (
     DEFAULT_JOB_PATH,
     DEFAULT_JOB_USER,
+    DEFAULT_MIN_UID,
     AccountError,
     JobIdentity,
     traversable_by_others,
@@ -77,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="account of catalog workloads (run_as null) when the agent is root; never root "
         "(default: $ATTUNE_AGENT_JOB_USER or nobody)",
+    )
+    parser.add_argument(
+        "--min-uid",
+        type=int,
+        default=int(os.environ.get("ATTUNE_AGENT_MIN_UID") or DEFAULT_MIN_UID),
+        metavar="UID",
+        help="as root, users' jobs run only as accounts with this uid or more (below: system accounts, "
+        f"refused); never as --job-user (default: $ATTUNE_AGENT_MIN_UID or {DEFAULT_MIN_UID})",
     )
     parser.add_argument(
         "--job-path",
@@ -161,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             "no agent token: pass --token or set ATTUNE_AGENT_TOKEN (issue one with `manage.py node_token`)"
         )
         return 2
-    identity = JobIdentity(job_user=args.job_user, node=args.name)
+    identity = JobIdentity(job_user=args.job_user, node=args.name, min_uid=args.min_uid)
     try:
         identity.check()
     except AccountError as exc:
@@ -194,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         isolation=args.isolation,
         stop_leases_on_exit=args.stop_leases_on_exit,
         job_user=args.job_user,
+        min_uid=args.min_uid,
         job_path=args.job_path,
         workload_python=args.workload_python or default_workload_python(),
         address=args.address,

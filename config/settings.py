@@ -286,6 +286,17 @@ EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
 EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
 EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)  # a hung mail server must not hold a worker
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="Attune <attune@localhost>")
+# Which Unix accounts users' jobs may run as (scheduler_app/job_accounts.py, its only reader): never
+# root, the account the node agents run catalog workloads as (their --job-user / ATTUNE_AGENT_JOB_USER:
+# give the service the same value), a reserved system name, or an account this host knows with a uid
+# below the minimum. Every node checks the uid again (the agent's --min-uid / ATTUNE_AGENT_MIN_UID).
+ATTUNE_JOB_ACCOUNTS = {
+    "agent_job_user": env("ATTUNE_AGENT_JOB_USER", default="nobody"),
+    "min_uid": env.int("ATTUNE_RUN_AS_MIN_UID", default=1000),
+    # Unset: scheduler_app/job_accounts.py's DEFAULT_RESERVED (root, daemon, postgres, www-data...).
+    "reserved": env.list("ATTUNE_RUN_AS_RESERVED", default=None),
+}
+
 # Notifications (notify_app); read only by notify_app/conf.py.
 ATTUNE_NOTIFY = {
     "site_url": env("ATTUNE_SITE_URL", default="http://127.0.0.1:8000"),  # job links in messages

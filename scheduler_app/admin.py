@@ -4,7 +4,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from scheduler_app.job_paths import unix_user_problem
+from scheduler_app.job_accounts import run_as_problem
 from scheduler_app.models import (
     AgentReport,
     Allocation,
@@ -34,7 +34,7 @@ class UnixAccountForm(forms.ModelForm):
     def clean_unix_user(self) -> str:
         # The database refuses root too; this says why, next to the field.
         name = self.cleaned_data["unix_user"].strip()
-        problem = unix_user_problem(name)
+        problem = run_as_problem(name)
         if problem:
             raise ValidationError(problem)
         return name

@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from cluster_app.selectors import cluster_capacity, server_shapes
 from profiles_app.models import Workload
-from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem, unix_user_problem
+from scheduler_app.job_accounts import run_as_problem
+from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobEvent, JobState, PendingReason, Team
 from scheduler_app.selectors import JobLike, dependency_pending_reason, dependency_waits, job_manageable
 
@@ -140,7 +141,7 @@ def _validate_dependencies(request: JobRequest, owner: AbstractBaseUser, add) ->
 
 def _validate_own_command(request: JobRequest, owner: AbstractBaseUser, add) -> None:
     """An own command or script: the account it would run as, its paths and its size."""
-    problem = unix_user_problem(job_run_as(owner))
+    problem = run_as_problem(job_run_as(owner))
     if problem:
         add("run_as", f"{problem} Ask staff to set the Unix account your jobs run as.")
     if len(request.script) > MAX_SCRIPT_CHARS:

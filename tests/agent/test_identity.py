@@ -120,6 +120,62 @@ def test_a_non_root_agent_refuses_other_accounts_jobs(service, make_agent):
     )
 
 
+def test_users_jobs_never_run_as_the_catalog_account_or_a_system_account():
+    root_mode = JobIdentity(job_user="nobody", node="gpu02", euid=0)
+    with pytest.raises(
+        AccountError, match=r"'nobody' is this node's account for catalog workloads \(--job-user\)"
+    ):
+        root_mode.account_for("nobody")
+    assert root_mode.account_for(None).uid == NOBODY.pw_uid  # catalog workloads still run as it
+    daemon = pwd.getpwnam("daemon")
+    with pytest.raises(
+        AccountError, match=rf"uid {daemon.pw_uid}, a system account \(below --min-uid 1000\)"
+    ):
+        root_mode.account_for("daemon")
+    assert (
+        JobIdentity(job_user="nobody", node="gpu02", euid=0, min_uid=0).account_for("daemon").uid
+        == daemon.pw_uid
+    )
+    assert "uid 1000 or more, never nobody" in root_mode.describe()
+    # Single-user mode becomes no one else: nothing to refuse beyond "not ours".
+    assert (
+        JobIdentity(job_user="daemon", node="gpu02", euid=NOBODY.pw_uid).account_for("nobody").uid
+        == NOBODY.pw_uid
+    )
+
+
+def test_system_and_catalog_accounts_fail_the_start_with_the_reason(service, make_agent):
+    agent = make_agent()
+    uuid = agent.gpus[0].uuid
+    # Pretend to be root, so that this runs anywhere: the refusals happen before anything is launched.
+    agent.leases.identity = JobIdentity(job_user="nobody", node="gpu02", euid=0)
+    service.commands = [
+        script_cmd("lease-db", "ls /var/lib/postgresql", gpu_uuids=[uuid], run_as="daemon"),
+        script_cmd("lease-cat", "true", gpu_uuids=[uuid], run_as="nobody"),
+    ]
+    agent.start()
+    system = wait_for(lambda: service.exited("lease-db"))["data"]
+    assert system["exit_code"] is None and system["error"].startswith(
+        "start failed: account 'daemon' on node gpu02 has uid "
+    )
+    assert "below --min-uid 1000" in system["error"]
+    catalog = wait_for(lambda: service.exited("lease-cat"))["data"]
+    assert catalog["exit_code"] is None and catalog["error"] == (
+        "start failed: account 'nobody' is this node's account for catalog workloads (--job-user): "
+        "users' jobs never run as it"
+    )
+    assert service.reports_for("lease-db", "started") == service.reports_for("lease-cat", "started") == []
+
+
+def test_the_min_uid_option_and_its_environment_variable(monkeypatch):
+    from agent.cli import build_parser
+
+    assert build_parser().parse_args(["--server", "http://x"]).min_uid == 1000
+    assert build_parser().parse_args(["--server", "http://x", "--min-uid", "500"]).min_uid == 500
+    monkeypatch.setenv("ATTUNE_AGENT_MIN_UID", "2000")
+    assert build_parser().parse_args(["--server", "http://x"]).min_uid == 2000
+
+
 # -- the clean environment ------------------------------------------------------------------------
 
 
@@ -368,7 +424,7 @@ find "$HOME" "$ATTUNE_CHECKPOINT_DIR" "$(dirname "$ATTUNE_PROGRESS_PATH")" -type
 
 
 def test_the_agent_token_never_reaches_the_job(accounts, shared_dir):
-    alice, _bob = accounts
+    alice, bob = accounts
     token = f"att_{secrets.token_hex(20)}"
     root = Path(__file__).resolve().parents[2]
     with FakeService(token=token) as service:
@@ -392,7 +448,7 @@ def test_the_agent_token_never_reaches_the_job(accounts, shared_dir):
                 "--isolation",
                 "affinity+rlimit",
                 "--job-user",
-                alice.name,
+                bob.name,  # never the account of users' jobs (refused)
             ],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root), "ATTUNE_AGENT_TOKEN": token},
@@ -452,3 +508,38 @@ def test_a_catalog_workload_runs_as_the_job_account(service, make_agent, account
     checkpoint = shared_dir / "work" / "checkpoints" / "job-21" / "checkpoint.json"
     assert checkpoint.stat().st_uid == alice.uid
     assert json.loads(checkpoint.read_text())["done_iters"] == 30
+
+
+def test_no_users_job_can_touch_a_catalog_jobs_checkpoints(service, make_agent, accounts, shared_dir):
+    """Catalog jobs run as --job-user (bob here) in checkpoint directories of their own, 0700: a user's
+    job (alice) can neither read nor change them, and no user's job may run as bob."""
+    alice, bob = accounts
+    agent = make_agent(work_dir=shared_dir / "work", job_user=bob.name)
+    uuids = [g.uuid for g in agent.gpus]
+    write = """echo '{"done_iters": 7}' > "$ATTUNE_CHECKPOINT_PATH"; id -u"""
+    service.commands = [script_cmd("lease-cat", write, gpu_uuids=[uuids[0]], job_id=31)]  # run_as null
+    agent.start()
+    exited = wait_for(lambda: service.exited("lease-cat"))["data"]
+    assert exited["exit_code"] == 0, (exited, log_lines(service, "lease-cat"))
+    assert str(bob.uid) in log_lines(service, "lease-cat")
+    checkpoint = shared_dir / "work" / "checkpoints" / "job-31" / "checkpoint.json"
+    info = checkpoint.parent.stat()
+    assert info.st_uid == bob.uid and info.st_mode & 0o777 == 0o700
+
+    probe = (
+        f"cat {checkpoint}; echo read=$?; echo x >> {checkpoint}; echo write=$?; "
+        f"ls {checkpoint.parent}; echo ls=$?"
+    )
+    service.commands = [
+        script_cmd("lease-own", probe, gpu_uuids=[uuids[1]], job_id=32, run_as=alice.name),
+        script_cmd("lease-as-bob", probe, gpu_uuids=[uuids[1]], job_id=33, run_as=bob.name),
+    ]
+    wait_for(lambda: service.exited("lease-own"))
+    lines = log_lines(service, "lease-own")
+    assert {"read=1", "write=1", "ls=2"} <= set(lines), lines
+    assert not any("done_iters" in line for line in lines)
+    refused = wait_for(lambda: service.exited("lease-as-bob"))["data"]
+    assert refused["error"].startswith(
+        f"start failed: account '{bob.name}' is this node's account for catalog"
+    )
+    assert json.loads(checkpoint.read_text()) == {"done_iters": 7}

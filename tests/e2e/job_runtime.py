@@ -1,8 +1,9 @@
 """Where end-to-end jobs run: a real Unix account and a node's software for it (python, torchrun).
 
 As root (CI), the agents run jobs as their owners' accounts, so the tests create a throwaway account
-with useradd and submit as a web user of that name; catalog workloads run as the same account
-(`--job-user`). Not as root, the agents are in single-user mode and jobs run as the runner itself.
+with useradd and submit as a web user of that name; catalog workloads run as a second one
+(`--job-user`: agents refuse to run users' jobs as it). Not as root, the agents are in single-user mode
+and jobs run as the runner itself.
 
 A lab installs Python and the agent where every account can read them; a test box may not (a venv
 built from an interpreter under /root). Then the node's "software" is a directory of wrappers on the
@@ -109,17 +110,19 @@ def job_runtime() -> Iterator[JobRuntime]:
     if foreign:
         agent_args += ["--workload-python", interpreter]
     name = getpass.getuser()
-    created = False
+    created: list[str] = []
     if root:
         if shutil.which("useradd") is None:
             pytest.skip("running jobs as their owners needs useradd, which is not installed")
-        name = f"attune_e2e_{secrets.token_hex(3)}"
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True)
-        created = True
-        agent_args += ["--job-user", name]
+        suffix = secrets.token_hex(3)
+        name, catalog = f"attune_e2e_{suffix}", f"attune_e2c_{suffix}"
+        for account in (name, catalog):
+            subprocess.run(["useradd", "-m", "-s", "/bin/bash", account], check=True, capture_output=True)
+            created.append(account)
+        agent_args += ["--job-user", catalog]
     try:
-        yield JobRuntime(account=name, bin_dir=bin_dir, agent_args=agent_args, created_account=created)
+        yield JobRuntime(account=name, bin_dir=bin_dir, agent_args=agent_args, created_account=bool(created))
     finally:
         shutil.rmtree(bin_dir, ignore_errors=True)
-        if created:
-            subprocess.run(["userdel", "-r", name], capture_output=True)
+        for account in created:
+            subprocess.run(["userdel", "-r", account], capture_output=True)
