@@ -252,6 +252,8 @@ ATTUNE_SCHEDULER = {
     # MASTER_PORT of multi-node jobs' rendezvous, chosen per placement in this range (torchrun: 29500).
     "rendezvous_port_min": env.int("ATTUNE_RENDEZVOUS_PORT_MIN", default=29500),
     "rendezvous_port_max": env.int("ATTUNE_RENDEZVOUS_PORT_MAX", default=30499),
+    # A submission's Idempotency-Key answers its retries this long (then the hourly task deletes it).
+    "idempotency_key_ttl_h": env.float("ATTUNE_IDEMPOTENCY_KEY_TTL_H", default=24.0),
 }
 
 # GENIE's lightweight profiling run (docs/genie.md); read only by profiles_app/conf.py.

@@ -31,6 +31,7 @@ class SchedulerConf:
     private_jobs: bool
     fairshare_half_life_h: float
     rendezvous_ports: tuple[int, int]
+    idempotency_key_ttl_h: float
     redis_url: str
 
     @property
@@ -75,5 +76,7 @@ def scheduler_conf() -> SchedulerConf:
             int(raw.get("rendezvous_port_min", 29500)),
             int(raw.get("rendezvous_port_max", 30499)),
         ),
+        # A retried submission within this long gets the first answer (Stripe keeps keys 24 h).
+        idempotency_key_ttl_h=float(raw.get("idempotency_key_ttl_h", 24)),
         redis_url=settings.REDIS_URL,
     )

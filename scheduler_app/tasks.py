@@ -7,6 +7,7 @@ from celery import shared_task
 from cluster_app.services import usage_samples_rollup
 from scheduler_app.services.agents import agent_reports_prune
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_run
+from scheduler_app.services.idempotency import idempotency_keys_prune
 from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.job_end import job_end_followups_run
 from scheduler_app.services.nodes import node_liveness_sweep_run
@@ -65,12 +66,13 @@ def agent_reports_apply_task() -> int:
 
 @shared_task(ignore_result=True)
 def usage_rollup_task() -> dict[str, int]:
-    """Hourly: fold old raw usage samples into per-minute averages; drop stale agent reports and
-    round decisions."""
+    """Hourly: fold old raw usage samples into per-minute averages; drop stale agent reports, round
+    decisions and expired idempotency keys."""
     return {
         "usage_rows_removed": usage_samples_rollup(),
         "agent_reports_removed": agent_reports_prune(),
         "round_decisions_removed": round_decisions_prune(),
+        "idempotency_keys_removed": idempotency_keys_prune(),
     }
 
 

@@ -1,10 +1,12 @@
 """User endpoints: jobs (submit, list, detail, cancel), the cluster overview, server drain/resume."""
 
 from functools import cache
+from typing import Any
 
 from axes.handlers.proxy import AxesProxyHandler
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from django.http import QueryDict
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
@@ -33,7 +35,17 @@ from scheduler_app.api.serializers.jobs import (
     JobSubmittedSerializer,
 )
 from scheduler_app.models import Job
+from scheduler_app.models.idempotency import MAX_IDEMPOTENCY_KEY_CHARS
 from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_list, job_manageable, job_queue
+from scheduler_app.services.idempotency import (
+    IDEMPOTENCY_KEY_PATTERN,
+    IdempotencyKeyError,
+    IdempotencyKeyInvalid,
+    IdempotentAnswer,
+    idempotency_key_parse,
+    idempotency_key_run,
+    idempotency_request_digest,
+)
 from scheduler_app.services.job_control import (
     JobStateError,
     job_cancel,
@@ -43,6 +55,18 @@ from scheduler_app.services.job_control import (
 )
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.lockout import lockout_response
+
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
+    name=IDEMPOTENCY_KEY_HEADER,
+    location=OpenApiParameter.HEADER,
+    required=False,
+    type={"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN, "maxLength": MAX_IDEMPOTENCY_KEY_CHARS},
+    description="A fresh key per submission (a UUID): a retry with the same key and body within "
+    "24 hours gets the first answer (the same job) instead of a second job, with `Idempotent-Replayed: "
+    "true`; the same key with another body is a 422, and one sent while its first request still runs "
+    "waits for it (a 409 after 10 s). Keys are per user.",
+)
 
 
 @extend_schema_view(
@@ -56,7 +80,12 @@ from scheduler_app.web.lockout import lockout_response
         summary="Submit a job",
         tags=["jobs"],
         request=JobSubmitSerializer,
-        responses={201: JobSubmittedSerializer},
+        parameters=[IDEMPOTENCY_KEY_PARAMETER],
+        responses={
+            201: JobSubmittedSerializer,
+            409: OpenApiResponse(description="A request with this Idempotency-Key is still in progress"),
+            422: OpenApiResponse(description="This Idempotency-Key was used with another request body"),
+        },
     ),
 )
 class JobViewSet(
@@ -84,6 +113,23 @@ class JobViewSet(
         return context
 
     def create(self, request: Request, *args, **kwargs) -> Response:
+        value = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+        if value is None:
+            return _response(self._submit(request))
+        try:
+            answer = idempotency_key_run(
+                owner=request.user,
+                key=idempotency_key_parse(value=value),
+                request_digest=idempotency_request_digest(data=_plain(request.data)),
+                execute=lambda: self._submit(request),
+            )
+        except IdempotencyKeyInvalid as exc:
+            raise ValidationError({IDEMPOTENCY_KEY_HEADER: [str(exc)]}) from exc
+        except IdempotencyKeyError as exc:
+            return Response({"detail": str(exc)}, status=exc.status_code)
+        return _response(answer)
+
+    def _submit(self, request: Request) -> IdempotentAnswer:
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         try:
@@ -95,7 +141,8 @@ class JobViewSet(
         job = job_detail_queryset(user=request.user).prefetch_related("depends_on").get(pk=jobs[0].pk)
         context = self.get_serializer_context()
         context["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
-        return Response(JobSubmittedSerializer(job, context=context).data, status=status.HTTP_201_CREATED)
+        body = JobSubmittedSerializer(job, context=context).data
+        return IdempotentAnswer(status_code=status.HTTP_201_CREATED, body=body, job_id=job.pk)
 
     @extend_schema(
         request=None,
@@ -143,6 +190,17 @@ class JobViewSet(
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+
+
+def _response(answer: IdempotentAnswer) -> Response:
+    """A submission's answer; a replay of a key's first one says so (Stripe's Idempotent-Replayed)."""
+    headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
+    return Response(answer.body, status=answer.status_code, headers=headers)
+
+
+def _plain(data: Any) -> Any:
+    """A request body as JSON data (a form's QueryDict as lists), for the idempotency digest."""
+    return {key: data.getlist(key) for key in data} if isinstance(data, QueryDict) else data
 
 
 class TokenView(ObtainAuthToken):
