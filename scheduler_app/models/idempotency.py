@@ -22,7 +22,7 @@ class IdempotencyKey(models.Model):
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=MAX_IDEMPOTENCY_KEY_CHARS)
-    request_digest = models.CharField(max_length=64, help_text="SHA-256 (hex) of the request's canonical JSON")
+    request_digest = models.CharField(max_length=64, help_text="SHA-256 (hex) of the request's JSON")
     status_code = models.PositiveSmallIntegerField(default=0, help_text="The first answer's; 0 while it runs")
     response_body = models.JSONField(null=True, blank=True)
     # The job submitted (an array's first task); kept out of its deletion's way.
