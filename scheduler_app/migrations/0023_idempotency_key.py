@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('key', models.CharField(max_length=255)),
-                ('request_digest', models.CharField(help_text="SHA-256 (hex) of the request's canonical JSON", max_length=64)),
+                ('request_digest', models.CharField(help_text="SHA-256 (hex) of the request's JSON", max_length=64)),
                 ('status_code', models.PositiveSmallIntegerField(default=0, help_text="The first answer's; 0 while it runs")),
                 ('response_body', models.JSONField(blank=True, null=True)),
                 ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
