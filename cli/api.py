@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import sys
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import tenacity
 
 TIMEOUT_S = 30.0
+# A submission whose answer was lost (a dropped connection, a timeout, a proxy's 502/503/504) is sent
+# again with the same Idempotency-Key: the service answers a retry with the job the first attempt
+# queued, never a second one (docs/rest-api.md). A 409 is the service still running the first attempt.
+SUBMIT_ATTEMPTS = 5
+RETRY_BACKOFF_S = 0.5  # doubled after each attempt, at most RETRY_BACKOFF_MAX_S: 7.5 s over 5 attempts
+RETRY_BACKOFF_MAX_S = 8.0
+RETRY_STATUS = frozenset({409, 502, 503, 504})
+RETRY_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 class CliError(Exception):
@@ -37,24 +49,40 @@ class Api:
     """One service, one user: JSON in and out, every failure raised as CliError."""
 
     def __init__(
-        self, server: str, token: str | None, *, transport: httpx.BaseTransport | None = None
+        self,
+        server: str,
+        token: str | None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         headers = {"Authorization": f"Token {token}"} if token else {}
         self.server = server
         self._client = httpx.Client(base_url=server, headers=headers, timeout=TIMEOUT_S, transport=transport)
+        self._sleep = sleep or tenacity.nap.sleep  # tests pass a fake clock
 
     def close(self) -> None:
         self._client.close()
 
     def request(
-        self, method: str, path: str, *, not_found: str | None = None, text: bool = False, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        not_found: str | None = None,
+        text: bool = False,
+        retry: bool = False,
+        **kwargs: Any,
     ) -> Any:
-        """The answer's JSON (its text when `text`); a refusal or failure as CliError."""
+        """The answer's JSON (its text when `text`); a refusal or failure as CliError. `retry` (only for
+        a request the service answers idempotently) sends it again after a lost answer."""
         try:
-            response = self._client.request(method, path, **kwargs)
+            send = self._send_retrying if retry else self._send
+            response = send(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach the Attune service at {self.server}: {exc}") from exc
-        if response.status_code == 401 or response.status_code == 403:
+            again = " (the service may have queued it: `python -m cli queue` shows it)" if retry else ""
+            raise CliError(f"cannot reach the Attune service at {self.server}: {exc}{again}") from exc
+        if response.status_code == 401:
             raise CliError(
                 f"the service at {self.server} does not know you: run `python -m cli login` "
                 "or set ATTUNE_TOKEN"
@@ -63,6 +91,9 @@ class Api:
             body = response.json() if response.content and not (text and response.is_success) else None
         except ValueError:
             body = response.text[:500]
+        if response.status_code == 403:
+            # Logged in, but not allowed: the service says what (another user's job, staff only...).
+            raise CliError("\n".join(error_lines(body)) if body else "not allowed (HTTP 403)")
         if response.status_code == 404:
             raise CliError(not_found or f"{path} is not on {self.server}: is that the Attune service?")
         if response.status_code >= 400:
@@ -70,12 +101,51 @@ class Api:
             raise CliError("\n".join(error_lines(body)) or f"HTTP {response.status_code}", fields=fields)
         return response.text if text else body
 
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self._client.request(method, path, **kwargs)
+
+    def _send_retrying(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send until an answer that is not RETRY_STATUS comes back, at most SUBMIT_ATTEMPTS times with
+        a growing pause; the last attempt's answer or error is the result."""
+
+        def lost(state: tenacity.RetryCallState) -> bool:
+            outcome = state.outcome
+            if outcome is None:
+                return False
+            if outcome.failed:
+                return isinstance(outcome.exception(), RETRY_ERRORS)
+            return outcome.result().status_code in RETRY_STATUS
+
+        def notice(state: tenacity.RetryCallState) -> None:
+            outcome = state.outcome
+            why = (
+                f"{type(outcome.exception()).__name__}"
+                if outcome is not None and outcome.failed
+                else f"HTTP {outcome.result().status_code}" if outcome is not None else "?"
+            )
+            sys.stderr.write(
+                f"{method} {path}: no answer ({why}); sending it again in {state.upcoming_sleep:.1f} s "
+                f"(attempt {state.attempt_number + 1} of {SUBMIT_ATTEMPTS}, the same Idempotency-Key)\n"
+            )
+
+        retrying = tenacity.Retrying(
+            retry=lost,
+            stop=tenacity.stop_after_attempt(SUBMIT_ATTEMPTS),
+            wait=tenacity.wait_exponential(multiplier=RETRY_BACKOFF_S, max=RETRY_BACKOFF_MAX_S),
+            sleep=self._sleep,
+            before_sleep=notice,
+            retry_error_callback=lambda state: state.outcome.result(),  # the last answer, or raise
+        )
+        return retrying(self._send, method, path, **kwargs)
+
     def token(self, username: str, password: str) -> str:
         body = self.request("POST", "/api/v1/auth/token/", json={"username": username, "password": password})
         return str(body["token"])
 
     def submit(self, job: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", "/api/v1/jobs/", json=job)
+        """Queue a job; sent with a fresh Idempotency-Key, so that a retry never queues it twice."""
+        key = str(uuid.uuid4())
+        return self.request("POST", "/api/v1/jobs/", json=job, headers={"Idempotency-Key": key}, retry=True)
 
     def _pages(self, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Every item of a paged list, following the pages."""
