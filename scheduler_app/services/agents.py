@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,8 +30,9 @@ from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
 
-# How far an agent's clock may run ahead of the service's: a report dated later than the service's clock
-# plus this is dated back to it (docs/agent-protocol.md section 4).
+# How far an agent's clock may be off the service's: a report dated later than the service's clock plus
+# this is dated back to it (docs/agent-protocol.md section 4), a usage sample dated further off either
+# way is dated to the nearer bound (section 2).
 AGENT_CLOCK_SKEW = timedelta(seconds=60)
 AGENT_REPORT_MAX_SEQ = 2**63 - 1
 
@@ -74,12 +76,30 @@ def agent_register(*, server: Server, inventory: NodeInventory) -> Server:
     return server
 
 
+def usage_within_skew(*, server: Server, usage: UsageReport, now: datetime) -> UsageReport:
+    """`usage` dated within the service's clock +- AGENT_CLOCK_SKEW, as a report's `at` is bounded.
+
+    An agent takes its sample just before each sync, so a date further off is a wrong clock, not an
+    old reading. Clamped rather than refused: a node with a wrong clock must stay alive and keep its
+    jobs. Stored as it came, a sample dated year 1000 or 9999 would sit outside every dashboard's range
+    and have the roll-up work through centuries of minutes."""
+    at = min(max(usage.sampled_at, now - AGENT_CLOCK_SKEW), now + AGENT_CLOCK_SKEW)
+    if at == usage.sampled_at:
+        return usage
+    logger.warning(
+        "server %s: sample dated %s by its agent's clock, stored at %s", server.name, usage.sampled_at, at
+    )
+    return replace(usage, sampled_at=at)
+
+
 def agent_heartbeat(*, server: Server, usage: UsageReport) -> Server:
-    """Mark the server alive and store its usage sample (stored once per `sampled_at`).
+    """Mark the server alive and store its usage sample (stored once per `sampled_at`, which is kept
+    within the service's clock +- AGENT_CLOCK_SKEW).
 
     A live server's heartbeat runs in no transaction of ours: on PostgreSQL it is one statement
     (`node_heartbeat`), committed by itself. A server coming back asks for an early round.
     """
+    usage = usage_within_skew(server=server, usage=usage, now=timezone.now())
     if server.state not in UNRESPONSIVE_STATES:
         return node_heartbeat(server=server, usage=usage)
     with transaction.atomic():

@@ -170,8 +170,7 @@ def test_a_sync_answers_state_commands_acks_and_interval_and_no_wait_without_wak
 
 def test_a_sample_is_stored_once_per_sampled_at(agent, server):
     gpu = server.gpus.get(index=0)
-    beat = usage_sample(
-        sampled_at="2026-11-21T12:00:05Z",
+    beat = usage_sample(  # sampled_at: now (usage_sample's), sent twice
         cpu_util_pct=41.5,
         mem_used_gb=120.3,
         gpus=[
