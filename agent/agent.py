@@ -24,6 +24,7 @@ from agent.accounts import (
 from agent.bandwidth import NodeBandwidths
 from agent.client import ServiceClient, ServiceError, call_with_retry
 from agent.clock import utc_iso
+from agent.fence import FenceTimes
 from agent.gpus import GpuBackend, GpuBackendError
 from agent.host import HostBackend
 from agent.launcher import Launcher, ProcessLauncher, choose_isolation
@@ -107,6 +108,9 @@ class Agent:
             sample=self.usage_sample,
             running=lambda: self.leases.running_ids(),
             apply_commands=lambda commands: self.leases.apply_commands(commands),
+            renew=lambda listed, sent_boot_s, fence: self.leases.renew(
+                listed=listed, sent_boot_s=sent_boot_s, fence=fence
+            ),
             interval_s=config.sync_interval_s,
             stop_event=self.stop_event,
             max_backoff_s=config.max_backoff_s,
@@ -165,8 +169,10 @@ class Agent:
                 raise AgentFatalError(f"the service refused the agent token: {exc.body}") from exc
             raise AgentFatalError(f"registration refused: {exc}") from exc
         self.syncer.interval_s = float(answer.get("sync_interval_s") or self.syncer.interval_s)
+        self.leases.fence = FenceTimes.from_answer(answer.get("fence"), self.leases.fence)
         log.info(
-            "registered as %s: %d GPUs (%s), %d cores, %.1f GB, isolation %s; sync every %.1fs",
+            "registered as %s: %d GPUs (%s), %d cores, %.1f GB, isolation %s; sync every %.1fs; "
+            "leases fenced after %gs unrenewed",
             answer.get("server", self.config.name),
             len(self.gpus),
             self.gpu_backend.name,
@@ -174,6 +180,7 @@ class Agent:
             payload["mem_gb"],
             self.launcher.isolation,
             self.syncer.interval_s,
+            self.leases.fence.fence_s,
         )
         self.registered.set()
         return answer

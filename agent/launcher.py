@@ -85,6 +85,11 @@ class LaunchSpec:
         return self.lease_dir / "exit-status.json"
 
     @property
+    def renewal_path(self) -> Path:
+        """The lease's last renewal (agent/fence.py), which its shim enforces."""
+        return self.lease_dir / "renewal.json"
+
+    @property
     def env_path(self) -> Path:
         return self.lease_dir / "job-env.json"
 
@@ -136,6 +141,7 @@ class ExitStatus:
     signal: int | None
     peak_rss_kb: int | None = None
     error: str | None = None
+    fenced: bool = False  # the shim stopped the job: its lease went unrenewed past the fence
 
 
 def classify_oom(
@@ -172,7 +178,13 @@ def read_exit_status(path: Path) -> ExitStatus | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return ExitStatus(data.get("exit_code"), data.get("signal"), data.get("peak_rss_kb"), data.get("error"))
+    return ExitStatus(
+        data.get("exit_code"),
+        data.get("signal"),
+        data.get("peak_rss_kb"),
+        data.get("error"),
+        fenced=bool(data.get("fenced")),
+    )
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -427,6 +439,8 @@ class ProcessLauncher:
         # -I (isolated): the shim, possibly root, ignores PYTHON* variables and the user site directory.
         shim = [self.python, "-I", str(SHIM_PATH), "--status", str(spec.status_path), "--cpus", cpu_list]
         shim += ["--env-file", str(spec.env_path), "--workdir", str(spec.cwd)]
+        if spec.renewal_path.exists():  # written by the lease manager before a lease's launch
+            shim += ["--renewal-file", str(spec.renewal_path)]
         if spec.account is not None and spec.account.uid != os.geteuid():
             shim += ["--user", spec.account.name]
         if spec.stdout_file is not None:

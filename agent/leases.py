@@ -23,6 +23,7 @@ from agent.accounts import (
     read_job_file,
 )
 from agent.bandwidth import NodeBandwidths
+from agent.fence import FenceTimes, boot_clock_s, renewal_read, renewal_write
 from agent.launcher import (
     ISOLATION_SYSTEMD,
     ExitStatus,
@@ -63,6 +64,7 @@ class Lease:
     next_log_at_s: float = 0.0  # monotonic
     next_progress_at_s: float = 0.0  # monotonic
     gpu_wait_logged: bool = False
+    renewed_boot_s: float = 0.0  # the last answered sync that counted it live (agent/fence.py's clock)
 
     @property
     def lease_id(self) -> str:
@@ -157,6 +159,7 @@ class LeaseManager:
         clock: Callable[[], float] = time.monotonic,
         bandwidths: NodeBandwidths | None = None,
         identity: JobIdentity | None = None,
+        boot_clock: Callable[[], float] = boot_clock_s,
     ) -> None:
         self.spool = spool
         self.launcher = launcher
@@ -176,6 +179,11 @@ class LeaseManager:
         self.identity = identity or JobIdentity()
         self._prepare_work_dir()
         self.draining = False
+        self.fence = FenceTimes()
+        self.boot_clock = boot_clock
+        # When the sync whose answer holds the queued starts was sent: a lease launched from it is renewed
+        # as of then (the service counted it live when it answered).
+        self._pending_sent_boot_s = 0.0
         self._lock = threading.RLock()
 
     def _prepare_work_dir(self) -> None:
@@ -239,6 +247,25 @@ class LeaseManager:
                     continue
                 self.pending[lease_id] = command
 
+    def renew(self, *, listed: Iterable[str], sent_boot_s: float, fence: Any = None) -> None:
+        """An answered sync renews the leases it listed as running that the service still counts live
+        (those its answer stopped are stopping now, and renewed no more): as of when it was sent, since
+        the service's clock for the node's last sync starts no earlier. Called after `apply_commands`."""
+        with self._lock:
+            self.fence = FenceTimes.from_answer(fence, self.fence)
+            self._pending_sent_boot_s = sent_boot_s
+            for lease_id in listed:
+                lease = self.leases.get(lease_id)
+                if lease is not None and lease.stop_kind is None and sent_boot_s > lease.renewed_boot_s:
+                    self._renewal_write(lease, sent_boot_s)
+
+    def _renewal_write(self, lease: Lease, renewed_boot_s: float) -> None:
+        lease.renewed_boot_s = renewed_boot_s
+        try:
+            renewal_write(lease.spec.renewal_path, renewed_boot_s=renewed_boot_s, times=self.fence)
+        except OSError as exc:  # the agent's own fence still holds; the shim's keeps the older renewal
+            log.error("lease %s: cannot write its renewal: %s", lease.lease_id, exc)
+
     def request_stop(self, lease_id: str, kind: str, grace_s: float) -> None:
         """SIGTERM the lease's process group now; `tick` sends SIGKILL once `grace_s` has passed."""
         with self._lock:
@@ -284,6 +311,8 @@ class LeaseManager:
                     stop_deadline_s=record.get("stop_deadline_s"),
                     killed=bool(record.get("killed")),
                     done_iters=record.get("done_iters"),
+                    # A lease from before fencing has no renewal file: renewed by the first answered sync.
+                    renewed_boot_s=renewal_read(spec.renewal_path) or self.boot_clock(),
                 )
                 log.info("adopted lease %s (shim pid %d)", lease_id, record["pid"])
 
@@ -309,6 +338,15 @@ class LeaseManager:
         if status is not None:
             self._finish(lease, status)
             return
+        if lease.stop_kind is None and self.boot_clock() - lease.renewed_boot_s > self.fence.fence_s:
+            # The service may start this job elsewhere soon (docs/faults.md, "Fencing"): stop it here.
+            log.warning(
+                "lease %s not renewed for %.0f s (no answered sync; fence %g s): stopping it",
+                lease.lease_id,
+                self.boot_clock() - lease.renewed_boot_s,
+                self.fence.fence_s,
+            )
+            self.request_stop(lease.lease_id, "fence", self.fence.grace_s)
         now = self.clock()
         if lease.stop_deadline_s is not None and not lease.killed and time.time() >= lease.stop_deadline_s:
             log.warning("lease %s did not exit within its grace period: SIGKILL", lease.lease_id)
@@ -331,7 +369,7 @@ class LeaseManager:
         self._read_progress(lease)
         oom = classify_oom(
             status,
-            stop_requested=lease.stop_kind is not None,
+            stop_requested=lease.stop_kind is not None or status.fenced,
             mem_cap_bytes=lease.spec.mem_cap_bytes,
             log_tail=output_tail_lines(lease.spec),
             cgroup_oom_kills=lease.process.cgroup_oom_kills() if lease.isolation == ISOLATION_SYSTEMD else 0,
@@ -341,7 +379,8 @@ class LeaseManager:
             "signal": status.signal,
             "oom": oom,
             "done_iters": lease.done_iters,
-            "stop": lease.stop_kind,
+            # The shim fenced it while the agent was down (or before the agent's own fence did).
+            "stop": lease.stop_kind or ("fence" if status.fenced else None),
             "killed_after_grace": lease.killed,
             "peak_rss_mb": round(status.peak_rss_kb / 1024, 1) if status.peak_rss_kb else None,
         }
@@ -543,6 +582,10 @@ class LeaseManager:
     def _launch(self, lease_id: str, command: dict[str, Any], cpus: tuple[int, ...]) -> None:
         try:
             spec = self._spec_for(lease_id, command, cpus)
+            # Renewed as of the sync whose answer asked for it; written before the shim starts to read it.
+            spec.lease_dir.mkdir(parents=True, exist_ok=True)
+            renewed_boot_s = self._pending_sent_boot_s or self.boot_clock()
+            renewal_write(spec.renewal_path, renewed_boot_s=renewed_boot_s, times=self.fence)
             process, facts = self.launcher.launch(spec)
         except (StartError, AccountError, OSError, ValueError, TypeError) as exc:
             log.error("cannot start lease %s: %s", lease_id, exc)
@@ -559,7 +602,7 @@ class LeaseManager:
             )
             self.on_report()
             return
-        lease = Lease(spec=spec, process=process, isolation=facts["isolation"])
+        lease = Lease(spec=spec, process=process, isolation=facts["isolation"], renewed_boot_s=renewed_boot_s)
         # A crash between the launch above and this commit would orphan the process unrecorded; the
         # window is a few milliseconds and the service would then re-send the start (a second copy).
         self.spool.lease_started(lease_id, lease.record(), facts)

@@ -2,26 +2,36 @@
 
 Run by the launcher as a script, standard library only:
 `python -I .../agent/shim.py --status F [--cpus 0,1] [--mem-bytes N] [--env-file F] [--user NAME]
-[--workdir DIR] [--stdout PATH] [--stderr PATH] -- argv`. Like containerd's shim, it exists so that the job
-does not have to be the agent's child: an agent that restarts adopts the running shim by pid and, when
-the shim is gone, still learns how the job ended from the status file. Like Slurm's slurmstepd, it stays
-with the agent's identity (root, on a real node) to write that file, and starts the job as its owner's
-account. It also applies the isolation that cannot be done in the agent (a multi-threaded process must
-not run Python code between fork and exec), and it reports the job's peak RSS for OOM detection.
+[--workdir DIR] [--stdout PATH] [--stderr PATH] [--renewal-file F] -- argv`. Like containerd's shim, it
+exists so that the job does not have to be the agent's child: an agent that restarts adopts the running
+shim by pid and, when the shim is gone, still learns how the job ended from the status file. Like Slurm's
+slurmstepd, it stays with the agent's identity (root, on a real node) to write that file, and starts the
+job as its owner's account. It also applies the isolation that cannot be done in the agent (a
+multi-threaded process must not run Python code between fork and exec), and it reports the job's peak
+RSS for OOM detection.
+
+It is the fence of last resort (docs/faults.md, "Fencing"): the agent writes the lease's renewal file
+after every answered sync; once the renewal is older than the fence, the shim stops the job (SIGTERM to
+its process group, SIGKILL after the grace), so a job outlives neither a dead agent nor a node cut off
+from the service by more than the fence, and the service may then start it elsewhere.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pwd
 import resource
+import select
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+FENCE_CHECK_S = 1.0  # how often the shim looks at the renewal file while the job runs
 EXIT_CANNOT_EXECUTE = 126  # the shell's conventions: found but could not run, and not found
 EXIT_NOT_FOUND = 127
 OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOCTTY
@@ -158,6 +168,115 @@ def spawn(command: list[str], env: dict[str, str] | None, setup: Callable[[], No
     return pid
 
 
+def boot_clock_s() -> float:
+    """The node's monotonic clock, counting suspend (CLOCK_BOOTTIME): the same for every process here,
+    blind to wall-clock steps. The agent stamps renewals with it (agent/fence.py)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """The lease's last renewal as the agent wrote it: when (boot clock), the fence and its grace."""
+
+    renewed_boot_s: float
+    fence_s: float
+    grace_s: float
+
+    def expired(self, now_boot_s: float) -> bool:
+        return self.fence_s > 0 and now_boot_s - self.renewed_boot_s > self.fence_s
+
+
+def read_renewal(path: str) -> Renewal | None:
+    """The renewal file (atomic JSON, replaced by the agent); None if there is none or it is unreadable."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        return Renewal(float(data["renewed_boot_s"]), float(data["fence_s"]), float(data["grace_s"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The pids of the process group `pgid` but this process (from /proc: os.killpg would reach us too)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+class Fence:
+    """Stops the job once its renewal is older than the fence: SIGTERM to the group, SIGKILL to every
+    member but the shim after the grace. `fenced` says whether it did."""
+
+    def __init__(self, renewal_file: str, clock: Callable[[], float] = boot_clock_s) -> None:
+        self.renewal_file = renewal_file
+        self.clock = clock
+        self.last: Renewal | None = None
+        self.fenced = False
+        self.kill_at_s: float | None = None
+
+    def check(self, pgid: int) -> None:
+        if not self.renewal_file:
+            return
+        now = self.clock()
+        if not self.fenced:
+            # A vanished or half-written file keeps the last renewal read: it never extends the lease.
+            self.last = read_renewal(self.renewal_file) or self.last
+            if self.last is None or not self.last.expired(now):
+                return
+            self.fenced = True
+            self.kill_at_s = now + max(0.0, self.last.grace_s)
+            print(
+                f"attune-shim: lease not renewed for {now - self.last.renewed_boot_s:.0f} s (fence "
+                f"{self.last.fence_s:g} s): SIGTERM, SIGKILL in {self.last.grace_s:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)  # the shim catches it; the job checkpoints
+        elif self.kill_at_s is not None and now >= self.kill_at_s:
+            self.kill_at_s = None
+            for pid in _group_members(pgid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def wait_fenced(pid: int, fence: Fence) -> tuple[int, resource.struct_rusage]:
+    """Wait for the job like os.wait4, checking the fence every FENCE_CHECK_S meanwhile. The wait is on a
+    pidfd where the kernel has them (Linux 5.3), so the job's end is seen at once, not at the next check."""
+    if not fence.renewal_file:
+        _pid, wait_status, usage = os.wait4(pid, 0)  # retried on EINTR (PEP 475)
+        return wait_status, usage
+    try:
+        poller: select.poll | None = select.poll()
+        pidfd = os.pidfd_open(pid)
+        poller.register(pidfd, select.POLLIN)
+    except (AttributeError, OSError):
+        poller = None
+    while True:
+        waited, wait_status, usage = os.wait4(pid, os.WNOHANG)
+        if waited == pid:
+            if poller is not None:
+                os.close(pidfd)
+            return wait_status, usage
+        fence.check(os.getpgid(0))
+        timeout_s = FENCE_CHECK_S if fence.kill_at_s is None else min(FENCE_CHECK_S, 0.2)
+        if poller is not None:
+            poller.poll(timeout_s * 1000)
+        else:
+            time.sleep(timeout_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attune-shim")
     parser.add_argument("--status", required=True, help="where to write the exit status (JSON)")
@@ -168,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="", help="the job's working directory")
     parser.add_argument("--stdout", default="", help="the job's stdout file (default: the shim's stdout)")
     parser.add_argument("--stderr", default="", help="the job's stderr file (default: with stdout)")
+    parser.add_argument("--renewal-file", default="", help="the lease's renewal (JSON); none: no fence")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -198,12 +318,16 @@ def main(argv: list[str] | None = None) -> int:
         _write_status(args.status, {"exit_code": exc.code, "signal": None, "peak_rss_kb": 0, "error": error})
         return exc.code
 
-    _pid, wait_status, usage = os.wait4(pid, 0)  # retried on EINTR (PEP 475)
+    fence = Fence(args.renewal_file)
+    wait_status, usage = wait_fenced(pid, fence)
     if os.WIFSIGNALED(wait_status):
         exit_code, signum = None, os.WTERMSIG(wait_status)
     else:
         exit_code, signum = os.WEXITSTATUS(wait_status), None
-    _write_status(args.status, {"exit_code": exit_code, "signal": signum, "peak_rss_kb": usage.ru_maxrss})
+    status = {"exit_code": exit_code, "signal": signum, "peak_rss_kb": usage.ru_maxrss}
+    if fence.fenced:
+        status["fenced"] = True
+    _write_status(args.status, status)
     return exit_code if exit_code is not None else 128 + signum
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.client import ServiceClient, ServiceError
+from agent.fence import boot_clock_s
 from agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ class Syncer:
         running: Callable[[], list[str]],
         apply_commands: Callable[[list[dict[str, Any]]], None],
         interval_s: float,
+        renew: Callable[[list[str], float, Any], None] = lambda listed, sent_boot_s, fence: None,
+        boot_clock: Callable[[], float] = boot_clock_s,
         batch_size: int = 500,
         max_backoff_s: float = 30.0,
         stop_event: threading.Event | None = None,
@@ -46,6 +49,8 @@ class Syncer:
         self.sample = sample
         self.running = running
         self.apply_commands = apply_commands
+        self.renew = renew
+        self.boot_clock = boot_clock
         self.interval_s = interval_s
         self.batch_size = batch_size
         self.max_backoff_s = max_backoff_s
@@ -67,15 +72,16 @@ class Syncer:
         Raises ServiceError when the service cannot be reached or refuses the call.
         """
         batch = self.spool.pending(self.batch_size)
-        payload = {
-            "sample": self.sample(),
-            "running": self.running(),
-            "reports": [r.as_json() for r in batch],
-        }
+        running = self.running()
+        payload = {"sample": self.sample(), "running": running, "reports": [r.as_json() for r in batch]}
+        # Before the request leaves (retries included): the service's clock for this sync starts later,
+        # so a lease renewed as of now is stopped by its fence no later than the service counts on.
+        sent_boot_s = self.boot_clock()
         answer = self.client.sync(payload)
         self.syncs += 1
         self.spool.remove(self._settled(answer))
         self.apply_commands(answer.get("commands") or [])
+        self.renew(running, sent_boot_s, answer.get("fence"))
         if answer.get("sync_interval_s"):
             self.interval_s = float(answer["sync_interval_s"])
         wait = answer.get("wait")

@@ -18,6 +18,16 @@ class NodeConf:
     not_responding_after_s: int
     down_after_s: int
     usage_raw_retention_days: int
+    lease_fence_s: float
+    lease_fence_grace_s: float
+    lease_fence_margin_s: float
+
+    @property
+    def fence_expiry_s(self) -> float:
+        """How long after a node's last sync (or a lease's end) the lease's process is surely gone: its
+        agent renewed it at most then, its fence stops it `lease_fence_s` later and kills it
+        `lease_fence_grace_s` after that; the margin covers a sync's time in flight and commit lag."""
+        return self.lease_fence_s + self.lease_fence_grace_s + self.lease_fence_margin_s
 
 
 def node_conf() -> NodeConf:
@@ -30,4 +40,7 @@ def node_conf() -> NodeConf:
         not_responding_after_s=settings.ATTUNE_NODE_NOT_RESPONDING_AFTER_S,
         down_after_s=settings.ATTUNE_NODE_DOWN_AFTER_S,
         usage_raw_retention_days=settings.ATTUNE_USAGE_RAW_RETENTION_DAYS,
+        lease_fence_s=float(settings.ATTUNE_LEASE_FENCE_S),
+        lease_fence_grace_s=float(settings.ATTUNE_LEASE_FENCE_GRACE_S),
+        lease_fence_margin_s=float(settings.ATTUNE_LEASE_FENCE_MARGIN_S),
     )

@@ -1,7 +1,7 @@
 """Every read of the hardware tables."""
 
 from collections.abc import Iterable
-from datetime import UTC
+from datetime import UTC, datetime
 
 from django.db import connection
 from django.db.models import Count, Max, QuerySet, Sum
@@ -58,6 +58,15 @@ def server_lock(*, server: Server) -> Server:
 
 def server_ids_in_states(*, states: Iterable[str]) -> list[int]:
     return list(Server.objects.filter(state__in=list(states)).values_list("id", flat=True))
+
+
+def server_ids_silent_since(*, server_ids: Iterable[int], since: datetime) -> list[int]:
+    """Those of `server_ids` not heard from since `since` (last heartbeat before it, or none ever)."""
+    ids = list(server_ids)
+    if not ids:
+        return []
+    heard = set(Server.objects.filter(pk__in=ids, heartbeat__at__gte=since).values_list("id", flat=True))
+    return [pk for pk in ids if pk not in heard]
 
 
 def gpus_active(*, server_ids: Iterable[int] | None = None) -> list[tuple[int, int, int, str]]:

@@ -338,6 +338,14 @@ ATTUNE_DB_PREPARED_STATEMENTS = env.bool("ATTUNE_DB_PREPARED_STATEMENTS", defaul
 ATTUNE_WEB_THREADS = env.int("ATTUNE_WEB_THREADS", default=8)
 ATTUNE_NODE_NOT_RESPONDING_AFTER_S = env.int("ATTUNE_NODE_NOT_RESPONDING_AFTER_S", default=30)
 ATTUNE_NODE_DOWN_AFTER_S = env.int("ATTUNE_NODE_DOWN_AFTER_S", default=120)
+# Fencing (docs/faults.md, "Fencing"): a lease its agent has not renewed (no sync answered) for
+# ATTUNE_LEASE_FENCE_S is stopped on its node (SIGTERM, then SIGKILL after ATTUNE_LEASE_FENCE_GRACE_S),
+# by the agent or, if the agent is gone, by the lease's shim. The service starts the job elsewhere only
+# once that much time plus ATTUNE_LEASE_FENCE_MARGIN_S has passed since the node's last sync, so
+# ATTUNE_NODE_DOWN_AFTER_S must be at least their sum (a system check says so).
+ATTUNE_LEASE_FENCE_S = env.float("ATTUNE_LEASE_FENCE_S", default=60.0)
+ATTUNE_LEASE_FENCE_GRACE_S = env.float("ATTUNE_LEASE_FENCE_GRACE_S", default=30.0)
+ATTUNE_LEASE_FENCE_MARGIN_S = env.float("ATTUNE_LEASE_FENCE_MARGIN_S", default=10.0)
 ATTUNE_LIVENESS_SWEEP_S = env.int("ATTUNE_LIVENESS_SWEEP_S", default=5)
 # Raw usage samples older than this are rolled up into one averaged sample per minute.
 ATTUNE_USAGE_RAW_RETENTION_DAYS = env.int("ATTUNE_USAGE_RAW_RETENTION_DAYS", default=2)

@@ -12,6 +12,7 @@ from uuid import UUID
 from django.db import connection
 from django.utils import timezone
 
+from cluster_app.conf import node_conf
 from cluster_app.models import NodeState, Server
 from profiles_app.models import ProfilingRun, ProfilingRunStatus
 from profiles_app.selectors import (
@@ -32,10 +33,6 @@ from scheduler_app.selectors.lease_starts import held_gpu_uuids, job_part_rows, 
 PREEMPT_END_REASONS = frozenset({"preempted"})
 # A lease ended because its server stopped answering: no agent will confirm its exit.
 NODE_FAIL_END_REASON = "node_fail"
-# How long past its grace period an ended lease whose agent has not reported its exit still holds back
-# its job's next lease: the agent SIGKILLs at the grace period's end, and the exit report comes with
-# its next sync. Bounded, so that an agent that died meanwhile delays the restart but never blocks it.
-STOP_CONFIRM_MARGIN_S = 15
 
 
 @dataclass(frozen=True)
@@ -186,7 +183,7 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     """The commands that bring `server` to the state the scheduler decided, from database state only.
 
     - start: an active lease of this server whose job is RUNNING and which the agent does not run,
-      once every earlier lease of the job that an agent started has exited (`leases_to_start`);
+      once no earlier lease of the job may still run (`leases_to_start`);
     - preempt / cancel: a lease the agent runs that the service has ended (preempted by a round, or
       ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
     - drain: the server is DRAINING or DRAINED;
@@ -201,14 +198,13 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     commands: list[dict[str, Any]] = []
     if live - running:
         # A moved job (or one sent back to the queue and placed again) starts its next lease only
-        # once every earlier lease of it that an agent started has exited: the old process may still
-        # be writing its checkpoint during its grace period, and the new one would resume from a stale
-        # checkpoint, or train beside it, otherwise. Bounded by the grace period and a margin for the
-        # exit report, so that an agent that died meanwhile delays the restart but never blocks it.
+        # once every earlier lease of it has exited or is surely stopped by its node's fence: the old
+        # process may still be writing its checkpoint during its grace period, or run on a node that
+        # cannot hear the service, and the new one would resume from a stale checkpoint, or train beside
+        # it, otherwise (docs/faults.md, "Fencing").
         to_start = leases_to_start(
             lease_ids=live - running,
-            stopping_since=timezone.now() - timedelta(seconds=conf.max_grace_s + STOP_CONFIRM_MARGIN_S),
-            node_fail_reason=NODE_FAIL_END_REASON,
+            fenced_before=timezone.now() - timedelta(seconds=node_conf().fence_expiry_s),
         )
         # The rendezvous needs every part of those jobs, on whichever server.
         parts = job_parts(job_ids=(a.job_id for a in to_start))

@@ -17,33 +17,38 @@ from uuid import UUID
 
 from django.db import connection
 
-from cluster_app.models import Gpu, Server
+from cluster_app.models import Gpu, Server, ServerHeartbeat
 from cluster_app.raw_rows import model_rows
 from scheduler_app.models import Allocation, AllocationGpu
 from scheduler_app.selectors.agent_reports import jobs_with_workloads, lease_params, quoted_table
 
 
-def leases_to_start(
-    *, lease_ids: Iterable[UUID], stopping_since: datetime, node_fail_reason: str
-) -> list[Allocation]:
-    """The active leases among `lease_ids` whose job has no earlier lease still stopping, in start order,
-    with their jobs (and workloads) attached.
+def leases_to_start(*, lease_ids: Iterable[UUID], fenced_before: datetime) -> list[Allocation]:
+    """The active leases among `lease_ids` whose job has no earlier lease that may still run, in start
+    order, with their jobs (and workloads) attached.
 
-    A lease still stopping: ended at `stopping_since` or later (its grace period and the margin for
-    its exit report), started by its agent, its exit not reported, and not ended by a node failure
-    (no agent will report that one's exit). The next lease of a moved job waits for it."""
+    An earlier lease may still run (docs/faults.md, "Fencing") while its exit is not reported, a sync
+    answer carried its start (or its agent reported it started), and both its end and its server's last
+    sync are after `fenced_before` (now less the fence's expiry): its agent renews a lease only in a sync
+    answered while the service counts it live, so the node has stopped it within the fence's expiry of
+    the earlier of the two. A moved job's next lease waits for it: the old process may still be writing
+    its checkpoint, or, on a silent node, training beside the new one. A start that was sent but never
+    launched (withdrawn while it waited for its GPUs) also holds the next lease back until then: the
+    service cannot tell it from one launched just before its agent fell silent."""
     marks, params = lease_params(lease_ids)
     if not params:
         return []
-    table = quoted_table(Allocation)
+    table, beats = quoted_table(Allocation), quoted_table(ServerHeartbeat)
     sql = (
         f"SELECT a.* FROM {table} a WHERE a.lease_id IN ({marks}) AND a.ended_at IS NULL"
-        f" AND NOT EXISTS (SELECT 1 FROM {table} e WHERE e.job_id = a.job_id AND e.ended_at >= %s"
-        f" AND e.agent_started_at IS NOT NULL AND e.exited_at IS NULL AND e.end_reason <> %s)"
+        f" AND NOT EXISTS (SELECT 1 FROM {table} e LEFT JOIN {beats} h ON h.server_id = e.server_id"
+        f" WHERE e.job_id = a.job_id AND e.ended_at >= %s AND e.exited_at IS NULL"
+        f" AND (e.start_sent_at IS NOT NULL OR e.agent_started_at IS NOT NULL)"
+        f" AND (h.at IS NULL OR h.at >= %s))"
         f" ORDER BY a.started_at, a.id"
     )
-    stopping = Allocation._meta.get_field("ended_at").get_db_prep_value(stopping_since, connection)
-    leases = model_rows(Allocation, sql, [*params, stopping, node_fail_reason])
+    since = Allocation._meta.get_field("ended_at").get_db_prep_value(fenced_before, connection)
+    leases = model_rows(Allocation, sql, [*params, since, since])
     jobs = jobs_with_workloads(job_ids={a.job_id for a in leases})
     for lease in leases:
         lease.job = jobs[lease.job_id]

@@ -12,7 +12,7 @@ from cluster_app.agent_wake import wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
 from scheduler_app.selectors import agent_commands
-from scheduler_app.services.agents import agent_heartbeat
+from scheduler_app.services.agents import agent_heartbeat, allocations_start_sent
 from scheduler_app.services.report_apply import LeaseReport
 from scheduler_app.services.report_ingest import URGENT_KINDS, ReportsOutcome, agent_reports_ingest
 
@@ -80,4 +80,7 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
             )
     generation = wake_generation(server.pk)
     commands = agent_commands(server=server, running=request.running)
+    # Before the answer leaves: from now on the agent may run these leases, and a later lease of their
+    # jobs must wait for their exit or their fence (selectors/lease_starts.py).
+    allocations_start_sent(lease_ids=[c["lease_id"] for c in commands if c.get("kind") == "start"])
     return SyncOutcome(server=server, commands=commands, reports=outcome, generation=generation)

@@ -24,7 +24,7 @@ from cluster_app.services import (
     node_registration_refused,
 )
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import AgentReport
+from scheduler_app.models import AgentReport, Allocation
 from scheduler_app.selectors import server_busy_gpu_count
 from scheduler_app.services.rounds import scheduling_round_request_on_commit
 
@@ -55,6 +55,15 @@ def clean_text(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None  # jsonb holds no NaN or infinity
     return value
+
+
+def allocations_start_sent(*, lease_ids: list[str], now: datetime | None = None) -> None:
+    """Record that a sync answer carries these leases' `start` (the first time only): one statement, and
+    none for the syncs that start nothing, which are most of them."""
+    if lease_ids:
+        Allocation.objects.filter(lease_id__in=lease_ids, start_sent_at__isnull=True).update(
+            start_sent_at=now or timezone.now()
+        )
 
 
 def agent_register(*, server: Server, inventory: NodeInventory) -> Server:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit
+from cluster_app.conf import node_conf
 from cluster_app.models import NodeState, Server
-from cluster_app.selectors import server_ids_in_states, server_lock, servers_lock_all
+from cluster_app.selectors import server_ids_in_states, server_ids_silent_since, server_lock, servers_lock_all
 from cluster_app.services import (
     LivenessSweep,
     node_liveness_sweep,
@@ -34,7 +35,8 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
     1. cluster_app's sweep locks every server row (the shared lock order: servers, then jobs) and
        moves silent ones to NOT_RESPONDING, and those silent for longer to DOWN.
     2. Every job with an active lease on a DOWN server -- newly down or left over from a crash --
-       is locked and goes RUNNING -> NODE_FAIL -> PENDING with its progress kept; all its leases end
+       whose last sync is older than the fence's expiry (its processes are surely stopped there) is
+       locked and goes RUNNING -> NODE_FAIL -> PENDING with its progress kept; all its leases end
        (end_reason "node_fail", GPUs released), so a job spanning servers restarts as a whole.
     3. Server states are refreshed (IDLE/MIXED/ALLOCATED; DRAINING -> DRAINED once empty).
     A NOT_RESPONDING server keeps its jobs: it may only be slow, and its agent resumes reporting.
@@ -45,7 +47,12 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
         servers_lock_all()
         now = timezone.now()
     sweep = node_liveness_sweep(now=now)
-    down = server_ids_in_states(states=[NodeState.DOWN])
+    # Fencing: a DOWN server's leases end only once they are surely stopped there (the fence's expiry
+    # since its last sync), whatever ATTUNE_NODE_DOWN_AFTER_S says (a system check refuses a shorter one).
+    down = server_ids_silent_since(
+        server_ids=server_ids_in_states(states=[NodeState.DOWN]),
+        since=now - timedelta(seconds=node_conf().fence_expiry_s),
+    )
     job_ids = set(
         Allocation.objects.filter(server_id__in=down, ended_at__isnull=True).values_list("job_id", flat=True)
     )

@@ -62,6 +62,7 @@ class FakeService:
         self.ack = True
         self.wait_status = 200
         self.register_status = 200
+        self.fence: dict[str, float] | None = None  # the answers' `fence` (None: left out, as an old service)
         self._tickets: set[str] = set()
         self._closing = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -166,7 +167,7 @@ class FakeService:
                     "timeout_s": self.wait_timeout_s,
                 }
         commands = self.command_fn(running) if self.command_fn else list(self.commands)
-        return {
+        answer = {
             "state": "MIXED" if running else "IDLE",
             "commands": commands,
             "acked": acked,
@@ -174,6 +175,7 @@ class FakeService:
             "sync_interval_s": self.sync_interval_s,
             "wait": wait,
         }
+        return {**answer, "fence": self.fence} if self.fence else answer
 
     def _answer_post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.down:
@@ -183,7 +185,8 @@ class FakeService:
                 return self.register_status, {"detail": "refused", "uuids": ["GPU-x"]}
             with self.lock:
                 self.registrations.append(body)
-            return 200, {"server": body["hostname"], "sync_interval_s": self.sync_interval_s}
+            answer = {"server": body["hostname"], "sync_interval_s": self.sync_interval_s}
+            return 200, {**answer, "fence": self.fence} if self.fence else answer
         if path == "/api/v1/agent/sync":
             if self.sync_status != 200:
                 return self.sync_status, {"detail": "refused"}

@@ -16,6 +16,7 @@ from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobStat
 from scheduler_app.services.job_control import job_cancel
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import SYNC, agent_client, lease_of, make_server, submit, sync, synced, usage_sample
+from tests.factories import heartbeat_at
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +103,11 @@ def test_register_replaces_the_inventory_and_answers_the_sync_interval(agent, se
     server.save()
     response = agent.post(REGISTER, inventory(n=2), format="json")
     assert response.status_code == 200, response.json()
-    assert response.json() == {"server": "gpu01", "sync_interval_s": 7.5}
+    assert response.json() == {
+        "server": "gpu01",
+        "sync_interval_s": 7.5,
+        "fence": {"lease_fence_s": 60.0, "grace_s": 30.0},
+    }
     server.refresh_from_db()
     assert (server.num_gpus, server.num_cpus, server.mem_gb) == (2, 12, 250.0)
     assert server.state == NodeState.IDLE and server.last_heartbeat_at is not None
@@ -162,6 +167,7 @@ def test_a_sync_answers_state_commands_acks_and_interval_and_no_wait_without_wak
         "rejected": [],
         "sync_interval_s": 4.0,
         "wait": None,
+        "fence": {"lease_fence_s": 60.0, "grace_s": 30.0},
     }
 
 
@@ -292,26 +298,62 @@ def test_a_job_placed_again_starts_only_once_its_preempted_process_exited(agent,
     assert Allocation.objects.get(pk=old.pk).exited_at is not None
 
 
+FENCE_EXPIRY_S = 60 + 30 + 10  # ATTUNE_LEASE_FENCE_S + _GRACE_S + _MARGIN_S, their defaults
+
+
 @pytest.mark.parametrize(
     "change",
     [
         pytest.param(
             {
-                "started_at": timezone.now() - timedelta(seconds=60),
-                "ended_at": timezone.now() - timedelta(seconds=30 + 16),  # the preempt grace + margin
+                "started_at": timezone.now() - timedelta(seconds=FENCE_EXPIRY_S + 60),
+                "ended_at": timezone.now() - timedelta(seconds=FENCE_EXPIRY_S + 1),
             },
-            id="grace_and_margin_passed",
+            id="fence_expired_since_its_end",
         ),
-        pytest.param({"end_reason": "node_fail"}, id="its_server_failed"),
-        pytest.param({"agent_started_at": None}, id="never_started"),
+        pytest.param({"agent_started_at": None, "start_sent_at": None}, id="never_sent_nor_started"),
     ],
 )
-def test_a_stopping_lease_holds_the_next_one_back_only_while_its_exit_can_still_come(
+def test_a_stopping_lease_holds_the_next_one_back_only_while_it_may_still_run(
     agent, running, staff_user, change
 ):
     old, new = _moved_while_stopping(agent, running, staff_user)
     Allocation.objects.filter(pk=old.pk).update(**change)
     assert starts(synced(agent)) == [str(new.lease_id)]
+
+
+def test_a_lease_whose_end_reason_is_node_fail_still_holds_the_next_one_back_on_a_live_server(
+    agent, running, staff_user
+):
+    # Its server syncs (this very agent): whatever the end reason, its process may still run there.
+    old, _new = _moved_while_stopping(agent, running, staff_user)
+    Allocation.objects.filter(pk=old.pk).update(end_reason="node_fail")
+    assert starts(synced(agent)) == []
+
+
+@pytest.mark.parametrize(("silent_s", "held"), [(FENCE_EXPIRY_S + 1, False), (FENCE_EXPIRY_S - 20, True)])
+def test_a_lease_on_a_silent_server_holds_the_next_one_back_until_its_fence_expired(
+    agent, running, staff_user, silent_s, held
+):
+    """The old lease ran on a server that stopped syncing: it is stopped there by its fence once its
+    agent's last sync is the fence's expiry old, and only then may the job start elsewhere."""
+    old, new = _moved_while_stopping(agent, running, staff_user)
+    silent = make_server("silent01", gpus=4)
+    heartbeat_at(silent, timezone.now() - timedelta(seconds=silent_s))
+    Allocation.objects.filter(pk=old.pk).update(server=silent, end_reason="node_fail")
+    assert starts(synced(agent)) == ([] if held else [str(new.lease_id)])
+
+
+def test_a_start_sent_in_an_answer_is_recorded_once(agent, server, user, settings):
+    job = submit(user, gpus=1)
+    scheduling_round_run()
+    lease = lease_of(job)
+    assert lease.start_sent_at is None
+    assert starts(synced(agent)) == [str(lease.lease_id)]
+    first = Allocation.objects.get(pk=lease.pk).start_sent_at
+    assert first is not None
+    assert starts(synced(agent)) == [str(lease.lease_id)]  # not yet acknowledged: sent again
+    assert Allocation.objects.get(pk=lease.pk).start_sent_at == first
 
 
 def test_a_sync_cancels_a_cancelled_job_and_unknown_leases(agent, running, user):

@@ -57,7 +57,10 @@ def stack(private_services, faults_root, faults_job_runtime, request):
     root = faults_root / request.node.name.replace("[", "-").replace("]", "")
     root.mkdir()
     root.chmod(0o711)
-    s = Stack(private_services, root, agent_args=faults_job_runtime.agent_args)
+    # `@pytest.mark.stack_env({...})`: settings of the service's processes for this test.
+    marker = request.node.get_closest_marker("stack_env")
+    env = marker.args[0] if marker else None
+    s = Stack(private_services, root, agent_args=faults_job_runtime.agent_args, env=env)
     t0 = time.monotonic()
     try:
         s.start_all()

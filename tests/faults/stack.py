@@ -487,13 +487,19 @@ class Stack:
     """gunicorn + Celery workers (rounds with beat; forecasts) + agents on a fresh private database;
     start/stop/kill each part (`worker` is the rounds' one)."""
 
-    def __init__(self, services: PrivateServices, root: Path, agent_args: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        services: PrivateServices,
+        root: Path,
+        agent_args: Iterable[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.services = services
         self.pg, self.redis = services.pg, services.redis
         self.dir = root
         self.dbname = services.new_database()
         self.redis.flushall()
-        self.env = service_env(self.pg, self.redis, self.dbname)
+        self.env = service_env(self.pg, self.redis, self.dbname, **(env or {}))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.agent_args = list(agent_args)
@@ -1042,6 +1048,9 @@ class JobProcessWatcher:
         self.marker = marker
         self.interval_s = interval_s
         self.pids: dict[str, set[int]] = defaultdict(set)
+        # pid -> [its start (the kernel's, as a time.time()), the start of the last sample that saw it]
+        self.lifetimes: dict[int, list[float]] = {}
+        self.samples: list[tuple[float, float]] = []  # (start, end) of each sample, time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="job-process-watcher", daemon=True)
 
@@ -1066,7 +1075,18 @@ class JobProcessWatcher:
                     now[lease] = pid
         return now
 
+    def gone_by(self, pid: int) -> float | None:
+        """A time by which `pid` had surely ended: the end of the first sample after the last that saw
+        it alive (None while no such sample was taken)."""
+        last_seen = self.lifetimes[pid][1]
+        return next((end for start, end in list(self.samples) if start > last_seen), None)
+
     def sample(self) -> None:
+        started = time.time()
+        self._sample(started)
+        self.samples.append((started, time.time()))
+
+    def _sample(self, started: float) -> None:
         for p in psutil.process_iter(["pid", "cmdline"]):
             try:
                 cmd = p.info["cmdline"] or []
@@ -1077,6 +1097,8 @@ class JobProcessWatcher:
                 continue
             if self.marker in env.get("ATTUNE_PROGRESS_PATH", "") and env.get("ATTUNE_LEASE_ID"):
                 self.pids[env["ATTUNE_LEASE_ID"]].add(p.pid)
+                with contextlib.suppress(psutil.Error):
+                    self.lifetimes.setdefault(p.pid, [p.create_time(), 0.0])[1] = started
 
     def launched_twice(self) -> dict[str, set[int]]:
         return {lease: pids for lease, pids in self.pids.items() if len(pids) > 1}

@@ -60,6 +60,30 @@ def test_a_silent_server_goes_not_responding_then_down_and_its_jobs_are_requeued
     assert JobEvent.objects.filter(job=job, kind="node_fail").count() == 1
 
 
+def test_a_down_server_keeps_its_jobs_until_their_fence_expired_whatever_the_down_threshold(user, settings):
+    """Fencing: the node stops a lease its agent could not renew 60 s after its last sync and kills it 30 s
+    later; the service ends it (and may start the job elsewhere) only once that, plus a 10 s margin, has
+    passed since the node's last sync, even with a DOWN threshold set below it (a system check refuses
+    that setting; the sweep holds anyway)."""
+    settings.ATTUNE_NODE_DOWN_AFTER_S = 40
+    now = timezone.now()
+    server = make_server("gpu01", gpus=4)
+    heartbeat_at(server, now)
+    job = submit(user, gpus=2, iters=1000)
+    scheduling_round_run()
+    lease = lease_of(job)
+
+    sweep = node_liveness_sweep_run(now=now + timedelta(seconds=99))
+    assert sweep.down == ["gpu01"]
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and lease_of(job) == lease  # may still run there
+
+    node_liveness_sweep_run(now=now + timedelta(seconds=101))
+    job.refresh_from_db()
+    lease.refresh_from_db()
+    assert job.state == JobState.PENDING and lease.end_reason == "node_fail"
+
+
 def test_a_requeued_job_runs_elsewhere_with_its_progress(user):
     now = timezone.now()
     dying = make_server("a-dying", gpus=2)
