@@ -32,12 +32,35 @@ logger = logging.getLogger(__name__)
 CATALOG_SOURCE = "msr-fiddle/synergy simulator model profiles (MIT licence)"
 
 
+@dataclass(frozen=True)
+class CatalogLoad:
+    """What workload_catalog_load did with each model of the shipped catalog."""
+
+    created: int
+    updated: int
+    unchanged: int
+    kept: int  # profiled or registered on this cluster: its own profile is not replaced by the shipped one
+
+    @property
+    def total(self) -> int:
+        return self.created + self.updated + self.unchanged + self.kept
+
+
 @transaction.atomic
-def workload_catalog_load(*, profile_set: str = DEFAULT_PROFILE_SET) -> int:
-    """Create or update a Workload row for every model of the shipped catalog; returns the count."""
+def workload_catalog_load(*, profile_set: str = DEFAULT_PROFILE_SET) -> CatalogLoad:
+    """Create the shipped catalog's missing workloads and bring those it shipped before up to date.
+
+    Idempotent: a row already as shipped is not written at all. A workload whose profile was measured
+    here (a profiling run) or that was registered here under a catalog name keeps its own profile, and
+    what finished jobs taught (the speed correction, a learnt placement penalty) is never overwritten,
+    so a deployment may run this at every start (docker-compose.yml does, after migrate).
+    """
     catalog = load_catalog(profile_set)
+    # Locked: two containers starting at once (web replicas) update the rows one after the other.
+    existing = {w.name: w for w in Workload.objects.select_for_update().filter(name__in=list(catalog))}
+    counts = {"created": 0, "updated": 0, "unchanged": 0, "kept": 0}
     for name, profile in catalog.items():
-        fields = {
+        fields: dict[str, Any] = {
             "workload_class": profile.workload_class,
             "source": CATALOG_SOURCE,
             "iter_time_s": profile.iter_time_s,
@@ -49,12 +72,26 @@ def workload_catalog_load(*, profile_set: str = DEFAULT_PROFILE_SET) -> int:
             "speedup": profile.speedup,
             "batch_size": batch_size_for(name, profile_set),  # GENIE's profile and predictor time it
         }
-        Workload.objects.update_or_create(name=name, defaults=fields)
+        row = existing.get(name)
+        if row is None:
+            Workload.objects.create(name=name, placement_penalty=profile.placement_penalty, **fields)
+            counts["created"] += 1
+            continue
+        if row.source != CATALOG_SOURCE:
+            counts["kept"] += 1
+            continue
         # A penalty learnt on this cluster's network outlives a reload of the shipped one.
-        Workload.objects.filter(name=name, placement_penalty_leases=0).update(
-            placement_penalty=profile.placement_penalty
-        )
-    return len(catalog)
+        if row.placement_penalty_leases == 0:
+            fields["placement_penalty"] = profile.placement_penalty
+        changed = [field for field, value in fields.items() if getattr(row, field) != value]
+        if not changed:
+            counts["unchanged"] += 1
+            continue
+        for field in changed:
+            setattr(row, field, fields[field])
+        row.save(update_fields=[*changed, "updated_at"])
+        counts["updated"] += 1
+    return CatalogLoad(**counts)
 
 
 @transaction.atomic

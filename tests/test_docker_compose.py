@@ -46,6 +46,10 @@ def test_app_services_share_env_and_wait_for_healthy_dependencies():
             "redis": {"condition": "service_healthy"},
         }
     assert "gunicorn -c config/gunicorn.conf.py" in " ".join(services["web"]["command"])
+    # A fresh deployment gets the workload catalog (and no demo users: seed_demo is nowhere).
+    web = " ".join(services["web"]["command"])
+    assert "migrate --noinput && python manage.py load_catalog && gunicorn" in web
+    assert not any("seed_demo" in str(service.get("command")) for service in services.values())
     assert services["worker"]["command"][:4] == ["celery", "-A", "config", "worker"]
     assert services["beat"]["command"][:4] == ["celery", "-A", "config", "beat"]
 

@@ -1,4 +1,4 @@
-"""`manage.py seed_demo`: a demo cluster like Synergy's testbed, the catalog, users, teams and jobs."""
+"""`manage.py seed_demo` (demos only: admin/admin): a Synergy-like cluster, the catalog, users, jobs."""
 
 import uuid
 
@@ -33,7 +33,8 @@ class Command(BaseCommand):
     help = (
         "Create a demo cluster (by default 4 servers x 8 GPUs, 24 CPU cores, 500 GB each, like the "
         "Synergy testbed), load the workload catalog, and add an admin user, teams and a few jobs. "
-        "Safe to run twice: existing rows are kept."
+        "Safe to run twice: existing rows are kept. DEMO ONLY: it creates admin/admin and demo users; "
+        "a real deployment runs `manage.py load_catalog` instead."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -69,7 +70,7 @@ class Command(BaseCommand):
                 ],
             )
             created_servers += 1
-        workloads = workload_catalog_load()
+        workloads = workload_catalog_load().total
 
         User = get_user_model()
         admin, made = User.objects.get_or_create(
