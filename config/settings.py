@@ -4,6 +4,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from csp.constants import NONCE
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"  # runtime files of the embedded mode (SQLite database, agent spools)
@@ -16,6 +18,45 @@ DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env("SECRET_KEY", default="django-insecure-attune-local-demo-key-change-me")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+# HTTPS and the browser's protections (docs/security.md). The deployment defaults (docker-compose.yml)
+# turn the cookie flags and HSTS on, for a TLS-terminating proxy in front; the embedded demo serves
+# plain http on 127.0.0.1, where a Secure cookie would never come back (no login), so they default off.
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+# Sent only on requests that arrived over HTTPS (Django's SecurityMiddleware); 0: no header.
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# Behind a proxy that terminates TLS: the header it sets, "HTTP_X_FORWARDED_PROTO,https" (Django's
+# SECURE_PROXY_SSL_HEADER; trust it only when every request comes through that proxy).
+_proxy_ssl_header = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header) if len(_proxy_ssl_header) == 2 else None
+# http -> https redirects belong to the proxy; this one would also redirect the container's health check.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# Content-Security-Policy (django-csp): on unless DEBUG (the embedded demo); ATTUNE_CSP=off|report-only.
+# Scripts only from this site (the pages have no inline script; a template that needs one takes the
+# response's nonce, request.csp_nonce). Styles also inline: Plotly injects its stylesheet and sets
+# style attributes, the admin's change list has a <style>, and Swagger UI's page one.
+ATTUNE_CSP = env("ATTUNE_CSP", default="off" if DEBUG else "on")
+if ATTUNE_CSP not in ("on", "off", "report-only"):
+    raise ImproperlyConfigured(f"ATTUNE_CSP is on, off or report-only, not {ATTUNE_CSP!r}")
+_csp = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'", NONCE],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+CONTENT_SECURITY_POLICY = _csp if ATTUNE_CSP == "on" else None
+CONTENT_SECURITY_POLICY_REPORT_ONLY = _csp if ATTUNE_CSP == "report-only" else None
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -35,10 +76,13 @@ INSTALLED_APPS = [
     "scheduler_app",
     "notify_app",
     "axes",
+    "csp",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The Content-Security-Policy header (CONTENT_SECURITY_POLICY above), with a nonce per response.
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

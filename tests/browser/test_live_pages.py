@@ -70,9 +70,13 @@ def test_the_job_page_updates_state_and_progress_without_a_reload(browser_page, 
     assert page.locator("#job-state").inner_text() == "PENDING"
     scheduling_round_run()
     Job.objects.filter(pk=job.pk).update(done_iters=500)
-    page.wait_for_function("document.querySelector('#job-state').textContent === 'RUNNING'", timeout=15_000)
+    # Functions, not expressions: playwright evaluates an expression's text with eval, which the page's
+    # Content-Security-Policy forbids (no 'unsafe-eval').
     page.wait_for_function(
-        "document.querySelector('#job-cards').textContent.includes('25.0%')", timeout=15_000
+        "() => document.querySelector('#job-state').textContent === 'RUNNING'", timeout=15_000
+    )
+    page.wait_for_function(
+        "() => document.querySelector('#job-cards').textContent.includes('25.0%')", timeout=15_000
     )
     assert page.evaluate("window.__not_reloaded") is True  # updated in place, not reloaded
     assert lease_of(job) is not None
