@@ -95,6 +95,10 @@ def service_env(database_url: str, redis_url: str, interval_s: float) -> dict[st
         # A fleet this size is never silent for long; keep the defaults' proportions to the interval.
         "ATTUNE_NODE_NOT_RESPONDING_AFTER_S": str(int(interval_s * 6)),
         "ATTUNE_NODE_DOWN_AFTER_S": str(int(interval_s * 24)),
+        # The defaults' proportions too (60 + 30 + 10 s at a 10 s interval): the fence expires before DOWN.
+        "ATTUNE_LEASE_FENCE_S": str(interval_s * 6 + 1),
+        "ATTUNE_LEASE_FENCE_GRACE_S": str(interval_s * 3),
+        "ATTUNE_LEASE_FENCE_MARGIN_S": str(interval_s),
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     }

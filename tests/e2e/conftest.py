@@ -25,6 +25,10 @@ WORKER_ENV = {
     "ATTUNE_AGENT_WAKE": "0",
     "ATTUNE_NODE_NOT_RESPONDING_AFTER_S": "4",
     "ATTUNE_NODE_DOWN_AFTER_S": "8",
+    # The fence expires (5 + 2 + 1 s after a node's last sync) just as it goes DOWN (docs/faults.md).
+    "ATTUNE_LEASE_FENCE_S": "5",
+    "ATTUNE_LEASE_FENCE_GRACE_S": "2",
+    "ATTUNE_LEASE_FENCE_MARGIN_S": "1",
     "ATTUNE_PREEMPT_GRACE_S": "3",
 }
 
@@ -56,6 +60,10 @@ def live_settings(settings):
     """
     settings.ATTUNE_AGENT_SYNC_INTERVAL_S = 1
     settings.ATTUNE_AGENT_WAKE = False
+    # The web tier (this process) answers the agents' syncs with the fence and gates starts on it.
+    settings.ATTUNE_LEASE_FENCE_S = float(WORKER_ENV["ATTUNE_LEASE_FENCE_S"])
+    settings.ATTUNE_LEASE_FENCE_GRACE_S = float(WORKER_ENV["ATTUNE_LEASE_FENCE_GRACE_S"])
+    settings.ATTUNE_LEASE_FENCE_MARGIN_S = float(WORKER_ENV["ATTUNE_LEASE_FENCE_MARGIN_S"])
     settings.ATTUNE_SCHEDULER = {
         **settings.ATTUNE_SCHEDULER,
         "inline_rounds": False,
