@@ -24,6 +24,7 @@ from scheduler_app.api.serializers.agents import (
     AgentSyncResponseSerializer,
     AgentSyncSerializer,
     GpuConflictSerializer,
+    reports_check,
 )
 from scheduler_app.services.agent_sync import SyncRequest, agent_sync
 from scheduler_app.services.agents import agent_register
@@ -91,21 +92,9 @@ class AgentSyncView(AgentView):
             body = SYNC_CHECKER.run_validation(request.data)
         except ValidationError as exc:  # as field errors, even for a body that is not an object
             raise ValidationError(as_serializer_error(exc)) from None
-        valid, rejected = [], []
         # A malformed report is rejected alone, not the batch.
-        for item in body["reports"]:
-            try:
-                valid.append(LeaseReport(**REPORT_CHECKER.run_validation(item)))
-            except ValidationError as exc:
-                seq = item.get("seq")
-                rejected.append(
-                    {
-                        "lease_id": str(item.get("lease_id")) if item.get("lease_id") else None,
-                        "seq": seq if isinstance(seq, int) else None,
-                        "error": _flatten(exc.detail),
-                        "code": 400,
-                    }
-                )
+        checked, rejected = reports_check(body["reports"], checker=REPORT_CHECKER)
+        valid = [LeaseReport(**report) for report in checked]
         usage = AgentHeartbeatSerializer.usage_of(body["sample"])
         running = body["running"]
         try:
@@ -133,12 +122,3 @@ class AgentSyncView(AgentView):
                 "wait": wait,
             }
         )
-
-
-def _flatten(errors) -> str:
-    parts = []
-    for field, messages in errors.items():
-        if isinstance(messages, dict):
-            messages = [f"{k}: {v}" for k, v in messages.items()]
-        parts.append(f"{field}: {' '.join(str(m) for m in messages)}")
-    return "; ".join(parts)

@@ -455,10 +455,12 @@ def test_a_malformed_report_is_rejected_and_the_rest_applied(agent, running):
     assert [(r["seq"], r["code"]) for r in body["rejected"]] == [(1, 400), (None, 400)]
     running.refresh_from_db()
     assert running.done_iters == 10
-    # A `reports` that is not a list of objects is the whole call's fault.
-    for reports in ("nope", ["nope"], [1]):
+    # A `reports` that is not a list is the whole call's fault; an item that is not an object, its own.
+    response = agent.post(SYNC, {"sample": usage_sample(), "reports": "nope"}, format="json")
+    assert response.status_code == 400 and "reports" in response.json()
+    for reports in (["nope"], [1]):
         response = agent.post(SYNC, {"sample": usage_sample(), "reports": reports}, format="json")
-        assert response.status_code == 400 and "reports" in response.json()
+        assert response.status_code == 200 and response.json()["rejected"][0]["code"] == 400
 
 
 def test_exit_zero_with_all_work_done_completes_the_job(

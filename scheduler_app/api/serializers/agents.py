@@ -24,6 +24,9 @@ from scheduler_app.services.report_apply import MAX_REPORTED_ITERS
 MAX_GPU_MEMORY_MB = 10**7  # 10 TB on one GPU
 MAX_NODE_MEM_GB = 10**6  # 1 PB of DRAM in one server
 MAX_STORAGE_MBPS = 10**7  # 10 TB/s
+# GPUs one server may register (indices 0-1023), hence list in one usage sample: far above any real
+# machine, and a bound on what validating and storing one sample costs (10,000 entries were accepted).
+MAX_GPUS_PER_SERVER = 1024
 
 
 class AgentGpuSerializer(serializers.Serializer):
@@ -46,7 +49,7 @@ class AgentRegisterSerializer(serializers.Serializer):
     num_cpus = StrictIntegerField(min_value=1, max_value=32767)
     mem_gb = StrictFloatField(min_value=0.001, max_value=MAX_NODE_MEM_GB)
     storage_mbps = StrictFloatField(min_value=0, max_value=MAX_STORAGE_MBPS, required=False, default=0.0)
-    gpus = AgentGpuSerializer(many=True, allow_empty=False)
+    gpus = AgentGpuSerializer(many=True, allow_empty=False, max_length=MAX_GPUS_PER_SERVER)
     cgroup_mode = StrictCharField(max_length=32, required=False, allow_blank=True, default="")
     time_scale = StrictFloatField(
         min_value=1e-4,
@@ -102,7 +105,15 @@ class AgentHeartbeatSerializer(serializers.Serializer):
     sampled_at = serializers.DateTimeField()
     cpu_util_pct = StrictFloatField(min_value=0, max_value=100, help_text="The whole node's, 0-100")
     mem_used_gb = StrictFloatField(min_value=0, max_value=MAX_NODE_MEM_GB)
-    gpus = AgentGpuUsageSerializer(many=True, required=False, default=list)
+    gpus = AgentGpuUsageSerializer(
+        many=True,
+        required=False,
+        default=list,
+        max_length=MAX_GPUS_PER_SERVER,
+        error_messages={
+            "max_length": "a sample lists at most {max_length} GPUs (a server registers at most as many)"
+        },
+    )
 
     @staticmethod
     def usage_of(d: dict[str, Any]) -> UsageReport:
@@ -195,6 +206,48 @@ class AgentReportSerializer(serializers.Serializer):
         return attrs
 
 
+def reports_check(
+    items: list[Any], *, checker: AgentReportSerializer
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each of a sync's report items checked alone with `checker` (section 4): the validated reports,
+    and a rejection (code 400, with its error) for each malformed item, a non-object one included."""
+    valid, rejected = [], []
+    for item in items:
+        if not isinstance(item, dict):
+            kind = "null" if item is None else type(item).__name__
+            error = f"a report must be a JSON object, not {kind}"
+            rejected.append({"lease_id": None, "seq": None, "error": error, "code": 400})
+            continue
+        try:
+            valid.append(checker.run_validation(item))
+        except serializers.ValidationError as exc:
+            lease, seq = item.get("lease_id"), item.get("seq")
+            rejected.append(
+                {
+                    # Echoed so that the agent drops that report from its spool; what cannot name one
+                    # (a non-string lease, a non-integer seq) is left out.
+                    "lease_id": lease if isinstance(lease, str) and lease else None,
+                    "seq": seq if type(seq) is int else None,
+                    "error": _flatten(exc.detail),
+                    "code": 400,
+                }
+            )
+    return valid, rejected
+
+
+def _flatten(errors: Any) -> str:
+    if not isinstance(errors, dict):
+        return " ".join(str(m) for m in errors) if isinstance(errors, list) else str(errors)
+    parts = []
+    for field, messages in errors.items():
+        if isinstance(messages, dict):
+            messages = [f"{k}: {v}" for k, v in messages.items()]
+        elif not isinstance(messages, list):
+            messages = [messages]
+        parts.append(f"{field}: {' '.join(str(m) for m in messages)}")
+    return "; ".join(parts)
+
+
 def _is_number(value: Any) -> bool:
     """A finite number >= 0 (not a bool)."""
     return (
@@ -222,9 +275,14 @@ class AgentSyncSerializer(serializers.Serializer):
     running = serializers.ListField(
         child=StrictUUIDField(), required=False, default=list, max_length=4096, help_text="Leases it runs"
     )
-    # Items are validated one by one in the view: a malformed report is rejected, not the sync.
+    # Items are checked one by one (`reports_check`): a malformed report, even one that is not a JSON
+    # object, is rejected alone, not the sync.
     reports = serializers.ListField(
-        child=serializers.DictField(), required=False, default=list, max_length=5000
+        child=serializers.JSONField(allow_null=True),
+        required=False,
+        default=list,
+        max_length=5000,
+        help_text="Reports (section 4), each checked alone: a malformed one is listed in `rejected`",
     )
 
 
