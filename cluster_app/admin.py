@@ -23,7 +23,10 @@ class ServerAdmin(admin.ModelAdmin):
         "mem_gb",
         "gpu_model",
         "last_heartbeat_at",
+        "registered_at",
     )
+    # Set only by its agent's registration: a server takes work once that happened (docs/rest-api.md).
+    readonly_fields = ("registered_at",)
     list_select_related = ("heartbeat",)
     list_filter = ("state", "gpu_model")
     search_fields = ("name", "hostname")

@@ -145,3 +145,13 @@ def test_the_cluster_overview_counts_no_placeholder_gpu_as_schedulable(staff_use
 def test_the_sync_path_is_documented_with_its_409():
     schema = APIClient().get("/api/schema/", {"format": "json"}).json()
     assert "409" in schema["paths"][SYNC]["post"]["responses"]
+
+
+def test_the_admin_shows_when_a_server_registered_and_does_not_let_staff_set_it(client, staff_user):
+    node_token("gpu09")
+    server = Server.objects.get(name="gpu09")
+    client.force_login(staff_user)
+    assert client.get("/admin/cluster_app/server/").status_code == 200
+    page = client.get(f"/admin/cluster_app/server/{server.pk}/change/")
+    assert page.status_code == 200
+    assert "registered_at" not in page.context["adminform"].form.fields  # read-only: shown, not a field
