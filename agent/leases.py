@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +16,6 @@ from agent.accounts import (
     Account,
     AccountError,
     JobIdentity,
-    job_file_size,
-    read_job_file,
 )
 from agent.bandwidth import NodeBandwidths
 from agent.fence import FenceTimes, boot_clock_s, renewal_read, renewal_write
@@ -29,106 +24,20 @@ from agent.launcher import (
     ExitStatus,
     Launcher,
     LaunchSpec,
-    LeaseProcess,
     classify_oom,
 )
-from agent.profiler import GENIE_TERM_GRACE_S, POINT_TIMEOUT_S, ProfileTask, point_result, point_spec
+from agent.lease_output import logs_spool, progress_spool
+from agent.lease_profiles import SAFE_LEASE_ID, ProfileRuns
+from agent.lease_state import Lease, StartError, output_tail_lines, spec_from_record
+from agent.profiler import ProfileTask
 from agent.spool import Spool
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 30.0
-MAX_LOG_BYTES_PER_READ = 256 * 1024
-MAX_LOG_LINES_PER_REPORT = 500
-MAX_LOG_LINE_CHARS = 2000
-SAFE_LEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # it names a directory
 
 
-class StartError(ValueError):
-    """A start command that cannot be carried out (malformed, or names a GPU this node does not have)."""
-
-
-@dataclass
-class Lease:
-    """A launched lease and what the agent knows about it. `stop_deadline_s` is wall-clock time."""
-
-    spec: LaunchSpec
-    process: LeaseProcess
-    isolation: str
-    log_offsets: dict[str, int] = field(default_factory=dict)  # per output file: bytes already shipped
-    stop_kind: str | None = None
-    stop_deadline_s: float | None = None
-    killed: bool = False
-    done_iters: int | None = None
-    iters_per_s: float | None = None
-    next_log_at_s: float = 0.0  # monotonic
-    next_progress_at_s: float = 0.0  # monotonic
-    gpu_wait_logged: bool = False
-    renewed_boot_s: float = 0.0  # the last answered sync that counted it live (agent/fence.py's clock)
-
-    @property
-    def lease_id(self) -> str:
-        return self.spec.lease_id
-
-    def record(self) -> dict[str, Any]:
-        """What the spool keeps so that a restarted agent can adopt the lease."""
-        spec = asdict(self.spec)
-        spec.update(lease_dir=str(self.spec.lease_dir), checkpoint_path=str(self.spec.checkpoint_path))
-        return {
-            "spec": spec,
-            "pid": self.process.pid,
-            "start_ticks": self.process.start_ticks,
-            "isolation": self.isolation,
-            "log_offsets": self.log_offsets,
-            "stop_kind": self.stop_kind,
-            "stop_deadline_s": self.stop_deadline_s,
-            "killed": self.killed,
-            "done_iters": self.done_iters,
-        }
-
-
-def spec_from_record(spec: dict[str, Any]) -> LaunchSpec:
-    """The spec a spooled record describes; records written before a field existed get its old meaning."""
-    account = spec.get("account")
-    return LaunchSpec(
-        lease_id=spec["lease_id"],
-        job_id=spec["job_id"],
-        argv=tuple(spec["argv"]),
-        env=dict(spec["env"]),
-        gpu_uuids=tuple(spec["gpu_uuids"]),
-        cpus=tuple(spec["cpus"]),
-        mem_gb=float(spec["mem_gb"]),
-        resume_iters=int(spec["resume_iters"]),
-        lease_dir=Path(spec["lease_dir"]),
-        checkpoint_path=Path(spec["checkpoint_path"]),
-        time_scale=float(spec["time_scale"]),
-        account=Account.from_record(account) if account else None,
-        workdir=str(spec.get("workdir") or ""),
-        script=spec.get("script"),
-        stdout_path=str(spec.get("stdout_path") or ""),
-        stderr_path=str(spec.get("stderr_path") or ""),
-        job_subdir=bool(spec.get("job_subdir", False)),
-    )
-
-
-def read_tail_lines(path: Path, max_bytes: int = 8192, *, owner_uid: int | None = None) -> list[str]:
-    """The last lines of a file (for OOM detection: a MemoryError traceback ends the log). A file the job
-    controls is read only if it is a regular file of `owner_uid` (see accounts.open_job_file)."""
-    try:
-        return read_job_file(path, owner_uid, offset=-max_bytes).decode(errors="replace").splitlines()
-    except OSError:
-        return []
-
-
-def output_tail_lines(spec: LaunchSpec) -> list[str]:
-    """The last lines of the lease's output: the shim's log, then the job's stdout and stderr files."""
-    lines = read_tail_lines(spec.log_path)
-    for path in spec.job_output_files:
-        lines += read_tail_lines(path, owner_uid=spec.job_uid)
-    return lines
-
-
-class LeaseManager:
+class LeaseManager(ProfileRuns):
     """Brings the node to what the service's commands say, and turns what happens into spooled reports.
 
     Thread-safe: the sync thread calls `apply_commands`/`running_ids`, the supervisor thread `tick`, all
@@ -399,70 +308,15 @@ class LeaseManager:
         self.on_report()
 
     def _ship_logs(self, lease: Lease, *, final: bool) -> None:
-        """Ship new lines of the shim's log (start errors, and the job's output unless it names files) and
-        of the job's own stdout/stderr files."""
-        shipped = self._ship_file(lease, lease.spec.log_path, None, final=final)
-        for path in lease.spec.job_output_files:
-            shipped |= self._ship_file(lease, path, lease.spec.job_uid, final=final)
-        if shipped:
+        if logs_spool(lease, self.spool, final=final):
             self.on_report(urgent=final)  # lines go with the next sync; a lease's last ones with its exit
             # After the report: a crash in between re-ships these lines, it never loses them.
             self.spool.lease_update(lease.lease_id, lease.record())
 
-    def _ship_file(self, lease: Lease, path: Path, owner_uid: int | None, *, final: bool) -> bool:
-        """Spool one `log` report of the file's new complete lines; True when the offset moved."""
-        key = str(path)
-        offset = lease.log_offsets.get(key, 0)
-        size = job_file_size(path, owner_uid)
-        if size is None:
-            return False
-        if size < offset:
-            offset = 0  # truncated or replaced (the job's owner may do either): read it from the start
-        skipped_bytes = 0
-        if size - offset > 4 * MAX_LOG_BYTES_PER_READ or (final and size - offset > MAX_LOG_BYTES_PER_READ):
-            # A job printing faster than we ship: keep the newest output (the service keeps a tail anyway).
-            skipped_bytes = size - MAX_LOG_BYTES_PER_READ - offset
-            offset = size - MAX_LOG_BYTES_PER_READ
-        if size <= offset:
-            return False
-        try:
-            chunk = read_job_file(path, owner_uid, offset=offset, max_bytes=MAX_LOG_BYTES_PER_READ)
-        except OSError:
-            return False
-        if not final:
-            end = chunk.rfind(b"\n")
-            if end < 0 and len(chunk) < MAX_LOG_BYTES_PER_READ:
-                return False  # wait for the rest of the line
-            chunk = chunk[: end + 1] if end >= 0 else chunk
-        lines = [line[:MAX_LOG_LINE_CHARS] for line in chunk.decode(errors="replace").splitlines()]
-        if skipped_bytes:
-            lines.insert(0, f"[attune-agent: {skipped_bytes} bytes of output skipped]")
-        if len(lines) > MAX_LOG_LINES_PER_REPORT:
-            dropped = len(lines) - MAX_LOG_LINES_PER_REPORT
-            lines = [f"[attune-agent: {dropped} lines skipped]", *lines[-MAX_LOG_LINES_PER_REPORT:]]
-        lease.log_offsets[key] = offset + len(chunk)
-        if lines:
-            self.spool.append(lease.lease_id, "log", {"lines": lines})
-        return True
-
     def _read_progress(self, lease: Lease) -> None:
-        try:
-            # Written atomically by the workload; read like any file the job's account controls.
-            data = json.loads(read_job_file(lease.spec.progress_path, lease.spec.job_uid, max_bytes=65536))
-            done_iters = int(data["done_iters"])
-            iters_per_s = float(data.get("iters_per_s") or 0.0)
-        except (OSError, ValueError, KeyError, TypeError):
-            return
-        if done_iters == lease.done_iters:
-            return
-        lease.done_iters, lease.iters_per_s = done_iters, iters_per_s
-        data: dict[str, Any] = {"done_iters": done_iters, "iters_per_s": iters_per_s}
-        if lease.spec.time_scale != 1.0:
-            # A fake node runs synthetic jobs faster: the service compares speeds in the job's own time.
-            data["time_scale"] = lease.spec.time_scale
-        self.spool.append(lease.lease_id, "progress", data)
-        self.spool.lease_update(lease.lease_id, lease.record())
-        self.on_report(urgent=False)  # goes with the next sync
+        if progress_spool(lease, self.spool):
+            self.spool.lease_update(lease.lease_id, lease.record())
+            self.on_report(urgent=False)  # goes with the next sync
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -616,146 +470,6 @@ class LeaseManager:
             list(spec.gpu_uuids),
             facts["isolation"],
         )
-        self.on_report()
-
-    # -- profiling runs ------------------------------------------------------------------------
-
-    def _profile_command(self, command: dict[str, Any]) -> None:
-        """A `profile` command: start the task, or take the service's new list of core counts."""
-        run_id = str(command["lease_id"])
-        if not SAFE_LEASE_ID.match(run_id):
-            log.error("ignoring profiling run with unsafe id %r", run_id)
-            return
-        task = self.profiles.get(run_id)
-        if task is None:
-            self.profiles[run_id] = ProfileTask(run_id, command, warmup_pending=bool(command.get("warmup")))
-            log.info(
-                "profiling run %s (%s): %s cores held, measuring %s",
-                run_id,
-                command.get("workload"),
-                command.get("num_cpus"),
-                command.get("cpu_counts"),
-            )
-        elif task.stop_kind is None:
-            task.command = command
-
-    def _stop_profile(self, task: ProfileTask, kind: str, grace_s: float) -> None:
-        """The service ended the run (done, failed, or gone): stop its measurement, then forget it."""
-        if task.stop_kind is not None:
-            return
-        task.stop_kind = kind
-        if task.process is None:
-            del self.profiles[task.run_id]
-            log.info("profiling run %s ended (%s)", task.run_id, kind)
-            return
-        task.stop_deadline_s = time.time() + max(0.0, grace_s)
-        task.process.signal_group(signal.SIGTERM)
-
-    def _supervise_profile(self, task: ProfileTask) -> None:
-        if task.process is not None:
-            status = task.process.exited()
-            if status is None:
-                now = time.time()
-                overdue = task.stop_deadline_s is not None and now >= task.stop_deadline_s
-                limit = task.current.max_s if task.current is not None else None
-                if limit is not None and not task.term_sent and now - task.started_s >= limit:
-                    # GENIE's bound per configuration: the workload checkpoints on SIGTERM and its
-                    # progress file keeps the speed it measured, so the point still counts.
-                    log.info(
-                        "profiling run %s: %s reached its %.0f s bound", task.run_id, task.current_key, limit
-                    )
-                    task.process.signal_group(signal.SIGTERM)
-                    task.term_sent = True
-                    task.stop_deadline_s = task.stop_deadline_s or now + GENIE_TERM_GRACE_S
-                timed_out = now - task.started_s > POINT_TIMEOUT_S
-                if not task.killed and (overdue or timed_out):
-                    log.warning("profiling run %s: point %s killed", task.run_id, task.current_key)
-                    task.process.signal_group(signal.SIGKILL)
-                    task.killed = True
-                return
-            self._profile_point_done(task, status)
-        if task.stop_kind is not None:
-            del self.profiles[task.run_id]
-            log.info("profiling run %s ended (%s)", task.run_id, task.stop_kind)
-            return
-        if task.failed or self.draining:
-            return
-        plan = task.next_point()
-        if plan is None:
-            return  # measured all it was asked for: the service answers with more, or ends the run
-        if any(set(plan.gpu_uuids) & set(lease.spec.gpu_uuids) for lease in self.leases.values()):
-            return  # a stopping lease still holds the GPUs
-        use_count = self._cpu_use()
-        free = [cpu for cpu, used in use_count.items() if used == 0]
-        if len(free) < plan.cpus:
-            return  # never share cores while measuring: the time would be wrong
-        warmup = task.warmup_pending
-        try:
-            # Catalog-like: as the agent's job account, never as the profiled job's owner.
-            spec = point_spec(
-                task,
-                plan,
-                work_dir=self.work_dir,
-                cpus=tuple(free[: plan.cpus]),
-                time_scale=self.time_scale,
-                warmup=warmup,
-                account=self.identity.account_for(None),
-            )
-            process, _facts = self.launcher.launch(spec)
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            task.failed = True
-            self.spool.append(task.run_id, "profile_error", {**plan.ident, "error": f"start failed: {exc}"})
-            self.on_report()
-            return
-        task.process, task.spec, task.current = process, spec, plan
-        task.current_is_warmup, task.started_s = warmup, time.time()
-        task.killed = task.term_sent = False
-        task.stop_deadline_s = None
-        log.info(
-            "profiling run %s: %s %s (pid %d)",
-            task.run_id,
-            "warm-up" if warmup else "point",
-            task.current_key,
-            process.pid,
-        )
-
-    def _profile_point_done(self, task: ProfileTask, status: ExitStatus) -> None:
-        assert task.spec is not None and task.current is not None
-        wall_s = time.time() - task.started_s
-        spec, plan, warmup = task.spec, task.current, task.current_is_warmup
-        point = task.current_key
-        stopped_at_limit = task.term_sent and task.stop_kind is None
-        task.process = task.spec = task.current = None
-        task.term_sent = False
-        task.stop_deadline_s = None if task.stop_kind is None else task.stop_deadline_s
-        if task.stop_kind is not None:
-            return  # stopped on the service's word: nothing to report
-        kind, data = point_result(
-            spec,
-            status,
-            ident=plan.ident,
-            wall_s=wall_s,
-            time_scale=self.time_scale,
-            stopped_at_limit=stopped_at_limit,
-        )
-        if warmup and kind == "profile_point":
-            task.warmup_pending = False
-            log.info("profiling run %s: warm-up %s took %.1f s", task.run_id, point, wall_s)
-            return
-        if kind == "profile_point":
-            task.measured.add(plan.key)
-            data.update(self.bandwidths.get())
-            log.info(
-                "profiling run %s: %s -> %.4g s/iteration (%.1f s)",
-                task.run_id,
-                point,
-                data["sec_per_iter"],
-                wall_s,
-            )
-        else:
-            task.failed = True
-            log.error("profiling run %s: %s", task.run_id, data["error"])
-        self.spool.append(task.run_id, kind, data)
         self.on_report()
 
     # -- shutdown ------------------------------------------------------------------------------
