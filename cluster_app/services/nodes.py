@@ -299,6 +299,8 @@ def node_liveness_sweep(*, now: datetime | None = None) -> LivenessSweep:
         else:
             continue
         reason = f"no heartbeat since {seen:%Y-%m-%d %H:%M:%S %Z}"
+        if server.registered_at is None:  # it never had one: keep saying what it waits for, or why
+            reason = server.state_reason or WAITING_FOR_REGISTRATION
         Server.objects.filter(pk=server.pk).update(state=new_state, state_reason=reason)
         names.append(server.name)
         logger.warning("server %s: %s -> %s (%s)", server.name, server.state, new_state, reason)

@@ -4,16 +4,20 @@ syncs are refused; staff can drain it before its agent first appears."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cluster_app.models import GpuUsageSample, NodeState, Server, ServerHeartbeat, UsageSample
 from scheduler_app.models import Allocation, JobState
+from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import SYNC, lease_of, make_server, submit, sync, synced, usage_sample
+from tests.factories import heartbeat_at
 
 pytestmark = pytest.mark.django_db
 REGISTER = "/api/v1/agent/register"
@@ -77,6 +81,16 @@ def test_ghost_servers_get_no_work_and_their_syncs_are_refused(user):
     assert ghost1.state == ghost2.state == NodeState.NOT_RESPONDING
     assert ghost1.state_reason == "waiting for its agent to register"
     assert ghost2.state_reason.startswith("registration refused: GPU UUIDs held by another server")
+    # Silent for long, they go DOWN as any server does, still saying what they wait for or why.
+    later = timezone.now() + timedelta(days=1)
+    heartbeat_at(real, later)  # the real server's agent is heard from all along
+    node_liveness_sweep_run(now=later)
+    assert dict(Server.objects.filter(name__startswith="ghost").values_list("name", "state")) == {
+        "ghost1": NodeState.DOWN,
+        "ghost2": NodeState.DOWN,
+    }
+    assert Server.objects.get(name="ghost1").state_reason == "waiting for its agent to register"
+    assert Server.objects.get(name="ghost2").state_reason.startswith("registration refused: ")
 
     # Three 4-GPU jobs, one server's worth of real GPUs: the real round places one, on the real server.
     jobs = [submit(user, gpus=4, name=f"j{i}") for i in range(3)]
