@@ -8,6 +8,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("attune")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# Set on the app, not in settings: these keep every worker alive through Redis outages, whatever a
+# deployment configures. Celery's consumer exits when Redis goes away while it holds an unacked message
+# (config/celery_consumer.py says why), and its reconnection gives up after 100 attempts (some 50
+# minutes of backoff) by default, leaving a worker that exited: retried for as long as Redis is away.
+app.conf.worker_consumer = "config.celery_consumer:Consumer"
+app.conf.broker_connection_max_retries = None
 app.autodiscover_tasks()
 
 
