@@ -6,7 +6,14 @@ no database, no thread. A wait costs one Redis GET and an asyncio event; one Red
 process wakes every waiter of that process (cluster_app/agent_wake.py publishes on commit). The
 credential is the signed ticket the sync call handed out, not the agent's token, so no query is
 needed to check it. Answers: 200 `{"generation": n, "woken": bool}` (woken: the generation moved;
-false: the timeout passed), 400 for a malformed query, 401 for a bad or expired ticket.
+false: the timeout passed), 400 for a malformed query, 401 for a bad or expired ticket, 503 while Redis
+does not answer (the agent then syncs at its interval).
+
+Redis outages, any number of them: the subscription is retried with backoff on a client and pool of its
+own, closed with it after each loss, so that nothing a lost subscription held stays checked out (each
+outage used to leave one connection of the waiters' pool behind, until after a few outages every wait
+answered 503 for good). A Redis restarted empty starts the generations again from 0: a wait that saw a
+higher one than Redis now holds is answered as woken, so that its agent syncs and learns the new one.
 """
 
 from __future__ import annotations
@@ -15,12 +22,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 from collections import defaultdict
 from typing import Any
 from urllib.parse import parse_qs
 
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from cluster_app.agent_wake import (
     AGENT_WAIT_MAX_S,
@@ -37,7 +47,17 @@ WAIT_PATH = AGENT_WAIT_PATH
 MAX_WAIT_S = AGENT_WAIT_MAX_S
 # A ticket is handed out by every sync; one older than this many sync intervals is refused.
 TICKET_MAX_AGE_S = 3600.0
-RECONNECT_S = 1.0
+# The subscription's retries after a loss: RECONNECT_MIN_S, doubling up to RECONNECT_MAX_S, each drawn
+# between half and all of it (the web processes do not all reconnect in the same instant); back to the
+# minimum once subscribed again.
+RECONNECT_MIN_S = 0.5
+RECONNECT_MAX_S = 5.0
+# A quiet subscription is pinged after this long, and given up when nothing (not even the pong) came for
+# twice as long: a connection that died without being closed (a host gone, a partition) reads nothing
+# forever rather than failing.
+PING_S = 10.0
+# How long close() waits for the listener to end after cancelling it, then after closing its connection.
+CLOSE_WAIT_S = 2.0
 # Connections of one process to Redis for the waiters' generation reads (the subscription has its own).
 REDIS_CONNECTIONS = 16
 REDIS_POOL_WAIT_S = 10.0
@@ -51,6 +71,9 @@ class WakeHub:
         self._waiters: dict[int, set[asyncio.Event]] = defaultdict(set)
         self._listener: asyncio.Task | None = None
         self._redis: aioredis.Redis | None = None
+        self.subscriptions = 0  # how many times the listener subscribed (1 + reconnections)
+        self._subscription: tuple[Any, aioredis.Redis] | None = None  # (pubsub, its client) now
+        self._closed = False
 
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
@@ -62,6 +85,9 @@ class WakeHub:
                 max_connections=REDIS_CONNECTIONS,
                 timeout=REDIS_POOL_WAIT_S,
                 socket_connect_timeout=2,
+                # Once on a new connection: after Redis restarted, each pooled connection fails its next
+                # command ("Connection closed by server"), which would be a 503 per pooled connection.
+                retry=Retry(NoBackoff(), 1),
             )
             self._redis = aioredis.Redis.from_pool(pool)  # closes the pool with it
         return self._redis
@@ -71,20 +97,58 @@ class WakeHub:
             self._listener = asyncio.get_running_loop().create_task(self._listen())
 
     async def _listen(self) -> None:
-        while True:
+        delay_s = RECONNECT_MIN_S
+        while not self._closed:
+            # A client and pool of the subscription's own, new for each attempt and closed after it: a
+            # lost subscription's connection can never stay checked out of the waiters' bounded pool (as
+            # an unclosed pubsub's did, one per outage, until none was left), nor can a burst of waiters
+            # keep the subscription from reconnecting.
+            client = aioredis.Redis.from_url(self._url, socket_connect_timeout=2)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            self._subscription = (pubsub, client)
             try:
-                pubsub = self._client().pubsub(ignore_subscribe_messages=True)
                 await pubsub.subscribe(WAKE_CHANNEL)
+                self.subscriptions += 1
+                delay_s = RECONNECT_MIN_S
                 # Subscribed (again): anything published while we were not is unknown, so every waiter
                 # re-reads its generation.
                 self._wake_all()
-                async for message in pubsub.listen():
-                    self._wake(message.get("data", b""))
+                await self._receive(pubsub)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis restarting: waiters time out or are woken on reconnect
-                logger.warning("agent wake subscription lost (%s); reconnecting", exc)
-                await asyncio.sleep(RECONNECT_S)
+                logger.warning("agent wake subscription lost (%s); reconnecting in %.1f s", exc, delay_s)
+            finally:
+                self._subscription = None
+                await _close_quietly(pubsub, client)
+            if self._closed:
+                return
+            await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))
+            delay_s = min(RECONNECT_MAX_S, delay_s * 2)
+
+    async def _receive(self, pubsub: Any) -> None:
+        """Wake the waiters of each message until the subscription fails (raises)."""
+        loop = asyncio.get_running_loop()
+        heard_at = pinged_at = loop.time()
+        while not self._closed:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=PING_S / 2)
+            now = loop.time()
+            if message is not None:
+                heard_at = now
+                if message.get("type") == "message":
+                    self._wake(message.get("data", b""))
+            elif now - heard_at > 2 * PING_S:
+                raise ConnectionError(f"no answer from Redis for {now - heard_at:.0f} s, a ping included")
+            elif now - max(heard_at, pinged_at) >= PING_S:
+                await pubsub.ping()
+                pinged_at = now
+
+    def connections_in_use(self) -> int:
+        """Connections of the waiters' pool checked out now (0 when no wait is reading): for tests and
+        diagnosis of a leak."""
+        if self._redis is None:
+            return 0
+        return len(getattr(self._redis.connection_pool, "_in_use_connections", ()))
 
     def _wake(self, data: bytes | str) -> None:
         """Wake the waiters of the message's servers, the n-th server's n spacings from now (see
@@ -123,8 +187,10 @@ class WakeHub:
                 event.clear()
                 current = await self.generation(server_id)
                 left = deadline - loop.time()
-                if current > seen or left <= 0:
-                    return current, current > seen
+                # Below `seen`: Redis lost its keys (restarted empty) and counts from 0 again. Woken, so
+                # that the agent syncs and waits on the new count rather than until it passes the old one.
+                if current != seen or left <= 0:
+                    return current, current != seen
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout=left)
         finally:
@@ -133,12 +199,29 @@ class WakeHub:
                 del self._waiters[server_id]
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
+        self._closed = True
+        listener = self._listener
+        if listener is not None:
+            listener.cancel()
+            # redis-py's timed reads can take a cancellation for their own timeout and read on (seen on
+            # Python 3.11): closing the subscription's connection ends the read whatever became of it.
+            done, _ = await asyncio.wait({listener}, timeout=CLOSE_WAIT_S)
+            if not done and self._subscription is not None:
+                await _close_quietly(*self._subscription)
+                await asyncio.wait({listener}, timeout=CLOSE_WAIT_S)
+            if listener.done() and not listener.cancelled():
+                listener.exception()  # retrieved: an error of a closed listener is of no interest
         if self._redis is not None:
             await self._redis.aclose()
+
+
+async def _close_quietly(pubsub: Any, client: aioredis.Redis) -> None:
+    """Close a subscription and its client (which closes its pool and every connection of it), ignoring
+    the errors of a connection that is already dead; shielded, so that a cancellation (the process
+    stopping) does not leave it half closed."""
+    for close in (pubsub.aclose, client.aclose):
+        with contextlib.suppress(Exception):
+            await asyncio.shield(close())
 
 
 def _set_all(events: list[asyncio.Event]) -> None:
