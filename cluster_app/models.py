@@ -210,3 +210,14 @@ class ClusterUsageMinute(models.Model):
 
     def __str__(self) -> str:
         return f"usage {self.minute:%Y-%m-%d %H:%M}"
+
+
+class UsageRollupMark(models.Model):
+    """How far the usage roll-up has folded raw samples (one row): the next run looks for raw samples
+    from a little before it, not through all the history rolled up so far (an index walk over one row
+    per server and minute since the installation, every hour)."""
+
+    rolled_until = models.DateTimeField(help_text="every raw sample before this was rolled up (UTC)")
+
+    def __str__(self) -> str:
+        return f"usage rolled up until {self.rolled_until:%Y-%m-%d %H:%M}"

@@ -10,7 +10,7 @@ from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from cluster_app.conf import node_conf
-from cluster_app.models import ClusterUsageMinute, GpuUsageSample, UsageSample
+from cluster_app.models import ClusterUsageMinute, GpuUsageSample, UsageRollupMark, UsageSample
 from cluster_app.usage_minutes import later, minute_of, minutes_rebuild_chunk, next_usage_minute
 
 logger = logging.getLogger(__name__)
@@ -23,6 +23,9 @@ REBUILD_CHUNK = timedelta(hours=1)
 # all older than the raw retention, which no heartbeat touches (sample dates are kept near now).
 ROLLUP_WINDOW = timedelta(hours=1)
 ROLLUP_MAX_WINDOWS = 48
+# How far before the mark a run looks for raw samples: samples come in dated within a minute of the
+# service's clock (AGENT_CLOCK_SKEW), so with a retention of 0 days one may land just behind the mark.
+MARK_LOOKBACK = timedelta(minutes=10)
 
 
 def _first_raw(model: type[Model], *, since: datetime | None, before: datetime) -> datetime | None:
@@ -77,7 +80,10 @@ def usage_samples_rollup(*, now: datetime | None = None) -> int:
     now = now or timezone.now()
     before = minute_of(now - timedelta(days=node_conf().usage_raw_retention_days))
     removed = 0
-    start = _first_raw_minute(since=None, before=before)
+    # From the mark (the first run: from the first sample, wherever it is), not through every row
+    # rolled up since the installation.
+    mark = UsageRollupMark.objects.filter(pk=1).values_list("rolled_until", flat=True).first()
+    start = _first_raw_minute(since=None if mark is None else mark - MARK_LOOKBACK, before=before)
     windows = 0
     while start is not None and windows < ROLLUP_MAX_WINDOWS:
         end = min(before, start + ROLLUP_WINDOW)
@@ -87,13 +93,20 @@ def usage_samples_rollup(*, now: datetime | None = None) -> int:
             # A folded minute now holds one averaged sample per server / GPU instead of many: its
             # cluster-wide sums change, so they are recomputed from the rows that replaced the raw ones.
             cluster_usage_minutes_rebuild(start=start, end=end)
+            _mark(end)
         windows += 1
         start = _first_raw_minute(since=end, before=before)
+    if start is None and (mark is None or mark < before):
+        _mark(before)  # caught up: the next run looks from here
     if start is not None:
         logger.warning("usage roll-up: %d windows done, more history left for the next run", windows)
     if removed:
         logger.info("usage roll-up: %d raw samples folded into per-minute averages", removed)
     return removed
+
+
+def _mark(rolled_until: datetime) -> None:
+    UsageRollupMark.objects.update_or_create(pk=1, defaults={"rolled_until": rolled_until})
 
 
 def cluster_usage_minutes_rebuild(*, start: datetime | None = None, end: datetime | None = None) -> int:

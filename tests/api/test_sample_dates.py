@@ -13,7 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from cluster_app import usage_minutes
-from cluster_app.models import ClusterUsageMinute, GpuUsageSample, UsageSample
+from cluster_app.models import ClusterUsageMinute, GpuUsageSample, UsageRollupMark, UsageSample
 from cluster_app.services import cluster_usage_minutes_rebuild, usage_samples_rollup
 from scheduler_app.services.agents import AGENT_CLOCK_SKEW
 from tests.api.helpers import agent_client, make_server, synced, usage_sample
@@ -164,3 +164,27 @@ def test_a_sync_never_waits_for_the_rollups_locks(settings, monkeypatch):
     assert not errors and not thread.is_alive()
     assert sync_s < SYNC_BOUND_S
     assert ClusterUsageMinute.objects.filter(minute__year=1000).get().servers_sampled == 1
+
+
+@pytest.mark.django_db
+def test_the_rollup_looks_for_raw_samples_from_its_mark_not_through_all_history(settings):
+    settings.ATTUNE_USAGE_RAW_RETENTION_DAYS = 2
+    server = make_server("old01", gpus=2)
+    now = timezone.now()
+    store_old_samples(server, at=now - timedelta(days=3), count=24)
+    assert usage_samples_rollup(now=now) == 2 * (24 - UsageSample.objects.count())
+    mark = UsageRollupMark.objects.get().rolled_until
+    assert mark == (now - timedelta(days=2)).replace(second=0, microsecond=0)
+    # Raw samples behind the mark: a few minutes behind (samples that came in late, as a retention of 0
+    # days allows), which the next run folds; 12 h behind (only a hand edit stores those), which it does
+    # not look for, until a run without its mark walks the whole history again.
+    store_old_samples(server, at=mark - timedelta(minutes=5, seconds=-7), count=2)
+    store_old_samples(server, at=mark - timedelta(hours=12, seconds=-7), count=2)
+    assert usage_samples_rollup(now=now) == 2
+    behind = mark - timedelta(hours=12, seconds=-7)
+    raw = UsageSample.objects.exclude(sampled_at__second=0).order_by("sampled_at")
+    assert list(raw.values_list("sampled_at", flat=True)) == [behind, behind + timedelta(seconds=5)]
+    UsageRollupMark.objects.all().delete()
+    assert (
+        usage_samples_rollup(now=now) == 2 and not UsageSample.objects.exclude(sampled_at__second=0).exists()
+    )
