@@ -236,6 +236,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "scheduler_app.api.schema.add_error_responses",
         "scheduler_app.api.schema.express_submission_variants",
+        "scheduler_app.api.schema.express_string_rules",
     ],
 }
 

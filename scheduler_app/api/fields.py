@@ -27,6 +27,9 @@ class StrictCharField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid", type=_json_type(data))
+        # The schema's maxLength counts what was sent; DRF's counts what is left after trimming.
+        if self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
         return super().to_internal_value(data)
 
 

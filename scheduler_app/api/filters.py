@@ -14,20 +14,28 @@ MAX_ID = 2**63 - 1
 MAX_IDS = 1000  # ids in one ?id= list
 
 
-ID_LIST_PATTERN = r"^([0-9]+(,[0-9]+)*)?$"
+# At most 18 digits (leading zeros aside): below 2^63, and a bound a pattern can state (2^63-1 is not).
+MAX_ID_DIGITS = 18
+# Whole numbers from 1 (007 is 7), at most MAX_IDS of them, no NUL, no space.
+_ID = rf"0*[1-9][0-9]{{0,{MAX_ID_DIGITS - 1}}}"
+ID_LIST_PATTERN = rf"^({_ID}(,{_ID}){{0,{MAX_IDS - 1}}})?$"
 
 
-def _job_id(item: str) -> int:
-    """One id as the schema says: ASCII digits only (no sign, space or decimal point), 1 to 2^63-1."""
-    if not (item.isascii() and item.isdigit() and 1 <= int(item) <= MAX_ID):
-        shown = f"“{item[:40]}”" if item else "an empty item"
-        # The item goes in as a parameter: django-filter %-formats the message, and an item with a
-        # "%" in it, spliced into the text, made that a TypeError (a 500).
-        raise forms.ValidationError(
-            "Give job ids (whole numbers from 1), comma-separated: %(item)s is not one.",
-            params={"item": shown},
-        )
-    return int(item)
+def _job_id(item: str, *, max_digits: int = len(str(MAX_ID))) -> int:
+    """One id as the schema says: ASCII digits only (no sign, space or decimal point), from 1 to
+    2^63-1, and at most `max_digits` digits besides leading zeros."""
+    digits = item.lstrip("0")
+    # The length first: int() of thousands of digits is a ValueError in Python 3.11.
+    if item.isascii() and item.isdigit() and 1 <= len(digits) <= max_digits and int(digits) <= MAX_ID:
+        return int(digits)
+    shown = f"“{item[:40]}”" if item else "an empty item"
+    # The item goes in as a parameter: django-filter %-formats the message, and an item with a
+    # "%" in it, spliced into the text, made that a TypeError (a 500).
+    raise forms.ValidationError(
+        "Give job ids (whole numbers from 1, at most %(digits)s digits), comma-separated: "
+        "%(item)s is not one.",
+        params={"item": shown, "digits": max_digits},
+    )
 
 
 class IdListField(forms.Field):
@@ -39,7 +47,7 @@ class IdListField(forms.Field):
         items = str(value).split(",")
         if len(items) > MAX_IDS:
             raise forms.ValidationError(f"Give at most {MAX_IDS} ids.")
-        return [_job_id(item) for item in items]
+        return [_job_id(item, max_digits=MAX_ID_DIGITS) for item in items]
 
 
 class IdField(forms.Field):

@@ -83,12 +83,86 @@ def add_error_responses(result: dict[str, Any], generator, request, public) -> d
     return result
 
 
+# What a string may hold, as the server reads it. Its whitespace is Python's (str.strip, which DRF's
+# CharField trims with and the services test with), spelt out: ECMA's \s, which a schema's `\s` means,
+# lacks \x1c-\x1f and \x85 and has \ufeff. No string may hold NUL (DRF refuses it; PostgreSQL cannot
+# store it). Each pattern reads left to right without backtracking (disjoint classes), so checking a
+# 256 KiB script against it stays linear.
+SPACE = "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+NUL_FREE = r"^[^\x00]*$"
+GIVEN = rf"^[{SPACE}]*[^\x00{SPACE}][^\x00]*$"  # something besides whitespace
+BLANK = rf"^[{SPACE}]*$"
+GIVEN_OR_EMPTY = rf"^([{SPACE}]*[^\x00{SPACE}][^\x00]*)?$"
+# Fields whose format the server checks itself (scheduler_app/services/jobs.py), by request schema.
+_INDICES = "[0-9]+(-[0-9]+(:[0-9]+)?)?"  # parse_array_spec's item: an index, a range, a range:step
+_SPACES = f"[{SPACE}]*"
+FIELD_PATTERNS = {
+    # Blank (no array), or items separated by commas, blank items ignored, at least one index.
+    "array": rf"^({_SPACES}|({_SPACES},)*{_SPACES}{_INDICES}{_SPACES}(,{_SPACES}({_INDICES}{_SPACES})?)*)$",
+    # sbatch's submission directory: absolute, or blank (none).
+    "submit_dir": rf"^{_SPACES}(/[^\x00]*)?$",
+    # sbatch's file name patterns (job_paths.output_pattern_problem): a % starts one of its codes.
+    "output": r"^([^\x00%]|%[jAaxunN%])*$",
+    "error": r"^([^\x00%]|%[jAaxunN%])*$",
+}
+
+
+def _user_operations(result: dict[str, Any]):
+    """Every operation of the users' API (the agents' protocol has its own rules)."""
+    for path, operations in result.get("paths", {}).items():
+        if path.startswith("/api/v1/agent/"):
+            continue
+        for operation in operations.values():
+            if isinstance(operation, dict):
+                yield operation
+
+
+def _string_rule(spec: dict[str, Any]) -> None:
+    """A string the schema leaves open says what the server refuses: NUL always; blank where it
+    needs a value (DRF's minLength 1 is "not blank" after trimming)."""
+    if spec.get("type") != "string" or "enum" in spec or "format" in spec or "pattern" in spec:
+        return
+    spec["pattern"] = GIVEN if spec.get("minLength", 0) >= 1 else NUL_FREE
+
+
+def express_string_rules(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
+    """POSTPROCESSING_HOOKS entry, after the submission's variants: the users' request strings (query
+    parameters, body fields) carry the patterns the server applies."""
+    schemas = result.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+
+    def visit(spec: dict[str, Any]) -> None:
+        ref = spec.get("$ref", "")
+        if ref:
+            name = ref.rsplit("/", 1)[-1]
+            if name not in seen and name in schemas:
+                seen.add(name)
+                visit(schemas[name])
+            return
+        for key in ("oneOf", "anyOf", "allOf"):
+            for part in spec.get(key, []):
+                visit(part)
+        for name, prop in spec.get("properties", {}).items():
+            if name in FIELD_PATTERNS and prop.get("type") == "string":
+                prop["pattern"] = FIELD_PATTERNS[name]
+            visit(prop)
+        if isinstance(spec.get("items"), dict):
+            visit(spec["items"])
+        _string_rule(spec)
+
+    for operation in _user_operations(result):
+        for parameter in operation.get("parameters", []):
+            if parameter.get("in") == "query":
+                _string_rule(parameter.get("schema", {}))
+        for media in operation.get("requestBody", {}).get("content", {}).values():
+            visit(media.get("schema", {}))
+    return result
+
+
 # A submission runs exactly one of a catalog workload, an own command or a batch script
 # (scheduler_app/services/jobs.py). Each is a schema of its own with every field, so that a generated
 # client gets three complete request types; the request body is oneOf them. "Given" means a string with
 # something besides whitespace; "not given" means absent, null, or blank.
-GIVEN = r"\S"
-BLANK = r"^\s*$"
 SUBMISSION_VARIANTS = {
     "JobSubmitWorkload": {
         "what": "a catalog workload (total_iters required)",
@@ -129,6 +203,9 @@ def _variant(base: dict[str, Any], required: list[str], given: str, what: str) -
             properties[name] = {"type": "string", "pattern": BLANK, "description": "Not used here: blank"}
     if given == "workload":
         properties["total_iters"].pop("nullable", None)
+    # A name is needed, not blank; a script's may be left empty (its directives or file name give one).
+    properties["name"].pop("minLength", None)
+    properties["name"]["pattern"] = GIVEN_OR_EMPTY if "name" not in required else GIVEN
     return {
         "type": "object",
         "description": f"Submit {what}.",

@@ -83,7 +83,8 @@ def parse_array_spec(spec: str) -> tuple[int, ...]:
         raise ValueError("a limit on simultaneous tasks (%N) is not supported: drop it")
     ids: set[int] = set()
     for part in filter(None, (p.strip() for p in text.split(","))):
-        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
+        # ASCII digits only (Python's \d also takes other scripts' digits; the schema's pattern does not).
+        match = re.fullmatch(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?", part)
         if not match:
             raise ValueError(f"“{part}” is not an index or a range: use e.g. 0-9, 1,3,5-7 or 0-15:4")
         first = int(match.group(1))

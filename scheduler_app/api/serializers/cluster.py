@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from scheduler_app.api.fields import StrictCharField
+
 
 class ResourcesSerializer(serializers.Serializer):
     gpus = serializers.IntegerField()
@@ -51,7 +53,7 @@ class ClusterOverviewSerializer(serializers.Serializer):
 
 
 class ServerDrainSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    reason = StrictCharField(max_length=255, required=False, allow_blank=True, default="")
 
 
 class ServerStateSerializer(serializers.Serializer):

@@ -25,11 +25,13 @@ from scheduler_app.services.jobs import (
     MAX_DURATION_S,
     MAX_JOB_ID,
     MAX_PATH_CHARS,
+    MAX_QOS_RATE_ITERS_PER_S,
     MAX_SCRIPT_CHARS,
     MAX_TOTAL_ITERS,
     MIN_CPUS_PER_GPU,
     MIN_MEM_GB_PER_GPU,
     MIN_QOS_LATENCY_S,
+    MIN_QOS_RATE_ITERS_PER_S,
     JobRequest,
 )
 
@@ -146,6 +148,8 @@ class JobSubmitSerializer(serializers.Serializer):
     qos_min_rate_iters_per_s = StrictFloatField(
         required=False,
         allow_null=True,
+        min_value=MIN_QOS_RATE_ITERS_PER_S,
+        max_value=MAX_QOS_RATE_ITERS_PER_S,
         help_text="Minimum processing rate while running, iterations/s (GENIE); above 0. A job has at "
         "most one QoS target: a deadline, a maximum latency or a minimum rate",
     )
@@ -183,7 +187,8 @@ class JobSubmitSerializer(serializers.Serializer):
             given = data.dict() if hasattr(data, "dict") else dict(data)
             data = {**directives, **given}
             if not data.get("name"):
-                data["name"] = str(given.get("script_name") or "") or "batch-script"
+                # A blank file name names nothing (the schema lets script_name be blank).
+                data["name"] = str(given.get("script_name") or "").strip() or "batch-script"
         return super().to_internal_value(data)
 
     def validate_priority(self, value: int) -> int:
