@@ -1,4 +1,4 @@
-"""The Celery workers' consumer: Celery's, made to survive losing Redis while it holds unacked messages.
+"""The Celery workers' consumer: Celery's, made to survive losing Redis and to reconnect within seconds.
 
 Found from outside and reproduced with a bare Celery app (celery 5.7, kombu 5.7, redis-py 8.1): a
 worker that holds an unacknowledged message when Redis goes away (an ETA task, as the forecast
@@ -20,10 +20,16 @@ attempt clears the BRPOP in flight (as above), a second requeues the unacked mes
 channel closed, so that Celery's closes find nothing left to do. With Redis down the requeue fails with a
 connection error (logged): the messages stay in Redis's unacked set, which kombu restores after the
 visibility timeout, as it does for a worker that died; a Redis restarted empty has lost them anyway.
+
+Reconnecting: Celery retries a lost broker after 2, 4, 6 ... s, up to 30 s apart (kombu's defaults, which
+no Celery setting changes), so after a few short outages in a row (the fault test's loop) a worker was
+still waiting out a long retry when Redis had long been back: no round for 30 s. Here the retries come
+1, 2, 3 ... s apart, at most RECONNECT_MAX_S: a refused connection costs next to nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -33,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 # The first close gives up on the BRPOP in flight, the second one closes: more would be a new failure.
 CLOSE_ATTEMPTS = 3
+RECONNECT_FIRST_S = 1.0  # the broker's retries: this long after the loss, then 1 s longer each time,
+RECONNECT_MAX_S = 5.0  # up to this
 
 
 class Consumer(CeleryConsumer):
@@ -41,6 +49,16 @@ class Consumer(CeleryConsumer):
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         channel_close_while_attached(self.connection)
         super().on_connection_error_after_connected(exc)
+
+    def ensure_connected(self, conn: Any) -> Any:
+        # Celery calls conn.ensure_connection(errback, max_retries, callback=...) without intervals.
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection,
+            interval_start=RECONNECT_FIRST_S,
+            interval_step=RECONNECT_FIRST_S,
+            interval_max=RECONNECT_MAX_S,
+        )
+        return super().ensure_connected(conn)
 
 
 def channel_close_while_attached(connection: Any) -> bool:

@@ -1,5 +1,6 @@
 """config/celery_consumer.py: a Celery worker that holds an unacked message (an ETA task) lives through
-Redis outages, on a private redis-server; Celery's own consumer exits there (the cause, kept in view)."""
+Redis outages and retries the broker every few seconds, on a private redis-server; Celery's own consumer
+exits there (the cause, kept in view)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def _outages_survived(
         wait_until(lambda: "ready." in log_path.read_text(), timeout_s=30, what="the worker to be ready")
         for _ in range(outages):
             received = log_path.read_text().count("] received")
-            # Sent once the worker is connected again (it retries after 2, 4 ... s), and held by it.
+            # Sent once the worker is connected again (it retries after 1, 2 ... s), and held by it.
             wait_until(
                 lambda n=survived: log_path.read_text().count("Connected to redis://") > n,
                 timeout_s=30,
@@ -118,6 +119,8 @@ def test_the_services_celery_app_uses_this_consumer_and_retries_the_broker_for_e
 def test_a_worker_holding_an_eta_task_lives_through_redis_outages(tmp_path, private_redis):
     survived, log = _outages_survived(tmp_path, private_redis, consumer=OUR_CONSUMER, outages=2)
     assert survived == 2 and CRASH not in log, log[-4000:]
+    # and it retried the broker 1 s after losing it, not Celery's 2 s growing to 30 s
+    assert "Trying again in 1.00 second" in log, log[-4000:]
 
 
 def test_celerys_own_consumer_exits_there(tmp_path, private_redis):
