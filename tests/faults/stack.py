@@ -645,6 +645,35 @@ class Stack:
         )
         assert self.forecasts_worker.poll() is None, log_path.read_text()[-3000:]
 
+    def service_pids(self) -> dict[str, int]:
+        """The pid of every service process now: gunicorn's master and each of its workers, the rounds'
+        worker, the forecasts' worker and each agent. A test compares two of these maps to show that
+        nothing was restarted (gunicorn respawns a worker that died, under a new pid)."""
+        pids = {}
+        for name, proc in (("web", self.web), ("worker", self.worker), ("forecasts", self.forecasts_worker)):
+            if proc is not None and proc.poll() is None:
+                pids[name] = proc.pid
+        with contextlib.suppress(psutil.Error):
+            if self.web is not None:
+                children = sorted(c.pid for c in psutil.Process(self.web.pid).children())
+                for i, pid in enumerate(children):
+                    pids[f"web worker {i + 1}"] = pid
+        for agent in self.agents:
+            if agent.alive():
+                pids[agent.name] = agent.proc.pid
+        return pids
+
+    def check_workers_alive(self) -> None:
+        """Both Celery workers are running: the forecasts' one too, which no test restarts (a worker that
+        exits after a Redis outage stops every forecast refresh for good)."""
+        for name, proc, log in (
+            ("rounds' worker", self.worker, f"worker-{self.worker_starts}.log"),
+            ("forecasts' worker", self.forecasts_worker, "forecasts-worker.log"),
+        ):
+            assert proc is not None and proc.poll() is None, (
+                f"the {name} exited (status {proc and proc.poll()}):\n{self.tail(log, 3000)}"
+            )
+
     def kill_worker(self) -> None:
         """SIGKILL the worker and its embedded beat (its process group), as the OOM killer would."""
         kill_group(self.worker, signal.SIGKILL)
@@ -962,6 +991,7 @@ class Stack:
         figures["jobs"] = len(ids)
         figures["web"] = self.access_log_statuses()
         figures["deadlocks"] = self.pg_log_count("deadlock detected")
+        self.check_workers_alive()
         return figures
 
     def check_reports_exactly_once(self) -> dict[str, int]:

@@ -3,7 +3,8 @@ queue, then started again empty (no persistence, so every queued task is gone).
 
 The API must keep accepting submissions while Redis is down (201, not 5xx); once Redis is back,
 rounds resume within two round intervals; every job submitted before or during the outage is in
-the database and completes.
+the database and completes; both Celery workers (rounds; forecasts) are still the processes they were,
+and each web process's long-poll is woken through Redis again.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+from tests.faults.long_poll import check_long_poll_wakes
 from tests.faults.stack import ROUND_S, summary, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
@@ -21,13 +23,14 @@ JOBS_DURING = 4
 OUTAGE_S = 6.0
 WAIT_UNAVAILABLE = "503 GET /api/v1/agent/wait"
 CONNECTED = "Connected to redis://"  # the worker's log line when its consumer (re)connects
-# Celery's consumer retries a lost broker after 2, 4, 6, 8 ... s (kombu's ensure_connection defaults,
-# which no Celery setting changes): after an outage of OUTAGE_S it may reconnect up to this much later.
-RECONNECT_GAP_S = 6.0
+# The workers' consumer retries a lost broker after 1, 2, 3 ... s, at most 5 s apart
+# (config/celery_consumer.py): after an outage it may reconnect up to this much later.
+RECONNECT_GAP_S = 5.0
 
 
 def test_redis_restarted_while_jobs_run_and_queue(stack):
     t_start = time.monotonic()
+    pids_before = stack.service_pids()
     ids = []
     for i in range(JOBS_BEFORE):
         ids += stack.submit_ok(name=f"before-{i}", seconds=6)
@@ -97,7 +100,9 @@ def test_redis_restarted_while_jobs_run_and_queue(stack):
     )
     stack.check_invariants()
 
-    figures = stack.finish_and_check(ids)
+    figures = stack.finish_and_check(ids)  # both workers alive, the forecasts' one included
+    wakes = check_long_poll_wakes(stack)
+    pids_after = stack.service_pids()
     submitted = JOBS_BEFORE + JOBS_DURING
     in_db = stack.scalar(
         "SELECT COUNT(*) FROM scheduler_app_job WHERE name LIKE 'before-%%' OR name LIKE 'during-%%'"
@@ -108,6 +113,8 @@ def test_redis_restarted_while_jobs_run_and_queue(stack):
         figures,
         f"submitted {submitted} ({JOBS_DURING} while Redis was down, all 201), {in_db} in the database",
         f"rounds while Redis was down: {rounds_during}",
+        f"long-poll: {wakes['waits']} held waits over web processes {wakes['per_process']} woken within "
+        f"{wakes['slowest_s']} s",
         f"the worker reconnected {reconnect_s:.1f} s after Redis came back and rounds resumed "
         f"{resumed_s - reconnect_s:.1f} s later ({resumed_s:.1f} s after Redis; limits {limit_s:.0f} s after "
         f"the reconnection, {limit_s + RECONNECT_GAP_S:.0f} s after Redis)",
@@ -115,6 +122,7 @@ def test_redis_restarted_while_jobs_run_and_queue(stack):
     )
     print(line)
     assert in_db == submitted, line
+    assert pids_after == pids_before, f"processes restarted: {pids_before} -> {pids_after}\n{line}"
     # PostgreSQL is up all along: nothing the web tier does needs Redis to answer. An agent whose syncs
     # fail can neither report nor get its commands, and a long outage would leave its node silent.
     assert not errors_during, (
