@@ -43,6 +43,7 @@ def test_tasks_call_their_services(user, settings):
         "usage_rows_removed": 0,
         "agent_reports_removed": 0,
         "round_decisions_removed": 0,
+        "idempotency_keys_removed": 0,
     }
 
 
