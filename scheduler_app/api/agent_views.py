@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from cluster_app.agent_call_counter import count_agent_call
 from cluster_app.agent_wake import AGENT_WAIT_PATH, wait_ticket
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
-from cluster_app.conf import node_conf
+from cluster_app.conf import NodeConf, node_conf
 from cluster_app.prepared_sql import prepared_statements
 from cluster_app.services import GpuConflictError, ServerNotRegisteredError
 from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, BoundedJSONParser
@@ -74,6 +74,7 @@ class AgentRegisterView(AgentView):
             {
                 "server": server.name,
                 "sync_interval_s": conf.sync_interval_s,
+                "fence": _fence(conf),
             }
         )
 
@@ -120,5 +121,11 @@ class AgentSyncView(AgentView):
                 "rejected": rejected + outcome.reports.rejected,
                 "sync_interval_s": conf.sync_interval_s,
                 "wait": wait,
+                "fence": _fence(conf),
             }
         )
+
+
+def _fence(conf: NodeConf) -> dict[str, float]:
+    """What the agent enforces on its leases; the service counts on it (docs/faults.md, "Fencing")."""
+    return {"lease_fence_s": conf.lease_fence_s, "grace_s": conf.lease_fence_grace_s}

@@ -73,6 +73,7 @@ def test_a_down_server_keeps_its_jobs_until_their_fence_expired_whatever_the_dow
     scheduling_round_run()
     lease = lease_of(job)
 
+    node_liveness_sweep_run(now=now + timedelta(seconds=35))  # NOT_RESPONDING first, as a sweep moves it
     sweep = node_liveness_sweep_run(now=now + timedelta(seconds=99))
     assert sweep.down == ["gpu01"]
     job.refresh_from_db()

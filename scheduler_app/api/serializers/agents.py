@@ -80,9 +80,19 @@ class AgentRegisterSerializer(serializers.Serializer):
         )
 
 
+class AgentFenceSerializer(serializers.Serializer):
+    """The lease fence (docs/faults.md, "Fencing"), measured on the node's monotonic clock."""
+
+    lease_fence_s = serializers.FloatField(
+        help_text="A lease not renewed by an answered sync for this long is stopped on its node"
+    )
+    grace_s = serializers.FloatField(help_text="Seconds between the fence's SIGTERM and its SIGKILL")
+
+
 class AgentRegisterResponseSerializer(serializers.Serializer):
     server = serializers.CharField()
     sync_interval_s = serializers.FloatField(help_text="Seconds between syncs (jittered by the agent)")
+    fence = AgentFenceSerializer()
 
 
 class GpuConflictSerializer(serializers.Serializer):
@@ -303,3 +313,4 @@ class AgentSyncResponseSerializer(serializers.Serializer):
     rejected = AgentReportRejectedSerializer(many=True)
     sync_interval_s = serializers.FloatField()
     wait = AgentWaitSerializer(allow_null=True, help_text="null: no long-poll; sync at the interval")
+    fence = AgentFenceSerializer()
