@@ -111,6 +111,7 @@ class Agent:
             renew=lambda listed, sent_boot_s, fence: self.leases.renew(
                 listed=listed, sent_boot_s=sent_boot_s, fence=fence
             ),
+            reregister=self._reregister,
             interval_s=config.sync_interval_s,
             stop_event=self.stop_event,
             max_backoff_s=config.max_backoff_s,
@@ -255,6 +256,18 @@ class Agent:
         except ServiceError:
             return  # stopped while retrying
         self.syncer.start()
+
+    def _reregister(self) -> None:
+        """Register again from the sync thread (the service answered a sync `not_registered`). A refusal
+        that needs an operator stops the agent, as at start-up; the jobs keep running meanwhile."""
+        try:
+            self.register()
+        except AgentFatalError as exc:
+            self.fatal_error = exc
+            log.error("%s", exc)
+            self.stop_event.set()
+        except ServiceError:
+            pass  # stopped while retrying
 
     def run(self) -> None:
         """Start and block until stopped (signal handler or fatal error). Raises AgentFatalError."""

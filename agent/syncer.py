@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 # Each wait for the next sync is the interval times a factor in [1 - JITTER, 1 + JITTER]: a thousand
 # agents started together do not stay in step.
 JITTER = 0.1
+NOT_REGISTERED = "not_registered"  # a sync's 409 code: the server has no registration (agent-protocol.md)
 WAIT_RETRY_S = 5.0
 
 
@@ -39,6 +40,7 @@ class Syncer:
         apply_commands: Callable[[list[dict[str, Any]]], None],
         interval_s: float,
         renew: Callable[[list[str], float, Any], None] = lambda listed, sent_boot_s, fence: None,
+        reregister: Callable[[], None] = lambda: None,
         boot_clock: Callable[[], float] = boot_clock_s,
         batch_size: int = 500,
         max_backoff_s: float = 30.0,
@@ -50,6 +52,7 @@ class Syncer:
         self.running = running
         self.apply_commands = apply_commands
         self.renew = renew
+        self.reregister = reregister
         self.boot_clock = boot_clock
         self.interval_s = interval_s
         self.batch_size = batch_size
@@ -117,6 +120,14 @@ class Syncer:
                     log.info("sync: the service answers again")
                 failing, backoff_s = False, 0.0
             except ServiceError as exc:
+                body = exc.body if isinstance(exc.body, dict) else {}
+                if exc.status_code == 409 and body.get("code") == NOT_REGISTERED:
+                    # The service lost or reset this server's registration (a server re-created in the
+                    # admin, a database restored): register again (retried until it answers), then sync.
+                    log.warning("sync refused: the service asks this agent to register again")
+                    self.reregister()
+                    self.stop_event.wait(0.5)  # never a tight loop, whatever the service answers
+                    continue
                 # Connection refused, 5xx, or a refusal (4xx) an operator must fix: the reports stay
                 # spooled and the jobs keep running; retried with exponential backoff.
                 # A refusal (a revoked token, an unknown server) needs an operator: said at ERROR.

@@ -59,6 +59,7 @@ class FakeService:
         self.command_fn: Callable[[list[str]], list[dict[str, Any]]] | None = None
         self.down = False
         self.sync_status = 200
+        self.sync_body: dict[str, Any] = {"detail": "refused"}  # the body of a refused sync
         self.ack = True
         self.wait_status = 200
         self.register_status = 200
@@ -189,7 +190,7 @@ class FakeService:
             return 200, {**answer, "fence": self.fence} if self.fence else answer
         if path == "/api/v1/agent/sync":
             if self.sync_status != 200:
-                return self.sync_status, {"detail": "refused"}
+                return self.sync_status, self.sync_body
             return 200, self._sync(body)
         return 404, {"detail": "not found"}
 

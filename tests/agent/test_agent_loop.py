@@ -388,3 +388,16 @@ def test_agent_cli_runs_and_stops_on_sigterm(service, tmp_path):
     assert proc.returncode == 0, stderr
     registration = service.registrations[0]
     assert (registration["num_cpus"], registration["mem_gb"], len(registration["gpus"])) == (24, 500.0, 4)
+
+
+def test_a_sync_answered_not_registered_makes_the_agent_register_again(service, make_agent):
+    agent = make_agent()
+    agent.start()
+    wait_for(lambda: len(service.registrations) == 1 and service.syncs)
+    service.sync_status = 409  # the service lost the registration (a server re-created in the admin)
+    service.sync_body = {"code": "not_registered", "detail": "server node-a has not registered"}
+    wait_for(lambda: len(service.registrations) >= 2)
+    service.sync_status = 200
+    synced = len(service.syncs)
+    wait_for(lambda: len(service.syncs) > synced)
+    assert agent.fatal_error is None
