@@ -246,28 +246,26 @@ class Agent:
         self._spawn("register", self._main)
 
     def _main(self) -> None:
-        try:
-            self.register()
-        except AgentFatalError as exc:
-            self.fatal_error = exc
-            log.error("%s", exc)
-            self.stop_event.set()
-            return
-        except ServiceError:
-            return  # stopped while retrying
-        self.syncer.start()
+        if self._register_or_stop():
+            self.syncer.start()
 
     def _reregister(self) -> None:
-        """Register again from the sync thread (the service answered a sync `not_registered`). A refusal
-        that needs an operator stops the agent, as at start-up; the jobs keep running meanwhile."""
+        """Register again from the sync thread (the service answered a sync `not_registered`); the jobs
+        keep running meanwhile."""
+        self._register_or_stop()
+
+    def _register_or_stop(self) -> bool:
+        """Register; a refusal that needs an operator stops the agent. False unless registered."""
         try:
             self.register()
         except AgentFatalError as exc:
             self.fatal_error = exc
             log.error("%s", exc)
             self.stop_event.set()
+            return False
         except ServiceError:
-            pass  # stopped while retrying
+            return False  # stopped while retrying
+        return True
 
     def run(self) -> None:
         """Start and block until stopped (signal handler or fatal error). Raises AgentFatalError."""

@@ -87,6 +87,16 @@ def check_no_overlap(watcher: JobProcessWatcher, old_pid: int, new_pid: int) -> 
     return gone_by, new_start
 
 
+def completes_with_invariants(stack: Stack, job: int) -> None:
+    wait_until(
+        lambda: stack.all_completed([job]),
+        timeout_s=90,
+        what="the job to complete",
+        diagnose=lambda: stack.describe([job]),
+    )
+    stack.check_invariants()
+
+
 def test_a_dead_agents_job_is_stopped_by_its_shim_before_it_runs_elsewhere(stack):
     t0 = time.monotonic()
     with JobProcessWatcher(str(stack.dir)) as watcher:
@@ -109,13 +119,7 @@ def test_a_dead_agents_job_is_stopped_by_its_shim_before_it_runs_elsewhere(stack
     # The shim's fence: SIGTERM at the fence after the last renewal (before the kill), the workload
     # checkpoints and exits at once.
     assert gone_by - killed_at <= FENCE_S + SLACK_S, line
-    wait_until(
-        lambda: stack.all_completed([job]),
-        timeout_s=90,
-        what="the job to complete",
-        diagnose=lambda: stack.describe([job]),
-    )
-    stack.check_invariants()
+    completes_with_invariants(stack, job)
 
 
 def test_a_partitioned_node_stops_its_jobs_within_the_fence(stack):
@@ -172,13 +176,7 @@ def test_a_partitioned_node_stops_its_jobs_within_the_fence(stack):
         assert gone_by - cut_at <= FENCE_S + SLACK_S, line
         assert stop == "fence", line
         assert "not renewed" in agent.log_path.read_text(errors="replace"), agent.log_tail()
-        wait_until(
-            lambda: stack.all_completed([job]),
-            timeout_s=90,
-            what="the job to complete",
-            diagnose=lambda: stack.describe([job]),
-        )
-        stack.check_invariants()
+        completes_with_invariants(stack, job)
     finally:
         for relay in relays.values():
             relay.close()
