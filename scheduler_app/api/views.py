@@ -1,5 +1,6 @@
 """User endpoints: jobs (submit, list, detail, cancel), the cluster overview, server drain/resume."""
 
+import json
 from functools import cache
 from typing import Any
 
@@ -15,6 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAdminUser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -141,7 +143,8 @@ class JobViewSet(
         job = job_detail_queryset(user=request.user).prefetch_related("depends_on").get(pk=jobs[0].pk)
         context = self.get_serializer_context()
         context["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
-        body = JobSubmittedSerializer(job, context=context).data
+        # As JSON data, exactly as rendered (DRF's encoder: dates, decimals...): what a replay returns.
+        body = json.loads(JSONRenderer().render(JobSubmittedSerializer(job, context=context).data))
         return IdempotentAnswer(status_code=status.HTTP_201_CREATED, body=body, job_id=job.pk)
 
     @extend_schema(
