@@ -106,3 +106,10 @@ def test_no_query_string_may_hold_a_nul(staff, schema, parameter):
     (spec,) = [p["schema"] for p in schema["paths"][JOBS]["get"]["parameters"] if p["name"] == parameter]
     assert re.search(spec["pattern"], "a\x00b") is None
     assert staff.get(JOBS, {parameter: "a\x00b"}).status_code == 400
+
+
+def test_a_limit_of_any_length_is_served_capped_and_an_offset_past_its_maximum_refused(staff):
+    assert staff.get(JOBS, {"limit": "9" * 40}).status_code == 200  # integer, minimum 1, no maximum
+    assert staff.get("/api/v1/workloads/", {"limit": "0" * 50 + "5"}).status_code == 200
+    answer = staff.get(JOBS, {"offset": "9" * 5000})
+    assert answer.status_code == 400 and "offset" in answer.json()
