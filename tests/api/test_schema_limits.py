@@ -60,9 +60,13 @@ def test_the_schema_and_the_server_agree_on_each_value(staff, schema, field, val
         assert accepted == _allows(spec, value), (field, value, answer.json())
 
 
-def test_a_script_named_by_a_blank_file_name_is_named_batch_script(staff):
+def test_a_script_named_by_a_blank_file_name_is_named_batch_script_and_a_null_name_is_refused(staff):
     answer = staff.post(JOBS, {**SCRIPT, "script_name": " \t"}, format="json")
     assert answer.status_code == 201 and answer.json()["name"] == "batch-script"
+    answer = staff.post(JOBS, {**SCRIPT, "name": "", "script_name": "train.sh"}, format="json")
+    assert answer.status_code == 201 and answer.json()["name"] == "train.sh"
+    answer = staff.post(JOBS, {**SCRIPT, "name": None, "script_name": "train.sh"}, format="json")
+    assert answer.status_code == 400 and "name" in answer.json()  # the schema: a string, not null
 
 
 def test_the_minimum_rate_has_its_limits_in_the_schema(staff, schema):

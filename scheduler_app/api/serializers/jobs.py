@@ -186,7 +186,8 @@ class JobSubmitSerializer(serializers.Serializer):
                 raise serializers.ValidationError({"script": [str(exc)]}) from exc
             given = data.dict() if hasattr(data, "dict") else dict(data)
             data = {**directives, **given}
-            if not data.get("name"):
+            # Absent or "": named by its file. null stays null and is refused, as the schema says.
+            if data.get("name", "") == "":
                 # A blank file name names nothing (the schema lets script_name be blank).
                 data["name"] = str(given.get("script_name") or "").strip() or "batch-script"
         return super().to_internal_value(data)
