@@ -19,6 +19,7 @@ WAIT_MARGIN_S = 5.0  # a long-poll's answer may take this much longer than the w
 # Seconds an idle connection to the service is kept for reuse (config/gunicorn.conf.py keeps 75).
 KEEPALIVE_S = 60.0
 
+
 class ServiceError(Exception):
     """The service answered with an error, or could not be reached."""
 

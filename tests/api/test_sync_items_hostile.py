@@ -99,11 +99,9 @@ def test_a_sample_listing_more_gpus_than_a_server_can_have_is_a_400_storing_noth
     assert response.status_code == 400
     assert response.json() == {
         "sample": {
-            "gpus": {
-                "non_field_errors": [
-                    f"a sample lists at most {MAX_GPUS_PER_SERVER} GPUs (a server registers at most as many)"
-                ]
-            }
+            "gpus": [
+                f"a sample lists at most {MAX_GPUS_PER_SERVER} GPUs (a server registers at most as many)"
+            ]
         }
     }
     assert not UsageSample.objects.exists() and not GpuUsageSample.objects.exists()

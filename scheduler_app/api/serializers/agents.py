@@ -49,7 +49,10 @@ class AgentRegisterSerializer(serializers.Serializer):
     num_cpus = StrictIntegerField(min_value=1, max_value=32767)
     mem_gb = StrictFloatField(min_value=0.001, max_value=MAX_NODE_MEM_GB)
     storage_mbps = StrictFloatField(min_value=0, max_value=MAX_STORAGE_MBPS, required=False, default=0.0)
-    gpus = AgentGpuSerializer(many=True, allow_empty=False, max_length=MAX_GPUS_PER_SERVER)
+    # A ListField, not many=True: drf-spectacular states a ListField's bounds (minItems, maxItems).
+    gpus = serializers.ListField(
+        child=AgentGpuSerializer(), allow_empty=False, min_length=1, max_length=MAX_GPUS_PER_SERVER
+    )
     cgroup_mode = StrictCharField(max_length=32, required=False, allow_blank=True, default="")
     time_scale = StrictFloatField(
         min_value=1e-4,
@@ -115,8 +118,8 @@ class AgentHeartbeatSerializer(serializers.Serializer):
     sampled_at = serializers.DateTimeField()
     cpu_util_pct = StrictFloatField(min_value=0, max_value=100, help_text="The whole node's, 0-100")
     mem_used_gb = StrictFloatField(min_value=0, max_value=MAX_NODE_MEM_GB)
-    gpus = AgentGpuUsageSerializer(
-        many=True,
+    gpus = serializers.ListField(
+        child=AgentGpuUsageSerializer(),
         required=False,
         default=list,
         max_length=MAX_GPUS_PER_SERVER,
