@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,25 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server = PrivateRedis(tmp_path)
     yield server
     server.stop()
+
+
+def run_in_own_loop(coroutine):
+    """asyncio.run on a thread of its own: the main thread may already run an event loop (playwright's
+    sync API, used by the browser tests earlier in the suite, leaves one there)."""
+    result: dict = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 async def _until(predicate, *, timeout_s: float, what: str) -> None:
@@ -109,7 +129,7 @@ def test_the_long_poll_recovers_after_a_dozen_outages_and_leaks_no_connection(pr
             await hub.close()
             sync.close()
 
-    figures = asyncio.run(scenario())
+    figures = run_in_own_loop(scenario())
     assert figures["subscriptions"] == 13, figures
     assert max(figures["woken_s"]) < 1.0, figures
     assert figures["in_use"] == 0, figures  # every wait gave its connection back
@@ -140,7 +160,7 @@ def test_the_wait_pool_survives_more_outages_than_it_has_connections(private_red
             await hub.close()
             sync.close()
 
-    assert asyncio.run(scenario()) == (1, False)
+    assert run_in_own_loop(scenario()) == (1, False)
 
 
 def test_a_wait_that_saw_more_than_an_emptied_redis_holds_is_answered_woken_at_once(private_redis):
@@ -157,7 +177,7 @@ def test_a_wait_that_saw_more_than_an_emptied_redis_holds_is_answered_woken_at_o
         finally:
             await hub.close()
 
-    answer, took_s = asyncio.run(scenario())
+    answer, took_s = run_in_own_loop(scenario())
     assert answer == (0, True) and took_s < 1.0
 
 
@@ -183,4 +203,4 @@ def test_a_subscription_that_hears_nothing_is_given_up_and_renewed(private_redis
             await hub.close()
             sync.close()
 
-    assert asyncio.run(scenario()) >= 2
+    assert run_in_own_loop(scenario()) >= 2

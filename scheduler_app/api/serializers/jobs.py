@@ -150,6 +150,11 @@ class JobSubmitSerializer(serializers.Serializer):
         allow_null=True,
         min_value=MIN_QOS_RATE_ITERS_PER_S,
         max_value=MAX_QOS_RATE_ITERS_PER_S,
+        # The service's words (services/jobs.py), whichever of the two says it first.
+        error_messages={
+            "min_value": "The minimum rate must be a positive number of iterations per second.",
+            "max_value": f"The minimum rate must be at most {MAX_QOS_RATE_ITERS_PER_S:.0e} iterations/s.",
+        },
         help_text="Minimum processing rate while running, iterations/s (GENIE); above 0. A job has at "
         "most one QoS target: a deadline, a maximum latency or a minimum rate",
     )
