@@ -2,7 +2,9 @@
 
 import pytest
 
-from tests.api.helpers import agent_client, make_server
+from scheduler_app.models import JobState
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import agent_client, make_server, submit
 
 
 @pytest.fixture
@@ -13,3 +15,13 @@ def server():
 @pytest.fixture
 def agent(server):
     return agent_client(server)
+
+
+@pytest.fixture
+def running(user, server, fifo_tune):
+    """A res18 job of 1000 iterations on 2 GPUs of gpu01, placed by a real round."""
+    job = submit(user, gpus=2, iters=1000, name="res18-a")
+    scheduling_round_run()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    return job

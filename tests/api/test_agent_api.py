@@ -23,22 +23,6 @@ pytestmark = pytest.mark.django_db
 REGISTER = "/api/v1/agent/register"
 
 
-@pytest.fixture
-def running(user, server, settings):
-    """A res18 job placed on gpu01 by a real round."""
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "tune",
-        "inline_rounds": False,
-    }
-    job = submit(user, gpus=2, iters=1000, name="res18-a")
-    scheduling_round_run()
-    job.refresh_from_db()
-    assert job.state == JobState.RUNNING
-    return job
-
-
 def inventory(n: int = 4, prefix: str = "GPU-real") -> dict:
     return {
         "agent_version": "1.0.0",

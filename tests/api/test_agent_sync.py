@@ -28,13 +28,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def rounds(settings):
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "tune",
-        "inline_rounds": False,
-    }
+def rounds(fifo_tune):
+    """FIFO + tune; the tests run the rounds themselves."""
 
 
 def report(lease, seq, kind, at=None, **data):

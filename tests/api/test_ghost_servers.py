@@ -24,13 +24,8 @@ REGISTER = "/api/v1/agent/register"
 
 
 @pytest.fixture(autouse=True)
-def rounds(settings):
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "tune",
-        "inline_rounds": False,
-    }
+def rounds(fifo_tune):
+    """FIFO + tune; the tests run the rounds themselves."""
 
 
 def node_token(name: str, gpus: int = 4) -> APIClient:

@@ -12,26 +12,9 @@ from django.utils import timezone
 from cluster_app.models import GpuUsageSample, UsageSample
 from scheduler_app.api.serializers.agents import MAX_GPUS_PER_SERVER
 from scheduler_app.models import AgentReport, Job, JobState
-from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import SYNC, lease_of, submit, sync, synced, usage_sample
+from tests.api.helpers import SYNC, lease_of, sync, synced, usage_sample
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def running(user, server, settings):
-    """A res18 job of 1000 iterations on 2 GPUs of gpu01, placed by a real round."""
-    settings.ATTUNE_SCHEDULER = {
-        **settings.ATTUNE_SCHEDULER,
-        "policy": "fifo",
-        "allocator": "tune",
-        "inline_rounds": False,
-    }
-    job = submit(user, gpus=2, iters=1000, name="res18-a")
-    scheduling_round_run()
-    job.refresh_from_db()
-    assert job.state == JobState.RUNNING
-    return job
 
 
 def started(lease, seq: int = 1) -> dict:
