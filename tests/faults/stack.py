@@ -787,6 +787,18 @@ class Stack:
     def last_round_id(self) -> int:
         return self.scalar("SELECT COALESCE(MAX(id), 0) FROM scheduler_app_schedulinground")
 
+    def wait_round_since(self, db_time: Any, *, timeout_s: float, what: str) -> int:
+        """Wait for a round started at `db_time` (the database's clock) or later; returns how many."""
+        return wait_until(
+            lambda: self.scalar(
+                "SELECT COUNT(*) FROM scheduler_app_schedulinground WHERE started_at >= %s", [db_time]
+            ),
+            timeout_s=timeout_s,
+            what=what,
+            interval_s=0.1,
+            diagnose=self.describe,
+        )
+
     def round_lock_holder(self) -> int | None:
         """The backend pid holding the rounds' advisory lock (a round's transaction is open), or None."""
         rows = self.sql(

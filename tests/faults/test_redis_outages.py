@@ -80,15 +80,7 @@ def test_redis_outages_in_a_row(stack):
     assert during == [201] * OUTAGES, f"submissions while Redis was down were not all accepted: {during}"
 
     # The rounds: a round after the last outage, and a job submitted after it completes.
-    wait_until(
-        lambda: stack.scalar(
-            "SELECT COUNT(*) FROM scheduler_app_schedulinground WHERE started_at >= %s", [db_now_back]
-        ),
-        timeout_s=40,
-        what="a round after the last outage",
-        interval_s=0.2,
-        diagnose=stack.describe,
-    )
+    stack.wait_round_since(db_now_back, timeout_s=40, what="a round after the last outage")
     round_s = time.monotonic() - t_back
     ids += stack.submit_ok(name="after", seconds=3)
 

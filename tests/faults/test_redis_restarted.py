@@ -80,15 +80,7 @@ def test_redis_restarted_while_jobs_run_and_queue(stack):
         diagnose=stack.describe,
     )
     reconnect_s = time.monotonic() - t_back
-    wait_until(
-        lambda: stack.scalar(
-            "SELECT COUNT(*) FROM scheduler_app_schedulinground WHERE started_at >= %s", [db_now_back]
-        ),
-        timeout_s=60,
-        what="a round after Redis came back",
-        interval_s=0.1,
-        diagnose=stack.describe,
-    )
+    stack.wait_round_since(db_now_back, timeout_s=60, what="a round after Redis came back")
     resumed_s = time.monotonic() - t_back
     rounds_during = stack.scalar(
         "SELECT COUNT(*) FROM scheduler_app_schedulinground WHERE started_at BETWEEN %s AND %s",
