@@ -30,13 +30,18 @@ def knobs(settings):
     settings.ATTUNE_NODE_DOWN_AFTER_S = 120
 
 
-def test_a_silent_server_goes_not_responding_then_down_and_its_jobs_are_requeued(user):
+def running_on_gpu01(user):
+    """Now, gpu01 (4 GPUs) heard from now, and a 2-GPU job placed there by a round, with its lease."""
     now = timezone.now()
     server = make_server("gpu01", gpus=4)
     heartbeat_at(server, now)
     job = submit(user, gpus=2, iters=1000)
     scheduling_round_run()
-    lease = lease_of(job)
+    return now, server, job, lease_of(job)
+
+
+def test_a_silent_server_goes_not_responding_then_down_and_its_jobs_are_requeued(user):
+    now, server, job, lease = running_on_gpu01(user)
     Job.objects.filter(pk=job.pk).update(done_iters=640, attained_service_gpu_s=1200.0)
 
     sweep = node_liveness_sweep_run(now=now + timedelta(seconds=45))
@@ -66,12 +71,7 @@ def test_a_down_server_keeps_its_jobs_until_their_fence_expired_whatever_the_dow
     passed since the node's last sync, even with a DOWN threshold set below it (a system check refuses
     that setting; the sweep holds anyway)."""
     settings.ATTUNE_NODE_DOWN_AFTER_S = 40
-    now = timezone.now()
-    server = make_server("gpu01", gpus=4)
-    heartbeat_at(server, now)
-    job = submit(user, gpus=2, iters=1000)
-    scheduling_round_run()
-    lease = lease_of(job)
+    now, _server, job, lease = running_on_gpu01(user)
 
     node_liveness_sweep_run(now=now + timedelta(seconds=35))  # NOT_RESPONDING first, as a sweep moves it
     sweep = node_liveness_sweep_run(now=now + timedelta(seconds=99))
