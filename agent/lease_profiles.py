@@ -36,9 +36,7 @@ class ProfileRuns:
     time_scale: float
     draining: bool
     on_report: Callable[..., None]
-
-    def _cpu_use(self) -> dict[int, int]:
-        raise NotImplementedError
+    _cpu_use: Callable[[], dict[int, int]]  # each core's lease and run count
 
     def _profile_command(self, command: dict[str, Any]) -> None:
         """A `profile` command: start the task, or take the service's new list of core counts."""
