@@ -7,7 +7,8 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,21 @@ class Spool:
         self._db.executescript(SCHEMA)
         self.prune_finished()
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """The lock held and one SQLite transaction: every statement inside commits together or not at
+        all. The connection is in autocommit mode (isolation_level=None), where `with connection:`
+        opens no transaction, so a crash between two statements would keep the first (a seq handed
+        out with no report stored): BEGIN IMMEDIATE says it."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -108,7 +124,7 @@ class Spool:
 
     def append(self, lease_id: str, kind: str, data: dict[str, Any], at: str | None = None) -> Report:
         """Store a new report with the lease's next seq (1, 2, ...; never reused, even after a restart)."""
-        with self._lock, self._db:
+        with self._transaction():
             return self._append_locked(lease_id, kind, data, at)
 
     def pending(self, limit: int = 100) -> list[Report]:
@@ -122,7 +138,7 @@ class Spool:
     def remove(self, keys: Iterable[tuple[str, int]]) -> int:
         """Forget reports the service acknowledged or rejected (both are final); returns how many."""
         keys = list(keys)
-        with self._lock, self._db:
+        with self._transaction():
             before = self._db.total_changes
             self._db.executemany("DELETE FROM reports WHERE lease_id = ? AND seq = ?", keys)
             return self._db.total_changes - before
@@ -135,7 +151,7 @@ class Spool:
 
     def lease_started(self, lease_id: str, record: dict[str, Any], started_data: dict[str, Any]) -> Report:
         """Atomically remember a launched lease and queue its `started` report."""
-        with self._lock, self._db:
+        with self._transaction():
             self._db.execute(
                 "INSERT OR REPLACE INTO leases (lease_id, record) VALUES (?, ?)",
                 (lease_id, json.dumps(record)),
@@ -143,7 +159,7 @@ class Spool:
             return self._append_locked(lease_id, "started", started_data, None)
 
     def lease_update(self, lease_id: str, record: dict[str, Any]) -> None:
-        with self._lock, self._db:
+        with self._transaction():
             self._db.execute(
                 "UPDATE leases SET record = ? WHERE lease_id = ?", (json.dumps(record), lease_id)
             )
@@ -154,7 +170,7 @@ class Spool:
         One transaction, so a crash leaves either a running lease to adopt or a finished one, never a
         lease that is forgotten without an `exited` report or one reported twice.
         """
-        with self._lock, self._db:
+        with self._transaction():
             report = self._append_locked(lease_id, "exited", exited_data, None)
             self._db.execute(
                 "INSERT OR REPLACE INTO finished (lease_id, finished_at_s) VALUES (?, ?)",
@@ -178,7 +194,7 @@ class Spool:
 
     def prune_finished(self, older_than_s: float = FINISHED_RETENTION_S) -> None:
         cutoff = time.time() - older_than_s
-        with self._lock, self._db:
+        with self._transaction():
             self._db.execute(
                 "DELETE FROM lease_seq WHERE lease_id IN "
                 "(SELECT lease_id FROM finished WHERE finished_at_s < ?) "

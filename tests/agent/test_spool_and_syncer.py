@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
 import statistics
 import threading
 import time
@@ -54,6 +55,47 @@ def test_lease_records_and_finish_are_atomic(tmp_path):
     spool.prune_finished(older_than_s=-1)  # unsent reports keep their lease's seq counter
     assert spool.append("a", "log", {}).seq == 3
 
+
+
+def _fail_inserts_into(spool_path, table: str) -> None:
+    """From another connection: a trigger that fails every insert into `table`, as a crash would stop
+    the statement after the first of a write (SQLite keeps what an autocommit statement did)."""
+    db = sqlite3.connect(str(spool_path))
+    db.execute(
+        f"CREATE TRIGGER fail_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'crash'); END"
+    )
+    db.commit()
+    db.close()
+
+
+def test_a_write_stopped_halfway_hands_out_no_seq(tmp_path):
+    """The seq counter and the report are one transaction: a seq with no report stored would be a gap
+    the service can never fill (seen in the agent-restart fault test: SIGKILL between the two)."""
+    path = tmp_path / "spool.sqlite3"
+    spool = Spool(path)
+    spool.lease_started("a", {"pid": 1}, {"pid": 1})
+    _fail_inserts_into(path, "reports")
+    with pytest.raises(sqlite3.IntegrityError, match="crash"):
+        spool.append("a", "log", {"lines": ["x"]})
+    with pytest.raises(sqlite3.IntegrityError, match="crash"):
+        spool.lease_finished("a", {"exit_code": 0})
+    # Nothing of either write stayed: the lease is still running, its next report still seq 2.
+    assert spool.leases() == {"a": {"pid": 1}} and not spool.is_finished("a")
+    spool._db.execute("DROP TRIGGER fail_reports")
+    assert spool.append("a", "log", {"lines": ["x"]}).seq == 2
+
+
+def test_a_finish_stopped_halfway_leaves_the_lease_to_adopt(tmp_path):
+    """The `exited` report, the finished marker and dropping the record go together: a crash in between
+    must not leave an exit queued for a lease that a restarted agent would adopt and report again."""
+    path = tmp_path / "spool.sqlite3"
+    spool = Spool(path)
+    spool.lease_started("a", {"pid": 1}, {"pid": 1})
+    _fail_inserts_into(path, "finished")
+    with pytest.raises(sqlite3.IntegrityError, match="crash"):
+        spool.lease_finished("a", {"exit_code": 0})
+    assert [(r.seq, r.kind) for r in spool.pending()] == [(1, "started")]
+    assert spool.leases() == {"a": {"pid": 1}}
 
 # -- one sync (a mock transport) -----------------------------------------------------------------
 
