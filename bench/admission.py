@@ -94,9 +94,7 @@ def main() -> int:
         ]
     ]
     print(f"\n{args.servers} servers x 8 GPUs, median of {args.repeats} submissions each\n")
-    print_table(
-        ["queue", "submit ms", "submit + forecast ms", "ratio", "finish predicted", "budget s"], rows
-    )
+    print_table(["queue", "submit ms", "submit + forecast ms", "ratio", "finish predicted", "budget s"], rows)
     return 0
 
 

@@ -29,9 +29,7 @@ def workload(burst: int, seed: int) -> list[TraceJob]:
     """The burst (user 1, arriving within its first minute) and the other users' jobs, in arrival order."""
     rng = random.Random(seed)
     mix = philly_derived_trace(burst + JOBS_PER_OTHER * len(OTHERS), multi_gpu=True, seed=seed)
-    jobs = [
-        dataclasses.replace(job, arrival_s=float(rng.randint(0, 60)), owner_id=1) for job in mix[:burst]
-    ]
+    jobs = [dataclasses.replace(job, arrival_s=float(rng.randint(0, 60)), owner_id=1) for job in mix[:burst]]
     rest = iter(mix[burst:])
     for owner in OTHERS:
         for _ in range(JOBS_PER_OTHER):

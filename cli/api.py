@@ -121,7 +121,9 @@ class Api:
             why = (
                 f"{type(outcome.exception()).__name__}"
                 if outcome is not None and outcome.failed
-                else f"HTTP {outcome.result().status_code}" if outcome is not None else "?"
+                else f"HTTP {outcome.result().status_code}"
+                if outcome is not None
+                else "?"
             )
             sys.stderr.write(
                 f"{method} {path}: no answer ({why}); sending it again in {state.upcoming_sleep:.1f} s "

@@ -273,4 +273,3 @@ def fit_interference_kappa(
         return None
     r_alone = _median(alone)
     return min(max_kappa, max(0.0, _median([(r_alone / r - 1.0) / x for r, x in together])))
-

@@ -179,9 +179,7 @@ def needs_downgrade(best: OperatingPoint, shape: ServerShape) -> bool:
     The reference (resources/cluster.py `_make_fair_share`) switches such a job to the proportional
     share when it does not fit; a job asking for no more than proportional keeps its own demand.
     """
-    return (
-        best.cpus_per_gpu > shape.cpus_per_gpu + EPS or best.mem_gb_per_gpu > shape.mem_gb_per_gpu + EPS
-    )
+    return best.cpus_per_gpu > shape.cpus_per_gpu + EPS or best.mem_gb_per_gpu > shape.mem_gb_per_gpu + EPS
 
 
 def relative_speed(

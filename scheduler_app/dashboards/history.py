@@ -50,9 +50,7 @@ def trace_from_rows(rows: list[list[Any]]) -> list[TraceJob]:
     """The inverse of HistoryTrace.rows (a stored run's trace)."""
     # Rows stored before owners were kept have six columns: their jobs replay without one.
     return [
-        TraceJob(
-            int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5], r[6] if len(r) > 6 else None
-        )
+        TraceJob(int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5], r[6] if len(r) > 6 else None)
         if len(r) <= 7
         else TraceJob(int(r[0]), str(r[1]), float(r[2]), int(r[3]), int(r[4]), r[5], r[6], None, r[7])
         for r in rows

@@ -192,9 +192,7 @@ def live_forecast(
 def job_positions_store(positions: dict[int, int]) -> int:
     """Store queue positions that differ from the stored ones (a submission moves the jobs behind it
     down one place; under FIFO that is none). Returns how many rows changed."""
-    stored = dict(
-        JobForecast.objects.filter(job_id__in=positions.keys()).values_list("job_id", "position")
-    )
+    stored = dict(JobForecast.objects.filter(job_id__in=positions.keys()).values_list("job_id", "position"))
     changed = [
         JobForecast(job_id=job_id, position=position)
         for job_id, position in positions.items()

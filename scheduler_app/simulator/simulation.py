@@ -353,7 +353,10 @@ class _Run:
         self.infeasible += 1
         logger.warning(
             "job %d (%s, %d GPUs) can never run on this cluster (%s); dropped",
-            job.job_id, job.model, job.num_gpus, reason,
+            job.job_id,
+            job.model,
+            job.num_gpus,
+            reason,
         )
 
 
@@ -533,6 +536,12 @@ def simulate(
     )
     logger.info(
         "simulated %d jobs (%s+%s) in %d rounds, %.2f s: avg JCT %.2f h, makespan %.2f h",
-        num_jobs, policy_name, allocator_name, rounds, wall_s, result.avg_jct_h, result.makespan_h,
+        num_jobs,
+        policy_name,
+        allocator_name,
+        rounds,
+        wall_s,
+        result.avg_jct_h,
+        result.makespan_h,
     )
     return result

@@ -273,4 +273,3 @@ def genie_fitted_catalog(
     references = {name: float(batch_size_for(name)) for name in profiles if "@" not in name}
     plain = {name: p for name, p in profiles.items() if "@" not in name}
     return fitted_catalog(plain, references, batch_factors)
-

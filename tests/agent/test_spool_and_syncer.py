@@ -56,7 +56,6 @@ def test_lease_records_and_finish_are_atomic(tmp_path):
     assert spool.append("a", "log", {}).seq == 3
 
 
-
 def _fail_inserts_into(spool_path, table: str) -> None:
     """From another connection: a trigger that fails every insert into `table`, as a crash would stop
     the statement after the first of a write (SQLite keeps what an autocommit statement did)."""
@@ -96,6 +95,7 @@ def test_a_finish_stopped_halfway_leaves_the_lease_to_adopt(tmp_path):
         spool.lease_finished("a", {"exit_code": 0})
     assert [(r.seq, r.kind) for r in spool.pending()] == [(1, "started")]
     assert spool.leases() == {"a": {"pid": 1}}
+
 
 # -- one sync (a mock transport) -----------------------------------------------------------------
 

@@ -13,6 +13,7 @@ its field and message). A pattern or limit the server applies and the schema doe
 The agents' long-poll, GET /api/v1/agent/wait, is not a Django view and not in the schema
 (config/agent_wait.py, served by config/asgi.py): tests/cluster_app/test_agent_wake.py covers it.
 """
+
 from __future__ import annotations
 
 import re

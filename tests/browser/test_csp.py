@@ -17,7 +17,11 @@ def csp_of(response) -> str:
 
 
 def test_the_user_pages_and_a_dashboards_charts_under_the_csp(
-    browser_page, live_server, login, staff_user, quiet_scheduler  # noqa: F811
+    browser_page,
+    live_server,
+    login,
+    staff_user,
+    quiet_scheduler,  # noqa: F811
 ):
     seed_a_little()
     page = login(browser_page, live_server, staff_user)

@@ -46,9 +46,7 @@ def test_a_fitted_cross_server_time_keeps_a_deadline_job_off_two_servers(
     for name in ("n1", "n2"):
         make_server(name, gpus=8, cpus=24, mem_gb=500.0)
     # Two jobs with less waiting allowance take 6 GPUs of each server (about 1,000 s of work each).
-    ahead = [
-        submit(user, gpus=6, iters=1600, name=f"ahead{i}", qos_max_latency_s=1500.0) for i in (1, 2)
-    ]
+    ahead = [submit(user, gpus=6, iters=1600, name=f"ahead{i}", qos_max_latency_s=1500.0) for i in (1, 2)]
     workload = fitted_workload(t_cross_s)
     iter_s = workload_iter_time_s(workload, 4)
     assert iter_s == pytest.approx(0.102)  # the fit's time for 4 GPUs on one server, not Synergy's 0.64 s

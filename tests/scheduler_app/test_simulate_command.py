@@ -208,8 +208,23 @@ def test_unknown_workload_is_refused():
 def test_event_mode_and_the_genie_allocator_from_the_command_line(tmp_path: Path):
     out_file = tmp_path / "out.json"
     run(
-        "--servers", "2", "--workload", "genie", "--jobs", "30", "--load", "4", "--quiet",
-        "--policy", "swaf", "--allocator", "tune,genie", "--mode", "events", "--json", str(out_file),
+        "--servers",
+        "2",
+        "--workload",
+        "genie",
+        "--jobs",
+        "30",
+        "--load",
+        "4",
+        "--quiet",
+        "--policy",
+        "swaf",
+        "--allocator",
+        "tune,genie",
+        "--mode",
+        "events",
+        "--json",
+        str(out_file),
     )
     runs = json.loads(out_file.read_text())["runs"]
     assert [r["allocator"] for r in runs] == ["tune", "genie"]

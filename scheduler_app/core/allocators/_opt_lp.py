@@ -34,8 +34,9 @@ class OperatingPoints:
         return len(self.tput)
 
 
-def pareto_points(cpus_per_gpu: Sequence[float], mem_gb_per_gpu: Sequence[float],
-                  tput: Sequence[float]) -> OperatingPoints:
+def pareto_points(
+    cpus_per_gpu: Sequence[float], mem_gb_per_gpu: Sequence[float], tput: Sequence[float]
+) -> OperatingPoints:
     """The points that no other point beats: another with no more CPU, no more memory and no less speed.
 
     Dropping dominated points leaves the LP optimum unchanged (moving a dominated point's weight to
@@ -51,8 +52,10 @@ def pareto_points(cpus_per_gpu: Sequence[float], mem_gb_per_gpu: Sequence[float]
     # q dominates p when q is no worse everywhere; among exact duplicates the earlier one survives.
     no_more = (cpu[:, None] <= cpu[None, :] + EPS) & (mem[:, None] <= mem[None, :] + EPS)
     no_less = tp[:, None] >= tp[None, :] - EPS
-    strictly = (cpu[:, None] < cpu[None, :] - EPS) | (mem[:, None] < mem[None, :] - EPS) | (
-        tp[:, None] > tp[None, :] + EPS
+    strictly = (
+        (cpu[:, None] < cpu[None, :] - EPS)
+        | (mem[:, None] < mem[None, :] - EPS)
+        | (tp[:, None] > tp[None, :] + EPS)
     )
     earlier = np.arange(len(tp))[:, None] < np.arange(len(tp))[None, :]
     dominated = (no_more & no_less & (strictly | earlier)).any(axis=0)
@@ -170,15 +173,23 @@ def solve_share_lp(
     capacity = np.vstack((gpus * var_cpu, gpus * var_mem))
     capacity_rhs = np.array([cpus_total, mem_gb_total], dtype=float)
     result = linprog(
-        objective, A_ub=capacity, b_ub=capacity_rhs, A_eq=one_per_job, b_eq=class_size,
-        bounds=(0, None), method="highs-ds",
+        objective,
+        A_ub=capacity,
+        b_ub=capacity_rhs,
+        A_eq=one_per_job,
+        b_eq=class_size,
+        bounds=(0, None),
+        method="highs-ds",
     )
     all_jobs_fit = result.status == 0
     if not all_jobs_fit:
         # Infeasible as equalities: let jobs drop out (sum <= 1) so that the bound stays an upper bound.
         result = linprog(
-            objective, A_ub=sparse.vstack((sparse.csr_array(capacity), one_per_job)),
-            b_ub=np.concatenate((capacity_rhs, class_size)), bounds=(0, None), method="highs-ds",
+            objective,
+            A_ub=sparse.vstack((sparse.csr_array(capacity), one_per_job)),
+            b_ub=np.concatenate((capacity_rhs, class_size)),
+            bounds=(0, None),
+            method="highs-ds",
         )
         if result.status != 0:
             raise RuntimeError(f"OPT share LP failed: {result.message}")
@@ -189,14 +200,15 @@ def solve_share_lp(
     mix: list[np.ndarray] = [np.zeros(0)] * n
     for cid in range(num_classes):
         members = np.flatnonzero(job_class == cid)  # in input (policy) order
-        class_counts = counts[offsets[cid]:offsets[cid + 1]]
+        class_counts = counts[offsets[cid] : offsets[cid + 1]]
         per_job = class_counts / class_size[cid]
         for i in members:
             mix[i] = per_job
         for rank, point in enumerate(_round_class(class_points[cid], class_counts, len(members))):
             chosen[members[rank]] = point
-    return ShareSolution(bound=bound, chosen=tuple(int(c) for c in chosen), mix=tuple(mix),
-                         all_jobs_fit=all_jobs_fit)
+    return ShareSolution(
+        bound=bound, chosen=tuple(int(c) for c in chosen), mix=tuple(mix), all_jobs_fit=all_jobs_fit
+    )
 
 
 def _round_class(points: OperatingPoints, counts: np.ndarray, size: int) -> list[int]:

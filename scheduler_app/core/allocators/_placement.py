@@ -1015,9 +1015,7 @@ class RoundState:
     def server_shares(self, held: Sequence[HeldShare]) -> tuple[ServerShare, ...]:
         """Frozen shares for a Placement (integer cores: floor of the float cores held)."""
         ids = self.server_ids
-        return tuple(
-            ServerShare(ids[h.server_pos], h.gpu_indices, int(h.cpus + EPS), h.mem_gb) for h in held
-        )
+        return tuple(ServerShare(ids[h.server_pos], h.gpu_indices, int(h.cpus + EPS), h.mem_gb) for h in held)
 
 
 def _has_shape(home: Sequence[tuple[int, tuple[int, ...], float, float]], shape: tuple[int, int]) -> bool:

@@ -202,8 +202,11 @@ class _OptRound:
                 if pts is None:
                     assert shape is not None, "an admitted job implies a non-empty cluster"
                     pts = memo[key] = candidate_points(
-                        job.profile, job.num_gpus, shape,
-                        max_cpus_per_gpu=max_cpus, max_mem_gb_per_gpu=max_mem_gb,
+                        job.profile,
+                        job.num_gpus,
+                        shape,
+                        max_cpus_per_gpu=max_cpus,
+                        max_mem_gb_per_gpu=max_mem_gb,
                     )
             self.points[pos] = pts
             points.append(pts)

@@ -26,7 +26,9 @@ def test_points_are_pareto_efficient_and_cheapest_first():
     assert costs == sorted(costs)
     for p in points:
         assert not any(
-            q.speed >= p.speed and q.cpus_per_gpu <= p.cpus_per_gpu and q.mem_gb_per_gpu <= p.mem_gb_per_gpu
+            q.speed >= p.speed
+            and q.cpus_per_gpu <= p.cpus_per_gpu
+            and q.mem_gb_per_gpu <= p.mem_gb_per_gpu
             and q != p
             for q in points
         )

@@ -73,10 +73,7 @@ def test_swaf_and_edf_estimates_use_the_fitted_time_of_the_gpu_count():
 def half_free_cluster():
     """Two 8-GPU servers with 4 GPUs, 12 cores and 250 GB free on each: a 8-GPU job fits only spread."""
     return make_cluster(
-        [
-            make_server(server_id=i, free_gpus=range(4, 8), free_cpus=12, free_mem_gb=250.0)
-            for i in (0, 1)
-        ]
+        [make_server(server_id=i, free_gpus=range(4, 8), free_cpus=12, free_mem_gb=250.0) for i in (0, 1)]
     )
 
 
@@ -136,7 +133,9 @@ def test_in_the_simulator_the_deadline_job_waits_for_one_server_and_meets_its_de
         ]
 
     def records(p: SensitivityProfile) -> dict[int, JobRecord]:
-        result = simulate(trace(p), cluster, policy="swaf", allocator="genie", mode="events", catalog={"m": p})  # noqa: E501
+        result = simulate(
+            trace(p), cluster, policy="swaf", allocator="genie", mode="events", catalog={"m": p}
+        )
         assert result.qos.met == 3, "every deadline is met"
         return {r.job_id: r for r in result.records}
 

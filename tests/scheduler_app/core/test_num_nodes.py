@@ -101,9 +101,7 @@ def test_uneven_split_is_infeasible(name, gpus, num_nodes):
 
 
 def test_infeasible_reason_counts_servers_that_hold_the_fixed_demand():
-    cluster = make_cluster(
-        [make_server(4, 24, 500.0, server_id=0), make_server(4, 24, 500.0, server_id=1)]
-    )
+    cluster = make_cluster([make_server(4, 24, 500.0, server_id=0), make_server(4, 24, 500.0, server_id=1)])
     # 10 cores per GPU: each server holds 2 such GPUs, so 2 x 2 fits and 1 x 4 never does.
     assert infeasible_reason(nodes_job(1, 4, 2, cpus_per_gpu=10.0), cluster) is None
     assert infeasible_reason(nodes_job(1, 4, 1, cpus_per_gpu=10.0), cluster) == reasons.EXCEEDS_CLUSTER_NODES

@@ -170,7 +170,10 @@ def test_admission_is_gpu_only_in_policy_order():
     jobs = [make_job(1, gpus=6), make_job(2, gpus=4), make_job(3, gpus=2), make_job(4, gpus=16)]
     plan = OptAllocator().allocate(jobs, cluster)
     assert [(j, o) for j, o, _ in outcomes(plan)] == [
-        (1, "placed"), (2, "pending"), (3, "placed"), (4, "infeasible")
+        (1, "placed"),
+        (2, "pending"),
+        (3, "placed"),
+        (4, "infeasible"),
     ]
     assert plan.decision_for(2).reason == reasons.INSUFFICIENT_GPUS
     assert plan.decision_for(4).reason == reasons.EXCEEDS_CLUSTER_GPUS
@@ -236,13 +239,22 @@ def uniform_rounds(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[JobView]]:
         free = sorted(draw(st.sets(st.integers(0, num_gpus - 1)))) if draw(st.booleans()) else range(num_gpus)
         views.append(
             make_server(
-                num_gpus, num_gpus * cpus_per_gpu, num_gpus * mem_gb_per_gpu, server_id=i, free_gpus=free,
-                free_cpus=len(free) * cpus_per_gpu, free_mem_gb=len(free) * mem_gb_per_gpu,
+                num_gpus,
+                num_gpus * cpus_per_gpu,
+                num_gpus * mem_gb_per_gpu,
+                server_id=i,
+                free_gpus=free,
+                free_cpus=len(free) * cpus_per_gpu,
+                free_mem_gb=len(free) * mem_gb_per_gpu,
             )
         )
     jobs = [
-        make_job(job_id, draw(st.sampled_from(MODELS)), gpus=draw(st.sampled_from([1, 1, 1, 2, 3, 4, 8])),
-                 arrival_s=float(job_id))
+        make_job(
+            job_id,
+            draw(st.sampled_from(MODELS)),
+            gpus=draw(st.sampled_from([1, 1, 1, 2, 3, 4, 8])),
+            arrival_s=float(job_id),
+        )
         for job_id in range(draw(st.integers(0, 24)))
     ]
     return make_cluster(views), jobs
@@ -322,13 +334,26 @@ def test_uneven_partly_busy_servers_keep_the_invariants():
             cpus = rng.choice([4, 8, 16, 24, 48])
             mem = rng.choice([100.0, 250.0, 500.0])
             free = sorted(rng.sample(range(gpus), rng.randint(0, gpus)))
-            views.append(make_server(gpus, cpus, mem, server_id=i, free_gpus=free,
-                                     free_cpus=rng.randint(0, cpus), free_mem_gb=rng.randint(0, int(mem))))
+            views.append(
+                make_server(
+                    gpus,
+                    cpus,
+                    mem,
+                    server_id=i,
+                    free_gpus=free,
+                    free_cpus=rng.randint(0, cpus),
+                    free_mem_gb=rng.randint(0, int(mem)),
+                )
+            )
         cluster = make_cluster(views)
         jobs = [
-            make_job(j, rng.choice(MODELS), gpus=rng.choice([1, 1, 2, 4, 8]),
-                     cpus_per_gpu=rng.choice([None] * 8 + [1.0, 6.0]),
-                     mem_gb_per_gpu=rng.choice([None] * 8 + [10.0, 200.0]))
+            make_job(
+                j,
+                rng.choice(MODELS),
+                gpus=rng.choice([1, 1, 2, 4, 8]),
+                cpus_per_gpu=rng.choice([None] * 8 + [1.0, 6.0]),
+                mem_gb_per_gpu=rng.choice([None] * 8 + [10.0, 200.0]),
+            )
             for j in range(rng.randint(0, 20))
         ]
         result = OptAllocator().solve(jobs, cluster)

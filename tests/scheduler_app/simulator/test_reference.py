@@ -23,6 +23,7 @@ CATALOG = load_catalog()
 PHYSICAL = ClusterSpec(servers=4, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)
 ROUND_S = 300.0
 
+
 def reference_fifo_fair_finish_s(trace: list[TraceJob], gpus: int, first_round_s: float) -> dict[int, float]:
     """Finish times under the reference's conventions (single-GPU jobs, all arrived by the first round)."""
     free_at_round = [0] * gpus  # round index at which each GPU frees up

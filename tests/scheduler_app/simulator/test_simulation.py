@@ -215,9 +215,22 @@ def test_to_dict_is_json_ready() -> None:
     result = run(THREE_JOBS)
     data = json.loads(json.dumps(result.to_dict()))
     for key in (
-        "policy", "allocator", "jobs", "avg_jct_h", "median_jct_h", "p99_jct_h", "makespan_h",
-        "gpu_alloc_pct", "cpu_alloc_pct", "mem_alloc_pct", "wall_s", "rounds", "finish_at_round_end",
-        "round_s", "records", "utilisation",
+        "policy",
+        "allocator",
+        "jobs",
+        "avg_jct_h",
+        "median_jct_h",
+        "p99_jct_h",
+        "makespan_h",
+        "gpu_alloc_pct",
+        "cpu_alloc_pct",
+        "mem_alloc_pct",
+        "wall_s",
+        "rounds",
+        "finish_at_round_end",
+        "round_s",
+        "records",
+        "utilisation",
     ):
         assert key in data
     assert data["policy"] == "test-fifo"
