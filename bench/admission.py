@@ -47,7 +47,10 @@ def timed_submission(enqueue: bool) -> tuple[float, Any]:
     prediction = None
     start = time.perf_counter()
     try:
-        with transaction.atomic(), mock.patch("scheduler_app.services.rounds.scheduling_round_request"):
+        with (
+            transaction.atomic(),
+            mock.patch("scheduler_app.services.round_requests.scheduling_round_request"),
+        ):
             if enqueue:
                 job = job_enqueue(owner=owner, request=request)
                 prediction = job.admission_prediction

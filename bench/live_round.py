@@ -129,7 +129,7 @@ def finish_jobs(count: int, seed: int) -> int:
     running = list(Job.objects.filter(state=JobState.RUNNING).order_by("id").values_list("id", flat=True))
     chosen = sorted(random.Random(seed).sample(running, min(count, len(running))))
     with (
-        mock.patch("scheduler_app.services.rounds.scheduling_round_request") as requested,
+        mock.patch("scheduler_app.services.round_requests.scheduling_round_request") as requested,
         transaction.atomic(),
     ):
         for job in Job.objects.select_for_update(of=("self",)).filter(pk__in=chosen).order_by("id"):

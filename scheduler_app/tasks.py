@@ -1,4 +1,4 @@
-"""Thin Celery tasks: each calls one service (beat schedule in settings.CELERY_BEAT_SCHEDULE)."""
+"""Thin Celery tasks, named in task_names.py: each calls one service (beat schedule in settings)."""
 
 import logging
 
@@ -13,21 +13,30 @@ from scheduler_app.services.job_end import job_end_followups_run
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
 from scheduler_app.services.report_ingest import agent_reports_apply_run
-from scheduler_app.services.rounds import (
-    round_decisions_prune,
+from scheduler_app.services.round_requests import (
     scheduling_round_put_off,
     scheduling_round_request,
     scheduling_round_request_clear,
-    scheduling_round_run,
+)
+from scheduler_app.services.rounds import round_decisions_prune, scheduling_round_run
+from scheduler_app.task_names import (
+    ADMISSION_FORECAST_TASK,
+    AGENT_REPORTS_APPLY_TASK,
+    FORECAST_REFRESH_TASK,
+    NODE_LIVENESS_SWEEP_TASK,
+    SCHEDULING_ROUND_TASK,
+    SIMULATION_RUN_TASK,
+    USAGE_ROLLUP_TASK,
+    WORKLOAD_PROFILE_TASK,
 )
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=SCHEDULING_ROUND_TASK, ignore_result=True)
 def scheduling_round_task(trigger: str = "beat") -> int | None:
     """One scheduling round; returns its id, or None when another round held the lock or an early
-    round was put off until the last round's pace ends (services/rounds.py)."""
+    round was put off until the last round's pace ends (services/round_requests.py)."""
     if trigger != "beat":
         if scheduling_round_put_off(trigger=trigger):
             return None  # queued again for the end of the last round's pace
@@ -42,7 +51,7 @@ def scheduling_round_task(trigger: str = "beat") -> int | None:
     return sround.pk if sround is not None else None
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=NODE_LIVENESS_SWEEP_TASK, ignore_result=True)
 def node_liveness_sweep_task() -> dict[str, list]:
     """Every few seconds: mark silent nodes, and end jobs past their time limit (TIMEOUT)."""
     sweep = node_liveness_sweep_run()
@@ -53,7 +62,7 @@ def node_liveness_sweep_task() -> dict[str, list]:
     }
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=AGENT_REPORTS_APPLY_TASK, ignore_result=True)
 def agent_reports_apply_task() -> int:
     """Every ATTUNE_PROGRESS_APPLY_S, and at once when a sync asks: apply the agent reports that syncs
     stored and left pending (services/report_ingest.py), then the follow-ups of the jobs that ended
@@ -64,7 +73,7 @@ def agent_reports_apply_task() -> int:
     return applied
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=USAGE_ROLLUP_TASK, ignore_result=True)
 def usage_rollup_task() -> dict[str, int]:
     """Hourly: fold old raw usage samples into per-minute averages; drop stale agent reports, round
     decisions and expired idempotency keys."""
@@ -76,7 +85,7 @@ def usage_rollup_task() -> dict[str, int]:
     }
 
 
-@shared_task(bind=True, ignore_result=True, max_retries=20)
+@shared_task(name=WORKLOAD_PROFILE_TASK, bind=True, ignore_result=True, max_retries=20)
 def workload_profile_task(self, profiling_run_id: int) -> str:
     """Hand a queued profiling run to an agent: returns the run's status after the attempt.
 
@@ -89,7 +98,7 @@ def workload_profile_task(self, profiling_run_id: int) -> str:
     return status
 
 
-@shared_task(ignore_result=True, acks_late=True)
+@shared_task(name=SIMULATION_RUN_TASK, ignore_result=True, acks_late=True)
 def simulation_run_task(run_id: int) -> str | None:
     """Run a queued what-if simulation (dashboards); returns its final status, None if already claimed."""
     from scheduler_app.dashboards.services import whatif_run_execute
@@ -98,14 +107,14 @@ def simulation_run_task(run_id: int) -> str | None:
     return run.status if run is not None else None
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=FORECAST_REFRESH_TASK, ignore_result=True)
 def forecast_refresh_task() -> int:
     """Re-forecast every live job after rounds (debounced and paced, services/forecast_refresh.py);
     returns how many estimates were stored. On the `forecasts` queue (settings.CELERY_TASK_ROUTES)."""
     return job_forecasts_refresh_run()
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=ADMISSION_FORECAST_TASK, ignore_result=True)
 def admission_forecast_task(job_id: int) -> None:
     """Finish an admission prediction that ran out of time at submission (services/admission.py)."""
     from scheduler_app.services.admission import admission_forecast_complete

@@ -1,4 +1,4 @@
-"""Pacing of background work (early rounds, forecast refreshes): a Redis key alive until the next starts."""
+"""Debounce and pacing of background work (early rounds, forecast refreshes, the reports' applier)."""
 
 from __future__ import annotations
 
@@ -41,4 +41,23 @@ def put_off_for_pace(
         return False
     client.set(queued_key, queued_value, ex=max(1, math.ceil(wait_s) + queued_slack_s))
     requeue(wait_s)
+    return True
+
+
+def debounced_send(
+    client: redis.Redis,
+    *,
+    key: str,
+    value: str,
+    countdown_s: float,
+    slack_s: int,
+    send: Callable[[], None],
+) -> bool:
+    """The one debounce: the first request of a burst takes `key` (SET NX EX) and calls `send()`, which
+    queues a run `countdown_s` from now; the others find the key taken and return False. The key lives
+    `slack_s` past the countdown, so that a run lost with its broker holds back the next one that long
+    at most; the run deletes the key as it starts, so a request during the run queues the next one."""
+    if not client.set(key, value, nx=True, ex=max(1, math.ceil(countdown_s) + slack_s)):
+        return False
+    send()
     return True

@@ -452,7 +452,8 @@ def test_exit_zero_with_all_work_done_completes_the_job(
 ):
     requested = []
     monkeypatch.setattr(
-        "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: requested.append(trigger)
+        "scheduler_app.services.round_requests.scheduling_round_request",
+        lambda *, trigger: requested.append(trigger),
     )
     lease = lease_of(running)
     exited = report(lease.lease_id, 1, "exited", exit_code=0, signal=None, oom=False, done_iters=1000)
@@ -514,7 +515,8 @@ def test_registration_and_a_returning_server_ask_for_an_early_round(
 ):
     requested = []
     monkeypatch.setattr(
-        "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: requested.append(trigger)
+        "scheduler_app.services.round_requests.scheduling_round_request",
+        lambda *, trigger: requested.append(trigger),
     )
     Server.objects.filter(pk=server.pk).update(state=NodeState.DOWN)
     with django_capture_on_commit_callbacks(execute=True):

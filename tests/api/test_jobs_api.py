@@ -67,7 +67,8 @@ def test_submit_a_catalog_job(user, cluster, django_capture_on_commit_callbacks,
     team.members.add(user)
     requested = []
     monkeypatch.setattr(
-        "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: requested.append(trigger)
+        "scheduler_app.services.round_requests.scheduling_round_request",
+        lambda *, trigger: requested.append(trigger),
     )
     with django_capture_on_commit_callbacks(execute=True):
         response = client_for(user).post(

@@ -89,7 +89,9 @@ def cluster(settings, monkeypatch):
         "allocator": "tune",
         "inline_rounds": False,
     }
-    monkeypatch.setattr("scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: None)
+    monkeypatch.setattr(
+        "scheduler_app.services.round_requests.scheduling_round_request", lambda *, trigger: None
+    )
     monkeypatch.setattr(
         "scheduler_app.services.forecast_refresh.job_forecasts_refresh_request",
         lambda *, trigger: job_forecasts_refresh(),

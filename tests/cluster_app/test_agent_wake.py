@@ -99,7 +99,9 @@ def rounds(settings, monkeypatch):
         "allocator": "tune",
         "inline_rounds": False,
     }
-    monkeypatch.setattr("scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: None)
+    monkeypatch.setattr(
+        "scheduler_app.services.round_requests.scheduling_round_request", lambda *, trigger: None
+    )
     monkeypatch.setattr("notify_app.services.notifications_dispatch", lambda *, notification_ids: None)
     monkeypatch.setattr("scheduler_app.services.admission._request_completion", lambda job_id: None)
 

@@ -30,7 +30,9 @@ def worker_mode(settings, monkeypatch):
     settings.CELERY_TASK_ALWAYS_EAGER = False
     fake = FakeRedis()
     monkeypatch.setattr(forecast_refresh, "_redis", lambda url: fake)
-    monkeypatch.setattr("scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: None)
+    monkeypatch.setattr(
+        "scheduler_app.services.round_requests.scheduling_round_request", lambda *, trigger: None
+    )
     sent: list[dict] = []
     monkeypatch.setattr(
         current_app, "send_task", lambda name, **options: sent.append({"name": name, **options})

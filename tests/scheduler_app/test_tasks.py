@@ -7,9 +7,10 @@ from django.conf import settings as django_settings
 
 from scheduler_app import tasks
 from scheduler_app.models import JobState, SchedulingRound
-from scheduler_app.services import rounds
+from scheduler_app.services import round_requests, rounds
 from scheduler_app.services.job_control import job_enqueue
 from scheduler_app.services.jobs import JobRequest
+from scheduler_app.task_names import SCHEDULING_ROUND_TASK
 from tests.api.helpers import make_server, workload
 from tests.fake_redis import FakeRedis
 
@@ -71,28 +72,37 @@ def fake_redis(settings, monkeypatch) -> FakeRedis:
     }
     settings.CELERY_TASK_ALWAYS_EAGER = False
     fake = FakeRedis()
-    monkeypatch.setattr(rounds, "_redis", lambda url: fake)
+    monkeypatch.setattr(round_requests, "_redis", lambda url: fake)
     return fake
 
 
 @pytest.fixture
 def queued_rounds(fake_redis, monkeypatch) -> list[dict]:
-    """With fake_redis: returns the list that the queued round tasks' apply_async calls go to."""
+    """With fake_redis: returns the list that the round tasks sent (by name) go to."""
+    return _sends_captured(monkeypatch)
+
+
+def _sends_captured(monkeypatch) -> list[dict]:
     queued = []
-    monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
+
+    def send(name, *, kwargs, countdown_s):
+        assert name == SCHEDULING_ROUND_TASK == tasks.scheduling_round_task.name
+        queued.append({"kwargs": kwargs, "countdown": countdown_s})
+
+    monkeypatch.setattr(round_requests, "task_send", send)
     return queued
 
 
 def test_a_burst_of_requests_queues_one_delayed_round(queued_rounds, monkeypatch):
     queued = queued_rounds
     for _ in range(5):
-        rounds.scheduling_round_request(trigger="submit")
+        round_requests.scheduling_round_request(trigger="submit")
     assert queued == [{"kwargs": {"trigger": "submit"}, "countdown": 2.0}]
 
     # The task clears the key as it starts; the next request queues the next round.
     monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: SimpleNamespace(pk=1))
     tasks.scheduling_round_task(trigger="submit")
-    rounds.scheduling_round_request(trigger="job_end")
+    round_requests.scheduling_round_request(trigger="job_end")
     assert len(queued) == 2 and queued[1]["kwargs"] == {"trigger": "job_end"}
 
 
@@ -111,14 +121,14 @@ def test_an_early_round_skipped_by_a_running_round_asks_again(queued_rounds, mon
 def test_an_early_round_waits_for_the_last_rounds_pace(fake_redis, queued_rounds):
     """A long round (a large cluster under churn) holds the next early round for twice its duration
     after its end; a short one leaves it to the usual 2 s debounce."""
-    rounds.scheduling_round_pace(3.0)
-    rounds.scheduling_round_request(trigger="job_end")
+    round_requests.scheduling_round_pace(3.0)
+    round_requests.scheduling_round_request(trigger="job_end")
     assert queued_rounds == [{"kwargs": {"trigger": "job_end"}, "countdown": 6.0}]
 
-    fake_redis.delete(rounds.EARLY_ROUND_KEY)
+    fake_redis.delete(round_requests.EARLY_ROUND_KEY)
     fake_redis.now += 10.0
-    rounds.scheduling_round_pace(0.05)
-    rounds.scheduling_round_request(trigger="job_end")
+    round_requests.scheduling_round_pace(0.05)
+    round_requests.scheduling_round_request(trigger="job_end")
     assert queued_rounds[1] == {"kwargs": {"trigger": "job_end"}, "countdown": 2.0}
 
 
@@ -128,20 +138,20 @@ def test_an_early_round_asked_for_during_a_round_is_put_off_until_that_rounds_pa
     ran = []
     monkeypatch.setattr(tasks, "scheduling_round_run", lambda *, trigger: ran.append(trigger))
     # Asked for while a round ran (no pace yet): queued 2 s later. That round then ends after 4 s.
-    rounds.scheduling_round_request(trigger="job_end")
-    rounds.scheduling_round_pace(4.0)
+    round_requests.scheduling_round_request(trigger="job_end")
+    round_requests.scheduling_round_pace(4.0)
     fake_redis.now += 2.0
 
     assert tasks.scheduling_round_task(trigger="job_end") is None
     assert ran == []
     assert queued_rounds[1] == {"kwargs": {"trigger": "job_end"}, "countdown": 6.0}
-    rounds.scheduling_round_request(trigger="submit")  # still debounced by the put-off round
+    round_requests.scheduling_round_request(trigger="submit")  # still debounced by the put-off round
     assert len(queued_rounds) == 2
 
     fake_redis.now += 6.0
     tasks.scheduling_round_task(trigger="job_end")
     assert ran == ["job_end"]
-    rounds.scheduling_round_request(trigger="submit")  # it started: the next request queues another
+    round_requests.scheduling_round_request(trigger="submit")  # it started: the next request queues another
     assert len(queued_rounds) == 3
 
 
@@ -152,16 +162,16 @@ def test_a_round_paces_the_next_early_round_after_its_commit(
     make_server("gpu01")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         sround = rounds.scheduling_round_run(trigger="job_end")
-    assert fake_redis.pttl(rounds.ROUND_PACE_KEY) == -2  # not before the commit
+    assert fake_redis.pttl(round_requests.ROUND_PACE_KEY) == -2  # not before the commit
     for callback in callbacks:
         callback()
-    assert fake_redis.pttl(rounds.ROUND_PACE_KEY) == pytest.approx(2 * sround.duration_ms, abs=2)
+    assert fake_redis.pttl(round_requests.ROUND_PACE_KEY) == pytest.approx(2 * sround.duration_ms, abs=2)
 
 
 def test_inline_rounds_are_not_paced(settings, monkeypatch):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
-    monkeypatch.setattr(rounds, "_redis", lambda url: pytest.fail("the embedded mode has no Redis"))
-    rounds.scheduling_round_pace(3.0)
+    monkeypatch.setattr(round_requests, "_redis", lambda url: pytest.fail("the embedded mode has no Redis"))
+    round_requests.scheduling_round_pace(3.0)
     assert tasks.scheduling_round_task.apply(kwargs={"trigger": "job_end"}).get() is not None
 
 
@@ -175,27 +185,27 @@ def test_a_broker_outage_does_not_fail_the_request(settings, monkeypatch):
 
         set = pttl
 
-    monkeypatch.setattr(rounds, "_redis", lambda url: Down())
-    rounds.scheduling_round_request(trigger="submit")  # logs a warning, raises nothing
+    monkeypatch.setattr(round_requests, "_redis", lambda url: Down())
+    round_requests.scheduling_round_request(trigger="submit")  # logs a warning, raises nothing
 
 
 def test_the_debounce_uses_a_real_redis_set_nx(settings, monkeypatch, live_redis):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
     settings.CELERY_TASK_ALWAYS_EAGER = False
     client = live_redis
-    client.delete(rounds.EARLY_ROUND_KEY)
-    queued = []
-    monkeypatch.setattr(tasks.scheduling_round_task, "apply_async", lambda **kw: queued.append(kw))
+    client.delete(round_requests.EARLY_ROUND_KEY)
+    queued = _sends_captured(monkeypatch)
     try:
-        rounds.scheduling_round_request(trigger="submit")
-        rounds.scheduling_round_request(trigger="submit")
+        round_requests.scheduling_round_request(trigger="submit")
+        round_requests.scheduling_round_request(trigger="submit")
         assert len(queued) == 1
-        assert 0 < client.ttl(rounds.EARLY_ROUND_KEY) <= 62  # a lost task cannot block early rounds for long
-        rounds.scheduling_round_request_clear()
-        rounds.scheduling_round_request(trigger="job_end")
+        # A lost task cannot block early rounds for long.
+        assert 0 < client.ttl(round_requests.EARLY_ROUND_KEY) <= 62
+        round_requests.scheduling_round_request_clear()
+        round_requests.scheduling_round_request(trigger="job_end")
         assert len(queued) == 2
     finally:
-        client.delete(rounds.EARLY_ROUND_KEY)
+        client.delete(round_requests.EARLY_ROUND_KEY)
 
 
 def test_inline_rounds_re_decide_skipped_jobs_once_not_in_a_chain(settings, monkeypatch):
@@ -206,11 +216,11 @@ def test_inline_rounds_re_decide_skipped_jobs_once_not_in_a_chain(settings, monk
 
     def round_that_always_skips(*, trigger):
         triggers.append(trigger)
-        rounds.scheduling_round_request(trigger="skipped")  # as its on_commit would
+        round_requests.scheduling_round_request(trigger="skipped")  # as its on_commit would
         return None
 
-    monkeypatch.setattr(rounds, "scheduling_round_run", round_that_always_skips)
-    rounds.scheduling_round_request(trigger="job_end")
+    monkeypatch.setattr(round_requests, "_inline_round_run", round_that_always_skips)
+    round_requests.scheduling_round_request(trigger="job_end")
     assert triggers == ["job_end", "skipped"]
-    rounds.scheduling_round_request(trigger="skipped")  # the flag was reset: a later skip runs again
+    round_requests.scheduling_round_request(trigger="skipped")  # the flag was reset: a later skip runs again
     assert triggers == ["job_end", "skipped", "skipped"]

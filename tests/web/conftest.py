@@ -16,7 +16,8 @@ def no_rounds(settings, monkeypatch) -> list[str]:
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "policy": "fifo", "inline_rounds": False}
     asked: list[str] = []
     monkeypatch.setattr(
-        "scheduler_app.services.rounds.scheduling_round_request", lambda *, trigger: asked.append(trigger)
+        "scheduler_app.services.round_requests.scheduling_round_request",
+        lambda *, trigger: asked.append(trigger),
     )
     return asked
 

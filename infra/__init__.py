@@ -1,0 +1,1 @@
+"""Infrastructure shared by the apps: SQL and database-vendor helpers, tasks sent by name; no domain code."""
