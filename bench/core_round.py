@@ -5,7 +5,7 @@ median and best wall time of `schedule_round` per allocator (FIFO order) and its
 proportional's. Target (issue 3): tune under 20 ms for 512 GPUs and 1,000 runnable jobs on the
 2-core dev machine. `--sticky` times a steady-state round instead of a first one: every job the
 allocator placed in a first round holds that placement (`current`), and every tenth of them has
-finished, so queued jobs are admitted around the others (the claim path of _placement.py).
+finished, so queued jobs are admitted around the others (the claim path of core/placement).
 """
 
 from __future__ import annotations

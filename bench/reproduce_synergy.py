@@ -19,9 +19,9 @@ from scipy.optimize import linprog
 from profiles_app.catalog import load_catalog
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
-from scheduler_app.core.allocators._placement import FIRST_FIT, gpu_admission, infeasible_reasons
 from scheduler_app.core.allocators.opt import opt_throughput_bound, plan_throughput
 from scheduler_app.core.allocators.tune import TuneAllocator, TuneRound
+from scheduler_app.core.placement import FIRST_FIT, gpu_admission, infeasible_reasons
 from scheduler_app.core.policies.base import Policy
 from scheduler_app.core.policies.srtf import SrtfPolicy
 from scheduler_app.core.throughput import ServerShape, best_case, relative_speed, with_penalty

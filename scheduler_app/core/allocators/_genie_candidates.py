@@ -7,7 +7,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from scheduler_app.core.allocators._opt_lp import pareto_points
-from scheduler_app.core.allocators._placement import HeldShare
+from scheduler_app.core.placement import HeldShare
 from scheduler_app.core.throughput import (
     EPS,
     OperatingPoint,

@@ -41,7 +41,7 @@ consolidated" about servers. For each job, in the policy's order (SWAF is GENIE'
    left over once every job is decided go to the placed jobs, in policy order, each moving to its
    fastest point that the free resources on its own servers allow (reason `leftover`). The next round
    starts again from the smallest points, so a new QoS job can always reclaim them.
-Every placement keeps a job on its GPUs of last round where it can (stickiness, _placement.py), and
+Every placement keeps a job on its GPUs of last round where it can (stickiness, placement/claims.py), and
 puts a job with a node count (`num_nodes` = N) on exactly N servers (the QoS speed it needs then
 counts the placement penalty of N servers).
 Unlike the Synergy allocators, GENIE may give a job less than its GPU-proportional share: that is
@@ -62,24 +62,14 @@ from scheduler_app.core.allocators._genie_candidates import (
     gpu_variant,
     points_by_cost,
 )
-from scheduler_app.core.allocators._placement import (
-    PACKED,
-    DemandCache,
-    Plan,
-    PlanBuilder,
-    RoundState,
-    gpu_admission,
-    has_fixed_demand,
-    infeasible_reasons,
-    pending_reason,
-)
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.interference import communicates, interference_factor
+from scheduler_app.core.placement import PACKED, Plan, has_fixed_demand, pending_reason
+from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.throughput import (
     EPS,
     OperatingPoint,
     best_case,
-    cluster_shape,
     with_penalty,
 )
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
@@ -87,7 +77,7 @@ from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 __all__ = ["GenieAllocator", "GenieRound", "gpu_variant", "points_by_cost"]
 
 
-class GenieRound:
+class GenieRound(RoundSetup):
     """One call of the GENIE allocator (see the module docstring)."""
 
     def __init__(
@@ -98,15 +88,10 @@ class GenieRound:
         slack: float,
         work_conserving: bool,
     ) -> None:
-        self.jobs = ordered_jobs
-        self.snapshot = snapshot
+        super().__init__(ordered_jobs, snapshot)
         self.now_s = now_s
         self.slack = slack
         self.work_conserving = work_conserving
-        self.state = RoundState(snapshot, ordered_jobs)
-        self.shape = cluster_shape(snapshot)
-        self.demands = DemandCache(self.shape)
-        self.builder = PlanBuilder(ordered_jobs)
         self.releases: list[tuple[float, int]] = []  # (predicted finish, GPUs) of jobs placed so far
         self.reservation: Reservation | None = None
         self.held: list[Held] = []
@@ -116,11 +101,8 @@ class GenieRound:
         self.interference_blocked = False  # ... or only next to communicating jobs, too slow for a QoS
 
     def run(self) -> RoundPlan:
-        jobs, state = self.jobs, self.state
-        infeasible = infeasible_reasons(jobs, self.snapshot)
-        likely = gpu_admission(jobs, infeasible, state.free_gpu_count, self.snapshot)
-        state.claim_current(job for pos, job in enumerate(jobs) if likely[pos])
-        state.remember_current(job for pos, job in enumerate(jobs) if not likely[pos])
+        jobs, infeasible, likely = self.jobs, self.infeasible, self.admitted
+        self.claim_admitted(remember_others=True)
         self.later_gpus = sum(job.num_gpus for pos, job in enumerate(jobs) if likely[pos])
         for pos, job in enumerate(jobs):
             if likely[pos]:
@@ -133,8 +115,7 @@ class GenieRound:
         if self.work_conserving:
             self.hand_out_leftovers()
         for h in self.held:
-            speed = with_penalty(h.point.speed, h.job.profile, len(h.shares), h.job.num_gpus)
-            self.builder.placed(h.pos, state.server_shares(h.shares), speed * h.scale, h.reason)
+            self.placed(h.pos, h.shares, h.point.speed, h.reason, h.scale)
         return self.builder.build()
 
     def hand_out_leftovers(self) -> None:

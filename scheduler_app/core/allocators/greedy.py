@@ -9,11 +9,11 @@ jobs starve. Best-case demands are capped at the server size as the reference ca
 
 Placement: first fit over the free GPUs in cluster order (the reference's default, and PAPERS.md
 section 3.3); `placement="packed"` selects the placement-sensitive variant. Stickiness
-(_placement.py): the jobs that GPU-only admission would take claim the GPUs they held last round,
+(core/placement): the jobs that GPU-only admission would take claim the GPUs they held last round,
 so each keeps them when they still hold its demand and the others are placed around them.
 Reasons: `best_case`, `fixed_demand`; pending `insufficient_gpus` when fewer GPUs than the job
 needs were free at its turn, `fragmented` when the GPUs were free but not with its CPU/memory. A
-job with a node count (`num_nodes` = N) goes on exactly N servers (_placement.py); its GPUs count
+job with a node count (`num_nodes` = N) goes on exactly N servers (core/placement); its GPUs count
 as free only on servers with num_gpus / N of them.
 """
 
@@ -22,19 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators._placement import (
-    FIRST_FIT,
-    PLACEMENT_STRATEGIES,
-    DemandCache,
-    PlanBuilder,
-    RoundState,
-    gpu_admission,
-    has_fixed_demand,
-    infeasible_reasons,
-    pending_reason,
-)
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.throughput import cluster_shape, with_penalty
+from scheduler_app.core.placement import FIRST_FIT, Score, has_fixed_demand, pending_reason, score_named
+from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
@@ -42,21 +32,15 @@ from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 class GreedyAllocator(Allocator):
     """In policy order, place each job at its best-case demand where it fits; skip it otherwise."""
 
-    def __init__(self, placement: str = FIRST_FIT) -> None:
-        if placement not in PLACEMENT_STRATEGIES:
-            raise ValueError(f"placement must be one of {PLACEMENT_STRATEGIES}, got {placement!r}")
-        self.placement = placement
+    def __init__(self, placement: str | Score = FIRST_FIT) -> None:
+        self.placement = score_named(placement)
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
-        builder = PlanBuilder(ordered_jobs)
-        state = RoundState(snapshot, ordered_jobs)
-        demands = DemandCache(cluster_shape(snapshot))
-        infeasible = infeasible_reasons(ordered_jobs, snapshot)
+        round_ = RoundSetup(ordered_jobs, snapshot)
+        builder, state, demands, infeasible = round_.builder, round_.state, round_.demands, round_.infeasible
         # Greedy has no admission step; the jobs GPU-only admission would take are those likely to
         # run, so only their current GPUs are worth keeping free for them.
-        likely = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count, snapshot)
-        state.claim_current(job for pos, job in enumerate(ordered_jobs) if likely[pos])
-        state.remember_current(job for pos, job in enumerate(ordered_jobs) if not likely[pos])
+        round_.claim_admitted(remember_others=True)
         for pos, job in enumerate(ordered_jobs):
             why = infeasible[pos]
             if why is not None:
@@ -85,7 +69,5 @@ class GreedyAllocator(Allocator):
                     why = state.node_pending_reason(job) or why
                 builder.pending(pos, why)
                 continue
-            held = state.take(plan, dc, dm, job.job_id)
-            speed = with_penalty(speed, job.profile, len(held), job.num_gpus)
-            builder.placed(pos, state.server_shares(held), speed, reason)
+            round_.placed(pos, state.take(plan, dc, dm, job.job_id), speed, reason)
         return builder.build()

@@ -9,7 +9,7 @@ SolveSecondLP, RoundRobin), in three steps:
    sum_j g_j * mem(p) * y <= free memory; maximise sum_j w_j * speed(p) * y. Its optimum is the
    bound (`opt_throughput_bound`, `OptAllocator.solve(...).bound`).
 3. The LP's fractional shares are rounded to one point per job and placed on servers with the
-   shared placement machinery (_placement.py). A job that does not fit at its LP point tries the
+   shared placement machinery (core/placement). A job that does not fit at its LP point tries the
    slower points below it, then its proportional share, then takes surplus back from peers (as
    tune's step 5 does), so OPT, like tune, never leaves an admitted job unplaced on servers of one
    shape and never gives one less than its proportional speed. Cores and memory still free at the
@@ -47,7 +47,7 @@ Where we differ, and why:
 - A job with a node count (`num_nodes` = N) goes on exactly N servers with num_gpus / N GPUs each,
   the balanced choice picking the N servers whose balance suffers least; room is made only on such
   servers, and it stays pending when none hold it (the LP does not see node counts).
-- Stickiness (_placement.py): a job is first offered the GPUs it held last round; the balanced
+- Stickiness (core/placement/claims.py): a job is first offered the GPUs it held last round; the balanced
   choice then looks at unclaimed GPUs and unreserved cores/memory before everything free, and
   room is made on a job's own servers first. The LP and the rounding never see placements.
 The bound is guaranteed for servers of one shape (Synergy's assumption) whose free cores and memory
@@ -71,19 +71,11 @@ from scheduler_app.core.allocators._opt_lp import (
     single_point,
     solve_share_lp,
 )
-from scheduler_app.core.allocators._placement import (
-    PACKED,
-    DemandCache,
-    HeldShare,
-    Plan,
-    PlanBuilder,
-    RoundState,
-    gpu_admission,
-    has_fixed_demand,
-    infeasible_reasons,
-)
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.throughput import OperatingPoint, cluster_shape, placement_slowdown, with_penalty
+from scheduler_app.core.placement import PACKED, HeldShare, Plan, has_fixed_demand
+from scheduler_app.core.placement.setup import RoundSetup
+from scheduler_app.core.placement.stages import View
+from scheduler_app.core.throughput import OperatingPoint, placement_slowdown
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
@@ -111,7 +103,7 @@ def opt_throughput_bound(
     see the module docstring for when that holds.
     """
     round_ = _OptRound(ordered_jobs, snapshot, weight_by_gpus)
-    return round_.solve_lp(round_.admit()).bound
+    return round_.solve_lp(round_.admit_and_claim()).bound
 
 
 class _Held:
@@ -141,19 +133,14 @@ class _Held:
         self.weight = weight
 
 
-class _OptRound:
+class _OptRound(RoundSetup):
     """One OPT decision: admission, LP1, rounding, placement, clean-up of leftovers."""
 
     def __init__(
         self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, weight_by_gpus: bool
     ) -> None:
-        self.jobs = ordered_jobs
-        self.snapshot = snapshot
+        super().__init__(ordered_jobs, snapshot)
         self.weight_by_gpus = weight_by_gpus
-        self.state = RoundState(snapshot, ordered_jobs)
-        self.shape = cluster_shape(snapshot)
-        self.demands = DemandCache(self.shape)
-        self.builder = PlanBuilder(ordered_jobs)
         self.points: dict[int, OperatingPoints] = {}
         self.target: dict[int, OperatingPoint | None] = {}
         self.held: list[_Held] = []
@@ -163,21 +150,11 @@ class _OptRound:
         self.rest_mem_gb = 0.0
 
     # -- steps 1 and 2 -------------------------------------------------------------------------
-    def admit(self) -> list[int]:
-        """Decide the infeasible and not-admitted jobs; return the admitted positions."""
-        jobs, builder = self.jobs, self.builder
-        infeasible = infeasible_reasons(jobs, self.snapshot)
-        admitted = gpu_admission(jobs, infeasible, self.state.free_gpu_count, self.snapshot)
-        out = []
-        for pos in range(len(jobs)):
-            why = infeasible[pos]
-            if why is not None:
-                builder.infeasible(pos, why)
-            elif not admitted[pos]:
-                builder.pending(pos, reasons.INSUFFICIENT_GPUS)
-            else:
-                out.append(pos)
-        self.state.claim_current(jobs[pos] for pos in out)
+    def admit_and_claim(self) -> list[int]:
+        """Decide the infeasible and not-admitted jobs; return the admitted positions, which claim
+        their GPUs of last round."""
+        out = self.admit()
+        self.claim_admitted(remember_others=False)
         return out
 
     def solve_lp(self, admitted: Sequence[int]) -> ShareSolution:
@@ -215,7 +192,7 @@ class _OptRound:
         return solve_share_lp(num_gpus, points, weights, cpus_total=cpus_total, mem_gb_total=mem_gb_total)
 
     def run(self) -> OptResult:
-        admitted = self.admit()
+        admitted = self.admit_and_claim()
         solution = self.solve_lp(admitted)
         shape = self.shape
         for k, pos in enumerate(admitted):
@@ -247,10 +224,8 @@ class _OptRound:
             self.rest_mem_gb -= g * m
             self.place_job(pos)
         self.hand_out_leftovers()
-        state = self.state
         for h in self.held:
-            speed = with_penalty(h.speed, h.job.profile, len(h.shares), h.job.num_gpus)
-            self.builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
+            self.placed(h.pos, h.shares, h.speed, h.reason)
         return OptResult(self.builder.build(), solution.bound, solution.all_jobs_fit)
 
     def _demand_per_gpu(self, pos: int) -> tuple[float, float]:
@@ -374,22 +349,11 @@ class _OptRound:
             may_split = placement_slowdown(job.profile, num_gpus, 2) <= 1.0
             c, m = point.cpus_per_gpu, point.mem_gb_per_gpu
             shape = state.node_shape(owner)
-            # In RoundState.find's order: home, unclaimed room, home taking reserved room, unclaimed
-            # GPUs taking reserved room, anywhere.
-            claims = state.has_claims
-            plan = state.home_plan(owner, dc, dm, strict=True)
-            if plan is None and claims:
-                plan = self.find_balanced(
-                    num_gpus, c, m, may_split, unclaimed=True, unreserved=True, shape=shape
-                )
-            if plan is None:
-                plan = state.home_plan(owner, dc, dm, strict=False)
-            if plan is None and claims:
-                plan = self.find_balanced(
-                    num_gpus, c, m, may_split, unclaimed=True, unreserved=False, shape=shape
-                )
-            if plan is None:
-                plan = self.find_balanced(num_gpus, c, m, may_split, shape=shape)
+
+            def balanced(view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
+                return self.find_balanced(view, num_gpus, c, m, may_split, shape=shape)
+
+            plan = state.walk(owner, num_gpus, dc, dm, (balanced,))
         else:
             plan = state.find(PACKED, num_gpus, dc, dm, owner)
         if plan is None:
@@ -406,13 +370,12 @@ class _OptRound:
 
     def find_balanced(
         self,
+        view: View,
         num_gpus: int,
         c: float,
         m: float,
         may_split: bool,
         *,
-        unclaimed: bool = False,
-        unreserved: bool = False,
         shape: tuple[int, int] | None = None,
     ) -> Plan | None:
         """Servers for the job where the others can still get what the LP planned for them.
@@ -428,8 +391,9 @@ class _OptRound:
         each time, and that split wins if it is more balanced: a job asking for a whole server's
         cores on half its GPUs would otherwise strand the other half (the reference's LP2 splits
         jobs freely for the same reason). Otherwise jobs no single server holds are spread as
-        tune spreads them (`find_packed`). `unclaimed`: count only unclaimed GPUs, and with
-        `unreserved` only unreserved cores/memory (the same choice among what nobody held).
+        tune spreads them (scores.PACKED). `view`: what the stage being walked offers (stages.py:
+        unclaimed GPUs and unreserved room, ..., everything free), so the same choice is made
+        first among what nobody held.
         `shape` (the job's node count, `RoundState.node_shape`): exactly that many servers with the
         same number of GPUs each, those whose imbalance grows least (then fewest free GPUs, then
         lowest position), or None.
@@ -440,8 +404,7 @@ class _OptRound:
         free_after = state.free_gpu_count - num_gpus
         rate_cpus = self.rest_cpus / free_after if free_after > 0 else 0.0
         rate_mem_gb = self.rest_mem_gb / free_after if free_after > 0 else 0.0
-        num_free = state.num_unclaimed if unclaimed else state.num_free
-        free_cpus, free_mem = state.availability(unclaimed and unreserved)
+        num_free, free_cpus, free_mem = view.counts, view.cpus, view.mem_gb
         prop_cpus, prop_mem = state.prop_cpus, state.prop_mem_gb
 
         # Per dimension the imbalance term is (R / prop)^2 with R = free - n * rate; k more GPUs at
@@ -509,11 +472,8 @@ class _OptRound:
             return [(whole[2], num_gpus)]
         if num_gpus == 1:
             return None
-        if unclaimed:
-            return state.find_unclaimed(
-                PACKED, num_gpus, state.uniform(c), state.uniform(m), unreserved=unreserved
-            )
-        return state.find_packed(num_gpus, state.uniform(c), state.uniform(m))
+        # Packed's plain rule over this stage's view: no preference among claimants' GPUs.
+        return PACKED.place(view._replace(prefer=None), num_gpus, state.uniform(c), state.uniform(m))
 
     # -- tune's step 5, choosing the cheapest peers --------------------------------------------
     def take_back(self, servers: Plan, dc: Sequence[float], dm: Sequence[float]) -> None:

@@ -9,7 +9,7 @@ Placement: the reference's evaluated "+fair" configurations run without "+place"
 fit over the free GPUs in cluster order (`_top_synergy_gpus`), so that is our default;
 `placement="packed"` selects its placement-sensitive variant (fewest-free-GPU server first).
 Fixed-demand jobs (user overrides) get exactly their demand or stay pending (`fragmented`).
-Stickiness (_placement.py): an admitted job keeps the GPUs it held last round when they still
+Stickiness (core/placement): an admitted job keeps the GPUs it held last round when they still
 hold its share, and the others are placed around them when they can be. A job with a node count
 (`num_nodes`) is placed on exactly that many servers, or stays pending.
 """
@@ -19,18 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators._placement import (
-    FIRST_FIT,
-    PLACEMENT_STRATEGIES,
-    DemandCache,
-    PlanBuilder,
-    RoundState,
-    gpu_admission,
-    has_fixed_demand,
-    infeasible_reasons,
-)
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.throughput import cluster_shape, with_penalty
+from scheduler_app.core.placement import FIRST_FIT, Score, has_fixed_demand, score_named
+from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
@@ -38,26 +29,16 @@ from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 class ProportionalAllocator(Allocator):
     """Admit by GPU count in policy order; place each admitted job at its GPU-proportional share."""
 
-    def __init__(self, placement: str = FIRST_FIT) -> None:
-        if placement not in PLACEMENT_STRATEGIES:
-            raise ValueError(f"placement must be one of {PLACEMENT_STRATEGIES}, got {placement!r}")
-        self.placement = placement
+    def __init__(self, placement: str | Score = FIRST_FIT) -> None:
+        self.placement = score_named(placement)
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
-        builder = PlanBuilder(ordered_jobs)
-        state = RoundState(snapshot, ordered_jobs)
-        demands = DemandCache(cluster_shape(snapshot))
-        infeasible = infeasible_reasons(ordered_jobs, snapshot)
-        admitted = gpu_admission(ordered_jobs, infeasible, state.free_gpu_count, snapshot)
-        state.claim_current(job for pos, job in enumerate(ordered_jobs) if admitted[pos])
-        for pos, job in enumerate(ordered_jobs):
-            why = infeasible[pos]
-            if why is not None:
-                builder.infeasible(pos, why)
-                continue
-            if not admitted[pos]:
-                builder.pending(pos, reasons.INSUFFICIENT_GPUS)
-                continue
+        round_ = RoundSetup(ordered_jobs, snapshot)
+        builder, state, demands = round_.builder, round_.state, round_.demands
+        admitted = round_.admit()
+        round_.claim_admitted(remember_others=False)
+        for pos in admitted:
+            job = ordered_jobs[pos]
             if has_fixed_demand(job):
                 dc, dm = state.fixed_demand(job)
                 speed, reason = demands.fixed_point(job).speed, reasons.FIXED_DEMAND
@@ -71,7 +52,5 @@ class ProportionalAllocator(Allocator):
                 state.release(job.job_id)
                 builder.pending(pos, state.node_pending_reason(job) or reasons.FRAGMENTED)
                 continue
-            held = state.take(plan, dc, dm, job.job_id)
-            speed = with_penalty(speed, job.profile, len(held), job.num_gpus)
-            builder.placed(pos, state.server_shares(held), speed, reason)
+            round_.placed(pos, state.take(plan, dc, dm, job.job_id), speed, reason)
         return builder.build()

@@ -24,9 +24,9 @@ With servers of one shape and no fixed demands, step 5 always succeeds, so every
 placed: tune never idles a GPU that the proportional allocator would use, and never gives a job
 less than its proportional speed.
 A job with a node count (`num_nodes` = N) is placed on exactly N servers with num_gpus / N GPUs each
-(_placement.py), and step 5 makes room only on such servers; it may stay pending where others
+(core/placement), and step 5 makes room only on such servers; it may stay pending where others
 would be placed, so "every admitted job is placed" holds for jobs without one.
-Stickiness (_placement.py): every try of steps 3-5 first offers a job the GPUs it held last round,
+Stickiness (core/placement): every try of steps 3-5 first offers a job the GPUs it held last round,
 and places the others around them when it can; step 5 makes room on a job's own servers when its
 GPUs there are still free. Before steps 3-5, a job still holding its GPUs of last round stays on
 them whenever they hold it at proportional or better (`keep_home`): at its best case (tune_matrix:
@@ -63,26 +63,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators._placement import (
-    EPS,
-    PACKED,
-    PLACEMENT_STRATEGIES,
-    DemandCache,
-    HeldShare,
-    Plan,
-    PlanBuilder,
-    RoundState,
-    gpu_admission,
-    has_fixed_demand,
-    infeasible_reasons,
-)
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.throughput import (
-    OperatingPoint,
-    cluster_shape,
-    needs_downgrade,
-    with_penalty,
-)
+from scheduler_app.core.placement import EPS, PACKED, HeldShare, Plan, Score, has_fixed_demand, score_named
+from scheduler_app.core.placement.setup import RoundSetup
+from scheduler_app.core.throughput import OperatingPoint, needs_downgrade
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 ORDER_GPUS = "gpus"  # GPU demand, descending; ties keep policy order (the reference's code)
@@ -123,60 +107,47 @@ class HeldJob:
         return (len(self.shares), -cpus / num_gpus, -mem_gb / num_gpus, self.seq)
 
 
-class TuneRound:
+class TuneRound(RoundSetup):
     """One call of the tune allocator: the round's state and the steps of the algorithm."""
 
     def __init__(
         self,
         ordered_jobs: Sequence[JobView],
         snapshot: ClusterSnapshot,
-        placement: str,
+        placement: str | Score,
         *,
         order: str = ORDER_GPUS,
         sticky: bool = True,
         keep_homes: bool = True,
     ) -> None:
-        self.jobs = ordered_jobs
-        self.snapshot = snapshot
-        self.placement = placement
+        super().__init__(ordered_jobs, snapshot)
+        self.placement = score_named(placement)
         self.order = order
         self.sticky = sticky
         self.keep_homes = sticky and keep_homes
-        self.state = RoundState(snapshot, ordered_jobs)
-        self.shape = cluster_shape(snapshot)
-        self.demands = DemandCache(self.shape)
-        self.builder = PlanBuilder(ordered_jobs)
         self.held: list[HeldJob] = []
         self.left_out: list[int] = []  # admitted, but left pending by step 5 (positions)
         self.on_server: list[list[HeldJob]] = [[] for _ in range(self.state.num_servers)]
 
     def run(self) -> RoundPlan:
-        jobs, builder = self.jobs, self.builder
-        infeasible = infeasible_reasons(jobs, self.snapshot)
-        admitted = gpu_admission(jobs, infeasible, self.state.free_gpu_count, self.snapshot)
+        jobs = self.jobs
         runnable: list[tuple[int, float, float, int]] = []
-        for pos, job in enumerate(jobs):
-            why = infeasible[pos]
-            if why is not None:
-                builder.infeasible(pos, why)
-            elif not admitted[pos]:
-                builder.pending(pos, reasons.INSUFFICIENT_GPUS)
-            elif self.order == ORDER_DEMAND:
+        for pos in self.admit():
+            job = jobs[pos]
+            if self.order == ORDER_DEMAND:
                 point = self.demands.fixed_point(job) if has_fixed_demand(job) else self.demands.best(job)
                 runnable.append((-job.num_gpus, -point.cpus_per_gpu, -point.mem_gb_per_gpu, pos))
             else:
                 runnable.append((-job.num_gpus, 0.0, 0.0, pos))
         if self.sticky:
-            self.state.claim_current(jobs[r[-1]] for r in runnable)
+            self.claim_admitted(remember_others=False)
         # Per-GPU and total CPU/memory order alike within one GPU count; pos keeps policy order.
         runnable.sort()
         for *_, pos in runnable:
             self.place_job(pos)
-        state = self.state
         for h in self.held:
-            speed = with_penalty(h.speed, h.job.profile, len(h.shares), h.job.num_gpus)
-            builder.placed(h.pos, state.server_shares(h.shares), speed, h.reason)
-        return builder.build()
+            self.placed(h.pos, h.shares, h.speed, h.reason)
+        return self.builder.build()
 
     def best_case_throughput(self) -> float:
         """After `run`: an upper bound on the throughput of any tune plan for the same round, every
@@ -448,10 +419,9 @@ class TuneAllocator(Allocator):
     round_class: type[TuneRound] = TuneRound
 
     def __init__(
-        self, placement: str = PACKED, *, order: str = ORDER_GPUS, repack_gain: float | None = 0.05
+        self, placement: str | Score = PACKED, *, order: str = ORDER_GPUS, repack_gain: float | None = 0.05
     ) -> None:
-        if placement not in PLACEMENT_STRATEGIES:
-            raise ValueError(f"placement must be one of {PLACEMENT_STRATEGIES}, got {placement!r}")
+        placement = score_named(placement)
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
         if repack_gain is not None and repack_gain < 0:

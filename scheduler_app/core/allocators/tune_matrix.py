@@ -13,9 +13,9 @@ order and the guarantee to place every admitted job at no less than proportional
 from __future__ import annotations
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators._placement import EPS, HeldShare
 from scheduler_app.core.allocators.base import register_allocator
 from scheduler_app.core.allocators.tune import HeldJob, TuneAllocator, TuneRound
+from scheduler_app.core.placement import EPS, HeldShare
 from scheduler_app.core.throughput import OperatingPoint, intermediate_points
 from scheduler_app.core.types import JobView
 

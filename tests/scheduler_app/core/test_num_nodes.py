@@ -8,8 +8,8 @@ import pytest
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS
-from scheduler_app.core.allocators._placement import FIRST_FIT, PACKED, RoundState, infeasible_reason
 from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.placement import FIRST_FIT, PACKED, RoundState, infeasible_reason
 from scheduler_app.core.types import ClusterSnapshot, JobView, Outcome, Placement, RoundPlan, ServerShare
 from tests.builders import make_cluster, make_job, make_server
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators._placement import (
+from scheduler_app.core.placement import (
     FIRST_FIT,
     PACKED,
     RoundState,

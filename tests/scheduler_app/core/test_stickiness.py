@@ -9,9 +9,9 @@ import pytest
 from bench.moves_per_round import round_changes
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS
-from scheduler_app.core.allocators._placement import FIRST_FIT, PACKED, RoundState
 from scheduler_app.core.allocators.proportional import ProportionalAllocator
 from scheduler_app.core.allocators.tune import TuneAllocator
+from scheduler_app.core.placement import FIRST_FIT, PACKED, RoundState
 from scheduler_app.core.types import JobView, Placement, RoundPlan, ServerShare
 from tests.builders import make_cluster, make_job, make_server
 from tests.scheduler_app.core.helpers import outcomes, shares

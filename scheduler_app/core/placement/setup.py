@@ -1,0 +1,65 @@
+"""The set-up every allocator's round shares: state, demand memo, plan builder, feasibility, admission."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler_app.core.placement.feasibility import gpu_admission, infeasible_reasons
+from scheduler_app.core.placement.plan import DemandCache, HeldShare, PlanBuilder
+from scheduler_app.core.placement.state import RoundState
+from scheduler_app.core.reasons import INSUFFICIENT_GPUS
+from scheduler_app.core.throughput import cluster_shape, with_penalty
+from scheduler_app.core.types import ClusterSnapshot, JobView
+
+
+class RoundSetup:
+    """One allocate() call's shared pieces, built in the order every allocator built them.
+
+    `infeasible[pos]`: why the job can never fit (or None); `admitted[pos]`: Synergy's GPU-only
+    admission in policy order (allocators without an admission step use it as "likely to run").
+    """
+
+    def __init__(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> None:
+        self.jobs = ordered_jobs
+        self.snapshot = snapshot
+        self.state = RoundState(snapshot, ordered_jobs)
+        self.shape = cluster_shape(snapshot)
+        self.demands = DemandCache(self.shape)
+        self.builder = PlanBuilder(ordered_jobs)
+        self.infeasible = infeasible_reasons(ordered_jobs, snapshot)
+        self.admitted = gpu_admission(ordered_jobs, self.infeasible, self.state.free_gpu_count, snapshot)
+
+    def admit(self) -> list[int]:
+        """Decide the infeasible and the not-admitted jobs (pending, `insufficient_gpus`); return the
+        admitted positions in policy order (claims are the caller's: `claim_admitted`)."""
+        builder, infeasible, admitted = self.builder, self.infeasible, self.admitted
+        out = []
+        for pos in range(len(self.jobs)):
+            why = infeasible[pos]
+            if why is not None:
+                builder.infeasible(pos, why)
+            elif not admitted[pos]:
+                builder.pending(pos, INSUFFICIENT_GPUS)
+            else:
+                out.append(pos)
+        return out
+
+    def claim_admitted(self, *, remember_others: bool) -> None:
+        """Let the admitted jobs claim their GPUs of last round; with `remember_others`, the rest
+        may still go back to theirs when nobody claimed or took them (allocators that place past
+        admission: greedy, genie)."""
+        jobs, admitted, state = self.jobs, self.admitted, self.state
+        state.claim_current(job for pos, job in enumerate(jobs) if admitted[pos])
+        if remember_others:
+            state.remember_current(job for pos, job in enumerate(jobs) if not admitted[pos])
+
+    def placed(
+        self, pos: int, shares: Sequence[HeldShare], speed: float, reason: str, scale: float = 1.0
+    ) -> None:
+        """Record the job at `pos` as placed on `shares` at `speed` before its spread penalty
+        (`scale`: genie's factor from a GPU-count variant's speed to the job's own, applied after)."""
+        job = self.jobs[pos]
+        speed = with_penalty(speed, job.profile, len(shares), job.num_gpus)
+        if scale != 1.0:
+            speed *= scale
+        self.builder.placed(pos, self.state.server_shares(shares), speed, reason)
