@@ -5,6 +5,8 @@ import logging
 from celery import shared_task
 
 from cluster_app.services import usage_samples_rollup
+from scheduler_app.dashboards.services import whatif_run_execute
+from scheduler_app.services.admission import admission_forecast_complete
 from scheduler_app.services.agents import agent_reports_prune
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_run
 from scheduler_app.services.idempotency import idempotency_keys_prune
@@ -101,8 +103,6 @@ def workload_profile_task(self, profiling_run_id: int) -> str:
 @shared_task(name=SIMULATION_RUN_TASK, ignore_result=True, acks_late=True)
 def simulation_run_task(run_id: int) -> str | None:
     """Run a queued what-if simulation (dashboards); returns its final status, None if already claimed."""
-    from scheduler_app.dashboards.services import whatif_run_execute
-
     run = whatif_run_execute(run_id=run_id)
     return run.status if run is not None else None
 
@@ -117,6 +117,4 @@ def forecast_refresh_task() -> int:
 @shared_task(name=ADMISSION_FORECAST_TASK, ignore_result=True)
 def admission_forecast_task(job_id: int) -> None:
     """Finish an admission prediction that ran out of time at submission (services/admission.py)."""
-    from scheduler_app.services.admission import admission_forecast_complete
-
     admission_forecast_complete(job_id=job_id)

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from infra.task_send import task_send
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.dashboards.history import HistoryTrace, profiles_from_json, trace_from_rows
 from scheduler_app.models import SimulationRun, SimulationStatus
@@ -18,6 +19,7 @@ from scheduler_app.services.simulations import (
     simulation_run_create,
     simulation_run_execute,
 )
+from scheduler_app.task_names import SIMULATION_RUN_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -84,13 +86,11 @@ def whatif_run_dispatch(*, run: SimulationRun) -> None:
     embedded mode without a worker (inline rounds), on a background thread of this process."""
 
     def start() -> None:
-        from scheduler_app.tasks import simulation_run_task  # tasks import services, not the reverse
-
         if settings.CELERY_TASK_ALWAYS_EAGER:
-            simulation_run_task.apply(args=(run.pk,))
+            task_send(SIMULATION_RUN_TASK, args=(run.pk,))  # runs it here, before this returns
         elif scheduler_conf().inline_rounds:
             threading.Thread(target=_execute_in_thread, args=(run.pk,), daemon=True).start()
         else:
-            simulation_run_task.delay(run.pk)
+            task_send(SIMULATION_RUN_TASK, args=(run.pk,))
 
     transaction.on_commit(start)

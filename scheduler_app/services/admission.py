@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from infra.task_send import task_send
 from profiles_app.selectors import measured_iters_per_s_by_job
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AdmissionPrediction, Job, JobState
@@ -26,6 +27,7 @@ from scheduler_app.services.forecasts import (
     live_queue,
     queue_positions,
 )
+from scheduler_app.task_names import ADMISSION_FORECAST_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -194,10 +196,8 @@ def _unattainable(prediction: AdmissionPrediction, job: Job) -> QosUnattainableE
 
 
 def _request_completion(job_id: int) -> None:
-    from scheduler_app.tasks import admission_forecast_task
-
     try:
-        admission_forecast_task.delay(job_id)
+        task_send(ADMISSION_FORECAST_TASK, args=(job_id,))
     except Exception:  # a broker outage leaves the prediction unknown; it must not fail the submission
         logger.warning("could not queue the forecast of job %s", job_id, exc_info=True)
 

@@ -26,7 +26,7 @@ from cluster_app.services import (
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AgentReport, Allocation
 from scheduler_app.selectors import server_busy_gpu_count
-from scheduler_app.services.rounds import scheduling_round_request_on_commit
+from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
 

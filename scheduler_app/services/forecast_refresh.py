@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 
-from celery import current_app
 from django.db import transaction
 
 from config.redis_pool import redis_client as _redis
+from infra.task_send import task_send
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.services.forecasts import job_forecasts_refresh
-from scheduler_app.services.pacing import pace_extend, pace_left_s, put_off_for_pace
+from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s, put_off_for_pace
+from scheduler_app.task_names import FORECAST_REFRESH_TASK
 
 logger = logging.getLogger(__name__)
 
 # By name: services never import tasks (tasks import services). Routed to the `forecasts` queue
 # (CELERY_TASK_ROUTES), so that a whole-queue forecast never holds up the rounds' worker.
-REFRESH_TASK = "scheduler_app.tasks.forecast_refresh_task"
+REFRESH_TASK = FORECAST_REFRESH_TASK
 # Set while a refresh is queued and not yet started: the requests of a burst of rounds find it taken.
 QUEUED_KEY = "attune:forecast-refresh"
 # Set as a refresh starts, expiring min_interval_s later: while it lives, the next refresh waits for it.
@@ -50,10 +50,16 @@ def job_forecasts_refresh_request(*, trigger: str) -> None:
     try:
         client = _redis(conf.redis_url)
         countdown_s = pace_left_s(client, LAST_START_KEY)
-        ttl_s = max(1, math.ceil(countdown_s) + QUEUED_SLACK_S)
-        if not client.set(QUEUED_KEY, trigger, nx=True, ex=ttl_s):
-            return
-        current_app.send_task(REFRESH_TASK, countdown=countdown_s, expires=countdown_s + QUEUED_SLACK_S)
+        debounced_send(
+            client,
+            key=QUEUED_KEY,
+            value=trigger,
+            countdown_s=countdown_s,
+            slack_s=QUEUED_SLACK_S,
+            send=lambda: task_send(
+                REFRESH_TASK, countdown_s=countdown_s, expires_s=countdown_s + QUEUED_SLACK_S
+            ),
+        )
     except Exception:  # a broker outage must not fail the round that asked
         logger.warning(
             "could not queue a forecast refresh (%s); the next round asks again", trigger, exc_info=True
@@ -117,8 +123,8 @@ def _put_off() -> bool:
             queued_key=QUEUED_KEY,
             queued_value="paced",
             queued_slack_s=QUEUED_SLACK_S,
-            requeue=lambda wait_s: current_app.send_task(
-                REFRESH_TASK, countdown=wait_s, expires=wait_s + QUEUED_SLACK_S
+            requeue=lambda wait_s: task_send(
+                REFRESH_TASK, countdown_s=wait_s, expires_s=wait_s + QUEUED_SLACK_S
             ),
         )
     except Exception:  # Redis or the broker unreachable: refresh now rather than not at all

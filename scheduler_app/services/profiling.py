@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
 from cluster_app.selectors import gpus_active, servers_lock_all, servers_taking_work
+from infra.task_send import task_send
 from profiles_app import optimistic
 from profiles_app.genie_profiling import (
     genie_holds_cpus,
@@ -64,6 +65,9 @@ from profiles_app.services import (
 from scheduler_app.models import Allocation, AllocationGpu, Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import JobLike
 from scheduler_app.services.jobs import job_event
+from scheduler_app.services.round_lock import round_lock_single_flight
+from scheduler_app.services.round_requests import scheduling_round_request_on_commit
+from scheduler_app.task_names import WORKLOAD_PROFILE_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -156,10 +160,8 @@ def profiling_jobs_hold(
 
 def enqueue_profile_task(run_id: int) -> None:
     """Ask a worker to dispatch the run now (the next round would, too)."""
-    from scheduler_app.tasks import workload_profile_task  # tasks import services: import late
-
     try:
-        workload_profile_task.delay(run_id)
+        task_send(WORKLOAD_PROFILE_TASK, args=(run_id,))
     except Exception:  # a broker outage: the next round's dispatch assigns the run anyway
         logger.warning(
             "could not enqueue profiling run %s; the next round dispatches it", run_id, exc_info=True
@@ -309,9 +311,7 @@ def _genie_dispatch(run: ProfilingRun, free: dict[int, dict[str, Any]], *, now: 
 def profiling_run_dispatch(*, run_id: int) -> str:
     """Try to start one queued run now (the task's service); returns its status, or "busy" when a
     round holds the lock (that round dispatches queued runs itself at its end)."""
-    from scheduler_app.services.rounds import _single_flight  # rounds imports this module
-
-    with _single_flight() as acquired:
+    with round_lock_single_flight() as acquired:
         if not acquired:
             return "busy"
         servers_lock_all()  # the round's lock order: servers first
@@ -381,8 +381,6 @@ def profiling_reports_ingest(
             else:
                 ended |= _apply_profiling_report(run, r)
     if ended:
-        from scheduler_app.services.rounds import scheduling_round_request_on_commit
-
         scheduling_round_request_on_commit(trigger="profiled")
     return acked
 

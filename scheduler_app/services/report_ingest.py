@@ -18,6 +18,7 @@ from django.utils import timezone
 from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
 from cluster_app.models import Server
 from config.redis_pool import redis_client
+from infra.task_send import task_send
 from profiles_app.selectors import profiling_runs_of_server
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AgentReportKind, Allocation
@@ -30,9 +31,11 @@ from scheduler_app.selectors.agent_reports import (
 )
 from scheduler_app.services.agents import AGENT_CLOCK_SKEW, clean_text
 from scheduler_app.services.job_batches import job_batches_run
+from scheduler_app.services.pacing import debounced_send
 from scheduler_app.services.profiling import profiling_reports_ingest
 from scheduler_app.services.report_apply import LeaseReport, reports_apply
 from scheduler_app.services.report_rows import NewReport, reports_insert_new
+from scheduler_app.task_names import AGENT_REPORTS_APPLY_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -251,12 +254,14 @@ def agent_reports_apply_request() -> None:
     if conf.inline_rounds:
         return
     try:
-        if redis_client(conf.redis_url, REDIS_TIMEOUT_S).set(
-            APPLY_REQUEST_KEY, 1, nx=True, ex=APPLY_REQUEST_DEBOUNCE_S
-        ):
-            from scheduler_app.tasks import agent_reports_apply_task
-
-            agent_reports_apply_task.apply_async()
+        debounced_send(
+            redis_client(conf.redis_url, REDIS_TIMEOUT_S),
+            key=APPLY_REQUEST_KEY,
+            value="1",
+            countdown_s=0,
+            slack_s=APPLY_REQUEST_DEBOUNCE_S,
+            send=lambda: task_send(AGENT_REPORTS_APPLY_TASK),
+        )
     except Exception:
         logger.warning(
             "could not ask for the reports' applier; its periodic run will apply them", exc_info=True

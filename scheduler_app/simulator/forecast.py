@@ -19,7 +19,7 @@ from scheduler_app.core.allocators import Allocator
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import Policy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
-from scheduler_app.simulator.simulation import _resolve, _Run, _SimJob
+from scheduler_app.simulator.simulation import SimJob, SimRun, resolve_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ def forecast(
     wall_start = time.perf_counter()
     if not round_s > 0:
         raise ValueError(f"round_s must be positive, got {round_s}")
-    policy_obj, allocator_obj, _, _ = _resolve(policy, allocator)
+    policy_obj, allocator_obj, _, _ = resolve_run(policy, allocator)
     started_s = started_s or {}
     views = list(jobs)
     targets = {v.job_id for v in views} if until_finished is None else set(until_finished)
@@ -82,11 +82,11 @@ def forecast(
     # With a static order and an allocator that ignores progress, a plan that repeats keeps
     # repeating until a job finishes: those rounds are skipped in one step.
     can_skip = policy_obj.static_order and not allocator_obj.reads_progress
-    run = _Run(round_s=round_s, round_end=False, restart_overhead_s=0.0)
-    sim_jobs: dict[int, _SimJob] = {}
-    held: dict[int, _SimJob] = {}  # jobs waiting for their dependencies to finish
+    run = SimRun(round_s=round_s, round_end=False, restart_overhead_s=0.0)
+    sim_jobs: dict[int, SimJob] = {}
+    held: dict[int, SimJob] = {}  # jobs waiting for their dependencies to finish
     for view in sorted(views, key=lambda v: (v.arrival_s, v.job_id)):
-        job = _SimJob.from_view(view)
+        job = SimJob.from_view(view)
         job.start_s = started_s.get(view.job_id)
         sim_jobs[view.job_id] = job
         if waits_for.get(view.job_id) and view.current is None:
@@ -126,7 +126,7 @@ def forecast(
 
 
 def _release(
-    held: dict[int, _SimJob], waits_for: dict[int, set[int]], sim_jobs: dict[int, _SimJob]
+    held: dict[int, SimJob], waits_for: dict[int, set[int]], sim_jobs: dict[int, SimJob]
 ) -> list[int]:
     """The held jobs whose every dependency has finished in the forecast (a dependency outside it, or
     dropped as infeasible, never finishes)."""
@@ -137,7 +137,7 @@ def _release(
     ]
 
 
-def _skip_steady_rounds(plan: RoundPlan, active: dict[int, _SimJob], round_s: float, most: int) -> int:
+def _skip_steady_rounds(plan: RoundPlan, active: dict[int, SimJob], round_s: float, most: int) -> int:
     """Run every placed job through the whole rounds before the first of them finishes; return how many.
 
     Only called when the plan repeats and nothing else can change it (see `forecast`), so these

@@ -37,7 +37,7 @@ STATIC_FIRST_ROUND_S = 1.0
 _FINISH_REL_TOL = 1e-9
 
 
-class _SimJob:
+class SimJob:
     """Mutable per-job state; `view` caches the JobView until the job's state changes."""
 
     __slots__ = (
@@ -98,11 +98,11 @@ class _SimJob:
         self.team_id: int | None = None
         self.owner_id = trace_job.owner_id
         # The owner's usage from before the simulation (a forecast of the live queue); what the
-        # owner's jobs attain during it is added by the run (_Run.owner_gained_gpu_s).
+        # owner's jobs attain during it is added by the run (SimRun.owner_gained_gpu_s).
         self.owner_base_usage_gpu_s = 0.0
 
     @classmethod
-    def from_view(cls, view: JobView, model: str = "") -> _SimJob:
+    def from_view(cls, view: JobView, model: str = "") -> SimJob:
         """A live job as the core sees it (progress, service, overrides and placement kept)."""
         job = cls(
             TraceJob(view.job_id, model, view.arrival_s, 1, view.num_gpus, view.deadline_s), view.profile
@@ -170,7 +170,7 @@ class _SimJob:
         )
 
 
-def _resolve(policy: str | Policy, allocator: str | Allocator) -> tuple[Policy, Allocator, str, str]:
+def resolve_run(policy: str | Policy, allocator: str | Allocator) -> tuple[Policy, Allocator, str, str]:
     """Instances for names (UnknownNameError, listing valid names, for unknown ones) and display names."""
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
     allocator_obj = ALLOCATORS.get(allocator)() if isinstance(allocator, str) else allocator
@@ -182,7 +182,7 @@ def _resolve(policy: str | Policy, allocator: str | Allocator) -> tuple[Policy, 
 
 
 def _first_finish_s(
-    plan: RoundPlan, active: Mapping[int, _SimJob], now_s: float, restart_overhead_s: float
+    plan: RoundPlan, active: Mapping[int, SimJob], now_s: float, restart_overhead_s: float
 ) -> float:
     """When the first job placed by `plan` would finish if nothing changed (event mode's next event)."""
     first = math.inf
@@ -231,7 +231,7 @@ def _resources(placement: Placement, profile: SensitivityProfile) -> tuple[int, 
 
 
 def _advance(
-    job: _SimJob, speedup: float, overhead_s: float, now_s: float, round_s: float, round_end: bool
+    job: SimJob, speedup: float, overhead_s: float, now_s: float, round_s: float, round_end: bool
 ) -> float:
     """Run `job` for one round at `speedup`, setting finish_s if it completes; return the seconds held."""
     if not speedup > 0:
@@ -255,15 +255,15 @@ def _advance(
     return round_s
 
 
-class _Run:
+class SimRun:
     """The mutable state of one simulation: who is active and running, and the running totals."""
 
     def __init__(self, *, round_s: float, round_end: bool, restart_overhead_s: float) -> None:
         self.round_s = round_s
         self.round_end = round_end
         self.restart_overhead_s = restart_overhead_s
-        self.active: dict[int, _SimJob] = {}  # arrived and unfinished, in arrival order
-        self.running: dict[int, _SimJob] = {}  # placed in the previous round, unfinished
+        self.active: dict[int, SimJob] = {}  # arrived and unfinished, in arrival order
+        self.running: dict[int, SimJob] = {}  # placed in the previous round, unfinished
         self.infeasible = 0
         # Resource-seconds: GPUs, cores, GB allocated; cores and GB turned into speed.
         self.totals = [0.0, 0.0, 0.0, 0.0, 0.0]
@@ -283,14 +283,14 @@ class _Run:
 
     def apply(
         self, plan: RoundPlan, now_s: float, interval_s: float | None = None
-    ) -> tuple[int, list[_SimJob]]:
+    ) -> tuple[int, list[SimJob]]:
         """Apply one round's plan for `interval_s` (default: a round); returns how many jobs were
         placed and those that finished."""
         active = self.active
         round_end, restart_overhead_s = self.round_end, self.restart_overhead_s
         round_s = self.round_s if interval_s is None else interval_s
-        new_running: dict[int, _SimJob] = {}
-        done_now: list[_SimJob] = []
+        new_running: dict[int, SimJob] = {}
+        done_now: list[SimJob] = []
         sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # this round's GPUs, cores, GB, useful cores, useful GB
         totals = self.totals
         for decision in plan.decisions:
@@ -360,9 +360,9 @@ class _Run:
         )
 
 
-def _load_jobs(trace: Sequence[TraceJob], profiles: Mapping[str, SensitivityProfile]) -> list[_SimJob]:
+def _load_jobs(trace: Sequence[TraceJob], profiles: Mapping[str, SensitivityProfile]) -> list[SimJob]:
     """Per-job state in arrival order (ties by id); unknown models and duplicate ids raise TraceError."""
-    sim_jobs: list[_SimJob] = []
+    sim_jobs: list[SimJob] = []
     seen_ids: set[int] = set()
     for tj in sorted(trace, key=lambda j: (j.arrival_s, j.job_id)):
         if tj.job_id in seen_ids:
@@ -374,7 +374,7 @@ def _load_jobs(trace: Sequence[TraceJob], profiles: Mapping[str, SensitivityProf
             raise TraceError(
                 f"job {tj.job_id}: unknown model {tj.model!r}; valid: {', '.join(sorted(profiles))}"
             ) from None
-        sim_jobs.append(_SimJob(tj, profile))
+        sim_jobs.append(SimJob(tj, profile))
     return sim_jobs
 
 
@@ -433,7 +433,7 @@ def simulate(
         raise ValueError("empty trace")
     if measured_job_ids is not None and measured_job_ids[0] >= measured_job_ids[1]:
         raise ValueError(f"measured_job_ids must be a non-empty [lo, hi) range, got {measured_job_ids}")
-    policy_obj, allocator_obj, policy_name, allocator_name = _resolve(policy, allocator)
+    policy_obj, allocator_obj, policy_name, allocator_name = resolve_run(policy, allocator)
     sim_jobs = _load_jobs(trace, load_catalog() if catalog is None else catalog)
     if measured_job_ids is None:
         measured = list(sim_jobs)
@@ -449,7 +449,7 @@ def simulate(
         t0 = float(first_round_s)
 
     snapshot = cluster.snapshot()  # immutable: shared by every round
-    run = _Run(round_s=round_s, round_end=finish_at_round_end, restart_overhead_s=restart_overhead_s)
+    run = SimRun(round_s=round_s, round_end=finish_at_round_end, restart_overhead_s=restart_overhead_s)
     active = run.active
     num_jobs = len(sim_jobs)
     next_idx = 0  # next job of sim_jobs (sorted by arrival) to admit
