@@ -72,7 +72,7 @@ from scheduler_app.core.allocators._opt_lp import (
     solve_share_lp,
 )
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.placement import PACKED, HeldShare, Plan, has_fixed_demand
+from scheduler_app.core.placement import PACKED, HeldJob, Plan, has_fixed_demand
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.placement.stages import View
 from scheduler_app.core.throughput import OperatingPoint, placement_slowdown
@@ -106,33 +106,6 @@ def opt_throughput_bound(
     return round_.solve_lp(round_.admit_and_claim()).bound
 
 
-class _Held:
-    """A job placed earlier in this round; peers may still shrink it, so it stays mutable."""
-
-    __slots__ = ("job", "point", "pos", "reason", "revertible", "seq", "shares", "speed", "weight")
-
-    def __init__(
-        self,
-        job: JobView,
-        pos: int,
-        seq: int,
-        shares: list[HeldShare],
-        point: OperatingPoint | None,
-        reason: str,
-        revertible: bool,
-        weight: float,
-    ) -> None:
-        self.job = job
-        self.pos = pos  # position in the policy order (where its decision goes)
-        self.seq = seq  # placement order, the last tie-break among peers
-        self.shares = shares
-        self.point = point  # uniform per-GPU point held; None at each server's proportional share
-        self.speed = 1.0 if point is None else point.speed
-        self.reason = reason
-        self.revertible = revertible
-        self.weight = weight
-
-
 class _OptRound(RoundSetup):
     """One OPT decision: admission, LP1, rounding, placement, clean-up of leftovers."""
 
@@ -143,8 +116,8 @@ class _OptRound(RoundSetup):
         self.weight_by_gpus = weight_by_gpus
         self.points: dict[int, OperatingPoints] = {}
         self.target: dict[int, OperatingPoint | None] = {}
-        self.held: list[_Held] = []
-        self.on_server: list[list[_Held]] = [[] for _ in range(self.state.num_servers)]
+        self.held: list[HeldJob] = []
+        self.on_server: list[list[HeldJob]] = [[] for _ in range(self.state.num_servers)]
         # Cores and memory that the jobs not yet placed will ask for at their LP points.
         self.rest_cpus = 0.0
         self.rest_mem_gb = 0.0
@@ -360,7 +333,17 @@ class _OptRound(RoundSetup):
             return False
         shares = state.take(plan, dc, dm, owner)
         weight = float(num_gpus) if self.weight_by_gpus else 1.0
-        held = _Held(job, pos, len(self.held), shares, point, reason, revertible, weight)
+        held = HeldJob(
+            job,
+            pos,
+            len(self.held),
+            shares,
+            point,
+            1.0 if point is None else point.speed,
+            reason,
+            revertible,
+            weight,
+        )
         if per_server:
             held.point = None  # fixed demands are never resized
         self.held.append(held)
@@ -536,7 +519,7 @@ class _OptRound(RoundSetup):
         short_mem_gb = max(0.0, k * dm[i] - state.free_mem_gb[i])
         return short_cpus / max(state.prop_cpus[i], EPS) + short_mem_gb / max(state.prop_mem_gb[i], EPS)
 
-    def cheapest_peer(self, i: int, need_cpus: float, need_mem_gb: float) -> _Held | None:
+    def cheapest_peer(self, i: int, need_cpus: float, need_mem_gb: float) -> HeldJob | None:
         """The revertible peer on server i that frees the most of the need per unit of throughput lost."""
         state = self.state
         best: tuple[float, int] | None = None
@@ -559,7 +542,7 @@ class _OptRound(RoundSetup):
                 best, best_peer = key, peer
         return best_peer
 
-    def shrink(self, peer: _Held, i: int, need_cpus: float, need_mem_gb: float) -> tuple[float, float]:
+    def shrink(self, peer: HeldJob, i: int, need_cpus: float, need_mem_gb: float) -> tuple[float, float]:
         """Step the peer down to its fastest lower point covering the need on server i, else revert
         it whole to proportional; return what that freed on server i (a peer that cannot revert
         without over-committing one of its servers is marked non-revertible and frees nothing)."""

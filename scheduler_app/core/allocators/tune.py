@@ -64,7 +64,16 @@ from collections.abc import Iterator, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.placement import EPS, PACKED, HeldShare, Plan, Score, has_fixed_demand, score_named
+from scheduler_app.core.placement import (
+    EPS,
+    PACKED,
+    HeldJob,
+    HeldShare,
+    Plan,
+    Score,
+    has_fixed_demand,
+    score_named,
+)
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.throughput import OperatingPoint, needs_downgrade
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
@@ -72,39 +81,6 @@ from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 ORDER_GPUS = "gpus"  # GPU demand, descending; ties keep policy order (the reference's code)
 ORDER_DEMAND = "demand"  # then best-case CPU and memory per GPU, descending (the paper's text)
 ORDERS = (ORDER_GPUS, ORDER_DEMAND)
-
-
-class HeldJob:
-    """A job placed earlier in this round; peers may still shrink it, so it stays mutable."""
-
-    __slots__ = ("job", "point", "pos", "reason", "revertible", "seq", "shares", "speed")
-
-    def __init__(
-        self,
-        job: JobView,
-        pos: int,
-        seq: int,
-        shares: list[HeldShare],
-        point: OperatingPoint | None,
-        speed: float,
-        reason: str,
-        revertible: bool,
-    ) -> None:
-        self.job = job
-        self.pos = pos  # position in the policy order (where its decision goes)
-        self.seq = seq  # placement order, the last tie-break among peers
-        self.shares = shares
-        self.point = point  # the uniform per-GPU point it holds; None at proportional / fixed demand
-        self.speed = speed
-        self.reason = reason
-        self.revertible = revertible
-
-    def peer_key(self) -> tuple[int, float, float, int]:
-        """Reference order for taking surplus back: fewest servers, most CPU/GPU, most memory/GPU."""
-        num_gpus = self.job.num_gpus
-        cpus = sum(s.cpus for s in self.shares)
-        mem_gb = sum(s.mem_gb for s in self.shares)
-        return (len(self.shares), -cpus / num_gpus, -mem_gb / num_gpus, self.seq)
 
 
 class TuneRound(RoundSetup):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import register_allocator
-from scheduler_app.core.allocators.tune import HeldJob, TuneAllocator, TuneRound
-from scheduler_app.core.placement import EPS, HeldShare
+from scheduler_app.core.allocators.tune import TuneAllocator, TuneRound
+from scheduler_app.core.placement import EPS, HeldJob, HeldShare
 from scheduler_app.core.throughput import OperatingPoint, intermediate_points
 from scheduler_app.core.types import JobView
 

@@ -20,7 +20,7 @@ from scheduler_app.core.placement.feasibility import (
     pending_reason,
 )
 from scheduler_app.core.placement.filters import MinServerGpus, OnServers, ServerFilter, gpus_fitting
-from scheduler_app.core.placement.plan import EPS, DemandCache, HeldShare, Plan, PlanBuilder
+from scheduler_app.core.placement.plan import EPS, DemandCache, HeldJob, HeldShare, Plan, PlanBuilder
 from scheduler_app.core.placement.scores import FIRST_FIT, PACKED, SCORES, Score, score_named
 from scheduler_app.core.placement.stages import (
     ANYWHERE,
@@ -45,6 +45,7 @@ __all__ = [
     "UNCLAIMED",
     "UNRESERVED",
     "DemandCache",
+    "HeldJob",
     "HeldShare",
     "MinServerGpus",
     "OnServers",

@@ -28,6 +28,41 @@ class HeldShare:
         return len(self.gpu_indices)
 
 
+class HeldJob:
+    """A job placed earlier in this round (tune, opt); peers may still shrink it, so it stays mutable."""
+
+    __slots__ = ("job", "point", "pos", "reason", "revertible", "seq", "shares", "speed", "weight")
+
+    def __init__(
+        self,
+        job: JobView,
+        pos: int,
+        seq: int,
+        shares: list[HeldShare],
+        point: OperatingPoint | None,
+        speed: float,
+        reason: str,
+        revertible: bool,
+        weight: float = 1.0,
+    ) -> None:
+        self.job = job
+        self.pos = pos  # position in the policy order (where its decision goes)
+        self.seq = seq  # placement order, the last tie-break among peers
+        self.shares = shares
+        self.point = point  # the uniform per-GPU point it holds; None at proportional / fixed demand
+        self.speed = speed
+        self.reason = reason
+        self.revertible = revertible
+        self.weight = weight  # opt's weight of its throughput (its GPUs, or 1)
+
+    def peer_key(self) -> tuple[int, float, float, int]:
+        """Reference order for taking surplus back: fewest servers, most CPU/GPU, most memory/GPU."""
+        num_gpus = self.job.num_gpus
+        cpus = sum(s.cpus for s in self.shares)
+        mem_gb = sum(s.mem_gb for s in self.shares)
+        return (len(self.shares), -cpus / num_gpus, -mem_gb / num_gpus, self.seq)
+
+
 class PlanBuilder:
     """Collects one Decision per input job and returns them in input order."""
 
