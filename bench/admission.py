@@ -3,8 +3,8 @@
 Run: `python -m bench.admission [--servers 16] [--jobs 1000] [--repeats 5]`. A fresh database with
 `--servers` x 8 GPUs, `--jobs` catalog jobs submitted and one live round run (so the forecast starts
 from running jobs and a queue). Then, `--repeats` times, the same QoS job
-is submitted through `job_enqueue` (submit + forecast + stored prediction, what the API and the web
-form do) and, as the baseline in the same run, through `job_submit` alone; each submission is rolled
+is submitted through `job_submit` (submit + forecast + stored prediction, what the API and the web
+form do) and, as the baseline in the same run, with `admission=False`; each submission is rolled
 back so every repeat sees the same queue. Prints both medians, their ratio, and whether the forecast
 finished inside its time budget (`ATTUNE_FORECAST_TIME_BUDGET_S`).
 """
@@ -33,7 +33,6 @@ def timed_submission(enqueue: bool) -> tuple[float, Any]:
     from django.db import transaction
 
     from profiles_app.models import Workload
-    from scheduler_app.services.job_control import job_enqueue
     from scheduler_app.services.jobs import JobRequest, job_submit
 
     owner = get_user_model().objects.get(username="bench")
@@ -51,11 +50,10 @@ def timed_submission(enqueue: bool) -> tuple[float, Any]:
             transaction.atomic(),
             mock.patch("scheduler_app.services.round_requests.scheduling_round_request"),
         ):
+            # The baseline turns admission off: the submission alone, without its forecast.
+            (job,) = job_submit(owner=owner, request=request, admission=enqueue)
             if enqueue:
-                job = job_enqueue(owner=owner, request=request)
                 prediction = job.admission_prediction
-            else:
-                job_submit(owner=owner, request=request)
             elapsed = time.perf_counter() - start
             raise Rollback
     except Rollback:

@@ -52,7 +52,9 @@ def populate(num_servers: int, num_jobs: int, seed: int) -> None:
     rng = random.Random(seed)
     sizes, weights = zip(*GPU_MIX, strict=True)
     for n in range(num_jobs):
+        # Admission off: the bench fills the queue, then times the rounds it runs itself.
         job_submit(
+            admission=False,
             owner=owner,
             request=JobRequest(
                 name=f"bench-{n}",

@@ -47,7 +47,9 @@ def _setup():
     workload = Workload.objects.order_by("name").first()
     owner = get_user_model().objects.create_user("bench", password=None)
     for i in range(8):
+        # Admission off: the round that places them is run just below.
         job_submit(
+            admission=False,
             owner=owner,
             request=JobRequest(name=f"sync-{i}", num_gpus=1, total_iters=10**9, workload=workload),
         )
@@ -187,7 +189,7 @@ class JobEnds:
         workloads = list(Workload.objects.order_by("name")[:4])
         for i in range(jobs):
             request = JobRequest(name=f"end-{i}", num_gpus=1, total_iters=300, workload=workloads[i % 4])
-            job_submit(owner=owner, request=request)
+            job_submit(owner=owner, request=request, admission=False)  # placed by the caller's round
         self.at = datetime.now(UTC)
         self.exits: list[tuple[str, list[str]]] = []  # (lease, the leases running with it)
 

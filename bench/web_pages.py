@@ -32,7 +32,7 @@ import random
 import statistics
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bench.common import print_table
@@ -150,13 +150,14 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
         Allocation,
         AllocationGpu,
         Job,
-        JobEvent,
+        JobState,
         SchedulingRound,
         SimulationRun,
         SimulationStatus,
         Team,
     )
     from scheduler_app.services.forecasts import job_forecasts_refresh
+    from scheduler_app.services.job_lifecycle import jobs_history_insert
 
     rng = random.Random(seed)
     now = timezone.now()
@@ -180,7 +181,7 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
     )
     states, weights = zip(*STATE_MIX, strict=True)
     sizes, size_weights = zip(*GPU_MIX, strict=True)
-    jobs: list[Job] = []
+    histories: list[tuple[Job, list[tuple[str, datetime]]]] = []  # each job with its way through the states
     for n in range(num_jobs):
         state = rng.choices(states, weights)[0]
         submitted = now - timedelta(seconds=rng.uniform(0, days * 86400))
@@ -190,24 +191,32 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
         if state in ("COMPLETED", "FAILED", "CANCELLED"):
             finished = min(now, started + timedelta(seconds=rng.expovariate(1 / 20000)))
         qos = rng.random()
-        jobs.append(
-            Job(
-                owner=rng.choice(owners),
-                team=rng.choice(teams),
-                name=f"web-{n}",
-                workload=rng.choice(workloads),
-                num_gpus=rng.choices(sizes, size_weights)[0] if state != "RUNNING" else 1,
-                total_iters=rng.randint(2_000, 200_000),
-                state=state,
-                pending_reason="Priority" if state == "PENDING" else "None",
-                submitted_at=submitted,
-                started_at=started,
-                finished_at=finished,
-                qos_deadline_at=submitted + timedelta(hours=rng.uniform(2, 30)) if qos < 0.15 else None,
-                qos_max_latency_s=rng.uniform(3600, 80000) if 0.15 <= qos < 0.3 else None,
+        steps = [(JobState.PENDING, submitted)]
+        if started is not None:
+            steps.append((JobState.RUNNING, started))
+        if finished is not None:
+            steps.append((state, finished))
+        histories.append(
+            (
+                Job(
+                    owner=rng.choice(owners),
+                    team=rng.choice(teams),
+                    name=f"web-{n}",
+                    workload=rng.choice(workloads),
+                    num_gpus=rng.choices(sizes, size_weights)[0] if state != "RUNNING" else 1,
+                    total_iters=rng.randint(2_000, 200_000),
+                    pending_reason="Priority" if state == "PENDING" else "None",
+                    submitted_at=submitted,
+                    started_at=started,
+                    finished_at=finished,
+                    qos_deadline_at=submitted + timedelta(hours=rng.uniform(2, 30)) if qos < 0.15 else None,
+                    qos_max_latency_s=rng.uniform(3600, 80000) if 0.15 <= qos < 0.3 else None,
+                ),
+                steps,
             )
         )
-    jobs = Job.objects.bulk_create(jobs)
+    # Through the lifecycle: each job's way is checked against its table and written as its events.
+    jobs = jobs_history_insert(histories)
     # Every job was forecast at submission; finished ones have the outcome next to it.
     AdmissionPrediction.objects.bulk_create(
         AdmissionPrediction(
@@ -226,20 +235,6 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
         )
         for job in jobs
     )
-    events = []
-    for job in jobs:
-        events.append(JobEvent(job=job, at=job.submitted_at, kind="submitted", to_state="PENDING"))
-        if job.started_at:
-            events.append(
-                JobEvent(job=job, at=job.started_at, kind="started", from_state="PENDING", to_state="RUNNING")
-            )
-        if job.finished_at:
-            events.append(
-                JobEvent(
-                    job=job, at=job.finished_at, kind="finished", from_state="RUNNING", to_state=job.state
-                )
-            )
-    JobEvent.objects.bulk_create(events)
     # Allocations: one per started job, on a round near its start; running jobs hold a free GPU each.
     free = [(s.pk, g) for s in servers for g in gpus_by_server[s.pk]]
     rng.shuffle(free)
@@ -298,7 +293,7 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
         "%d servers, %d jobs, %d events, %d allocations, %d rounds",
         len(servers),
         len(jobs),
-        len(events),
+        sum(len(steps) for _, steps in histories),
         len(allocations),
         len(rounds),
     )

@@ -48,13 +48,8 @@ from scheduler_app.services.idempotency import (
     idempotency_key_run,
     idempotency_request_digest,
 )
-from scheduler_app.services.job_control import (
-    JobStateError,
-    job_cancel,
-    job_enqueue_all,
-    job_hold,
-    job_release,
-)
+from scheduler_app.services.job_control import JobStateError, job_cancel, job_hold, job_release
+from scheduler_app.services.jobs import job_submit
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.lockout import lockout_response
 
@@ -135,7 +130,7 @@ class JobViewSet(
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         try:
-            jobs = job_enqueue_all(owner=request.user, request=serializer.to_request())
+            jobs = job_submit(owner=request.user, request=serializer.to_request())
         except DjangoValidationError as exc:
             raise ValidationError(
                 exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}

@@ -1,4 +1,5 @@
-"""Job lifecycle after submission: queueing with an early round, cancelling, ending, lease bookkeeping."""
+"""Use cases of a job after submission: ending it (finish, cancel, time limit), requeueing it, holding
+and releasing it, and ending leases; its state changes themselves are services/job_lifecycle.py's."""
 
 from __future__ import annotations
 
@@ -16,25 +17,33 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
-from scheduler_app.models import (
-    TERMINAL_JOB_STATES,
-    Allocation,
-    AllocationGpu,
-    Job,
-    JobEvent,
-    JobState,
-    PendingReason,
-)
-from scheduler_app.selectors import JobLike
-from scheduler_app.services.admission import admission_predict_all, admission_predict_released
+from scheduler_app.models import TERMINAL_JOB_STATES, Allocation, AllocationGpu, Job, JobState, PendingReason
+from scheduler_app.services.admission import admission_predict_released
 from scheduler_app.services.job_end import job_end_followups
-from scheduler_app.services.jobs import JobRequest, job_event, job_submit_all
+from scheduler_app.services.job_lifecycle import (
+    JobStateError,
+    job_event_append,
+    job_transition,
+    jobs_requeue,
+    transition_check,
+)
+from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
 
-
-class JobStateError(Exception):
-    """The job's state does not allow the change (e.g. cancelling a finished job)."""
+__all__ = [  # JobStateError is the lifecycle's; the views catch it from here, with the use cases
+    "JobStateError",
+    "allocations_end",
+    "job_allocations_end",
+    "job_cancel",
+    "job_finish",
+    "job_hold",
+    "job_release",
+    "job_release_allowed",
+    "job_requeue",
+    "job_run_time_s",
+    "jobs_time_limit_enforce",
+]
 
 
 def allocations_end(
@@ -117,67 +126,6 @@ def _leases_end_sql(column: str) -> str:
     )
 
 
-def job_interruption_events(
-    job: JobLike,
-    *,
-    kind: str,
-    interrupted_state: str,
-    reason: str,
-    next_kind: str,
-    next_state: str,
-    next_reason: str,
-    at: datetime,
-    data: dict[str, Any] | None = None,
-    next_data: dict[str, Any] | None = None,
-) -> list[JobEvent]:
-    """The two events of a running job that loses its resources (preempted, node failure): the
-    interruption, then where it goes next (the queue, or straight to a new allocation)."""
-    return [
-        job_event(
-            job,
-            kind,
-            from_state=JobState.RUNNING,
-            to_state=interrupted_state,
-            reason=reason,
-            at=at,
-            data=data,
-        ),
-        job_event(
-            job,
-            next_kind,
-            from_state=interrupted_state,
-            to_state=next_state,
-            reason=next_reason,
-            at=at,
-            data=next_data,
-        ),
-    ]
-
-
-def _request_round(trigger: str) -> None:
-    # Imported late: rounds imports this module.
-    from scheduler_app.services.rounds import scheduling_round_request_on_commit
-
-    scheduling_round_request_on_commit(trigger=trigger)
-
-
-@transaction.atomic
-def job_enqueue(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
-    """job_enqueue_all, returning the job (an array's first task)."""
-    return job_enqueue_all(owner=owner, request=request)[0]
-
-
-@transaction.atomic
-def job_enqueue_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
-    """Submit a job or an array's tasks (validated by job_submit_all), predict their starts and
-    finishes with one forecast (admission feedback; may refuse an unattainable QoS target, see
-    services/admission.py) and ask for an early round."""
-    jobs = job_submit_all(owner=owner, request=request)
-    admission_predict_all(jobs=jobs)
-    _request_round("submit")
-    return jobs
-
-
 @transaction.atomic
 def job_finish(
     *,
@@ -192,62 +140,43 @@ def job_finish(
     """End a job in a terminal `state`: its leases end (GPUs released), an event, an early round, and
     its end's follow-ups (services/job_end.py: now, or by the applier within seconds).
 
-    The caller holds the job row locked (select_for_update) and has checked the transition.
+    The caller holds the job row locked (select_for_update). A change the lifecycle's table does not
+    allow is refused (JobTransitionError) before anything is written.
     """
     if state not in TERMINAL_JOB_STATES:
         raise ValueError(f"{state} is not a terminal job state")
+    transition_check(job.state, state)  # refused before anything is written
     now = now or timezone.now()
-    previous = job.state
     job_allocations_end(job_ids=[job.pk], reason=state.lower(), now=now)
-    job.state = state
     job.finished_at = now
     job.pending_reason = PendingReason.NONE
     if exit_code is not None:
         job.exit_code = exit_code
-    job.save(
-        update_fields=[
-            "state",
-            "finished_at",
-            "pending_reason",
-            "exit_code",
-            "done_iters",
-            "attained_service_gpu_s",
-        ]
-    )
-    JobEvent.objects.create(
-        job=job,
-        kind=state.lower(),
-        from_state=previous,
-        to_state=state,
+    job_transition(
+        job,
+        state,
         reason=reason,
         message=message,
-        data=data or {},
+        data=data,
         at=now,
+        fields=["finished_at", "pending_reason", "exit_code", "done_iters", "attained_service_gpu_s"],
     )
-    logger.info("job %s: %s -> %s %s", job.pk, previous, state, reason)
     # The learning, the admission outcome and the notification: now, or by the applier (job_end.py).
     job_end_followups(job=job, state=state, reason=reason, data=data)
-    _request_round("job_end")
+    scheduling_round_request_on_commit(trigger="job_end")
     return job
 
 
 @transaction.atomic
 def job_requeue(*, job: Job, reason: str, now: datetime | None = None) -> Job:
-    """Send a running job back to the queue with its progress: its leases end, an early round.
-
-    For stops that are nobody's fault (the agent shut down). The caller holds the job row locked.
-    """
+    """Send a running job back to the queue with its progress (jobs_requeue): its leases end, an early
+    round. For stops that are nobody's fault (the agent shut down). The caller holds the job row
+    locked and writes the progress it changed (report_apply does)."""
     now = now or timezone.now()
-    previous = job.state
+    transition_check(job.state, JobState.PENDING)  # refused before its leases end
     job_allocations_end(job_ids=[job.pk], reason=reason, now=now)
-    job.state = JobState.PENDING
-    job.pending_reason = PendingReason.PRIORITY
-    job.save(update_fields=["state", "pending_reason", "done_iters", "attained_service_gpu_s"])
-    JobEvent.objects.create(
-        job=job, kind="requeued", from_state=previous, to_state=JobState.PENDING, reason=reason, at=now
-    )
-    logger.info("job %s: %s -> PENDING (%s)", job.pk, previous, reason)
-    _request_round("requeue")
+    jobs_requeue(jobs=[job], reason=reason, now=now)
+    scheduling_round_request_on_commit(trigger="requeue")
     return job
 
 
@@ -286,7 +215,7 @@ def job_hold(*, job: Job, by: AbstractBaseUser) -> Job:
         return job
     job.held, job.pending_reason = True, reason
     job.save(update_fields=["held", "pending_reason"])
-    job_event(job, "held", reason=reason, message=f"held by {by.get_username()}").save()
+    job_event_append(job=job, kind="held", reason=reason, message=f"held by {by.get_username()}")
     return job
 
 
@@ -306,9 +235,9 @@ def job_release(*, job: Job, by: AbstractBaseUser) -> Job:
     job.held, job.pending_reason = False, PendingReason.PRIORITY
     job.save(update_fields=["held", "pending_reason"])
     message = f"released by {by.get_username()}"
-    job_event(job, "released", reason=PendingReason.PRIORITY, message=message).save()
+    job_event_append(job=job, kind="released", reason=PendingReason.PRIORITY, message=message)
     admission_predict_released(job=job)
-    _request_round("release")
+    scheduling_round_request_on_commit(trigger="release")
     return job
 
 

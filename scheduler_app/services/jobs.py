@@ -1,4 +1,5 @@
-"""Job services: submission and the append-only event history."""
+"""Job submission (validation, the jobs and their first events, admission, an early round) and the
+dependency hold of the rounds."""
 
 import math
 import posixpath
@@ -18,8 +19,17 @@ from cluster_app.selectors import cluster_capacity, server_shapes
 from profiles_app.models import Workload
 from scheduler_app.job_accounts import run_as_problem
 from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem
-from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobEvent, JobState, PendingReason, Team
+from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState, PendingReason, Team
 from scheduler_app.selectors import JobLike, dependency_pending_reason, dependency_waits, job_manageable
+from scheduler_app.services.admission import admission_predict_all
+from scheduler_app.services.job_lifecycle import (
+    NEW,
+    job_create,
+    job_event,
+    job_events_record,
+    transition_event,
+)
+from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
 
 @dataclass(frozen=True)
@@ -327,63 +337,29 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
     return task_ids, dependencies
 
 
-def job_event(
-    job: JobLike,
-    kind: str,
-    *,
-    from_state: str = "",
-    to_state: str = "",
-    reason: str = "",
-    message: str = "",
-    data: dict[str, Any] | None = None,
-    at: datetime | None = None,
-) -> JobEvent:
-    """An unsaved JobEvent, for bulk_create by services that record many at once."""
-    return JobEvent(
-        job_id=job.pk,
-        kind=kind,
-        from_state=from_state,
-        to_state=to_state,
-        reason=reason,
-        message=message,
-        data=data or {},
-        at=at or timezone.now(),
-    )
-
-
-def job_event_append(
-    *,
-    job: Job,
-    kind: str,
-    from_state: str = "",
-    to_state: str = "",
-    reason: str = "",
-    message: str = "",
-    data: dict[str, Any] | None = None,
-    at: datetime | None = None,
-) -> JobEvent:
-    """Append one event to a job's history (never updated or deleted afterwards)."""
-    event = job_event(
-        job, kind, from_state=from_state, to_state=to_state, reason=reason, message=message, data=data, at=at
-    )
-    event.save()
-    return event
-
-
 @transaction.atomic
-def job_submit(*, owner: AbstractBaseUser, request: JobRequest) -> Job:
-    """Validate and queue a job (for an array, every task; the first is returned)."""
-    return job_submit_all(owner=owner, request=request)[0]
+def job_submit(*, owner: AbstractBaseUser, request: JobRequest, admission: bool = True) -> list[Job]:
+    """Submit a job, or one job per task of an array (`request.array`), all or nothing: the one way in
+    for the API, the web form, the demo, the seeds and the benches. Returns the jobs (one, or every
+    task in index order).
 
-
-@transaction.atomic
-def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
-    """Validate and queue a job, or one job per task of an array (`request.array`), all or nothing.
-
-    Each starts PENDING and its history starts with a `submitted` event. The tasks of an array are
-    ordinary jobs that share everything but their index: `array_job` is the first task (Slurm's
-    ArrayJobID) and `array_task_id` the index their process sees as ATTUNE_ARRAY_TASK_ID.
+    Validated before anything is written; each starts PENDING and its history starts with a
+    `submitted` event. The tasks of an array are ordinary jobs that share everything but their index:
+    `array_job` is the first task (Slurm's ArrayJobID) and `array_task_id` the index their process
+    sees as ATTUNE_ARRAY_TASK_ID. With `admission` (the default) their starts and finishes are
+    predicted with one forecast (admission feedback, which may refuse an unattainable QoS target: see
+    services/admission.py) and an early round is asked for; without it (a caller filling a queue in
+    bulk, which says so) the jobs wait for the next round.
     """
+    jobs = _jobs_store(owner=owner, request=request)
+    if admission:
+        admission_predict_all(jobs=jobs)
+        scheduling_round_request_on_commit(trigger="submit")
+    return jobs
+
+
+def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
+    """Validate the request and store its jobs with their `submitted` events and dependencies."""
     task_ids, dependencies = _validate(request, owner)
     depends_on = sorted(dependencies)
     if request.hold:
@@ -394,7 +370,7 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
         reason = PendingReason.PRIORITY
     jobs: list[Job] = []
     for task_id in task_ids:
-        job = Job.objects.create(
+        job = job_create(
             owner=owner,
             team=request.team,
             name=request.name.strip(),
@@ -417,7 +393,6 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
             qos_min_rate_iters_per_s=request.qos_min_rate_iters_per_s,
             priority=request.priority,
             time_limit_s=request.time_limit_s,
-            state=JobState.PENDING,
             held=request.hold,
             pending_reason=reason,
             # The first task is its array's id: it refers to itself, set just below.
@@ -442,8 +417,8 @@ def job_submit_all(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]
             data["depends_on"] = depends_on
         if job.held:
             data["held"] = True
-        events.append(job_event(job, "submitted", to_state=JobState.PENDING, data=data, at=job.submitted_at))
-    JobEvent.objects.bulk_create(events)
+        events.append(transition_event(job, NEW, JobState.PENDING, data=data, at=job.submitted_at))
+    job_events_record(events)
     return jobs
 
 
@@ -477,5 +452,5 @@ def job_dependencies_hold(*, jobs: Sequence[JobLike], now: datetime) -> set[int]
     for reason, ids in by_reason.items():
         # The round has not locked these rows: a job cancelled meanwhile is left as it is.
         Job.objects.filter(pk__in=ids, state=JobState.PENDING).update(pending_reason=reason)
-    JobEvent.objects.bulk_create(events)
+    job_events_record(events)
     return set(waits)

@@ -19,11 +19,12 @@ from cluster_app.services import (
     server_resume,
     server_states_refresh,
 )
-from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
+from scheduler_app.models import Allocation, Job, JobState
 from scheduler_app.selectors import server_busy_gpu_count, server_busy_gpus
 from scheduler_app.selectors.agents import NODE_FAIL_END_REASON
-from scheduler_app.services.job_control import job_allocations_end, job_interruption_events
-from scheduler_app.services.rounds import scheduling_round_request_on_commit
+from scheduler_app.services.job_control import job_allocations_end
+from scheduler_app.services.job_lifecycle import jobs_requeue
+from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -59,27 +60,9 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
     if job_ids:
         jobs = list(Job.objects.select_for_update().filter(pk__in=job_ids).order_by("id"))
         job_allocations_end(job_ids=job_ids, reason=NODE_FAIL_END_REASON, now=now)
-        events = []
-        requeued = [j.pk for j in jobs if j.state == JobState.RUNNING]
-        for job in jobs:
-            if job.state != JobState.RUNNING:
-                continue
-            events += job_interruption_events(
-                job,
-                kind="node_fail",
-                interrupted_state=JobState.NODE_FAIL,
-                reason="node_down",
-                next_kind="requeued",
-                next_state=JobState.PENDING,
-                next_reason=PendingReason.PRIORITY,
-                at=now,
-                data={"done_iters": job.done_iters},
-            )
-        Job.objects.filter(pk__in=requeued).update(
-            state=JobState.PENDING, pending_reason=PendingReason.PRIORITY
-        )
-        JobEvent.objects.bulk_create(events)
-        logger.warning("node failure: requeued jobs %s", requeued)
+        requeued = [job for job in jobs if job.state == JobState.RUNNING]
+        jobs_requeue(jobs=requeued, reason="node_down", now=now, via=JobState.NODE_FAIL)
+        logger.warning("node failure: requeued jobs %s", [job.pk for job in requeued])
         if requeued:
             scheduling_round_request_on_commit(trigger="node_fail")
     server_states_refresh(busy_gpus=server_busy_gpus())

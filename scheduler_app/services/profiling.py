@@ -64,7 +64,7 @@ from profiles_app.services import (
 )
 from scheduler_app.models import Allocation, AllocationGpu, Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import JobLike
-from scheduler_app.services.jobs import job_event
+from scheduler_app.services.job_lifecycle import job_event, job_events_record
 from scheduler_app.services.round_lock import round_lock_single_flight
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 from scheduler_app.task_names import WORKLOAD_PROFILE_TASK
@@ -154,7 +154,7 @@ def profiling_jobs_hold(
         Job.objects.filter(pk__in=changed, state=JobState.PENDING).update(
             pending_reason=PendingReason.PROFILING
         )
-        JobEvent.objects.bulk_create(events)
+        job_events_record(events)
     return held
 
 

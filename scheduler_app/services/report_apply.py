@@ -30,7 +30,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.selectors.agent_reports import leases_with_rank
 from scheduler_app.services.job_control import job_finish, job_requeue
-from scheduler_app.services.jobs import job_event
+from scheduler_app.services.job_lifecycle import job_event, job_events_record
 
 MAX_LOG_LINE_CHARS = 2000
 # A measured speed this many times above or below the profile's prediction is an outlier: recorded as
@@ -124,7 +124,7 @@ def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, 
         ["done_iters", "attained_service_gpu_s"],
     )
     speed_observations_record(measurements)
-    JobEvent.objects.bulk_create(events)
+    job_events_record(events)
     return exited_jobs
 
 

@@ -25,9 +25,15 @@ from scheduler_app.models import (
     SchedulingRound,
 )
 from scheduler_app.selectors import ActiveLease, RoundInputs, round_jobs_recheck
-from scheduler_app.services.job_control import allocations_end, job_interruption_events
-from scheduler_app.services.jobs import job_event
-from scheduler_app.services.round_writes import job_states_update, model_rows_insert, round_decisions_insert
+from scheduler_app.services.job_control import allocations_end
+from scheduler_app.services.job_lifecycle import (
+    job_event,
+    job_events_record,
+    job_interruption_events,
+    jobs_transition_bulk,
+    transition_event,
+)
+from scheduler_app.services.round_writes import model_rows_insert, round_decisions_insert
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +99,10 @@ class PlanWrites:
 
     to_end: list[int] = field(default_factory=list)  # allocation ids whose lease ends (preempted)
     new_placements: list[Placement] = field(default_factory=list)
-    # job id -> (state, pending reason), only for jobs whose row changes: a job whose lease continues,
-    # a moved job (RUNNING before and after) and a waiting job whose reason stays are not written.
-    job_changes: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # job id -> (state read, new state, pending reason), only for jobs whose row changes: a job whose
+    # lease continues, a moved job (RUNNING before and after) and a waiting job whose reason stays are
+    # not written (jobs_transition_bulk).
+    job_changes: dict[int, tuple[str, str, str]] = field(default_factory=dict)
     events: list[JobEvent] = field(default_factory=list)
     round_decisions: list[tuple[int, int, str, str, float | None]] = field(default_factory=list)
     counts: dict[str, int] = field(
@@ -150,31 +157,26 @@ def _plan_writes(
                 w.to_end.extend(lease.allocation_id for lease in leases)
                 w.events += job_interruption_events(
                     job,
-                    kind="preempted",
-                    interrupted_state=JobState.PREEMPTED,
+                    via=JobState.PREEMPTED,
+                    to_state=JobState.RUNNING,
                     reason="moved",
-                    next_kind="rescheduled",
-                    next_state=JobState.RUNNING,
                     next_reason=decision.reason,
                     at=now,
                     data={"round": round_id},
                     next_data=data,
                 )
+            elif job.state == JobState.RUNNING:
+                # Running without a lease (should not happen), given one: its state stays.
+                w.events.append(job_event(job, "scheduled", reason=decision.reason, at=now, data=data))
             else:
                 w.events.append(
-                    job_event(
-                        job,
-                        "scheduled",
-                        from_state=job.state,
-                        to_state=JobState.RUNNING,
-                        reason=decision.reason,
-                        at=now,
-                        data=data,
+                    transition_event(
+                        job, job.state, JobState.RUNNING, reason=decision.reason, at=now, data=data
                     )
                 )
             w.new_placements.append(placement)
             if (job.state, job.pending_reason) != (JobState.RUNNING, PendingReason.NONE):
-                w.job_changes[job.pk] = (JobState.RUNNING, PendingReason.NONE)
+                w.job_changes[job.pk] = (job.state, JobState.RUNNING, PendingReason.NONE)
             continue
 
         w.counts["num_infeasible" if decision.outcome == Outcome.INFEASIBLE else "num_pending"] += 1
@@ -184,14 +186,12 @@ def _plan_writes(
         if leases:
             w.counts["num_preempted"] += 1
             w.to_end.extend(lease.allocation_id for lease in leases)
-            w.job_changes[job.pk] = (JobState.PENDING, reason)
+            w.job_changes[job.pk] = (job.state, JobState.PENDING, reason)
             w.events += job_interruption_events(
                 job,
-                kind="preempted",
-                interrupted_state=JobState.PREEMPTED,
+                via=JobState.PREEMPTED,
+                to_state=JobState.PENDING,
                 reason=decision.reason,
-                next_kind="requeued",
-                next_state=JobState.PENDING,
                 next_reason=reason,
                 at=now,
                 data={"round": round_id},
@@ -199,20 +199,14 @@ def _plan_writes(
             )
         elif job.state == JobState.RUNNING:
             # Running without a lease (should not happen): back to the queue.
-            w.job_changes[job.pk] = (JobState.PENDING, reason)
+            w.job_changes[job.pk] = (job.state, JobState.PENDING, reason)
             w.events.append(
-                job_event(
-                    job,
-                    "requeued",
-                    from_state=JobState.RUNNING,
-                    to_state=JobState.PENDING,
-                    reason=reason,
-                    at=now,
-                    data={"round": round_id},
+                transition_event(
+                    job, JobState.RUNNING, JobState.PENDING, reason=reason, at=now, data={"round": round_id}
                 )
             )
         elif job.pending_reason != reason:
-            w.job_changes[job.pk] = (JobState.PENDING, reason)
+            w.job_changes[job.pk] = (job.state, JobState.PENDING, reason)
     w.written_job_ids |= set(w.job_changes)
     return w
 
@@ -277,8 +271,8 @@ def round_plan_apply(
         d.placement for d in decisions if d.placement is not None and d.job_id not in skipped
     )
     _allocations_create(sround, w.new_placements, inputs, colocated, now=now)
-    job_states_update(w.job_changes, now=now)
-    model_rows_insert(JobEvent, [vars(event) for event in w.events])
+    jobs_transition_bulk(w.job_changes, now=now)
+    job_events_record(w.events)
     round_decisions_insert(sround.pk, w.round_decisions)
     return w.counts
 

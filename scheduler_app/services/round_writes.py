@@ -1,18 +1,15 @@
-"""A round's bulk writes: one statement per table on PostgreSQL, the ORM's bulk statements elsewhere."""
+"""A round's bulk inserts: one statement per table on PostgreSQL, the ORM's bulk statements elsewhere (the
+jobs' states are services/job_lifecycle.py's jobs_transition_bulk)."""
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from django.db import connection, models
-from django.db.models import Value
-from django.db.models.functions import Coalesce
 
-from scheduler_app.models import Job, JobState, RoundDecision
+from scheduler_app.models import RoundDecision
 
 # Why hand-written statements: the ORM's bulk_create and update build, prepare and adapt every value
 # of every row in Python (field by field), which for a thousand-job queue was most of what a round
@@ -90,38 +87,4 @@ def round_decisions_insert(round_id: int, rows: list[tuple[int, int, str, str, f
             " FROM unnest(%s::bigint[], %s::int[], %s::varchar[], %s::varchar[], %s::float8[])"
             " AS v(job_id, position, outcome, reason, speedup)",
             [round_id, job_ids, positions, outcomes, reasons_, speedups],
-        )
-
-
-def job_states_update(changes: dict[int, tuple[str, str]], *, now: datetime) -> None:
-    """Give each job its new (state, pending reason): job id -> (state, reason). A job set RUNNING
-    keeps its first start (started_at is set only if empty).
-
-    The caller holds the rows locked and passes only jobs whose state or reason changes, so a job the
-    round leaves as it is, is not written (a write would cost a new row version and index entries).
-    On PostgreSQL one UPDATE ... FROM unnest(ids, states, reasons); elsewhere one UPDATE per distinct
-    (state, reason).
-    """
-    if not changes:
-        return
-    if not _is_postgresql():
-        groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for job_id, change in changes.items():
-            groups[change].append(job_id)
-        for (state, reason), ids in groups.items():
-            fields = {"state": state, "pending_reason": reason}
-            if state == JobState.RUNNING:
-                fields["started_at"] = Coalesce("started_at", Value(now))
-            Job.objects.filter(pk__in=ids).update(**fields)
-        return
-    ids = list(changes)
-    states = [changes[i][0] for i in ids]
-    reasons_ = [changes[i][1] for i in ids]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Job._meta.db_table} AS j SET state = v.state, pending_reason = v.reason,"
-            " started_at = CASE WHEN v.state = %s THEN COALESCE(j.started_at, %s) ELSE j.started_at END"
-            " FROM unnest(%s::bigint[], %s::varchar[], %s::varchar[]) AS v(id, state, reason)"
-            " WHERE j.id = v.id",
-            [JobState.RUNNING.value, now, ids, states, reasons_],
         )

@@ -36,11 +36,11 @@ from scheduler_app.services.admission import qos_at_risk_message
 from scheduler_app.services.job_control import (
     JobStateError,
     job_cancel,
-    job_enqueue_all,
     job_hold,
     job_release,
     job_release_allowed,
 )
+from scheduler_app.services.jobs import job_submit as jobs_submit
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.access import staff_required
 from scheduler_app.web.forms import DEFAULT_QUEUE_STATES, JobSubmitForm, QueueFilter
@@ -76,11 +76,11 @@ def queue(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_submit(request: HttpRequest) -> HttpResponse:
-    """The submission form; a valid job goes to the queue (job_enqueue, as the API) and its page."""
+    """The submission form; a valid job goes to the queue (services' job_submit, as the API) and its page."""
     form = JobSubmitForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         try:
-            jobs = job_enqueue_all(owner=request.user, request=form.to_request())
+            jobs = jobs_submit(owner=request.user, request=form.to_request())
         except ValidationError as exc:
             form.add_service_errors(exc)
         else:

@@ -133,6 +133,7 @@ def test_the_fit_rule_is_the_services_so_the_web_form_gets_it(user, cluster):
     assert "gpu01" in caught.value.message_dict["cpus_per_gpu"][0]
     with pytest.raises(ValidationError) as caught:
         job_submit(
+            admission=False,
             owner=user,
             request=JobRequest(
                 name="j", num_gpus=1, total_iters=10**13, workload=workload("r2"), time_limit_s=2**31

@@ -147,16 +147,16 @@ def _concurrently(user, delay_s: float, monkeypatch) -> list:
     """Two POSTs with one key from two threads (two connections); the first one's submission is slowed
     by `delay_s` inside its transaction, after its job is created, so the second arrives meanwhile."""
     submitted = threading.Event()
-    enqueue = views.job_enqueue_all
+    submit = views.job_submit
 
-    def slow_enqueue(**kwargs):
-        jobs = enqueue(**kwargs)
+    def slow_submit(**kwargs):
+        jobs = submit(**kwargs)
         if not submitted.is_set():
             submitted.set()
             time.sleep(delay_s)
         return jobs
 
-    monkeypatch.setattr(views, "job_enqueue_all", slow_enqueue)
+    monkeypatch.setattr(views, "job_submit", slow_submit)
     answers: list = [None, None]
 
     def send(i: int) -> None:

@@ -59,6 +59,7 @@ def test_after_a_failed_dependency_the_job_never_starts_and_says_why(user, serve
     first = submit(user, gpus=1)
     train = submit(user, gpus=1, depends_on=(first.pk,))
     scheduling_round_run()
+    first.refresh_from_db()  # RUNNING now: it fails as a running job does (the lifecycle's table)
     job_finish(job=first, state=JobState.FAILED, exit_code=1)
     for _ in range(2):  # the reason and its event are written once
         scheduling_round_run()
@@ -71,6 +72,8 @@ def test_after_a_failed_dependency_the_job_never_starts_and_says_why(user, serve
 
 def test_submission_refuses_unknown_foreign_and_failed_dependencies_and_stores_nothing(user, server):
     failed = submit(user, gpus=1)
+    scheduling_round_run()
+    failed.refresh_from_db()  # a job fails once it runs (the lifecycle's table)
     job_finish(job=failed, state=JobState.FAILED)
     done = submit(user, gpus=1)
     job_finish(job=done, state=JobState.COMPLETED)

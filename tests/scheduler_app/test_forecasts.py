@@ -10,8 +10,8 @@ from cluster_app.models import Server
 from scheduler_app.models import Allocation, Job, JobForecast, JobState
 from scheduler_app.selectors import job_queue
 from scheduler_app.services.forecasts import job_forecasts_refresh
-from scheduler_app.services.job_control import job_cancel, job_enqueue
-from scheduler_app.services.jobs import JobRequest
+from scheduler_app.services.job_control import job_cancel
+from scheduler_app.services.jobs import JobRequest, job_submit
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import lease_of, submit, workload
 
@@ -117,7 +117,7 @@ def test_the_refresh_stores_the_policys_order_and_a_submission_takes_its_place_a
     # A still shorter job goes first at its submission (admission, as the API and the form submit); the
     # two behind it move down one place.
     request = JobRequest(name="shortest", num_gpus=4, total_iters=2000, workload=workload("res18"))
-    shortest = job_enqueue(owner=user, request=request)
+    (shortest,) = job_submit(owner=user, request=request)
     positions = {k: e.position for k, e in job_queue().items()}
     assert positions == {shortest.pk: 1, short.pk: 2, long.pk: 3}
     assert job_queue(job_ids=[long.pk]) == {long.pk: job_queue()[long.pk]}

@@ -19,7 +19,8 @@ from scheduler_app.models import (
 )
 from scheduler_app.services import rounds
 from scheduler_app.services.job_control import job_cancel, job_finish
-from scheduler_app.services.round_writes import job_states_update, model_rows_insert
+from scheduler_app.services.job_lifecycle import jobs_transition_bulk
+from scheduler_app.services.round_writes import model_rows_insert
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import active, lease_of, make_server, submit
 from tests.factories import AllocationFactory, hold_gpus
@@ -93,7 +94,7 @@ def test_a_moved_job_gets_its_new_lease_and_events_but_its_row_is_not_rewritten(
     ]
 
 
-def test_job_states_update_writes_exactly_the_given_changes(user):
+def test_jobs_transition_bulk_writes_exactly_the_given_changes(user):
     earlier = timezone.now() - timezone.timedelta(hours=1)
     now = timezone.now()
     starts = submit(user, name="starts")
@@ -106,12 +107,12 @@ def test_job_states_update_writes_exactly_the_given_changes(user):
     untouched_row = job_row(untouched)
     before = row_versions(untouched) if connection.vendor == "postgresql" else {}
 
-    job_states_update(
+    jobs_transition_bulk(
         {
-            starts.pk: (JobState.RUNNING, PendingReason.NONE),
-            requeued.pk: (JobState.PENDING, PendingReason.RESOURCES),
-            restarts.pk: (JobState.RUNNING, PendingReason.NONE),
-            reason_only.pk: (JobState.PENDING, PendingReason.PRIORITY),
+            starts.pk: (JobState.PENDING, JobState.RUNNING, PendingReason.NONE),
+            requeued.pk: (JobState.RUNNING, JobState.PENDING, PendingReason.RESOURCES),
+            restarts.pk: (JobState.PENDING, JobState.RUNNING, PendingReason.NONE),
+            reason_only.pk: (JobState.PENDING, JobState.PENDING, PendingReason.PRIORITY),
         },
         now=now,
     )

@@ -8,8 +8,7 @@ from django.conf import settings as django_settings
 from scheduler_app import tasks
 from scheduler_app.models import JobState, SchedulingRound
 from scheduler_app.services import round_requests, rounds
-from scheduler_app.services.job_control import job_enqueue
-from scheduler_app.services.jobs import JobRequest
+from scheduler_app.services.jobs import JobRequest, job_submit
 from scheduler_app.task_names import SCHEDULING_ROUND_TASK
 from tests.api.helpers import make_server, workload
 from tests.fake_redis import FakeRedis
@@ -52,7 +51,7 @@ def test_inline_mode_runs_the_early_round_after_commit(user, settings, django_ca
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
     make_server("gpu01")
     with django_capture_on_commit_callbacks(execute=True):
-        job = job_enqueue(
+        (job,) = job_submit(
             owner=user, request=JobRequest(name="a", num_gpus=1, total_iters=10, workload=workload())
         )
     job.refresh_from_db()

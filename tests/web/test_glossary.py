@@ -16,16 +16,17 @@ from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.models import TERMINAL_JOB_STATES, JobState, PendingReason
+from scheduler_app.services.job_lifecycle import TRANSITIONS
 from tests.web.conftest import pending_job
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where job events are written: every app's own code (not tests, not the agent, which only reports).
 EVENT_SOURCES = ("scheduler_app", "cluster_app", "profiles_app", "notify_app")
-# Calls that create a JobEvent, and where their kind is: (positional index, keyword names).
+# Calls that create a JobEvent, and where their kind is: (positional index, keyword names). An event
+# of a state change takes its kind from the lifecycle's table (TRANSITIONS), read below.
 EVENT_CALLS = {
     "job_event": (1, ("kind",)),
     "job_event_append": (None, ("kind",)),
-    "job_interruption_events": (1, ("kind", "next_kind")),
     "JobEvent": (None, ("kind",)),
     "create": (None, ("kind",)),  # JobEvent.objects.create only (checked below)
 }
@@ -47,8 +48,9 @@ def _call_name(node: ast.Call) -> str | None:
 
 
 def emitted_event_kinds() -> set[str]:
-    """Every JobEvent kind the code writes, read from the source (ast), so a new kind is noticed."""
-    kinds: set[str] = set()
+    """Every JobEvent kind the code writes, read from the source (ast), so a new kind is noticed, and
+    those of the lifecycle's transitions."""
+    kinds: set[str] = {transition.kind for transition in TRANSITIONS.values()}
     for app in EVENT_SOURCES:
         for path in (ROOT / app).rglob("*.py"):
             if "migrations" in path.parts or "tests" in path.parts:

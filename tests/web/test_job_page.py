@@ -6,7 +6,7 @@ from django.utils import timezone
 from profiles_app.models import SpeedObservation, Workload
 from scheduler_app.models import AdmissionPrediction, JobState
 from scheduler_app.services.forecasts import job_forecasts_refresh
-from scheduler_app.services.jobs import job_event_append
+from scheduler_app.services.job_lifecycle import NEW, job_event_append, job_events_record, transition_event
 from scheduler_app.web import views
 from tests.factories import UserFactory
 from tests.web.conftest import pending_job, running_job
@@ -104,16 +104,19 @@ def test_without_a_prediction_the_helper_gives_none(user, cluster):
 
 def test_timeline_leases_speeds_and_log_tail(user, client_of, cluster):
     job, allocation = running_job(user, cluster, gpus=2, done_iters=100)
-    job_event_append(job=job, kind="submitted", to_state=JobState.PENDING)
-    job_event_append(
-        job=job, kind="started", from_state=JobState.PENDING, to_state=JobState.RUNNING, reason="placed"
+    # A history as the lifecycle writes it (the job's row is already RUNNING).
+    job_events_record(
+        [
+            transition_event(job, NEW, JobState.PENDING),
+            transition_event(job, JobState.PENDING, JobState.RUNNING, reason="placed"),
+        ]
     )
     allocation.iters_per_s = 3.0
     allocation.speedup = 1.5
     allocation.log_tail = "epoch 1\nepoch 2 loss=0.5"
     allocation.save()
     html = client_of(user).get(f"/jobs/{job.pk}/").content.decode()
-    assert html.index("<strong>submitted</strong>") < html.index("<strong>started</strong>")
+    assert html.index("<strong>submitted</strong>") < html.index("<strong>scheduled</strong>")
     assert "PENDING → RUNNING" in html and "<code>placed</code>" in html
     assert "<strong>gpu01</strong> GPU 0,1 · 6 cores · 125 GB" in html
     predicted = 1.5 / job.workload.iter_time_s

@@ -56,7 +56,7 @@ def test_a_catalog_job_is_queued_and_the_user_sent_to_its_page(
     assert job.qos_deadline_at.strftime("%Y-%m-%dT%H:%M") == deadline
     assert job.state == JobState.PENDING
     assert job.events.get().kind == "submitted"
-    # job_enqueue, like the API: an early round is asked for once the submission commits.
+    # job_submit with admission, like the API: an early round is asked for once the submission commits.
     assert no_rounds == ["submit"]
 
 

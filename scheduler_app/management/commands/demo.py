@@ -22,8 +22,7 @@ from cluster_app.models import NodeState, Server
 from cluster_app.services import GpuSpec, agent_credential_issue, server_create
 from profiles_app.models import Workload
 from scheduler_app.models import Job, JobState, Team, UnixAccount
-from scheduler_app.services import JobRequest
-from scheduler_app.services.job_control import job_enqueue
+from scheduler_app.services import JobRequest, job_submit
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.rounds import scheduling_round_run
 
@@ -200,8 +199,8 @@ class Command(BaseCommand):
                 team = rng.choice(list(Team.objects.prefetch_related("members")))
                 owner = team.members.first() or get_user_model().objects.get(username="admin")
                 workload = rng.choice(list(Workload.objects.exclude(name__in=["bert", "vae"])))
-                # Through job_enqueue, as the API and the form: a prediction at submission, an early round.
-                job_enqueue(
+                # As the API and the form: admission on (a prediction at submission, an early round).
+                job_submit(
                     owner=owner,
                     request=JobRequest(
                         name=f"{workload.name}-{int(time.time()) % 100000}",

@@ -91,7 +91,10 @@ class Command(BaseCommand):
         submitted = 0
         if not opts["no_jobs"] and not Job.objects.exists():
             for owner, team_name, workload, gpus, iters in DEMO_JOBS:
+                # Admission off: the seeds are the demo's starting queue, written before any agent or
+                # round runs (no forecast to make yet); the first round places them.
                 job_submit(
+                    admission=False,
                     owner=User.objects.get(username=owner),
                     request=JobRequest(
                         name=f"{workload}-demo",
