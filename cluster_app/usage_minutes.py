@@ -1,14 +1,12 @@
-"""The per-minute cluster usage aggregate: new-sample inserts, the minute UPSERT, rebuilds from samples."""
+"""The per-minute cluster usage aggregate: the minute UPSERT, rebuilds from samples."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.db import connection
-from django.db.models import Count, F, Model, Sum
+from django.db.models import Count, F, Sum
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
@@ -47,36 +45,6 @@ def minute_of(at: datetime) -> datetime:
     if timezone.is_naive(at):
         at = at.replace(tzinfo=UTC)
     return at.astimezone(UTC).replace(second=0, microsecond=0)
-
-
-def insert_new(
-    model: type[Model], conflict: Sequence[str], rows: Sequence[dict[str, Any]], returning: Sequence[str]
-) -> list[tuple[Any, ...]]:
-    """INSERT `rows` into `model`'s table, skipping those that clash on `conflict`; returns the
-    `returning` columns of the rows actually inserted.
-
-    ON CONFLICT DO NOTHING RETURNING is PostgreSQL's and SQLite's (3.35+) alike, and it is what tells a
-    retried report (nothing inserted) from a new one, even when both arrive at once: the second waits
-    on the unique index and then inserts nothing. Django's bulk_create(ignore_conflicts=True) does not
-    say which rows went in.
-    """
-    if not rows:
-        return []
-    meta, qn = model._meta, connection.ops.quote_name
-    names = list(rows[0])
-    fields = [meta.get_field(name) for name in names]  # attnames ("server_id") resolve too
-    columns = ", ".join(qn(f.column) for f in fields)
-    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    pairs = list(zip(names, fields, strict=True))
-    params = [f.get_db_prep_save(row[name], connection) for row in rows for name, f in pairs]
-    sql = (
-        f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES {', '.join([one] * len(rows))} "
-        f"ON CONFLICT ({', '.join(qn(meta.get_field(c).column) for c in conflict)}) DO NOTHING "
-        f"RETURNING {', '.join(qn(meta.get_field(c).column) for c in returning)}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
 
 
 def minute_add(*, minute: datetime, sums: MinuteSums) -> None:

@@ -376,7 +376,7 @@ ATTUNE_AGENT_WAIT_TIMEOUT_S = env.float("ATTUNE_AGENT_WAIT_TIMEOUT_S", default=3
 # a round that places work on a hundred servers must not bring a hundred syncs in the same instant.
 ATTUNE_AGENT_WAKE_SPACING_MS = env.float("ATTUNE_AGENT_WAKE_SPACING_MS", default=20.0)
 ATTUNE_AGENT_WAKE_SPREAD_MAX_MS = env.float("ATTUNE_AGENT_WAKE_SPREAD_MAX_MS", default=1000.0)
-# An agent's calls run as named prepared statements on PostgreSQL (cluster_app/prepared_sql.py): planning
+# An agent's calls run as named prepared statements on PostgreSQL (infra/prepared_sql.py): planning
 # was most of their database CPU. Turn off behind a pooler in transaction mode (PgBouncer).
 ATTUNE_DB_PREPARED_STATEMENTS = env.bool("ATTUNE_DB_PREPARED_STATEMENTS", default=True)
 # Threads per web process serving Django (config/asgi.py); gunicorn's --workers sets the processes.

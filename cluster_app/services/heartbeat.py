@@ -15,7 +15,9 @@ from cluster_app.services.nodes import (
     server_heartbeat_record,
     server_revive,
 )
-from cluster_app.usage_minutes import SUM_FIELDS, MinuteSums, insert_new, minute_add, minute_of
+from cluster_app.usage_minutes import SUM_FIELDS, MinuteSums, minute_add, minute_of
+from infra.bulk_sql import insert_new
+from infra.vendor import is_postgresql
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def node_heartbeat(
     if server.registered_at is None:
         raise ServerNotRegisteredError(server.name)
     now = now or timezone.now()
-    if connection.vendor == "postgresql" and server.state not in UNRESPONSIVE_STATES:
+    if is_postgresql() and server.state not in UNRESPONSIVE_STATES:
         _heartbeat_statement(server, usage, now)
         server.heartbeat = ServerHeartbeat(server=server, at=now)
         return server
@@ -63,7 +65,7 @@ def node_heartbeat(
 @transaction.atomic(savepoint=False)  # no SAVEPOINT inside an agent's sync: two statements fewer
 def _heartbeat_steps(*, server: Server, usage: UsageReport, busy_gpus: int, now: datetime) -> Server:
     """What `node_heartbeat` does, statement by statement, in one transaction (any database)."""
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
     # Insert-or-ignore on the (server, sampled_at) unique constraints makes a retried beat a no-op;

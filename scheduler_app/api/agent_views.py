@@ -12,8 +12,8 @@ from cluster_app.agent_call_counter import count_agent_call
 from cluster_app.agent_wake import AGENT_WAIT_PATH, wait_ticket
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import NodeConf, node_conf
-from cluster_app.prepared_sql import prepared_statements
 from cluster_app.services import GpuConflictError, ServerNotRegisteredError
+from infra.prepared_sql import prepared_statements
 from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, BoundedJSONParser
 from scheduler_app.api.serializers.agents import (
     AgentHeartbeatSerializer,

@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection
 from django.db.models import Aggregate, Avg, Count, Expression, F, FloatField, Func, Q, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 
+from infra.vendor import is_postgresql
 from scheduler_app.models import TERMINAL_JOB_STATES, Allocation, Job, JobState, Team
 
 AccountingBy = Literal["user", "team"]
@@ -190,7 +190,7 @@ def _waits(
     key = "owner_id" if by == "user" else "team_id"
     started = Job.objects.filter(scope, started_at__gte=start, started_at__lt=end).order_by()
     wait_s = EpochSeconds(F("started_at") - F("submitted_at"))
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         rows = started.values_list(key).annotate(mean=Avg(wait_s), p95=PercentileCont(wait_s, WAIT_QUANTILE))
         return {k: (mean, p95) for k, mean, p95 in rows}
     # SQLite (the embedded demo) has no percentile aggregate: its waits come back, one float each.

@@ -4,7 +4,7 @@ The ORM builds each of these statements for 1 to 4 ms of CPU (the job and worklo
 columns, the lease's rank two correlated subqueries), several times what PostgreSQL takes to run it;
 at a thousand agents that was most of the web tier's CPU. Plain SQL over the models' own table and
 column names, portable between PostgreSQL and the embedded SQLite; rows come back as model instances
-through `model_rows` (cluster_app/raw_rows.py: raw()'s conversions, its per-query set-up done once).
+through `model_rows` (infra/raw_rows.py: raw()'s conversions, its per-query set-up done once).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from uuid import UUID
 
 from django.db import connection
 
-from cluster_app.raw_rows import model_rows
+from infra.raw_rows import model_rows
+from infra.vendor import is_postgresql
 from profiles_app.models import Workload
 from scheduler_app.models import AgentReport, AgentReportPending, Allocation, Job, JobEndPending
 
@@ -108,7 +109,7 @@ def pending_reports(*, job_ids: Iterable[int]) -> list[AgentReport]:
     # work list churns faster than autovacuum analyzes it, so PostgreSQL guesses it holds thousands of
     # rows and read the whole report history (days of reports) for a few hundred (23 ms against 1.3
     # ms at 42,000 stored reports, 2026-11-27). ARRAY(subquery) is PostgreSQL's; SQLite's IN is fine.
-    found = f"= ANY(ARRAY({pending}))" if connection.vendor == "postgresql" else f"IN ({pending})"
+    found = f"= ANY(ARRAY({pending}))" if is_postgresql() else f"IN ({pending})"
     columns = "r.id, r.lease_id, r.seq, r.kind, r.at, r.data"
     sql = f"SELECT {columns} FROM {quoted_table(AgentReport)} r WHERE r.id {found}"
     return model_rows(AgentReport, sql, ids)

@@ -18,7 +18,7 @@ from uuid import UUID
 from django.db import connection
 
 from cluster_app.models import Gpu, Server, ServerHeartbeat
-from cluster_app.raw_rows import model_rows
+from infra.raw_rows import model_rows
 from scheduler_app.models import Allocation, AllocationGpu
 from scheduler_app.selectors.agent_reports import jobs_with_workloads, lease_params, quoted_table
 

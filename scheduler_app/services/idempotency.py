@@ -15,6 +15,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from infra.vendor import is_postgresql
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import IdempotencyKey
 from scheduler_app.models.idempotency import MAX_IDEMPOTENCY_KEY_CHARS
@@ -136,7 +137,7 @@ def idempotency_keys_prune(*, now: datetime | None = None) -> int:
 def _claim(*, owner: AbstractBaseUser, key: str, request_digest: str, now: datetime) -> IdempotencyKey | None:
     """The key's new row, or None when another request's row is committed; IdempotencyKeyInProgress
     when another transaction holds it for longer than IN_PROGRESS_WAIT_S."""
-    postgres = connection.vendor == "postgresql"
+    postgres = is_postgresql()
     if postgres:
         # Bound the wait on the other transaction's uncommitted row (a lock wait on its transaction
         # id, which lock_timeout covers) to this INSERT only: set before the savepoint, since a

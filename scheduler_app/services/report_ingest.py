@@ -19,6 +19,7 @@ from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
 from cluster_app.models import Server
 from config.redis_pool import redis_client
 from infra.task_send import task_send
+from infra.vendor import is_postgresql
 from profiles_app.selectors import profiling_runs_of_server
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AgentReportKind, Allocation
@@ -215,7 +216,7 @@ def agent_reports_apply_pending(
     `skip_locked` leaves the jobs another transaction holds for a later call. Agents whose leases wait
     for an exit applied here are woken, except `reporting_server_id`'s (its commands follow in its sync).
     """
-    if lock_wait_ms is not None and connection.vendor == "postgresql":
+    if lock_wait_ms is not None and is_postgresql():
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL lock_timeout = '{int(lock_wait_ms)}ms'")
     jobs = jobs_lock(job_ids=job_ids, skip_locked=skip_locked)

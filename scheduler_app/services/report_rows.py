@@ -12,7 +12,7 @@ from uuid import UUID
 
 from django.db import connection, transaction
 
-from cluster_app.usage_minutes import insert_new
+from infra.bulk_sql import insert_new
 from scheduler_app.models import AgentReport, AgentReportPending, Allocation
 
 
@@ -41,7 +41,7 @@ def reports_insert_new(
     index's locks in the same order and cannot deadlock.
     On PostgreSQL one statement whatever the batch's size: the columns as arrays (unnest), the work
     list in a second data-modifying CTE. It is the same text for every batch, so it is prepared once per
-    connection (cluster_app/prepared_sql.py), where a VALUES list per batch size was a new statement for
+    connection (infra/prepared_sql.py), where a VALUES list per batch size was a new statement for
     each size, and both inserts are one round trip. Elsewhere (the embedded SQLite) two inserts.
     """
     if not reports:

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 from django.db import connection, transaction
 
+from infra.vendor import is_postgresql
+
 # Key of the PostgreSQL advisory lock that makes rounds single-flight ("Attune01" as an integer).
 ROUND_LOCK_KEY = int.from_bytes(b"Attune01", "big") & 0x7FFF_FFFF_FFFF_FFFF
 # SQLite (the embedded demo) has no advisory locks; one process serves it, so a process-local lock
@@ -23,7 +25,7 @@ def round_lock_single_flight() -> Iterator[bool]:
     (commit, rollback or a dead worker's dropped connection), so a crashed round can never wedge the
     scheduler. Elsewhere: a non-blocking process-local lock.
     """
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ROUND_LOCK_KEY])
             yield bool(cursor.fetchone()[0])

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from cluster_app.prepared_sql import prepared_statements
 from cluster_app.selectors import servers_lock_all
 from cluster_app.services import server_states_refresh
+from infra.prepared_sql import prepared_statements
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.models import (

@@ -151,7 +151,7 @@ def test_teams_with_no_team_shown_as_such(scenario):
 def test_p95_on_sqlite_is_computed_in_python_and_agrees(scenario, monkeypatch):
     start, end = scenario.window
     on_postgres = accounting_report(start=start, end=end, by="user", now=end).rows
-    monkeypatch.setattr("scheduler_app.selectors.accounting.connection", SimpleNamespace(vendor="sqlite"))
+    monkeypatch.setattr("scheduler_app.selectors.accounting.is_postgresql", lambda: False)
     on_sqlite = accounting_report(start=start, end=end, by="user", now=end).rows
     assert [(r.name, r.mean_wait_s, r.p95_wait_s) for r in on_sqlite] == [
         (r.name, pytest.approx(r.mean_wait_s), pytest.approx(r.p95_wait_s)) for r in on_postgres

@@ -33,6 +33,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from infra.vendor import is_postgresql
+
 PREPARABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
 MAX_PER_CONNECTION = 256
 # A statement with more parameters than this (an IN list of a whole queue) is one of a kind: planned as is.
@@ -137,7 +139,7 @@ def prepared_enabled() -> bool:
     """On PostgreSQL, when allowed, and when connections persist: with a connection per request
     (CONN_MAX_AGE=0) every statement would be prepared for one use, three round trips for one."""
     return (
-        connection.vendor == "postgresql"
+        is_postgresql()
         and bool(settings.ATTUNE_DB_PREPARED_STATEMENTS)
         and connection.settings_dict.get("CONN_MAX_AGE") != 0
     )

@@ -1,10 +1,10 @@
-"""Named prepared statements for the agents' calls (cluster_app/prepared_sql.py), on PostgreSQL."""
+"""Named prepared statements for the agents' calls (infra/prepared_sql.py), on PostgreSQL."""
 
 import pytest
 from django.db import connection, transaction
 
 from cluster_app.models import Server
-from cluster_app.prepared_sql import numbered, prepared_statements
+from infra.prepared_sql import numbered, prepared_statements
 from tests.factories import ServerFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from cluster_app.models import Server
-from cluster_app.raw_rows import _plans, model_rows
+from infra.raw_rows import _plans, model_rows
 from profiles_app.models import Workload
 from scheduler_app.models import Allocation, Job
 from tests.factories import AllocationFactory, JobFactory, ServerFactory, WorkloadFactory
