@@ -25,6 +25,7 @@ from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.placement import FIRST_FIT, Score, has_fixed_demand, pending_reason, score_named
 from scheduler_app.core.placement.setup import RoundSetup
+from scheduler_app.core.throughput import with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
@@ -69,5 +70,7 @@ class GreedyAllocator(Allocator):
                     why = state.node_pending_reason(job) or why
                 builder.pending(pos, why)
                 continue
-            round_.placed(pos, state.take(plan, dc, dm, job.job_id), speed, reason)
+            held = state.take(plan, dc, dm, job.job_id)
+            speed = with_penalty(speed, job.profile, len(held), job.num_gpus)
+            builder.placed(pos, state.server_shares(held), speed, reason)
         return builder.build()

@@ -22,6 +22,7 @@ from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.placement import FIRST_FIT, Score, has_fixed_demand, score_named
 from scheduler_app.core.placement.setup import RoundSetup
+from scheduler_app.core.throughput import with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
@@ -35,10 +36,17 @@ class ProportionalAllocator(Allocator):
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         round_ = RoundSetup(ordered_jobs, snapshot)
         builder, state, demands = round_.builder, round_.state, round_.demands
-        admitted = round_.admit()
+        infeasible, admitted = round_.infeasible, round_.admitted
         round_.claim_admitted(remember_others=False)
-        for pos in admitted:
-            job = ordered_jobs[pos]
+        # One pass deciding every job (not admit() then the admitted): this is the cheapest round.
+        for pos, job in enumerate(ordered_jobs):
+            why = infeasible[pos]
+            if why is not None:
+                builder.infeasible(pos, why)
+                continue
+            if not admitted[pos]:
+                builder.pending(pos, reasons.INSUFFICIENT_GPUS)
+                continue
             if has_fixed_demand(job):
                 dc, dm = state.fixed_demand(job)
                 speed, reason = demands.fixed_point(job).speed, reasons.FIXED_DEMAND
@@ -52,5 +60,7 @@ class ProportionalAllocator(Allocator):
                 state.release(job.job_id)
                 builder.pending(pos, state.node_pending_reason(job) or reasons.FRAGMENTED)
                 continue
-            round_.placed(pos, state.take(plan, dc, dm, job.job_id), speed, reason)
+            held = state.take(plan, dc, dm, job.job_id)
+            speed = with_penalty(speed, job.profile, len(held), job.num_gpus)
+            builder.placed(pos, state.server_shares(held), speed, reason)
         return builder.build()

@@ -47,6 +47,8 @@ UNCLAIMED = Stage("unclaimed", gpus=UNCLAIMED_ONLY)
 ANYWHERE = Stage("anywhere")
 
 STAGES: tuple[Stage, ...] = (HOME, UNRESERVED, HOME_LENIENT, UNCLAIMED, ANYWHERE)
+# The stages that remain once no claim stands (the others would only repeat ANYWHERE).
+STAGES_WITHOUT_CLAIMS: tuple[Stage, ...] = tuple(s for s in STAGES if not s.needs_claims)
 
 
 class View(NamedTuple):

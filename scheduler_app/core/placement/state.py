@@ -34,6 +34,7 @@ from scheduler_app.core.placement.scores import FIRST_FIT, PACKED, Phase, Score,
 from scheduler_app.core.placement.stages import (
     ALL_FREE,
     STAGES,
+    STAGES_WITHOUT_CLAIMS,
     STRICT,
     UNRESERVED_ONLY,
     Stage,
@@ -146,9 +147,9 @@ class RoundState(NodeCounts):
         if at_home and allowed is not None:
             assert owner is not None
             at_home = all(allowed[i] for i, _ in self._home_plan[owner])
-        claims = bool(self._claimants)
+        stages = STAGES if self._claimants else STAGES_WITHOUT_CLAIMS
         for phase in phases:
-            for stage in STAGES:
+            for stage in stages:
                 if stage.home is not None:
                     if not at_home:
                         continue
@@ -156,8 +157,6 @@ class RoundState(NodeCounts):
                     strict = stage.home == STRICT
                     at_home = strict  # the lenient try closes the home stages
                     plan = self.home_plan(owner, dc, dm, strict=strict)
-                elif stage.needs_claims and not claims:
-                    continue
                 else:
                     view = self.view(stage)
                     if allowed is not None:

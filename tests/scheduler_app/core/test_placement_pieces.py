@@ -26,7 +26,7 @@ from scheduler_app.core.placement import (
 from scheduler_app.core.placement.filters import allowed_servers, restrict
 from scheduler_app.core.placement.scores import Packed, fill
 from scheduler_app.core.placement.setup import RoundSetup
-from scheduler_app.core.placement.stages import View
+from scheduler_app.core.placement.stages import STAGES_WITHOUT_CLAIMS, View
 from scheduler_app.core.types import Placement, ServerShare
 from tests.builders import make_cluster, make_job, make_server
 
@@ -196,6 +196,7 @@ def test_the_stages_in_their_order():
     assert STAGES == (HOME, UNRESERVED, HOME_LENIENT, UNCLAIMED, ANYWHERE)
     assert [s.needs_claims for s in STAGES] == [False, True, False, True, False]
     assert [s.home for s in STAGES] == ["strict", None, "lenient", None, None]
+    assert STAGES_WITHOUT_CLAIMS == (HOME, HOME_LENIENT, ANYWHERE)
 
 
 def claimed_state() -> RoundState:
