@@ -46,7 +46,7 @@ puts a job with a node count (`num_nodes` = N) on exactly N servers (the QoS spe
 counts the placement penalty of N servers).
 Unlike the Synergy allocators, GENIE may give a job less than its GPU-proportional share: that is
 the point of "fewest resources", and its QoS jobs still meet their deadlines.
-A job's candidate points and GPU-count variants live in _genie_candidates.py.
+A job's candidate points and GPU-count variants live in genie_candidates.py.
 """
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators._genie_candidates import (
+from scheduler_app.core.allocators.base import Allocator, register_allocator
+from scheduler_app.core.allocators.genie_candidates import (
     Held,
     Reservation,
     gpu_variant,
     points_by_cost,
 )
-from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.interference import communicates, interference_factor
 from scheduler_app.core.placement import PACKED, Plan, has_fixed_demand, pending_reason
 from scheduler_app.core.placement.setup import RoundSetup

@@ -29,7 +29,7 @@ Where we differ, and why:
 - Candidate points are restricted to those at least as fast as proportional, instead of one row
   "expected speed >= fair speed": then every point a job can be rounded to keeps the guarantee, and
   the bound is still an upper bound for tune and tune_matrix, whose points are all in the set.
-  Dominated points are dropped and identical jobs merged into classes (_opt_lp.py), so the LP has
+  Dominated points are dropped and identical jobs merged into classes (opt_lp.py), so the LP has
   a few dozen columns whatever the cluster size.
 - No second LP: the reference's LP2 is a feasibility LP with fractional x[s][j] whose fractional
   jobs are then re-placed greedily with min(fair, LP) demands, which can fall below the fair share.
@@ -63,7 +63,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators._opt_lp import (
+from scheduler_app.core.allocators.base import Allocator, register_allocator
+from scheduler_app.core.allocators.opt_lp import (
     EPS,
     OperatingPoints,
     ShareSolution,
@@ -71,7 +72,6 @@ from scheduler_app.core.allocators._opt_lp import (
     single_point,
     solve_share_lp,
 )
-from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.placement import PACKED, HeldJob, Plan, has_fixed_demand
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.placement.stages import View

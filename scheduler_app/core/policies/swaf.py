@@ -1,11 +1,11 @@
 """SWAF: shortest waiting allowance first (GENIE's order, PAPERS.md §2.3 / §5.4).
 
 Waiting allowance WA = deadline_s - now - E_best, where E_best is the job's remaining execution time
-at the best case it could get on this cluster (_execution.best_execution_s: best-case Synergy
+at the best case it could get on this cluster (execution.best_execution_s: best-case Synergy
 speed-up, consolidated). The order, after a higher `priority` (GENIE's "emergency" flag):
 1. QoS jobs that can still make their deadline (WA >= 0), WA ascending (least slack first);
 2. minimum-rate jobs (`min_rate_iters_per_s`) whose rate the best case reaches, by arrival;
-3. deadline jobs that could still make it but lose their guarantee under overload (_guarantees.py:
+3. deadline jobs that could still make it but lose their guarantee under overload (guarantees.py:
    Moore and Hodgson's rule over the cluster's capacity up to each deadline), shortest E_best first:
    they run on what the guaranteed jobs leave and may still finish in time;
 4. QoS jobs that cannot make their target (WA < 0, or a minimum rate above the best case): the
@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler_app.core.policies._execution import (
+from scheduler_app.core.policies.base import Policy, register_policy
+from scheduler_app.core.policies.execution import (
     best_execution_s,
     best_rate_iters_per_s,
     proportional_execution_s,
     snapshot_shape,
 )
-from scheduler_app.core.policies._guarantees import DEFAULT_PLANNABLE_SHARE, unguaranteed_jobs
-from scheduler_app.core.policies.base import Policy, register_policy
+from scheduler_app.core.policies.guarantees import DEFAULT_PLANNABLE_SHARE, unguaranteed_jobs
 from scheduler_app.core.throughput import EPS, ServerShape
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
@@ -52,7 +52,7 @@ class SwafPolicy(Policy):
     shortest-first tail; jobs without a QoS target last, shortest remaining first.
 
     `plannable_share`: the share of the cluster's GPU capacity up to a deadline that guaranteed
-    deadline jobs may plan for (_guarantees.py); None guarantees every job that can still make it
+    deadline jobs may plan for (guarantees.py); None guarantees every job that can still make it
     (GENIE's SWAF as PAPERS §2.3 states it)."""
 
     def __init__(self, plannable_share: float | None = DEFAULT_PLANNABLE_SHARE) -> None:

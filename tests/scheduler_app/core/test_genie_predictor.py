@@ -10,7 +10,7 @@ from profiles_app.catalog import load_catalog
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.genie import GenieAllocator
 from scheduler_app.core.engine import schedule_round
-from scheduler_app.core.policies._execution import best_execution_s
+from scheduler_app.core.policies.execution import best_execution_s
 from scheduler_app.core.predictor import Predictor
 from scheduler_app.core.throughput import (
     REFERENCE_SHAPE,

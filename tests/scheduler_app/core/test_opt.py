@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from profiles_app.catalog import load_catalog
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS
-from scheduler_app.core.allocators._opt_lp import (
-    _round_class,
+from scheduler_app.core.allocators.opt import OptAllocator, opt_throughput_bound, plan_throughput
+from scheduler_app.core.allocators.opt_lp import (
     candidate_points,
     pareto_points,
+    round_class,
     solve_share_lp,
 )
-from scheduler_app.core.allocators.opt import OptAllocator, opt_throughput_bound, plan_throughput
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.throughput import REFERENCE_SHAPE, best_case
@@ -146,9 +146,9 @@ def test_share_lp_merges_identical_jobs_and_rounds_best_points_to_earlier_jobs()
 def test_rounding_never_asks_more_than_the_lp_used_for_the_leftover_job():
     pts = pareto_points([3, 6, 12], [62.5, 62.5, 125], [1.0, 1.75, 2.94])
     # Half a job at 12 cores, half at 6: the leftover job gets the fastest point within 9 cores.
-    assert _round_class(pts, np.array([0.5, 0.5, 0.0]), 1) == [1]
+    assert round_class(pts, np.array([0.5, 0.5, 0.0]), 1) == [1]
     # 1.5 jobs at 12 cores, 0.5 at 3: one whole job at 12, the leftover within 7.5 cores -> 6.
-    assert _round_class(pts, np.array([1.5, 0.0, 0.5]), 2) == [0, 1]
+    assert round_class(pts, np.array([1.5, 0.0, 0.5]), 2) == [0, 1]
 
 
 def test_share_lp_relaxes_when_even_the_cheapest_points_do_not_fit():

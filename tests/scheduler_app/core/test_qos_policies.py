@@ -11,11 +11,12 @@ import pytest
 
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import POLICIES
-from scheduler_app.core.policies._execution import best_execution_s, proportional_execution_s
 from scheduler_app.core.policies.edf import EdfPolicy
+from scheduler_app.core.policies.execution import best_execution_s, proportional_execution_s
 from scheduler_app.core.policies.sjf import SjfPolicy
 from scheduler_app.core.policies.swaf import SwafPolicy, waiting_allowance_s
 from scheduler_app.core.throughput import REFERENCE_SHAPE
+from scheduler_app.core.types import ClusterSnapshot
 from tests.builders import make_cluster, make_job
 
 CLUSTER = make_cluster(2)
@@ -92,8 +93,6 @@ def test_swaf_allowance_shrinks_with_time():
 
 def test_swaf_empty_cluster_uses_proportional_estimate():
     # No servers: E = 960 for J2 (WA = -460, late), 670 for J1 (WA = 230).
-    from scheduler_app.core.types import ClusterSnapshot
-
     assert ids(SwafPolicy().order(JOBS[:2], ClusterSnapshot(servers=()), NOW)) == [1, 2]
 
 

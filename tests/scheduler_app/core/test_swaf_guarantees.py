@@ -1,5 +1,5 @@
 """SWAF under overload: Moore and Hodgson's rule takes the guarantee from the deadline job that needs
-the most capacity (policies/_guarantees.py), on literal inputs worked out by hand.
+the most capacity (policies/guarantees.py), on literal inputs worked out by hand.
 
 One reference server (8 GPUs, 24 cores, 500 GB); transformer: 0.67 s/iter, best-case speed-up 1.0,
 so every job below runs at speed 1 and needs 8 GPUs x its execution time:
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_app.core.policies._guarantees import deadline_need_gpu_s, unguaranteed_jobs
+from scheduler_app.core.policies.guarantees import deadline_need_gpu_s, unguaranteed_jobs
 from scheduler_app.core.policies.swaf import SwafPolicy
 from scheduler_app.core.throughput import REFERENCE_SHAPE
 from scheduler_app.simulator import ClusterSpec, simulate

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from scheduler_app.core.allocators._opt_lp import pareto_points
+from scheduler_app.core.allocators.opt_lp import pareto_points
 from scheduler_app.core.placement import HeldShare
 from scheduler_app.core.throughput import (
     EPS,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from scheduler_app.core.allocators._genie_candidates import points_by_cost
+from scheduler_app.core.allocators.genie_candidates import points_by_cost
 from scheduler_app.core.throughput import EPS, ServerShape, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView
 

@@ -204,14 +204,14 @@ def solve_share_lp(
         per_job = class_counts / class_size[cid]
         for i in members:
             mix[i] = per_job
-        for rank, point in enumerate(_round_class(class_points[cid], class_counts, len(members))):
+        for rank, point in enumerate(round_class(class_points[cid], class_counts, len(members))):
             chosen[members[rank]] = point
     return ShareSolution(
         bound=bound, chosen=tuple(int(c) for c in chosen), mix=tuple(mix), all_jobs_fit=all_jobs_fit
     )
 
 
-def _round_class(points: OperatingPoints, counts: np.ndarray, size: int) -> list[int]:
+def round_class(points: OperatingPoints, counts: np.ndarray, size: int) -> list[int]:
     """Integral points for a class's `size` jobs from the LP's fractional `counts` per point.
 
     Each point gets floor(count) jobs, best throughput first, so earlier jobs in policy order get the
