@@ -26,9 +26,13 @@ demo: venv
 	env -u DATABASE_URL $(PY) manage.py migrate --noinput
 	env -u DATABASE_URL DEBUG=1 $(PY) manage.py demo
 
+# Style and formatting; the import contracts (pyproject.toml [tool.importlinter]: layers, pure core, agent
+# and CLI apart); no import circle and no private name imported across files (tests/test_import_graph.py).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(PY) tests/test_import_graph.py
 
 test: venv lint browser
 	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) $(PY) -m pytest $(PYTEST_ARGS)

@@ -57,7 +57,7 @@ def generate_images(data_dir: Path, *, count: int, size: int, fmt: str, seed: in
     A `.complete` marker makes the directory reusable: later runs (the next profiling point, the job
     after its profile) read the same files.
     """
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw  # noqa: PLC0415 - optional: requirements-profiling.txt
 
     ext = "jpg" if fmt == "jpeg" else "png"
     marker = data_dir / f".complete-{count}-{size}-{ext}"
@@ -83,10 +83,10 @@ def generate_images(data_dir: Path, *, count: int, size: int, fmt: str, seed: in
 
 def build(args: argparse.Namespace, files: list[Path], workers: int) -> tuple[Any, Any, Any, Any]:
     """(loader, model, optimiser, loss) on torch."""
-    import torch
-    from PIL import Image
-    from torch import nn
-    from torch.utils.data import DataLoader, Dataset
+    import torch  # noqa: PLC0415 - optional: requirements-profiling.txt
+    from PIL import Image  # noqa: PLC0415 - optional: requirements-profiling.txt
+    from torch import nn  # noqa: PLC0415 - optional: requirements-profiling.txt
+    from torch.utils.data import DataLoader, Dataset  # noqa: PLC0415 - optional: requirements-profiling.txt
 
     mean = torch.tensor(MEAN).view(3, 1, 1)
     std = torch.tensor(STD).view(3, 1, 1)
@@ -150,7 +150,7 @@ def _write_json(path: Path, data: dict[str, Any], *, durable: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # noqa: PLC0415 - optional: requirements-profiling.txt
 
     env = os.environ
     torch.set_num_threads(1)  # the step stands in for the GPU; the other cores feed it
@@ -281,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.iters <= 0 or args.crop > args.image_size:
         parser.error("--iters must be positive and --crop at most --image-size")
     try:
-        import PIL  # noqa: F401
-        import torch  # noqa: F401
+        import PIL  # noqa: F401, PLC0415 - optional: requirements-profiling.txt
+        import torch  # noqa: F401, PLC0415 - optional: requirements-profiling.txt
     except ImportError as exc:
         print(f"error: needs torch and Pillow (requirements-profiling.txt): {exc}", flush=True)
         return 2

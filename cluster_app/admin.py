@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 
 from cluster_app.models import AgentCredential, ClusterUsageMinute, Gpu, GpuUsageSample, Server, UsageSample
 from cluster_app.services import ServerStateError, agent_credential_issue, agent_credential_revoke
+from scheduler_app.services.nodes import node_drain, node_resume
 
 
 class GpuInline(admin.TabularInline):
@@ -44,16 +45,12 @@ class ServerAdmin(admin.ModelAdmin):
 
     @admin.action(description="Drain: running jobs finish, nothing new is placed")
     def drain(self, request, queryset) -> None:
-        # The work side counts each server's leases; imported here so cluster_app does not need it.
-        from scheduler_app.services.nodes import node_drain
-
+        # The work side (scheduler_app) counts each server's leases: the admin is an entry point above both.
         reason = f"drained by {request.user}"
         self._each(request, queryset, lambda server: node_drain(server=server, reason=reason))
 
     @admin.action(description="Resume: put drained servers back into service")
     def resume(self, request, queryset) -> None:
-        from scheduler_app.services.nodes import node_resume
-
         self._each(request, queryset, node_resume)
 
     @admin.action(description="Issue a new agent token (shown once)")

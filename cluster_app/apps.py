@@ -8,4 +8,4 @@ class ClusterAppConfig(AppConfig):
     verbose_name = "Cluster"
 
     def ready(self) -> None:
-        from cluster_app import checks, lookups  # noqa: F401  (register the `__any` lookup, the checks)
+        from cluster_app import checks, lookups  # noqa: F401, PLC0415 - registers the `__any` lookup and the checks once models load

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from cluster_app.models import AgentCredential, Gpu, NodeState, Server
-from cluster_app.services import agent_token_digest
+from cluster_app.tokens import agent_token_digest
 from infra.raw_rows import model_rows
 
 # States in which a server takes new work. DRAINING servers keep their running leases but get

@@ -4,6 +4,8 @@ import os
 
 from celery import Celery, signals
 
+from config.gc_freeze import startup_objects_freeze
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("attune")
@@ -20,6 +22,4 @@ app.autodiscover_tasks()
 @signals.worker_process_init.connect  # each prefork child, after the fork
 @signals.worker_ready.connect  # the worker process itself (the solo pool runs tasks there)
 def _freeze_startup_objects(**_kwargs) -> None:
-    from config.gc_freeze import startup_objects_freeze
-
     startup_objects_freeze()

@@ -11,14 +11,14 @@ Celery worker's process init), as the gc module's documentation suggests for lon
 import gc
 import logging
 
+from django.urls import get_resolver
+
 logger = logging.getLogger(__name__)
 
 
 def startup_objects_freeze() -> int:
     """Load the URLconf (and with it every view and serializer), collect once, then freeze what is
     left; returns how many objects were frozen."""
-    from django.urls import get_resolver
-
     get_resolver().url_patterns  # noqa: B018  (imported lazily by Django on the first request otherwise)
     gc.collect()
     gc.freeze()

@@ -176,12 +176,6 @@ def _complete(run: ProfilingRun) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def genie_pending_configs(run: ProfilingRun, *, node_rank: int) -> list[dict[str, Any]]:
-    """The configurations that `node_rank`'s server has still to measure, in the run's order."""
-    done = {(p["config"], int(p["node_rank"])) for p in run.measured_points}
-    return [c for c in run.configs if node_rank < c["num_servers"] and (c["key"], node_rank) not in done]
-
-
 def genie_point_record(
     *, run: ProfilingRun, point: Mapping[str, Any], node_rank: int, now: datetime | None = None
 ) -> bool:

@@ -260,10 +260,14 @@ def profiling_commands(*, server: Server) -> list[dict[str, Any]]:
 GENIE_RENDEZVOUS_PORT = 30499
 
 
+def genie_pending_configs(run: ProfilingRun, *, node_rank: int) -> list[dict[str, Any]]:
+    """The configurations that `node_rank`'s server has still to measure, in the run's order."""
+    done = {(p["config"], int(p["node_rank"])) for p in run.measured_points}
+    return [c for c in run.configs if node_rank < c["num_servers"] and (c["key"], node_rank) not in done]
+
+
 def _genie_command(run: ProfilingRun, *, server: Server, uuids: dict[int, str]) -> dict[str, Any]:
     """A GENIE run's `profile` command for one of its servers: the configurations it still measures."""
-    from profiles_app.genie_profiling import genie_pending_configs  # genie_profiling imports this module
-
     peer = server.pk != run.server_id
     node_rank = 1 if peer else 0
     indices = run.peer_gpu_indices if peer else run.gpu_indices

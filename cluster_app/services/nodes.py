@@ -1,6 +1,5 @@
 """Servers, their GPUs and agent credentials, and node states: registration, liveness, drains."""
 
-import hashlib
 import logging
 import secrets
 from collections import defaultdict
@@ -14,6 +13,7 @@ from django.utils import timezone
 
 from cluster_app.conf import node_conf
 from cluster_app.models import AgentCredential, Gpu, NodeState, Server, ServerHeartbeat
+from cluster_app.tokens import agent_token_digest
 
 logger = logging.getLogger(__name__)
 
@@ -87,10 +87,6 @@ class LivenessSweep:
 
     not_responding: list[str] = field(default_factory=list)
     down: list[str] = field(default_factory=list)
-
-
-def agent_token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def occupancy_state(*, num_gpus: int, busy_gpus: int) -> str:

@@ -8,6 +8,7 @@ from django.db import transaction
 from profiles_app.genie_profiling import genie_profiling_run_queue
 from profiles_app.models import ACTIVE_PROFILING_STATES, Workload
 from profiles_app.services import profiling_run_queue, workload_register
+from scheduler_app.services.profiling import enqueue_profile_task
 
 
 class Command(BaseCommand):
@@ -35,8 +36,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
-        from scheduler_app.services.profiling import enqueue_profile_task
-
         name = options["name"]
         with transaction.atomic():
             workload = Workload.objects.filter(name=name).first()
