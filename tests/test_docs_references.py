@@ -113,6 +113,30 @@ def test_no_path_climbs_out_of_the_repository(doc):
     assert not lines, f"{doc.relative_to(REPO)} cites paths outside the repository: {lines}"
 
 
+@cache
+def repository_path_pattern() -> re.Pattern[str]:
+    """A path that starts at one of the repository's top-level folders: `scheduler_app/services/rounds.py`."""
+    tops = sorted(
+        p.name
+        for p in REPO.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.name not in SKIPPED_DIRS
+    )
+    folders = "|".join(map(re.escape, tops))
+    return re.compile(rf"(?<![\w./-])((?:{folders})/[\w./-]*[\w/])")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))
+def test_repository_paths_named_in_a_doc_exist(doc):
+    """A path from a top-level folder (`cluster_app/...`, `tests/...`), code or prose, names what is there."""
+    missing = [
+        f"line {n}: {match.group(1).rstrip('.')}"
+        for n, line in enumerate(doc.read_text().splitlines(), 1)
+        for match in repository_path_pattern().finditer(line)
+        if not (REPO / match.group(1).rstrip(".")).exists()
+    ]
+    assert not missing, f"{doc.relative_to(REPO)} names paths that do not exist: {missing}"
+
+
 def section_citations():
     """(citing file, doc, title) for every `docs/x.md, "Title"` in the docs, the code and its config."""
     found = []
@@ -287,3 +311,11 @@ def test_the_architecture_check_refuses_a_name_the_code_lacks(name, why):
 )
 def test_the_architecture_check_accepts_what_exists(name):
     assert architecture_problem(name) is None
+
+
+def test_the_path_check_finds_repository_paths_only():
+    """Paths from the repository's folders are checked; the reference's own files and URL paths are not."""
+    text = "see scheduler_app/services/rounds.py, events/job.py, api/qos.json and `POST .../hold/`."
+    assert [m.group(1) for m in repository_path_pattern().finditer(text)] == [
+        "scheduler_app/services/rounds.py"
+    ]
