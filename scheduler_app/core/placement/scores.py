@@ -84,11 +84,16 @@ class Packed:
 
     name = "packed"
 
+    def __init__(self) -> None:
+        # Built once: every search with claims asks for them.
+        self._phases_multi: tuple[Phase, ...] = (self.whole, self.spread)
+        self._phases_single: tuple[Phase, ...] = (self.spread,)
+
     def order(self, view: View, min_gpus: int) -> Iterable[int]:
         return chain.from_iterable(view.buckets[max(min_gpus, 1) :])
 
     def phases(self, num_gpus: int) -> tuple[Phase, ...]:
-        return (self.whole, self.spread) if num_gpus > 1 else (self.spread,)
+        return self._phases_multi if num_gpus > 1 else self._phases_single
 
     def place(self, view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
         if num_gpus > 1:
@@ -123,11 +128,14 @@ class FirstFit:
 
     name = "first_fit"
 
+    def __init__(self) -> None:
+        self._phases: tuple[Phase, ...] = (self.place,)
+
     def order(self, view: View, min_gpus: int) -> Iterable[int]:
         return range(len(view.counts))
 
     def phases(self, num_gpus: int) -> tuple[Phase, ...]:
-        return (self.place,)
+        return self._phases
 
     def place(self, view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
         return fill(range(len(view.counts)), num_gpus, view.counts, dc, dm, view.cpus, view.mem_gb)

@@ -134,6 +134,8 @@ class RoundState(NodeCounts):
         dm: Sequence[float],
         phases: Sequence[Phase],
         allowed: Sequence[bool] | None = None,
+        *,
+        home_tried: bool = False,
     ) -> Plan | None:
         """The first plan any phase finds, each phase over every stage of STAGES in turn.
 
@@ -141,7 +143,8 @@ class RoundState(NodeCounts):
         change in between, so once is enough); stages that differ from ANYWHERE only by claims
         are skipped while none stand. ANYWHERE is the plain rule, so the walk fails exactly when
         the plain rule would on the same state. `allowed` (per server position, from the filters)
-        hides servers from every stage, the owner's home included.
+        hides servers from every stage, the owner's home included. `home_tried`: the caller already
+        tried the strict HOME stage (with nothing changed since).
         """
         at_home = owner is not None and owner in self._home
         if at_home and allowed is not None:
@@ -156,6 +159,8 @@ class RoundState(NodeCounts):
                     assert owner is not None
                     strict = stage.home == STRICT
                     at_home = strict  # the lenient try closes the home stages
+                    if strict and home_tried:
+                        continue
                     plan = self.home_plan(owner, dc, dm, strict=strict)
                 else:
                     view = self.view(stage)
@@ -218,6 +223,13 @@ class RoundState(NodeCounts):
             return self._find_nodes(score, num_gpus, dc, dm, owner, allowed)
         if self._claimed is None and allowed is None:
             return score.place(self._free_view, num_gpus, dc, dm)
+        if allowed is None and owner is not None and owner in self._home:
+            # The HOME stage ahead of the walk: in a steady round most jobs end here, so they skip
+            # the walk's set-up.
+            plan = self.home_plan(owner, dc, dm, strict=True)
+            if plan is not None:
+                return plan
+            return self.walk(owner, num_gpus, dc, dm, score.phases(num_gpus), home_tried=True)
         return self.walk(owner, num_gpus, dc, dm, score.phases(num_gpus), allowed)
 
     def find_uniform(
