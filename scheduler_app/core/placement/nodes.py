@@ -108,7 +108,9 @@ class NodeCounts(Claims):
             return phase(self.view(ANYWHERE), num_gpus, dc, dm)
         return self.walk(owner, num_gpus, dc, dm, (phase,), allowed)
 
-    def _find_uniform_nodes(self, score: Score, num_gpus: int, c: float, m: float, owner: int) -> Plan | None:
+    def _find_uniform_nodes(
+        self, score: Score | str, num_gpus: int, c: float, m: float, owner: int
+    ) -> Plan | None:
         """`find_uniform` for an owner with a node count (N, k): it fails exactly when fewer than N
         servers hold k GPUs at (c, m) (`_find_nodes`' last stage), which stays true for more servers
         while resources are only taken, so that is remembered per (c, m, k) as the plain failures are."""

@@ -250,8 +250,6 @@ class RoundState(NodeCounts):
         checked before any scan. (Claims change neither: `find`'s last step is the plain rule.)
         Filters bypass the memo: a failure on some servers says nothing of the others.
         """
-        if isinstance(score, str):
-            score = score_named(score)
         if filters:
             if not self.totals_allow(num_gpus, c, m):
                 return None
