@@ -6,8 +6,8 @@ the end, four or five a request, each waking the loop and the thread and passing
 them (15 % of the web tier's GIL samples under the agent fleet, 2026-11-27). Here a request's body is
 read on the loop, Django runs on a thread and its whole answer comes back with the thread's result,
 then the loop sends it. Two kinds still stream: a request body larger than `BUFFERED_BODY_MAX_BYTES`,
-read as Django asks for it (a2wsgi's path), and a streaming response (a file, a generator), sent chunk
-by chunk from its thread as it is produced.
+read as Django asks for it (config/wsgi_environ.py's StreamedBody, adapted from a2wsgi), and a
+streaming response (a file, a generator), sent chunk by chunk from its thread as it is produced.
 
 Everything runs on the threads of one pool, which live as long as the process and keep Django's
 persistent database connections; a response is closed (Django's `request_finished`, which returns
@@ -24,12 +24,11 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from a2wsgi.wsgi import WSGIResponder, build_environ
+from config.wsgi_environ import StreamedBody, build_environ
 
 # A request body up to this size is read whole before Django sees it; the agents' syncs, the forms and
 # the API's requests are a few kilobytes. Larger ones are read as Django asks for them.
 BUFFERED_BODY_MAX_BYTES = 1024 * 1024
-STREAMED_SEND_QUEUE = 10  # a2wsgi's default: chunks of a streamed request's answer in flight
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 Message = dict[str, Any]
@@ -89,7 +88,10 @@ class BufferedWSGI:
             if size > BUFFERED_BODY_MAX_BYTES:
                 await self._streamed(scope, receive, send, read=b"".join(parts))
                 return
-        environ = build_environ(scope, io.BytesIO(b"".join(parts)))  # type: ignore[arg-type]
+        await self._answer(build_environ(scope, io.BytesIO(b"".join(parts))), send)
+
+    async def _answer(self, environ: dict[str, Any], send: Callable) -> None:
+        """Run the application on a pool's thread and send its answer (a streaming one is sent from there)."""
         loop = asyncio.get_running_loop()
         run = contextvars.copy_context().run
         answer = await loop.run_in_executor(self._executor, run, self._respond, environ, loop, send)
@@ -130,10 +132,12 @@ class BufferedWSGI:
     async def _streamed(
         self, scope: dict[str, Any], receive: Callable, send: Callable, *, read: bytes
     ) -> None:
-        """a2wsgi's path for a large request body, on the same threads: what was read comes first."""
+        """A large request body, read as the application asks for it (each read a hand-over to the loop):
+        what was read already comes first."""
         replay: list[Message] = [{"type": "http.request", "body": read, "more_body": True}] if read else []
 
         async def replaying() -> Message:
             return replay.pop() if replay else await receive()
 
-        await WSGIResponder(self._app, self._executor, STREAMED_SEND_QUEUE)(scope, replaying, send)
+        body = StreamedBody(asyncio.get_running_loop(), replaying)
+        await self._answer(build_environ(scope, body), send)
