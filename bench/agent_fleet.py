@@ -68,7 +68,7 @@ REFERENCE_JOB_ENDS_PER_S_PER_100 = 36 / 3600 * 800 / 512  # 36 an hour on 512 GP
 DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -123,7 +123,7 @@ def healthz_wait(base_url: str, web: subprocess.Popen, *, failure: str, timeout_
 def processes(env: dict[str, str], *, workers: int | None) -> Iterator[tuple[str, dict[str, int]]]:
     """gunicorn (config/gunicorn.conf.py) on a free port, a Celery worker with beat and one of the
     `forecasts` queue, as docker-compose runs them; yields the URL and their pids by part."""
-    port = _free_port()
+    port = free_port()
     web_env = {**env, "ATTUNE_BIND": f"127.0.0.1:{port}"}
     if workers:
         web_env["WEB_CONCURRENCY"] = str(workers)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.agent_fleet import _free_port, healthz_wait, service_env
+from bench.agent_fleet import free_port, healthz_wait, service_env
 from bench.common import print_table
 from bench.lean_http import LeanClient
 from bench.live_common import bench_database, django_setup, logger, logging_setup
@@ -70,7 +70,7 @@ def _tree_cpu_s(pid: int) -> float:
 @contextmanager
 def web_tier(env: dict[str, str], app: str) -> Iterator[tuple[str, int]]:
     """gunicorn with config/gunicorn.conf.py serving `app` on a free port; (base URL, master pid)."""
-    port = _free_port()
+    port = free_port()
     web = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "--log-level", "warning", app],
         cwd=REPO_ROOT, env={**env, "ATTUNE_BIND": f"127.0.0.1:{port}"},
