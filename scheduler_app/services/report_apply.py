@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from cluster_app.bulk_sql import update_from_values
+from infra.bulk_sql import update_from_values
 from profiles_app.selectors import (
     workload_interference_factor,
     workload_iter_time_s,
