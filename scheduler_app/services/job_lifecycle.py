@@ -26,9 +26,9 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from infra.bulk_sql import model_rows_insert
 from scheduler_app.models import Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import JobLike
-from scheduler_app.services.round_writes import model_rows_insert
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit
+from infra.bulk_sql import model_rows_insert
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core import reasons
 from scheduler_app.core.interference import colocated_comm_jobs
@@ -33,7 +34,7 @@ from scheduler_app.services.job_lifecycle import (
     jobs_transition_bulk,
     transition_event,
 )
-from scheduler_app.services.round_writes import model_rows_insert, round_decisions_insert
+from scheduler_app.services.round_writes import round_decisions_insert
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from django.db import connection
 
 from cluster_app.models import ClusterUsageMinute, NodeState, Server
 from cluster_app.usage_minutes import SUM_FIELDS
-from infra.bulk_sql import insert_new, update_from_values
+from infra.bulk_sql import insert_new, model_rows_insert, update_from_values
 from infra.vendor import is_postgresql
 from tests.factories import ServerFactory
 from tests.standalone import ROOT
@@ -80,6 +80,19 @@ def test_insert_new_returns_only_the_rows_it_inserted():
     assert insert_new(ClusterUsageMinute, ["minute"], [], ["id"]) == []
 
 
+def test_model_rows_insert_returns_the_ids_in_the_rows_order_and_fills_defaults():
+    minutes = [MINUTE + timedelta(minutes=i) for i in (3, 1, 2)]
+    ids = model_rows_insert(
+        ClusterUsageMinute, [{"minute": m, "gpu_samples": i} for i, m in enumerate(minutes)]
+    )
+    assert len(set(ids)) == 3
+    stored = {row.pk: row for row in ClusterUsageMinute.objects.all()}
+    assert [stored[pk].minute for pk in ids] == minutes  # each id is its own row's
+    assert [stored[pk].gpu_samples for pk in ids] == [0, 1, 2]
+    assert {stored[pk].servers_sampled for pk in ids} == {0}  # the field's default
+    assert model_rows_insert(ClusterUsageMinute, []) == []
+
+
 def _minute_row(minute: datetime, servers_sampled: int) -> dict:
     """Every column: insert_new writes what it is given, not the model's Python-side defaults."""
     return {"minute": minute, **dict.fromkeys(SUM_FIELDS, 0), "servers_sampled": servers_sampled}
@@ -104,4 +117,4 @@ def test_the_same_tests_pass_on_sqlite(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "5 passed, 1 skipped" in result.stdout
+    assert "6 passed, 1 skipped" in result.stdout

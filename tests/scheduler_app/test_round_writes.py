@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from infra.bulk_sql import model_rows_insert
 from scheduler_app.models import (
     Allocation,
     AllocationGpu,
@@ -20,7 +21,6 @@ from scheduler_app.models import (
 from scheduler_app.services import rounds
 from scheduler_app.services.job_control import job_cancel, job_finish
 from scheduler_app.services.job_lifecycle import jobs_transition_bulk
-from scheduler_app.services.round_writes import model_rows_insert
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import active, lease_of, make_server, submit
 from tests.factories import AllocationFactory, hold_gpus
