@@ -17,6 +17,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
+from infra.vendor import is_postgresql
 from scheduler_app.models import TERMINAL_JOB_STATES, Allocation, AllocationGpu, Job, JobState, PendingReason
 from scheduler_app.services.admission import admission_predict_released
 from scheduler_app.services.job_end import job_end_followups
@@ -59,7 +60,7 @@ def allocations_end(
     ids = list(allocation_ids)
     if not ids:
         return 0
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         return _leases_end_statement(column="id", keys=ids, reason=reason, now=now)
     # Greatest: a caller's `now` may predate a lease that a concurrent round created while the caller
     # waited for the job lock; a lease never ends before it starts (check constraint).
@@ -80,7 +81,7 @@ def allocations_end(
 def job_allocations_end(*, job_ids: Iterable[int], reason: str, now: datetime) -> int:
     """End every active lease of the given jobs (see allocations_end)."""
     jobs = list(job_ids)
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         return _leases_end_statement(column="job_id", keys=jobs, reason=reason, now=now) if jobs else 0
     active = Allocation.objects.filter(job_id__in=jobs, ended_at__isnull=True)
     leases = list(active.values_list("id", "server_id"))

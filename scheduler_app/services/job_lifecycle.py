@@ -27,6 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from infra.bulk_sql import model_rows_insert
+from infra.vendor import is_postgresql
 from scheduler_app.models import Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import JobLike
 
@@ -286,7 +287,7 @@ def jobs_transition_bulk(changes: Mapping[int, tuple[str, str, str]], *, now: da
                 raise JobTransitionError(f"job {job_id} is {from_state}: its row is never rewritten")
         else:
             transition_check(from_state, to_state)
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         written = _transition_statement(changes, now=now)
     else:
         groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)

@@ -13,6 +13,7 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from infra.bulk_sql import insert_new
+from infra.vendor import is_postgresql
 from scheduler_app.models import AgentReport, AgentReportPending, Allocation
 
 
@@ -46,7 +47,7 @@ def reports_insert_new(
     """
     if not reports:
         return {}
-    if connection.vendor == "postgresql":
+    if is_postgresql():
         with connection.cursor() as cursor:
             cursor.execute(
                 _insert_sql(),
