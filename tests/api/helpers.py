@@ -15,7 +15,7 @@ from cluster_app.models import NodeState, Server
 from cluster_app.services import agent_credential_issue
 from profiles_app.models import SpeedObservation, Workload
 from profiles_app.services import SPEED_MIN_REPORTS
-from scheduler_app.models import Allocation, Job
+from scheduler_app.models import Allocation, Job, JobState
 from scheduler_app.services.jobs import JobRequest, job_submit
 from tests.factories import ServerFactory, WorkloadFactory
 
@@ -99,6 +99,16 @@ def submit(
             **kwargs,
         ),
     )[0]
+
+
+def started(job: Job) -> Job:
+    """The job RUNNING, as a round would leave it but without a lease: the shortcut of tests that end a
+    job as a running one (the lifecycle ends a job FAILED, TIMEOUT or OUT_OF_MEMORY only from RUNNING)."""
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING, pending_reason="None", started_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return job
 
 
 def active(job: Job) -> list[Allocation]:

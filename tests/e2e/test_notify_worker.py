@@ -8,7 +8,7 @@ import pytest
 from notify_app.models import Notification, NotificationState
 from scheduler_app.models import JobState
 from scheduler_app.services.job_control import job_finish
-from tests.api.helpers import make_server, submit
+from tests.api.helpers import make_server, started, submit
 from tests.e2e.conftest import WORKER_ENV
 from tests.e2e.processes import CeleryWorker, wait_until
 from tests.factories import UserFactory
@@ -58,7 +58,7 @@ def test_a_failed_job_notifies_through_a_real_worker(notify_worker, settings, sm
     owner = UserFactory(username="alice", email="alice@example.org")
     opt_in(owner, webhook_url=receiver.url)
     receiver.statuses = [500]  # the worker's first POST fails; its retry succeeds
-    job = submit(owner, name="sweep")
+    job = started(submit(owner, name="sweep"))  # a job fails from RUNNING
     job_finish(job=job, state=JobState.FAILED, reason="exit_3")  # commits: the tasks go to the broker
 
     def both_sent() -> bool:

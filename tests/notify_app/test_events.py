@@ -11,7 +11,7 @@ from notify_app.models import Notification, NotificationChannel, NotificationEve
 from notify_app.services import notification_job_ended, notification_qos_at_risk
 from scheduler_app.models import JobState
 from scheduler_app.services.job_control import job_cancel, job_finish
-from tests.api.helpers import make_server, submit
+from tests.api.helpers import make_server, started, submit
 from tests.factories import UserFactory
 from tests.notify_app.helpers import job_with_deadline, opt_in
 
@@ -40,7 +40,7 @@ def test_a_job_end_queues_one_notification_per_channel_after_commit(
     owner, queued, django_capture_on_commit_callbacks, state, event
 ):
     opt_in(owner, webhook_url="https://hooks.example.org/x")
-    job = submit(owner)
+    job = started(submit(owner))  # a job ends from RUNNING
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job_finish(job=job, state=state, reason="exit_1" if state == JobState.FAILED else "")
     assert rows(job) == {(event, NotificationChannel.EMAIL), (event, NotificationChannel.WEBHOOK)}
@@ -72,7 +72,7 @@ def test_nothing_is_recorded_when_the_job_ends_in_a_rolled_back_transaction(
 
 
 def test_notifications_are_opt_in(owner, queued, django_capture_on_commit_callbacks):
-    job = submit(owner)
+    job = started(submit(owner))
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=job, state=JobState.FAILED)
     assert rows(job) == set() and queued == []
@@ -167,7 +167,7 @@ def test_a_failure_to_record_never_undoes_the_job_end(owner, queued, monkeypatch
     from django.db import DatabaseError
 
     opt_in(owner)
-    job = submit(owner)
+    job = started(submit(owner))
 
     def broken(**kwargs):
         raise DatabaseError("notification table unavailable")

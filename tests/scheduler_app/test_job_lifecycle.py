@@ -19,6 +19,7 @@ from scheduler_app.services.job_lifecycle import (
     job_create,
     job_interruption_events,
     job_transition,
+    jobs_history_insert,
     jobs_requeue,
     jobs_transition_bulk,
     transition_check,
@@ -167,6 +168,27 @@ def test_an_interruption_that_is_no_way_of_the_table_is_refused(user):
             next_reason="y",
             at=timezone.now(),
         )
+
+
+def test_a_history_is_stored_only_if_each_step_is_a_transition(user):
+    workload, at = WorkloadFactory(), timezone.now()
+
+    def new(name: str) -> Job:
+        return Job(owner=user, name=name, workload=workload, num_gpus=1, total_iters=10)
+
+    steps = [(JobState.PENDING, at), (JobState.RUNNING, at), (JobState.COMPLETED, at)]
+    (done,) = jobs_history_insert([(new("done"), steps)])
+    assert row(done)[0] == JobState.COMPLETED
+    assert list(JobEvent.objects.filter(job=done).order_by("id").values_list("kind", flat=True)) == [
+        "submitted",
+        "scheduled",
+        "completed",
+    ]
+    with pytest.raises(JobTransitionError, match="from PENDING to FAILED"):
+        jobs_history_insert(
+            [(new("ok"), steps[:2]), (new("bad"), [(JobState.PENDING, at), (JobState.FAILED, at)])]
+        )
+    assert not Job.objects.filter(name__in=["ok", "bad"]).exists()
 
 
 # ---------------------------------------------------------------------------------------------------
