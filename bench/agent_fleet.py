@@ -186,7 +186,9 @@ def seed(num_servers: int, job_minutes: tuple[float, float] = DEFAULT_JOB_MINUTE
     n = 0
     for _ in range(num_servers):
         for gpus in JOB_GPUS:
+            # Admission off: the fleet's queue is filled before the stack's rounds start.
             job_submit(
+                admission=False,
                 owner=owner,
                 request=JobRequest(
                     name=f"fleet-{n}",
