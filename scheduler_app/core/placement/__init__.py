@@ -21,7 +21,7 @@ from scheduler_app.core.placement.feasibility import (
 )
 from scheduler_app.core.placement.filters import MinServerGpus, OnServers, ServerFilter, gpus_fitting
 from scheduler_app.core.placement.plan import EPS, DemandCache, HeldJob, HeldShare, Plan, PlanBuilder
-from scheduler_app.core.placement.scores import FIRST_FIT, PACKED, SCORES, Score, score_named
+from scheduler_app.core.placement.scores import FIRST_FIT, PACKED, SCORES, OrderedScore, Score, score_named
 from scheduler_app.core.placement.stages import (
     ANYWHERE,
     HOME,
@@ -49,6 +49,7 @@ __all__ = [
     "HeldShare",
     "MinServerGpus",
     "OnServers",
+    "OrderedScore",
     "Plan",
     "PlanBuilder",
     "RoundState",

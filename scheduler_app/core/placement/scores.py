@@ -9,8 +9,9 @@ filter allows from each candidate, in the score's order. Built in, as Synergy's 
   where the fewest claimed GPUs must be taken), else spread from the servers with the fewest
   usable GPUs, as the reference's min-heap drains them.
 - `FIRST_FIT` (`_top_synergy_gpus`, the reference's default): servers in cluster order.
-A new rule (say, a restart cost that ranks a job's old servers first) is a new Score registered in
-`SCORES`, chosen by name by an allocator's `placement` argument.
+A new rule (say, a restart cost that ranks a job's old servers first) is a new Score, usually an
+`OrderedScore` with its own `order`, registered in `SCORES` to be chosen by an allocator's
+`placement` argument by name.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ class Packed:
             plan = self.whole(view, num_gpus, dc, dm)
             if plan is not None:
                 return plan
-        return self.spread(view, num_gpus, dc, dm)
+        # spread(), inlined with its order: every first-round search ends here.
+        order = chain.from_iterable(view.buckets[1:])
+        return fill(order, num_gpus, view.counts, dc, dm, view.cpus, view.mem_gb)
 
     def whole(self, view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
         """The job on the fitting server with the fewest usable GPUs; with `view.prefer`, among those
@@ -119,25 +122,40 @@ class Packed:
         return None
 
     def spread(self, view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
-        """As many GPUs as fit from each server, fewest usable GPUs first."""
-        return fill(self.order(view, 1), num_gpus, view.counts, dc, dm, view.cpus, view.mem_gb)
+        """As many GPUs as fit from each server, fewest usable GPUs first (`order` from 1 GPU)."""
+        order = chain.from_iterable(view.buckets[1:])
+        return fill(order, num_gpus, view.counts, dc, dm, view.cpus, view.mem_gb)
 
 
-class FirstFit:
-    """Servers in cluster order, taking every GPU that still has its per-GPU share."""
+class OrderedScore:
+    """A one-phase score that takes servers in `order`: the base of a new score (say, a restart cost
+    that ranks a job's old servers first), which then only gives `name` and `order`."""
 
-    name = "first_fit"
+    name = "ordered"
 
     def __init__(self) -> None:
-        self._phases: tuple[Phase, ...] = (self.place,)
+        self._phases: tuple[Phase, ...] = (self.place,)  # built once: every search asks for them
 
     def order(self, view: View, min_gpus: int) -> Iterable[int]:
-        return range(len(view.counts))
+        raise NotImplementedError
 
     def phases(self, num_gpus: int) -> tuple[Phase, ...]:
         return self._phases
 
     def place(self, view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
+        return fill(self.order(view, 1), num_gpus, view.counts, dc, dm, view.cpus, view.mem_gb)
+
+
+class FirstFit(OrderedScore):
+    """Servers in cluster order, taking every GPU that still has its per-GPU share."""
+
+    name = "first_fit"
+
+    def order(self, view: View, min_gpus: int) -> Iterable[int]:
+        return range(len(view.counts))
+
+    def place(self, view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
+        # OrderedScore.place with the order inlined: proportional's and greedy's every search.
         return fill(range(len(view.counts)), num_gpus, view.counts, dc, dm, view.cpus, view.mem_gb)
 
 

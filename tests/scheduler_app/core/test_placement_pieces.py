@@ -24,7 +24,7 @@ from scheduler_app.core.placement import (
     score_named,
 )
 from scheduler_app.core.placement.filters import allowed_servers, restrict
-from scheduler_app.core.placement.scores import Packed, fill
+from scheduler_app.core.placement.scores import OrderedScore, fill
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.placement.stages import STAGES_WITHOUT_CLAIMS, View
 from scheduler_app.core.types import Placement, ServerShare
@@ -174,7 +174,7 @@ def test_scores_are_chosen_by_name():
 
 
 def test_a_new_score_is_a_new_piece():
-    class LastFirst(Packed):
+    class LastFirst(OrderedScore):
         """Servers from the highest position down (say, a restart cost that favours the newest)."""
 
         name = "last_first"
@@ -182,12 +182,13 @@ def test_a_new_score_is_a_new_piece():
         def order(self, view, min_gpus):
             return reversed(range(len(view.counts)))
 
-        def phases(self, num_gpus):
-            return (self.spread,)
-
     state = RoundState(make_cluster(3))
     c, m = state.uniform(3.0), state.uniform(62.5)
     assert state.find(LastFirst(), 10, c, m) == [(2, 8), (1, 2)]
+    # Through the stages too, while a claim stands (server 2's GPUs 0-1 are job 1's).
+    state.claim_current([make_job(1, gpus=2, current=held(1, (2, (0, 1), 6, 125.0)))])
+    assert state.find(LastFirst(), 8, c, m) == [(2, 6), (1, 2)]  # unclaimed GPUs first
+    assert state.find(LastFirst(), 2, c, m, owner=1) == [(2, 2)]  # the claimant: its home
 
 
 # -- stages and the walk -----------------------------------------------------------------------
