@@ -356,10 +356,8 @@ class _OptRound(RoundSetup):
     # -- tune's step 5, choosing the cheapest peers --------------------------------------------
     def take_back(self, servers: Plan, dc: Sequence[float], dm: Sequence[float]) -> None:
         """Free cores/memory on `servers` (k GPUs each), shrinking peers that hold more than proportional."""
-        state = self.state
         for i, k in servers:
-            need_cpus = k * dc[i] - state.free_cpus[i]
-            need_mem_gb = k * dm[i] - state.free_mem_gb[i]
+            need_cpus, need_mem_gb = self.shortfall(i, k, dc, dm)
             if need_cpus <= EPS and need_mem_gb <= EPS:
                 continue
             while need_cpus > EPS or need_mem_gb > EPS:

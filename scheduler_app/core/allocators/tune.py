@@ -339,10 +339,8 @@ class TuneRound(RoundSetup):
 
     def take_back(self, servers: Plan, dc: Sequence[float], dm: Sequence[float]) -> None:
         """Shrink peers on `servers` until each covers its part (k GPUs) of the job's need."""
-        state = self.state
         for i, k in servers:
-            need_cpus = k * dc[i] - state.free_cpus[i]
-            need_mem_gb = k * dm[i] - state.free_mem_gb[i]
+            need_cpus, need_mem_gb = self.shortfall(i, k, dc, dm)
             if need_cpus <= EPS and need_mem_gb <= EPS:
                 continue
             for peer in sorted(self.on_server[i], key=HeldJob.peer_key):

@@ -63,3 +63,9 @@ class RoundSetup:
         if scale != 1.0:
             speed *= scale
         self.builder.placed(pos, self.state.server_shares(shares), speed, reason)
+
+    def shortfall(self, i: int, k: int, dc: Sequence[float], dm: Sequence[float]) -> tuple[float, float]:
+        """Cores and GB server i lacks for k GPUs at per-GPU demand (dc, dm) (negative: to spare);
+        what room-making (tune's step 5, opt's cheapest peers) must free there."""
+        state = self.state
+        return k * dc[i] - state.free_cpus[i], k * dm[i] - state.free_mem_gb[i]
