@@ -2,9 +2,10 @@
 
 Every change of a job's state goes through this module, checked against TRANSITIONS: submission
 (job_create), one job's change (job_transition: finish, cancel, timeout), the requeue (jobs_requeue:
-an agent's shutdown, a node failure) and a round's bulk form (jobs_transition_bulk, one statement).
-The caller holds the job rows locked (select_for_update), as every writer of a job does, and does the
-rest of the use case (leases, follow-ups, an early round): this module imports models and selectors only.
+an agent's shutdown, a node failure), a round's bulk form (jobs_transition_bulk, one statement) and a
+bench's synthetic past (jobs_history_insert). The caller holds the job rows locked (select_for_update),
+as every writer of a job does, and does the rest of the use case (leases, follow-ups, an early round):
+this module imports models, selectors and infra only (a bottom module: no use-case service).
 
 PREEMPTED and NODE_FAIL are passing states: a job goes through them within one transaction (a round
 moves it or requeues it; a node failure requeues it), so its events tell the way (RUNNING ->
