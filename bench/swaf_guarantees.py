@@ -1,4 +1,4 @@
-"""SWAF's guarantees under overload (policies/_guarantees.py): QoS-guarantee rate against plain SWAF.
+"""SWAF's guarantees under overload (core/policies/guarantees.py): QoS-guarantee rate against plain SWAF.
 
 GENIE's workload with the predictor in the loop (as `bench.reproduce_genie --predictor`), SWAF + genie,
 one arrival rate, several seeds, for each `plannable_share` (none = plain SWAF, the baseline of the
