@@ -57,7 +57,7 @@ SERVICE_ENV = {
     "ATTUNE_FORECAST_REFRESH_BUDGET_S": "1",
 }
 ROUND_S = float(SERVICE_ENV["ATTUNE_ROUND_S"])
-# What the rounds' single-flight advisory lock looks like in pg_locks (scheduler_app/services/rounds.py).
+# What the rounds' single-flight advisory lock looks like in pg_locks (scheduler_app/services/round_lock.py).
 ROUND_LOCK_KEY = int.from_bytes(b"Attune01", "big") & 0x7FFF_FFFF_FFFF_FFFF
 NODES = ("node1", "node2")
 GPUS_PER_NODE, CPUS_PER_NODE, MEM_GB_PER_NODE = 4, 12, 250.0
