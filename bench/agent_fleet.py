@@ -57,7 +57,7 @@ JOB_GPUS = (1, 1, 2, 4, 1, 2)  # per server: the first four fill its 8 GPUs, the
 # Their length at that speed. Four jobs run per server, so uniform lengths in (a, b) minutes end
 # 4 / (b - a) jobs per server-minute from the first a minutes on. The default, (0.5, 42), ends 0.16 a
 # second per 100 servers of 8 GPUs: ten times the Synergy reference's Philly-derived trace (36 jobs an
-# hour on 512 GPUs, 0.016 a second per 100 servers; ../shared/data/synergy/README.md), which is the
+# hour on 512 GPUs, 0.016 a second per 100 servers; tests/data/synergy/README.md), which is the
 # order of a large production datacenter's average (SenseTime's Helios: 1.58 million GPU jobs in six
 # months on four clusters of about 6,400 GPUs, some 30 an hour per 512 GPUs). So the default is a busy
 # hour of a busy cluster, with margin. STRESS_JOB_MINUTES, (1, 5), ends 1.7 a second per 100 servers,

@@ -37,7 +37,8 @@ from scheduler_app.simulator import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared/data/synergy"
+# The reference traces copied into the repository (the dynamic one is not: pass --data-dir for it).
+DEFAULT_DATA_DIR = REPO_ROOT / "tests/data/synergy"
 STATIC_TRACE = "static_100job.csv"
 DYNAMIC_TRACE = "dynamic_100job.csv"
 BIG_CLUSTER = ClusterSpec(servers=16, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)

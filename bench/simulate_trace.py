@@ -14,9 +14,7 @@ from pathlib import Path
 from bench.common import peak_memory_mb, print_table
 from scheduler_app.simulator import ClusterSpec, philly_derived_trace, read_trace, simulate
 
-REFERENCE_TRACE = (
-    Path(__file__).resolve().parent.parent.parent / "shared/data/synergy/philly1gpu_l9_n1000_s42.csv"
-)
+REFERENCE_TRACE = Path(__file__).resolve().parent.parent / "tests/data/synergy/philly1gpu_l9_n1000_s42.csv"
 
 
 def main() -> None:

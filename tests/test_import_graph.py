@@ -93,7 +93,7 @@ def private_imports() -> list[str]:
                 names = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 parts = node.module.split(".")
                 private_module = next((i for i, p in enumerate(parts) if p.startswith("_")), None)
-                # A package's private module may serve its own package (core/allocators/_placement.py).
+                # A package's private module may serve its own package (a package's `_helpers.py`, say).
                 if private_module is not None and not here.startswith(".".join(parts[:private_module]) + "."):
                     names.append(node.module)
                 found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names]
