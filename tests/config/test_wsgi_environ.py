@@ -60,27 +60,27 @@ def test_a_script_name_from_the_environment_is_a2wsgis(monkeypatch):
 
 
 def _reads(body_class, messages: list[dict], calls: list[tuple]) -> list:
-    """What `calls` (method, argument) return on a body fed `messages`, read on a thread as WSGI does."""
+    """What `calls` (method, argument) return on a body fed `messages`, read off the loop's thread as
+    WSGI does. The loop runs on a thread of its own: the test's thread may already have a running loop
+    (playwright's sync API leaves one behind), where run_forever would refuse to start."""
     loop = asyncio.new_event_loop()
     pending = list(messages)
 
     async def receive() -> dict:
         return pending.pop(0)
 
+    loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
+    loop_thread.start()
     results: list = []
-
-    def read() -> None:
+    try:
         body = body_class(loop, receive)
         for method, argument in calls:
             results.append(getattr(body, method)(*argument))
         results.append(body.has_more)
+    finally:
         loop.call_soon_threadsafe(loop.stop)
-
-    thread = threading.Thread(target=read)
-    thread.start()
-    loop.run_forever()
-    thread.join(5)
-    loop.close()
+        loop_thread.join(5)
+        loop.close()
     return results
 
 
