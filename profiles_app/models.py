@@ -75,6 +75,17 @@ class Workload(models.Model):
     interference_kappa_leases = models.PositiveIntegerField(
         default=0, help_text="Leases (alone and co-located) the learned interference_kappa rests on"
     )
+    startup_s = models.FloatField(
+        default=30.0,
+        help_text="Seconds from a job's launch to its first progress (process start, CUDA/NCCL set-up, "
+        "data loaders); learnt from the leases' measured start-ups, the profile default until then",
+    )
+    startup_leases = models.PositiveIntegerField(
+        default=0, help_text="Leases the learned startup_s rests on; 0: the profile default"
+    )
+    checkpoint_every_s = models.FloatField(
+        default=600.0, help_text="How often the workload checkpoints, seconds: a restart redoes the work since"
+    )
     genie_alpha_s = models.FloatField(null=True, blank=True, help_text="Compute seconds per sample")
     genie_beta_s = models.FloatField(null=True, blank=True, help_text="Fixed seconds per iteration")
     genie_t_intra_s = models.FloatField(null=True, blank=True, help_text="Intra-node comm. per log2 step")
@@ -94,6 +105,8 @@ class Workload(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(iter_time_s__gt=0), name="workload_iter_time_positive"),
+            models.CheckConstraint(condition=Q(startup_s__gte=0), name="workload_startup_nonneg"),
+            models.CheckConstraint(condition=Q(checkpoint_every_s__gt=0), name="workload_checkpoint_positive"),
             models.CheckConstraint(condition=Q(speedup__gt=0), name="workload_speedup_positive"),
             models.CheckConstraint(condition=Q(best_cpus_per_gpu__gt=0), name="workload_best_cpus_positive"),
             models.CheckConstraint(condition=Q(best_mem_gb_per_gpu__gt=0), name="workload_best_mem_positive"),

@@ -137,6 +137,13 @@ class Job(models.Model):
     )
     priority = models.SmallIntegerField(default=0)
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_every_s = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="How often the job checkpoints, seconds (own commands and scripts: --checkpoint-every); "
+        "a restart loses the work since the last one. Empty: a catalog workload's profile, or (own "
+        "command) no checkpoints, so a restart loses all the progress of the lease",
+    )
     depends_on = models.ManyToManyField(
         "self",
         symmetrical=False,
@@ -193,6 +200,10 @@ class Job(models.Model):
             ),
             models.CheckConstraint(condition=~Q(run_as="root"), name="job_never_runs_as_root"),
             models.CheckConstraint(condition=Q(done_iters__gte=0), name="job_done_iters_nonneg"),
+            models.CheckConstraint(
+                condition=Q(checkpoint_every_s__isnull=True) | Q(checkpoint_every_s__gt=0),
+                name="job_checkpoint_every_positive",
+            ),
             models.CheckConstraint(condition=Q(attained_service_gpu_s__gte=0), name="job_service_nonneg"),
             models.CheckConstraint(
                 condition=Q(total_iters__isnull=True) | Q(done_iters__lte=models.F("total_iters")),

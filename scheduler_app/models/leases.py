@@ -56,6 +56,15 @@ class Allocation(models.Model):
     colocated_comm_jobs = models.PositiveSmallIntegerField(
         default=0, help_text="Other communicating jobs on the job's servers in the round that placed it"
     )
+    startup_s = models.FloatField(
+        null=True, blank=True, help_text="Measured start-up: seconds from the launch to the first progress"
+    )
+    lost_work_s = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds of this lease's run to be done again: set when a restart (move, preemption, "
+        "node failure) ended it, the run since its last checkpoint",
+    )
 
     class Meta:
         ordering = ["-started_at"]
