@@ -299,6 +299,15 @@ ATTUNE_SCHEDULER = {
     "rendezvous_port_max": env.int("ATTUNE_RENDEZVOUS_PORT_MAX", default=30499),
     # A submission's Idempotency-Key answers its retries this long (then the hourly task deletes it).
     "idempotency_key_ttl_h": env.float("ATTUNE_IDEMPOTENCY_KEY_TTL_H", default=24.0),
+    # Restarts (docs/restarts.md): every move or preemption of a running job costs its start-up and the
+    # work since its last checkpoint, so rounds keep running jobs in place unless a change pays for its
+    # restarts by this margin over this horizon, never move a job within the minimum run time (Slurm's
+    # PreemptExemptTime) except for what must not wait, and run jobs that fit on one server on one.
+    # false: re-decide every job freely each round, as the papers' simulators do.
+    "restart_costs": env.bool("ATTUNE_RESTART_COSTS", default=True),
+    "min_run_s": env.float("ATTUNE_MIN_RUN_S", default=300.0),
+    "move_horizon_s": env.float("ATTUNE_MOVE_HORIZON_S", default=1800.0),
+    "move_margin": env.float("ATTUNE_MOVE_MARGIN", default=0.5),
 }
 
 # GENIE's lightweight profiling run (docs/genie.md); read only by profiles_app/conf.py.

@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from scheduler_app.core.restarts import RestartPolicy
+
 
 @dataclass(frozen=True)
 class SchedulerConf:
@@ -33,6 +35,7 @@ class SchedulerConf:
     rendezvous_ports: tuple[int, int]
     idempotency_key_ttl_h: float
     redis_url: str
+    restarts: RestartPolicy | None  # None: rounds re-decide every job freely (no restart costs)
 
     @property
     def progress_deferred(self) -> bool:
@@ -79,4 +82,11 @@ def scheduler_conf() -> SchedulerConf:
         # A retried submission within this long gets the first answer (Stripe keeps keys 24 h).
         idempotency_key_ttl_h=float(raw.get("idempotency_key_ttl_h", 24)),
         redis_url=settings.REDIS_URL,
+        restarts=RestartPolicy(
+            min_run_s=float(raw.get("min_run_s", 300)),
+            horizon_s=float(raw.get("move_horizon_s", 1800)),
+            margin=float(raw.get("move_margin", 0.5)),
+        )
+        if raw.get("restart_costs", True)
+        else None,
     )

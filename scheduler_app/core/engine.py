@@ -7,7 +7,9 @@ from collections.abc import Collection, Mapping, Sequence
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.interference import with_interference
+from scheduler_app.core.move_guard import guarded_plan, one_server_views
 from scheduler_app.core.policies import POLICIES, Policy
+from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, RoundPlan
 
 
@@ -20,6 +22,7 @@ def schedule_round(
     now_s: float,
     team_quota_gpus: Mapping[int, int] | None = None,
     borrowing_teams: Collection[int] = (),
+    restarts: RestartPolicy | None = None,
 ) -> RoundPlan:
     """Decide one round: every job in `jobs` gets exactly one Decision in the returned plan.
 
@@ -31,16 +34,45 @@ def schedule_round(
     order, and placed ones carry the reason `borrowed`. Rounds re-decide everything, so a borrowed
     GPU goes back as soon as a job within quota needs it. Every placed job's speed-up then counts
     GENIE's interference from the communicating jobs it shares servers with (core/interference.py).
+    `restarts`: weigh restarts (core/move_guard.py): running jobs stay where they are unless a change
+    pays for itself, and jobs that fit on one server run on one; None re-decides every job freely,
+    as the papers' simulators do.
     Pure: same inputs, same plan.
     """
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
     allocator_obj = ALLOCATORS.get(allocator)() if isinstance(allocator, str) else allocator
+    if restarts is not None and restarts.one_server:
+        jobs = one_server_views(jobs, snapshot)
     ordered = policy_obj.order(jobs, snapshot, now_s)
+
+    def decide(
+        ordered_jobs: Sequence[JobView], snap: ClusterSnapshot, team_used: Mapping[int, int]
+    ) -> RoundPlan:
+        quotas = team_quota_gpus
+        if quotas and team_used:
+            quotas = {team: quota - team_used.get(team, 0) for team, quota in quotas.items()}
+        return _decide(allocator_obj, ordered_jobs, snap, now_s, quotas, borrowing_teams)
+
+    if restarts is None:
+        return decide(ordered, snapshot, {})
+    held_back = within_team_quotas(ordered, team_quota_gpus)[1] if team_quota_gpus else set()
+    return guarded_plan(decide, ordered, snapshot, now_s, restarts, never_pinned=held_back)
+
+
+def _decide(
+    allocator: Allocator,
+    ordered: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+    now_s: float,
+    team_quota_gpus: Mapping[int, int] | None,
+    borrowing_teams: Collection[int],
+) -> RoundPlan:
+    """The allocator's plan for `ordered` (policy order), within the teams' quotas."""
     if not team_quota_gpus:
-        return with_interference(allocator_obj.allocate_at(ordered, snapshot, now_s), jobs)
+        return with_interference(allocator.allocate_at(ordered, snapshot, now_s), ordered)
     admitted, held_back = within_team_quotas(ordered, team_quota_gpus)
     borrowers = [job for job in ordered if job.job_id in held_back and job.team_id in borrowing_teams]
-    plan = allocator_obj.allocate_at([*admitted, *borrowers], snapshot, now_s)
+    plan = allocator.allocate_at([*admitted, *borrowers], snapshot, now_s)
     by_id = {d.job_id: d for d in plan.decisions}
     for job_id in held_back:
         decision = by_id.get(job_id)
@@ -48,7 +80,7 @@ def schedule_round(
             by_id[job_id] = Decision(job_id, Outcome.PLACED, reasons.BORROWED, decision.placement)
         elif decision is None or decision.outcome == Outcome.PENDING:
             by_id[job_id] = Decision(job_id, Outcome.PENDING, reasons.QUOTA_EXCEEDED)
-    return with_interference(RoundPlan(tuple(by_id[job.job_id] for job in ordered)), jobs)
+    return with_interference(RoundPlan(tuple(by_id[job.job_id] for job in ordered)), ordered)
 
 
 def within_team_quotas(

@@ -39,9 +39,15 @@ UNEVEN_NODE_SPLIT = "uneven_node_split"  # num_gpus is not a multiple of num_nod
 # jobs come after every job within quota, so they are the first to lose their GPUs when needed.
 BORROWED = "borrowed"
 
+# Placed: kept where it runs although the allocator would have changed it (core/move_guard.py).
+MIN_RUN_TIME = "min_run_time"  # its lease started less than the minimum run time ago
+RESTART_COST = "restart_cost"  # the change would not have paid for the restarts it causes
+
 PLACED_REASONS = frozenset(
     {
         BORROWED,
+        MIN_RUN_TIME,
+        RESTART_COST,
         BEST_CASE,
         PROPORTIONAL,
         REVERTED_TO_PROPORTIONAL,

@@ -173,6 +173,12 @@ class JobView:
     # Other GPU counts the job accepts (a range, GENIE: the predictor picks); work, progress and rates
     # stay counted in iterations at `num_gpus`, the placement's speed-up converts (allocators/genie.py).
     gpu_choices: tuple[int, ...] = ()
+    # What a restart costs it (core/restarts.py): seconds from a launch to its first progress, how often
+    # it checkpoints (None: never, a restart redoes the whole lease) and when its current lease started
+    # (the caller's clock; None when it does not run).
+    startup_s: float = 0.0
+    checkpoint_every_s: float | None = None
+    lease_started_s: float | None = None
 
     @property
     def remaining_iters(self) -> float:

@@ -96,6 +96,7 @@ def _round(trigger: str) -> SchedulingRound:
         now_s=now.timestamp(),
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
         borrowing_teams=borrowing_teams(),
+        restarts=conf.restarts,
     )
     all_gpus = sum(s.num_gpus for s in servers)
     skipped = round_plan_recheck(inputs, plan.decisions, all_gpus=all_gpus)

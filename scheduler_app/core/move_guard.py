@@ -1,0 +1,198 @@
+"""Keep running jobs where they run unless a change pays for its restarts (docs/restarts.md).
+
+The allocators re-decide every job each round. This guard wraps that decision: it runs it once as
+is; if the plan restarts no running job (moves, preemptions, resizes that cannot be made live) that
+plan stands, which is the common steady-state case and costs nothing more. Otherwise it also decides
+with running jobs pinned where they are (their GPUs, cores and memory taken out of the snapshot) and
+keeps the plan that restarts jobs only when its gain over the horizon is at least (1 + margin) times
+the restart costs it causes (core/restarts.py `plan_value`). A job within the minimum run time is
+pinned in both. What must not wait overrides both:
+- a job whose placement is gone (its server lost or drained) is never pinned;
+- a job over its team's quota (a borrower) is never pinned, so the quota's owner gets its GPUs back;
+- a job with a deadline that would be missed by waiting out the minimum run time (its slack is less
+  than that) gets the unguarded plan, if that plan starts it.
+A cancel ends a job outside any round. Pure, like the rest of the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from scheduler_app.core import reasons
+from scheduler_app.core.restarts import RestartPolicy, change_of, is_restart, plan_value
+from scheduler_app.core.types import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Outcome,
+    Placement,
+    RoundPlan,
+    ServerView,
+)
+
+# Decide a round for `jobs` (policy order) on `snapshot`, with `team_used_gpus` GPUs of each team's
+# quota already held by pinned jobs.
+Decide = Callable[[Sequence[JobView], ClusterSnapshot, Mapping[int, int]], RoundPlan]
+
+
+def one_server_views(jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> list[JobView]:
+    """Jobs that fit on one server and did not ask for a node count, asked for exactly one server.
+
+    "Fit" is against the largest server's GPUs: a job bigger than every server still spreads (and
+    then pays GENIE's cross-server cost). Jobs with GPU choices keep their choices, on one server.
+    """
+    largest = max((s.num_gpus for s in snapshot.servers), default=0)
+    return [
+        replace(job, num_nodes=1)
+        if job.num_nodes is None and max((job.num_gpus, *job.gpu_choices)) <= largest
+        else job
+        for job in jobs
+    ]
+
+
+def guarded_plan(
+    decide: Decide,
+    ordered: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+    now_s: float,
+    policy: RestartPolicy,
+    *,
+    never_pinned: frozenset[int] | set[int] = frozenset(),
+) -> RoundPlan:
+    """The round's plan with running jobs kept in place unless moving them pays (module docstring).
+
+    `never_pinned`: jobs that must give their resources up if the plan says so (borrowers over quota).
+    """
+    free_plan = decide(ordered, snapshot, {})
+    free = free_plan.placements()
+    running = _pinnable(
+        [j for j in ordered if j.current is not None and j.job_id not in never_pinned], snapshot
+    )
+    changed = [j for j in running if is_restart(change_of(j.current, free.get(j.job_id)), policy)]
+    if not changed:
+        return free_plan
+    young = [
+        j for j in running if j.lease_started_s is not None and now_s - j.lease_started_s < policy.min_run_s
+    ]
+    young_ids = {j.job_id for j in young}
+    free_decisions = {d.job_id: d for d in free_plan.decisions}
+    if any(j.job_id in young_ids for j in changed):
+        plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids)
+    else:
+        plan = free_plan
+    placements = plan.placements()
+    if any(
+        j.job_id not in young_ids and is_restart(change_of(j.current, placements.get(j.job_id)), policy)
+        for j in running
+    ):
+        kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids)
+        jobs = {j.job_id: j for j in ordered}
+        moving = plan_value(placements, jobs, now_s, policy, charge_restarts=False)
+        cost = moving - plan_value(placements, jobs, now_s, policy)
+        gain = moving - plan_value(kept.placements(), jobs, now_s, policy)
+        if not gain > (1.0 + policy.margin) * cost:
+            plan = kept
+    return _deadline_override(plan, free_plan, ordered, now_s, policy)
+
+
+def _pinned_plan(
+    decide: Decide,
+    ordered: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+    pinned: Sequence[JobView],
+    free_decisions: Mapping[int, Decision],
+    young_ids: set[int],
+) -> RoundPlan:
+    """Decide the others around `pinned`, which keep their current placements."""
+    pinned_ids = {j.job_id for j in pinned}
+    team_used: dict[int, int] = {}
+    for job in pinned:
+        if job.team_id is not None:
+            team_used[job.team_id] = team_used.get(job.team_id, 0) + job.num_gpus
+    reduced = _without(snapshot, [j.current for j in pinned if j.current is not None])
+    rest = decide([j for j in ordered if j.job_id not in pinned_ids], reduced, team_used)
+    by_id = {d.job_id: d for d in rest.decisions}
+    for job in pinned:
+        assert job.current is not None
+        free = free_decisions.get(job.job_id)
+        if free is not None and free.placement is not None and free.placement.shares == job.current.shares:
+            by_id[job.job_id] = free  # the allocator kept it anyway: its own reason stands
+        else:
+            why = reasons.MIN_RUN_TIME if job.job_id in young_ids else reasons.RESTART_COST
+            by_id[job.job_id] = Decision(job.job_id, Outcome.PLACED, why, job.current)
+    return RoundPlan(tuple(by_id[j.job_id] for j in ordered))
+
+
+def _deadline_override(
+    plan: RoundPlan, free_plan: RoundPlan, ordered: Sequence[JobView], now_s: float, policy: RestartPolicy
+) -> RoundPlan:
+    """The unguarded plan, when the guard leaves waiting a job whose deadline cannot wait."""
+    if plan is free_plan:
+        return plan
+    placed, free = plan.placements(), free_plan.placements()
+    for job in ordered:
+        if (
+            job.deadline_s is None
+            or job.current is not None
+            or job.job_id in placed
+            or job.job_id not in free
+        ):
+            continue
+        need_s = job.remaining_iters * job.profile.iter_time_s + job.startup_s
+        if job.deadline_s - now_s - need_s < policy.min_run_s:
+            return free_plan
+    return plan
+
+
+def _pinnable(running: Sequence[JobView], snapshot: ClusterSnapshot) -> list[JobView]:
+    """The running jobs whose current placement still exists in `snapshot`, in order, each fitting
+    beside those before it (a server lost or drained, or shrunk, frees its jobs to move)."""
+    servers = {s.server_id: s for s in snapshot.servers}
+    gpus_left = {s.server_id: set(s.free_gpus) for s in snapshot.servers}
+    cpus_left = {s.server_id: s.free_cpus for s in snapshot.servers}
+    mem_left = {s.server_id: s.free_mem_gb for s in snapshot.servers}
+    kept = []
+    for job in running:
+        assert job.current is not None
+        shares = job.current.shares
+        if all(
+            share.server_id in servers
+            and gpus_left[share.server_id].issuperset(share.gpu_indices)
+            and cpus_left[share.server_id] >= share.num_cpus
+            and mem_left[share.server_id] >= share.mem_gb - 1e-9
+            for share in shares
+        ):
+            for share in shares:
+                gpus_left[share.server_id].difference_update(share.gpu_indices)
+                cpus_left[share.server_id] -= share.num_cpus
+                mem_left[share.server_id] -= share.mem_gb
+            kept.append(job)
+    return kept
+
+
+def _without(snapshot: ClusterSnapshot, placements: Sequence[Placement]) -> ClusterSnapshot:
+    """`snapshot` less the GPUs, cores and memory that `placements` hold."""
+    gpus: dict[int, set[int]] = {}
+    cpus: dict[int, int] = {}
+    mem: dict[int, float] = {}
+    for placement in placements:
+        for share in placement.shares:
+            gpus.setdefault(share.server_id, set()).update(share.gpu_indices)
+            cpus[share.server_id] = cpus.get(share.server_id, 0) + share.num_cpus
+            mem[share.server_id] = mem.get(share.server_id, 0.0) + share.mem_gb
+    servers: list[ServerView] = []
+    for server in snapshot.servers:
+        sid = server.server_id
+        if sid not in gpus:
+            servers.append(server)
+            continue
+        servers.append(
+            replace(
+                server,
+                free_gpus=tuple(g for g in server.free_gpus if g not in gpus[sid]),
+                free_cpus=server.free_cpus - cpus[sid],
+                free_mem_gb=max(0.0, server.free_mem_gb - mem[sid]),
+            )
+        )
+    return ClusterSnapshot(tuple(servers))

@@ -1,0 +1,139 @@
+"""What stopping and starting a running job again costs, and what a round's plan is worth net of it.
+
+A move, a preemption or a resize that needs a new process is a restart: the job's start-up (process,
+CUDA and NCCL set-up, data loaders: `JobView.startup_s`) and the work since its last checkpoint,
+done again (`lost_work_s`). docs/restarts.md has the formulas; core/move_guard.py uses them to keep
+running jobs in place unless a change pays for itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scheduler_app.core.types import JobView, Placement
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """How a round weighs restarts (the live service reads it from settings, the simulator from options).
+
+    - `min_run_s`: a job is not moved or preempted for another's benefit within this many seconds of
+      its lease's start (Slurm's PreemptExemptTime); what must not wait overrides it (move_guard.py).
+    - `horizon_s`: the gain of a plan is the work it does over this horizon.
+    - `margin`: a plan that restarts jobs is taken only when its gain is at least (1 + margin) times
+      the restart costs it causes.
+    - `resize_in_place`: a change of cores or memory on the same GPUs costs nothing (the agent applies
+      it to the running processes); otherwise it is a restart.
+    - `one_server`: a job that fits on one server (and did not ask for several nodes) runs on one
+      server: it is never split across servers, it waits for room instead.
+    """
+
+    min_run_s: float = 300.0
+    horizon_s: float = 1800.0
+    margin: float = 0.5
+    resize_in_place: bool = True
+    one_server: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.min_run_s >= 0:
+            raise ValueError(f"min_run_s must be >= 0, got {self.min_run_s}")
+        if not self.horizon_s > 0:
+            raise ValueError(f"horizon_s must be > 0, got {self.horizon_s}")
+        if not self.margin >= 0:
+            raise ValueError(f"margin must be >= 0, got {self.margin}")
+
+
+class Change(StrEnum):
+    """What a plan does to a job that runs now."""
+
+    KEPT = "kept"  # the same GPUs, cores and memory: the lease continues
+    RESIZED = "resized"  # the same GPUs, other cores or memory
+    MOVED = "moved"  # other GPUs or servers: a new lease, a restart
+    PREEMPTED = "preempted"  # nothing this round: stopped until a later round places it
+
+
+def change_of(current: Placement | None, new: Placement | None) -> Change | None:
+    """What going from `current` to `new` is; None for a job that does not run now."""
+    if current is None:
+        return None
+    if new is None:
+        return Change.PREEMPTED
+    if new.shares == current.shares:
+        return Change.KEPT
+    if _gpus_of(new) == _gpus_of(current):
+        return Change.RESIZED
+    return Change.MOVED
+
+
+def is_restart(change: Change | None, policy: RestartPolicy) -> bool:
+    """Whether `change` stops the job's processes (costing a start-up and the work since a checkpoint)."""
+    if change is Change.RESIZED:
+        return not policy.resize_in_place
+    return change in (Change.MOVED, Change.PREEMPTED)
+
+
+def lost_work_s(job: JobView, now_s: float) -> float:
+    """Seconds of the current lease's run that a restart now would have the job do again.
+
+    With a checkpoint interval: the run since the last checkpoint ((now - start) mod interval);
+    without one: the whole run of the lease. 0 for a job that does not run (or whose start is unknown).
+    """
+    if job.current is None or job.lease_started_s is None:
+        return 0.0
+    run_s = max(0.0, now_s - job.lease_started_s)
+    if job.checkpoint_every_s:
+        return run_s % job.checkpoint_every_s
+    return run_s
+
+
+def restart_cost_s(job: JobView, now_s: float) -> float:
+    """A restart's cost in the job's own seconds: its start-up plus the run done again."""
+    return job.startup_s + lost_work_s(job, now_s)
+
+
+def plan_value(
+    placements: Mapping[int, Placement],
+    jobs: Mapping[int, JobView],
+    now_s: float,
+    policy: RestartPolicy,
+    *,
+    charge_restarts: bool = True,
+) -> float:
+    """What a plan is worth over the horizon: the sum over jobs of the fraction of its remaining work
+    it does by `now_s + horizon_s` if the plan held (a job that finishes counts 1).
+
+    That is the quantity average JCT rewards (a short job's finish weighs as much as a long job's
+    whole remaining run, as SRTF values them). Every start waits its start-up; with
+    `charge_restarts`, a job the plan restarts also does its lost work again, and a job the plan
+    preempts loses that work and owes a later start-up (counted at its current speed).
+    """
+    horizon_s = policy.horizon_s
+    value = 0.0
+    for job in jobs.values():
+        remaining = job.remaining_iters
+        if remaining <= 0:
+            continue
+        placement = placements.get(job.job_id)
+        change = change_of(job.current, placement)
+        restarted = charge_restarts and is_restart(change, policy)
+        redo_iters = 0.0
+        if restarted and job.current is not None:
+            old_rate = job.current.speedup / job.profile.iter_time_s
+            redo_iters = lost_work_s(job, now_s) * old_rate
+            if placement is None:  # preempted: the redone work and a later start-up are its loss
+                value -= (redo_iters + job.startup_s * old_rate) / remaining
+                continue
+        if placement is None:
+            continue
+        rate = placement.speedup / job.profile.iter_time_s
+        started = job.current is None or restarted
+        run_s = max(0.0, horizon_s - (job.startup_s if started else 0.0))
+        done = min(remaining + redo_iters, rate * run_s) - redo_iters
+        value += done / remaining
+    return value
+
+
+def _gpus_of(placement: Placement) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    return tuple((share.server_id, share.gpu_indices) for share in placement.shares)
