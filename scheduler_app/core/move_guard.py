@@ -87,10 +87,9 @@ def guarded_plan(
         for j in running
     ):
         kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids)
-        jobs = {j.job_id: j for j in ordered}
-        moving = plan_value(placements, jobs, now_s, policy, charge_restarts=False)
-        cost = moving - plan_value(placements, jobs, now_s, policy)
-        gain = moving - plan_value(kept.placements(), jobs, now_s, policy)
+        moving = plan_value(placements, ordered, now_s, policy, charge_restarts=False)
+        cost = moving - plan_value(placements, ordered, now_s, policy)
+        gain = moving - plan_value(kept.placements(), ordered, now_s, policy)
         if not gain > (1.0 + policy.margin) * cost:
             plan = kept
     return _deadline_override(plan, free_plan, ordered, now_s, policy)

@@ -8,7 +8,7 @@ running jobs in place unless a change pays for itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -95,26 +95,31 @@ def restart_cost_s(job: JobView, now_s: float) -> float:
 
 def plan_value(
     placements: Mapping[int, Placement],
-    jobs: Mapping[int, JobView],
+    ordered: Sequence[JobView],
     now_s: float,
     policy: RestartPolicy,
     *,
     charge_restarts: bool = True,
 ) -> float:
-    """What a plan is worth over the horizon: the sum over jobs of the fraction of its remaining work
-    it does by `now_s + horizon_s` if the plan held (a job that finishes counts 1).
+    """What a plan is worth over the horizon: the sum over jobs (`ordered`: the policy's order) of the
+    fraction of its remaining work it does by `now_s + horizon_s` if the plan held, weighted by the
+    policy's order.
 
-    That is the quantity average JCT rewards (a short job's finish weighs as much as a long job's
-    whole remaining run, as SRTF values them). Every start waits its start-up; with
-    `charge_restarts`, a job the plan restarts also does its lost work again, and a job the plan
-    preempts loses that work and owes a later start-up (counted at its current speed).
+    The fraction is what average JCT rewards (a job that finishes counts 1, a short job's finish as
+    much as a long job's whole remaining run). The weight, 1 + (n - rank) / n from 2 for the policy's
+    first job down to just above 1 for its last, makes the policy's choice win between jobs of equal
+    work (a higher priority, an earlier arrival) without letting the order outweigh the work. Every
+    start waits its start-up; with `charge_restarts`, a job the plan restarts also does its lost work
+    again, and a job the plan preempts loses that work and owes a later start-up (at its current speed).
     """
     horizon_s = policy.horizon_s
     value = 0.0
-    for job in jobs.values():
+    n = len(ordered)
+    for rank, job in enumerate(ordered):
         remaining = job.remaining_iters
         if remaining <= 0:
             continue
+        weight = 1.0 + (n - rank) / n
         placement = placements.get(job.job_id)
         change = change_of(job.current, placement)
         restarted = charge_restarts and is_restart(change, policy)
@@ -123,7 +128,7 @@ def plan_value(
             old_rate = job.current.speedup / job.profile.iter_time_s
             redo_iters = lost_work_s(job, now_s) * old_rate
             if placement is None:  # preempted: the redone work and a later start-up are its loss
-                value -= (redo_iters + job.startup_s * old_rate) / remaining
+                value -= weight * (redo_iters + job.startup_s * old_rate) / remaining
                 continue
         if placement is None:
             continue
@@ -131,7 +136,7 @@ def plan_value(
         started = job.current is None or restarted
         run_s = max(0.0, horizon_s - (job.startup_s if started else 0.0))
         done = min(remaining + redo_iters, rate * run_s) - redo_iters
-        value += done / remaining
+        value += weight * done / remaining
     return value
 
 
