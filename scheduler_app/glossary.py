@@ -51,6 +51,11 @@ PLACEMENT_REASONS = {
     "backfilled": "Placed ahead of a QoS job's reservation without delaying it (GENIE).",
     "leftover": "Given cores and memory beyond its QoS fit that no other job was given (GENIE).",
     "borrowed": "Placed beyond its team's quota on GPUs no job within quota wanted; first to be preempted.",
+    "min_run_time": "Kept where it runs: its run started less than the minimum run time ago, so it is not "
+    "moved or preempted for another job (a node lost or drained, or a deadline that cannot wait, still "
+    "move it).",
+    "restart_cost": "Kept where it runs: the round's better plan would not have paid for the restarts it "
+    "causes (each costs a start-up and the work since the last checkpoint).",
 }
 
 # Why a round left a job waiting, or can never place it (core/reasons.py PENDING_, INFEASIBLE_REASONS).
