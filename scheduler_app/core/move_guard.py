@@ -155,6 +155,8 @@ def _pinnable(running: Sequence[JobView], snapshot: ClusterSnapshot) -> list[Job
     for job in running:
         assert job.current is not None
         shares = job.current.shares
+        if job.current.num_gpus not in (job.num_gpus, *job.gpu_choices):
+            continue  # not a placement this job can keep (a stale view): decided afresh
         if all(
             share.server_id in servers
             and gpus_left[share.server_id].issuperset(share.gpu_indices)
