@@ -8,12 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from agent.accounts import job_file_size, read_job_file
+from agent.launcher import LaunchSpec
 from agent.lease_state import Lease
 from agent.spool import Spool
 
 MAX_LOG_BYTES_PER_READ = 256 * 1024
 MAX_LOG_LINES_PER_REPORT = 500
 MAX_LOG_LINE_CHARS = 2000
+
+
+def output_offsets_at_launch(spec: LaunchSpec) -> dict[str, int]:
+    """Where shipping starts in each of the job's own output files: their size before the lease's process
+    starts. The shim appends to them, so a file that a moved, preempted or requeued job reopens already
+    holds its earlier runs' output, which their leases shipped; read from 0, a new lease would ship it
+    again and the job's log would repeat those lines. The shim's log is the lease's own (offset 0)."""
+    return {str(path): job_file_size(path, spec.job_uid) or 0 for path in spec.job_output_files}
 
 
 def logs_spool(lease: Lease, spool: Spool, *, final: bool) -> bool:

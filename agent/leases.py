@@ -26,7 +26,7 @@ from agent.launcher import (
     LaunchSpec,
     classify_oom,
 )
-from agent.lease_output import logs_spool, progress_spool
+from agent.lease_output import logs_spool, output_offsets_at_launch, progress_spool
 from agent.lease_profiles import SAFE_LEASE_ID, ProfileRuns
 from agent.lease_state import Lease, StartError, output_tail_lines, spec_from_record
 from agent.profiler import ProfileTask
@@ -440,6 +440,7 @@ class LeaseManager(ProfileRuns):
             spec.lease_dir.mkdir(parents=True, exist_ok=True)
             renewed_boot_s = self._pending_sent_boot_s or self.boot_clock()
             renewal_write(spec.renewal_path, renewed_boot_s=renewed_boot_s, times=self.fence)
+            log_offsets = output_offsets_at_launch(spec)  # before the process can write a line
             process, facts = self.launcher.launch(spec)
         except (StartError, AccountError, OSError, ValueError, TypeError) as exc:
             log.error("cannot start lease %s: %s", lease_id, exc)
@@ -456,7 +457,13 @@ class LeaseManager(ProfileRuns):
             )
             self.on_report()
             return
-        lease = Lease(spec=spec, process=process, isolation=facts["isolation"], renewed_boot_s=renewed_boot_s)
+        lease = Lease(
+            spec=spec,
+            process=process,
+            isolation=facts["isolation"],
+            log_offsets=log_offsets,
+            renewed_boot_s=renewed_boot_s,
+        )
         # A crash between the launch above and this commit would orphan the process unrecorded; the
         # window is a few milliseconds and the service would then re-send the start (a second copy).
         self.spool.lease_started(lease_id, lease.record(), facts)
