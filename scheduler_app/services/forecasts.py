@@ -180,6 +180,7 @@ def live_forecast(
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
         borrowing_teams=borrowing_teams(),
         after={job_id: deps.keys() for job_id, deps in queue.waits.items() if job_id not in queue.never},
+        restarts=conf.restarts,
     )
     cut_short = time.perf_counter() - wall_start >= budget_s
     horizon = f"within the forecast's {conf.forecast_horizon_h:g} h"

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from scheduler_app.core.allocators import Allocator
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import Policy
+from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
-from scheduler_app.simulator.simulation import SimJob, SimRun, resolve_run
+from scheduler_app.simulator.sim_run import SimJob, SimRun
+from scheduler_app.simulator.simulation import resolve_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ def forecast(
     team_quota_gpus: Mapping[int, int] | None = None,
     borrowing_teams: Collection[int] = (),
     after: Mapping[int, Iterable[int]] | None = None,
+    restarts: RestartPolicy | None = None,
 ) -> dict[int, JobForecast]:
     """Run rounds from `first_round_s` on `snapshot` (the live round's input: every resource free that
     the round re-decides, anything held outside it subtracted) until every job of
@@ -62,6 +65,10 @@ def forecast(
     `team_quota_gpus`, `borrowing_teams`: as in schedule_round.
     `after`: job id -> ids of the jobs it waits for (Slurm's afterok). Such a job joins the queue in
     the round after the last of them finishes, and never if one of them is not in `jobs` or is dropped.
+    `restarts`: the live rounds' RestartPolicy, passed to every round (running jobs move only when it
+    pays); with it the forecast also charges restarts as the simulator does, from each view's
+    startup_s, checkpoint_every_s and lease_started_s (on the clock of `first_round_s`): a start waits
+    its start-up, a restart loses the run since the last checkpoint. None: free restarts.
     """
     wall_start = time.perf_counter()
     if not round_s > 0:
@@ -82,11 +89,12 @@ def forecast(
     # With a static order and an allocator that ignores progress, a plan that repeats keeps
     # repeating until a job finishes: those rounds are skipped in one step.
     can_skip = policy_obj.static_order and not allocator_obj.reads_progress
-    run = SimRun(round_s=round_s, round_end=False, restart_overhead_s=0.0)
+    costs = restarts is not None
+    run = SimRun(round_s=round_s, round_end=False, in_place=costs and restarts.resize_in_place)
     sim_jobs: dict[int, SimJob] = {}
     held: dict[int, SimJob] = {}  # jobs waiting for their dependencies to finish
     for view in sorted(views, key=lambda v: (v.arrival_s, v.job_id)):
-        job = SimJob.from_view(view)
+        job = SimJob.from_view(view, now_s=first_round_s, costs=costs)
         job.start_s = started_s.get(view.job_id)
         sim_jobs[view.job_id] = job
         if waits_for.get(view.job_id) and view.current is None:
@@ -109,6 +117,7 @@ def forecast(
             now_s=first_round_s + k * round_s,
             team_quota_gpus=team_quota_gpus,
             borrowing_teams=borrowing_teams,
+            restarts=restarts,
         )
         if can_skip and previous is not None and plan.decisions == previous.decisions:
             k += _skip_steady_rounds(plan, run.active, round_s, max_rounds - 1 - k)
@@ -145,15 +154,16 @@ def _skip_steady_rounds(plan: RoundPlan, active: dict[int, SimJob], round_s: flo
     run's per-owner usage is not advanced here.)
     """
     placed = [(active[d.job_id], d.placement) for d in plan.decisions if d.placement is not None]
-    if not placed:
-        return 0
+    if not placed or any(job.startup_left_s > 0 for job, _ in placed):
+        return 0  # a start-up still going on: step through it round by round
     rounds_left = min(
         math.ceil((job.total_iters - job.done_iters) * job.iter_time_s / placement.speedup / round_s)
         for job, placement in placed
     )
     skip = max(0, min(rounds_left - 1, most))
     for job, placement in placed:
-        job.done_iters += skip * round_s * placement.speedup / job.iter_time_s
+        rate = placement.speedup / job.iter_time_s
+        job.progress(skip * round_s, skip * round_s * rate, rate, whole=False)
         job.attained_gpu_s += skip * round_s * placement.num_gpus
         job.view = None
     return skip

@@ -15,7 +15,11 @@ class JobRecord:
     """What happened to one job. `start_s`/`finish_s`/`jct_s` are None while it never started/finished.
 
     `preemptions` counts the rounds in which the job, running in the previous round and not finished,
-    lost its resources or was moved to different ones. `deadline_s` is set for QoS jobs (GENIE);
+    was stopped: it lost its resources, was moved to others, or had its cores or memory changed by a
+    restart (a change made in place is none); `moves` those of them onto other GPUs or servers.
+    `restart_lost_gpu_s`: GPU-seconds its restarts cost, the start-ups (times the GPUs waiting) and the
+    work lost since a checkpoint and done again (times the GPUs that had done it).
+    `deadline_s` is set for QoS jobs (GENIE);
     `min_rate_iters_per_s` for jobs of the other QoS kind, with `avg_rate_iters_per_s` their measured
     average rate (total iterations / (finish - first start); None until finished).
     """
@@ -31,6 +35,8 @@ class JobRecord:
     deadline_s: float | None = None
     min_rate_iters_per_s: float | None = None
     avg_rate_iters_per_s: float | None = None
+    moves: int = 0
+    restart_lost_gpu_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -224,6 +230,8 @@ class SimulationResult:
     utilisation: UtilisationSeries
     stopped_early: bool = False
     infeasible_jobs: int = 0  # dropped: they can never fit this cluster
+    restart_costs: dict[str, Any] | None = None  # RestartCosts.to_dict(); None: restarts are free
+    restart_policy: dict[str, Any] | None = None  # the RestartPolicy rounds weighed; None: none
 
     @property
     def avg_jct_h(self) -> float:
@@ -282,6 +290,15 @@ class SimulationResult:
     def total_preemptions(self) -> int:
         return sum(r.preemptions for r in self.records)
 
+    @property
+    def total_moves(self) -> int:
+        return sum(r.moves for r in self.records)
+
+    @property
+    def restart_lost_gpu_h(self) -> float:
+        """GPU-hours lost to restarts over every job (start-ups of restarts and work done again)."""
+        return sum(r.restart_lost_gpu_s for r in self.records) / SECONDS_PER_HOUR
+
     def summary(self) -> dict[str, Any]:
         """The headline figures only (no per-job records, no series)."""
         return self.to_dict(include_records=False, include_series=False)
@@ -313,6 +330,10 @@ class SimulationResult:
             "cpu_util_pct": self.cpu_util_pct,
             "mem_util_pct": self.mem_util_pct,
             "preemptions": self.total_preemptions,
+            "moves": self.total_moves,
+            "restart_lost_gpu_h": self.restart_lost_gpu_h,
+            "restart_costs": self.restart_costs,
+            "restart_policy": self.restart_policy,
             "qos_jobs": qos.jobs,
             "qos_pct": clean(qos.met_pct),
             "tardiness_h": clean(qos.tardiness_h),

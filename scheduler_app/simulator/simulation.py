@@ -5,24 +5,31 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 
 from profiles_app.catalog import load_catalog
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies import POLICIES, Policy
-from scheduler_app.core.throughput import job_profile
-from scheduler_app.core.types import JobView, Outcome, Placement, RoundPlan, SensitivityProfile
+from scheduler_app.core.restarts import RestartPolicy
+from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.simulator.cluster import ClusterSpec
-from scheduler_app.simulator.metrics import (
-    JobRecord,
-    ResourceTotals,
-    SimulationResult,
-    UtilisationSeries,
-    jct_stats,
-)
+from scheduler_app.simulator.metrics import ResourceTotals, SimulationResult, jct_stats
+from scheduler_app.simulator.restart_costs import RestartCosts
+from scheduler_app.simulator.sim_run import SimJob, SimRun, first_finish_s
 from scheduler_app.simulator.trace import TraceError, TraceJob
+
+__all__ = [
+    "EVENTS",
+    "MODES",
+    "ROUNDS",
+    "SimJob",
+    "SimRun",
+    "default_first_round_s",
+    "resolve_run",
+    "simulate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -32,142 +39,6 @@ MODES = (ROUNDS, EVENTS)
 # Reference static traces put job i at i ms, all under 1 s, and the reference starts their first round at 1 s.
 STATIC_TRACE_MAX_ARRIVAL_S = 1.0
 STATIC_FIRST_ROUND_S = 1.0
-# Relative slack when deciding that a job finishes inside a round (exact mode), against float residue
-# such as 1e-12 iterations left over, which would otherwise cost a whole extra round.
-_FINISH_REL_TOL = 1e-9
-
-
-class SimJob:
-    """Mutable per-job state; `view` caches the JobView until the job's state changes."""
-
-    __slots__ = (
-        "arrival_s",
-        "attained_gpu_s",
-        "cpus_per_gpu_override",
-        "current",
-        "deadline_s",
-        "done_iters",
-        "finish_s",
-        "gpu_choices",
-        "has_run",
-        "iter_time_s",
-        "job_id",
-        "mem_gb_per_gpu_override",
-        "min_rate_iters_per_s",
-        "model",
-        "num_gpus",
-        "num_nodes",
-        "owner_base_usage_gpu_s",
-        "owner_id",
-        "preemptions",
-        "priority",
-        "profile",
-        "resources",
-        "start_s",
-        "team_id",
-        "total_iters",
-        "view",
-    )
-
-    def __init__(self, trace_job: TraceJob, profile: SensitivityProfile) -> None:
-        self.job_id = trace_job.job_id
-        self.model = trace_job.model
-        self.num_gpus = trace_job.num_gpus
-        self.num_nodes = trace_job.num_nodes
-        self.arrival_s = float(trace_job.arrival_s)
-        self.total_iters = float(trace_job.total_iters)
-        self.deadline_s = None if trace_job.deadline_s is None else float(trace_job.deadline_s)
-        self.min_rate_iters_per_s = trace_job.min_rate_iters_per_s
-        self.gpu_choices = trace_job.gpu_choices
-        # The workload's profile for this GPU count (a GENIE fit times k GPUs apart from 1), as the
-        # live service's JobView holds it.
-        self.profile = profile = job_profile(profile, trace_job.num_gpus)
-        self.iter_time_s = profile.iter_time_s
-        self.done_iters = 0.0
-        self.attained_gpu_s = 0.0
-        self.current: Placement | None = None
-        self.view: JobView | None = None
-        self.resources: tuple[int, float, float, float, float] | None = None  # of `current`
-        self.start_s: float | None = None
-        self.finish_s: float | None = None
-        self.has_run = False
-        self.preemptions = 0
-        self.cpus_per_gpu_override: float | None = None
-        self.mem_gb_per_gpu_override: float | None = None
-        self.priority = 0
-        self.team_id: int | None = None
-        self.owner_id = trace_job.owner_id
-        # The owner's usage from before the simulation (a forecast of the live queue); what the
-        # owner's jobs attain during it is added by the run (SimRun.owner_gained_gpu_s).
-        self.owner_base_usage_gpu_s = 0.0
-
-    @classmethod
-    def from_view(cls, view: JobView, model: str = "") -> SimJob:
-        """A live job as the core sees it (progress, service, overrides and placement kept)."""
-        job = cls(
-            TraceJob(view.job_id, model, view.arrival_s, 1, view.num_gpus, view.deadline_s), view.profile
-        )
-        job.total_iters = float(view.total_iters)
-        job.done_iters = float(view.done_iters)
-        job.attained_gpu_s = float(view.attained_service_gpu_s)
-        job.cpus_per_gpu_override = view.cpus_per_gpu_override
-        job.mem_gb_per_gpu_override = view.mem_gb_per_gpu_override
-        job.priority = view.priority
-        job.team_id = view.team_id
-        job.owner_id = view.owner_id
-        job.num_nodes = view.num_nodes
-        job.min_rate_iters_per_s = view.min_rate_iters_per_s
-        job.gpu_choices = view.gpu_choices
-        job.owner_base_usage_gpu_s = view.owner_usage_gpu_s
-        job.current = view.current
-        job.has_run = view.current is not None
-        return job
-
-    def job_view(self, owner_usage_gpu_s: float = 0.0) -> JobView:
-        view = self.view
-        if view is None or view.owner_usage_gpu_s != owner_usage_gpu_s:
-            view = JobView(
-                job_id=self.job_id,
-                num_gpus=self.num_gpus,
-                arrival_s=self.arrival_s,
-                profile=self.profile,
-                total_iters=self.total_iters,
-                done_iters=self.done_iters,
-                attained_service_gpu_s=self.attained_gpu_s,
-                deadline_s=self.deadline_s,
-                cpus_per_gpu_override=self.cpus_per_gpu_override,
-                mem_gb_per_gpu_override=self.mem_gb_per_gpu_override,
-                priority=self.priority,
-                current=self.current,
-                team_id=self.team_id,
-                owner_id=self.owner_id,
-                owner_usage_gpu_s=owner_usage_gpu_s,
-                num_nodes=self.num_nodes,
-                min_rate_iters_per_s=self.min_rate_iters_per_s,
-                gpu_choices=self.gpu_choices,
-            )
-            self.view = view
-        return view
-
-    def record(self) -> JobRecord:
-        jct_s = None if self.finish_s is None else self.finish_s - self.arrival_s
-        rate = None
-        if self.min_rate_iters_per_s is not None and self.finish_s is not None and self.start_s is not None:
-            # Its average rate from its first start to its finish (pauses and restarts count against it).
-            rate = self.total_iters / max(self.finish_s - self.start_s, 1e-9)
-        return JobRecord(
-            job_id=self.job_id,
-            model=self.model,
-            num_gpus=self.num_gpus,
-            arrival_s=self.arrival_s,
-            start_s=self.start_s,
-            finish_s=self.finish_s,
-            jct_s=jct_s,
-            preemptions=self.preemptions,
-            deadline_s=self.deadline_s,
-            min_rate_iters_per_s=self.min_rate_iters_per_s,
-            avg_rate_iters_per_s=rate,
-        )
 
 
 def resolve_run(policy: str | Policy, allocator: str | Allocator) -> tuple[Policy, Allocator, str, str]:
@@ -181,23 +52,6 @@ def resolve_run(policy: str | Policy, allocator: str | Allocator) -> tuple[Polic
     return policy_obj, allocator_obj, policy_name, allocator_name
 
 
-def _first_finish_s(
-    plan: RoundPlan, active: Mapping[int, SimJob], now_s: float, restart_overhead_s: float
-) -> float:
-    """When the first job placed by `plan` would finish if nothing changed (event mode's next event)."""
-    first = math.inf
-    for decision in plan.decisions:
-        placement = decision.placement
-        if placement is None:
-            continue
-        job = active[decision.job_id]
-        same = job.current is not None and placement.shares == job.current.shares
-        overhead_s = restart_overhead_s if (job.has_run and not same) else 0.0
-        need_s = (job.total_iters - job.done_iters) * job.iter_time_s / placement.speedup
-        first = min(first, now_s + overhead_s + need_s)
-    return first
-
-
 def default_first_round_s(arrivals_s: Sequence[float], round_s: float) -> float:
     """Where the round grid starts, as the reference does it (runner.py init_event_queue).
 
@@ -208,156 +62,6 @@ def default_first_round_s(arrivals_s: Sequence[float], round_s: float) -> float:
     if max(arrivals_s) < STATIC_TRACE_MAX_ARRIVAL_S:
         return STATIC_FIRST_ROUND_S
     return math.ceil(first / round_s) * round_s
-
-
-def _resources(placement: Placement, profile: SensitivityProfile) -> tuple[int, float, float, float, float]:
-    """(GPUs, cores, GB) a placement holds, then the cores and GB the job turns into speed.
-
-    Useful = min(allocated, best-case demand) on each server: resources beyond a job's best case buy
-    no throughput.
-    """
-    gpus = 0
-    cpus = mem_gb = cpus_used = mem_used = 0.0
-    best_cpus = profile.best_cpus_per_gpu
-    best_mem = profile.best_mem_gb_per_gpu
-    for share in placement.shares:
-        n = len(share.gpu_indices)
-        gpus += n
-        cpus += share.num_cpus
-        mem_gb += share.mem_gb
-        cpus_used += min(share.num_cpus, best_cpus * n)
-        mem_used += min(share.mem_gb, best_mem * n)
-    return gpus, cpus, mem_gb, cpus_used, mem_used
-
-
-def _advance(
-    job: SimJob, speedup: float, overhead_s: float, now_s: float, round_s: float, round_end: bool
-) -> float:
-    """Run `job` for one round at `speedup`, setting finish_s if it completes; return the seconds held."""
-    if not speedup > 0:
-        raise ValueError(f"allocator gave job {job.job_id} a non-positive speedup {speedup}")
-    run_s = round_s - overhead_s if overhead_s < round_s else 0.0
-    if round_end:
-        # The reference credits floor(round / effective iteration time) whole iterations per round
-        # and finishes the job when its lease ends.
-        if run_s > 0:
-            job.done_iters += math.floor(run_s / (job.iter_time_s / speedup))
-        if job.done_iters >= job.total_iters:
-            job.done_iters = job.total_iters
-            job.finish_s = now_s + round_s
-        return round_s
-    need_s = (job.total_iters - job.done_iters) * job.iter_time_s / speedup
-    if need_s <= run_s * (1.0 + _FINISH_REL_TOL):
-        job.done_iters = job.total_iters
-        job.finish_s = now_s + overhead_s + need_s
-        return overhead_s + need_s
-    job.done_iters += run_s * speedup / job.iter_time_s
-    return round_s
-
-
-class SimRun:
-    """The mutable state of one simulation: who is active and running, and the running totals."""
-
-    def __init__(self, *, round_s: float, round_end: bool, restart_overhead_s: float) -> None:
-        self.round_s = round_s
-        self.round_end = round_end
-        self.restart_overhead_s = restart_overhead_s
-        self.active: dict[int, SimJob] = {}  # arrived and unfinished, in arrival order
-        self.running: dict[int, SimJob] = {}  # placed in the previous round, unfinished
-        self.infeasible = 0
-        # Resource-seconds: GPUs, cores, GB allocated; cores and GB turned into speed.
-        self.totals = [0.0, 0.0, 0.0, 0.0, 0.0]
-        self.series = UtilisationSeries()
-        # GPU-seconds each owner's jobs attained in this run (fair share; no decay within a run).
-        self.owner_gained_gpu_s: dict[int, float] = defaultdict(float)
-
-    def views(self) -> list[JobView]:
-        views = []
-        gained = self.owner_gained_gpu_s
-        for job in self.active.values():
-            if job.owner_id is None:
-                views.append(job.view if job.view is not None else job.job_view())
-            else:  # the owner's usage moves whenever any of their jobs runs
-                views.append(job.job_view(job.owner_base_usage_gpu_s + gained[job.owner_id]))
-        return views
-
-    def apply(
-        self, plan: RoundPlan, now_s: float, interval_s: float | None = None
-    ) -> tuple[int, list[SimJob]]:
-        """Apply one round's plan for `interval_s` (default: a round); returns how many jobs were
-        placed and those that finished."""
-        active = self.active
-        round_end, restart_overhead_s = self.round_end, self.restart_overhead_s
-        round_s = self.round_s if interval_s is None else interval_s
-        new_running: dict[int, SimJob] = {}
-        done_now: list[SimJob] = []
-        sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # this round's GPUs, cores, GB, useful cores, useful GB
-        totals = self.totals
-        for decision in plan.decisions:
-            placement = decision.placement
-            if placement is None:
-                if decision.outcome is Outcome.INFEASIBLE:
-                    self._drop(decision.job_id, decision.reason)
-                continue
-            job = active[decision.job_id]
-            previous = job.current
-            same = previous is not None and placement.shares == previous.shares
-            if previous is not None and not same:
-                job.preemptions += 1  # moved: the lease does not continue
-            overhead_s = restart_overhead_s if (job.has_run and not same) else 0.0
-            if job.start_s is None:
-                job.start_s = now_s
-            held_s = _advance(job, placement.speedup, overhead_s, now_s, round_s, round_end)
-            # The GPUs it holds (a job with GPU choices may run on fewer or more than it asked for).
-            job.attained_gpu_s += held_s * placement.num_gpus
-            if job.owner_id is not None:
-                self.owner_gained_gpu_s[job.owner_id] += held_s * placement.num_gpus
-            job.current = placement
-            job.has_run = True
-            job.view = None
-            if not same or job.resources is None:
-                job.resources = _resources(placement, job.profile)
-            gpus, cpus, mem_gb, cpus_used, mem_used = job.resources
-            sums[0] += gpus
-            sums[1] += cpus
-            sums[2] += mem_gb
-            sums[3] += cpus_used
-            sums[4] += mem_used
-            totals[0] += gpus * held_s
-            totals[1] += cpus * held_s
-            totals[2] += mem_gb * held_s
-            totals[3] += cpus_used * held_s
-            totals[4] += mem_used * held_s
-            if job.finish_s is not None:
-                done_now.append(job)
-            else:
-                new_running[job.job_id] = job
-
-        # Jobs that ran last round and got nothing this round are preempted (paused).
-        for job_id, job in self.running.items():
-            if job_id not in new_running and job.finish_s is None and job_id in active:
-                job.preemptions += 1
-                job.current = None
-                job.view = None
-        self.running = new_running
-        placed = len(new_running) + len(done_now)
-        self.series.append(now_s, int(sums[0]), *sums[1:], placed, len(active) - placed)
-        for job in done_now:
-            del active[job.job_id]
-            job.current = None
-        return placed, done_now
-
-    def _drop(self, job_id: int, reason: str) -> None:
-        job = self.active.pop(job_id)
-        self.running.pop(job_id, None)
-        self.infeasible += 1
-        logger.warning(
-            "job %d (%s, %d GPUs) can never run on this cluster (%s); dropped",
-            job.job_id,
-            job.model,
-            job.num_gpus,
-            reason,
-        )
 
 
 def _load_jobs(trace: Sequence[TraceJob], profiles: Mapping[str, SensitivityProfile]) -> list[SimJob]:
@@ -394,6 +98,8 @@ def simulate(
     max_time_s: float | None = None,
     progress: Callable[[float], None] | None = None,
     mode: str = ROUNDS,
+    restarts: RestartPolicy | None = None,
+    restart_costs: RestartCosts | None = None,
 ) -> SimulationResult:
     """Replay `trace` on `cluster` in rounds of `round_s` seconds and measure what happens.
 
@@ -405,8 +111,18 @@ def simulate(
     Each round starts at `first_round_s + k x round_s` (default: default_first_round_s). Jobs that have
     arrived by then and are unfinished are handed to schedule_round with an all-free snapshot; a job
     placed on the same resources as last round continues its lease, one placed elsewhere (or resumed
-    after a pause) restarts and makes no progress for `restart_overhead_s` (a job's first start has no
-    overhead). A placed job runs at `speedup / iter_time_s` iterations per second.
+    after a pause) restarts. A placed job runs at `speedup / iter_time_s` iterations per second.
+
+    Restarts (docs/restarts.md): `restart_costs` (RestartCosts) charges what they cost: every start,
+    the first one too, makes no progress for the job's start-up, and a restart rolls the job back to
+    its last checkpoint (the run since is lost and done again). None charges nothing (the papers);
+    `restart_overhead_s` is the older start-up-only charge: a restart (not a first start) makes no
+    progress for that long and loses nothing (not combinable with `restart_costs`). `restarts`
+    (RestartPolicy) is passed to schedule_round: running jobs move only when it pays, within the
+    minimum run time not at all; a change of cores or memory on the same GPUs is then free where
+    `restarts.resize_in_place` (without `restarts`, any change of resources is a restart). Each job
+    gets its costs in its JobView (startup_s, checkpoint_every_s, lease_started_s on the sim clock),
+    and its record counts preemptions, moves and the GPU-seconds its restarts lost.
 
     - `finish_at_round_end=False` (default): a job finishes at the exact moment its last iteration
       ends; its resources stay idle until the next round. Progress is fractional.
@@ -424,6 +140,8 @@ def simulate(
         raise ValueError(f"round_s must be positive, got {round_s}")
     if not restart_overhead_s >= 0:
         raise ValueError(f"restart_overhead_s must be >= 0, got {restart_overhead_s}")
+    if restart_overhead_s and restart_costs is not None:
+        raise ValueError("pass restart_costs or restart_overhead_s, not both")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == EVENTS and finish_at_round_end:
@@ -435,6 +153,16 @@ def simulate(
         raise ValueError(f"measured_job_ids must be a non-empty [lo, hi) range, got {measured_job_ids}")
     policy_obj, allocator_obj, policy_name, allocator_name = resolve_run(policy, allocator)
     sim_jobs = _load_jobs(trace, load_catalog() if catalog is None else catalog)
+    for job in sim_jobs:
+        if restart_costs is not None:
+            job.set_costs(
+                restart_costs.startup_of(job.model),
+                restart_costs.checkpoint_every_s,
+                charges_work=True,
+                first_start_waits=True,
+            )
+        elif restart_overhead_s:
+            job.set_costs(restart_overhead_s, None, charges_work=False, first_start_waits=False)
     if measured_job_ids is None:
         measured = list(sim_jobs)
     else:
@@ -449,7 +177,8 @@ def simulate(
         t0 = float(first_round_s)
 
     snapshot = cluster.snapshot()  # immutable: shared by every round
-    run = SimRun(round_s=round_s, round_end=finish_at_round_end, restart_overhead_s=restart_overhead_s)
+    in_place = restarts is not None and restarts.resize_in_place
+    run = SimRun(round_s=round_s, round_end=finish_at_round_end, in_place=in_place)
     active = run.active
     num_jobs = len(sim_jobs)
     next_idx = 0  # next job of sim_jobs (sorted by arrival) to admit
@@ -481,13 +210,15 @@ def simulate(
                 k = next_round_after_arrival()  # idle cluster
             continue
 
-        plan = schedule_round(snapshot, run.views(), policy=policy_obj, allocator=allocator_obj, now_s=now_s)
+        plan = schedule_round(
+            snapshot, run.views(), policy=policy_obj, allocator=allocator_obj, now_s=now_s, restarts=restarts
+        )
         rounds += 1
         interval_s = None
         if events:
             next_arrival_s = sim_jobs[next_idx].arrival_s if next_idx < num_jobs else math.inf
-            first_finish_s = _first_finish_s(plan, active, now_s, restart_overhead_s)
-            interval_s = min(next_arrival_s, first_finish_s, now_s + round_s) - now_s
+            first_s = first_finish_s(plan, active, now_s, in_place)
+            interval_s = min(next_arrival_s, first_s, now_s + round_s) - now_s
             event_now_s = now_s + interval_s
         placed, done_now = run.apply(plan, now_s, interval_s)
         finished += len(done_now)
@@ -533,6 +264,8 @@ def simulate(
         utilisation=run.series,
         stopped_early=stopped_early,
         infeasible_jobs=run.infeasible,
+        restart_costs=None if restart_costs is None else restart_costs.to_dict(),
+        restart_policy=None if restarts is None else asdict(restarts),
     )
     logger.info(
         "simulated %d jobs (%s+%s) in %d rounds, %.2f s: avg JCT %.2f h, makespan %.2f h",
