@@ -42,6 +42,11 @@ class Server(models.Model):
         help_text="Seconds of the node per second of a job's profile: 1 on a real node; a fake node's "
         "--time-scale (0.05 runs synthetic jobs 20 times faster)",
     )
+    live_resize = models.BooleanField(
+        default=False,
+        help_text="Its agent applies a new size (cores, memory) to a running lease in place (registered "
+        "feature `resize`); otherwise a round restarts a job whose cores or memory change",
+    )
     registered_at = models.DateTimeField(
         null=True,
         blank=True,

@@ -79,6 +79,7 @@ class NodeInventory:
     storage_mbps: float = 0.0
     address: str = ""  # where the node's peers reach it (a multi-node job's MASTER_ADDR)
     time_scale: float = 1.0  # a fake node's --time-scale; forecasts turn profile time into wall time
+    features: frozenset[str] = frozenset()  # "resize": it resizes running leases in place
 
 
 @dataclass
@@ -229,6 +230,7 @@ def node_register(
     server.address = inventory.address or server.address
     server.agent_version = inventory.agent_version
     server.time_scale = inventory.time_scale
+    server.live_resize = "resize" in inventory.features
     server.gpu_model = next((g.model for g in inventory.gpus if g.model), server.gpu_model)
     server.registered_at = now  # from now on the server may take work (its state permitting)
     server_revive(server, busy_gpus=busy_gpus)

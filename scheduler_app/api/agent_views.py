@@ -98,10 +98,9 @@ class AgentSyncView(AgentView):
         valid = [LeaseReport(**report) for report in checked]
         usage = AgentHeartbeatSerializer.usage_of(body["sample"])
         running = body["running"]
+        sync = SyncRequest(usage=usage, running=running, sizes=body["sizes"], reports=valid)
         try:
-            outcome = agent_sync(
-                server=request.auth, request=SyncRequest(usage=usage, running=running, reports=valid)
-            )
+            outcome = agent_sync(server=request.auth, request=sync)
         except ServerNotRegisteredError as exc:  # nothing stored: the agent registers, then syncs
             return Response({"detail": str(exc), "code": "not_registered"}, status=status.HTTP_409_CONFLICT)
         conf = node_conf()

@@ -19,6 +19,9 @@ class SchedulingRound(models.Model):
     num_pending = models.PositiveIntegerField(default=0)
     num_infeasible = models.PositiveIntegerField(default=0)
     num_preempted = models.PositiveIntegerField(default=0)
+    num_resized = models.PositiveIntegerField(
+        default=0, help_text="Running jobs given other cores or memory in place (same GPUs, no restart)"
+    )
 
     class Meta:
         ordering = ["-started_at"]

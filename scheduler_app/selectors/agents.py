@@ -156,9 +156,10 @@ def live_leases_sql() -> str:
     qn = connection.ops.quote_name
     allocation, job, run = (qn(m._meta.db_table) for m in (Allocation, Job, ProfilingRun))
     return (
-        f"SELECT a.lease_id, 0 FROM {allocation} a WHERE a.server_id = %s AND a.ended_at IS NULL"
+        f"SELECT a.lease_id, 0, a.num_cpus, a.mem_gb FROM {allocation} a"
+        f" WHERE a.server_id = %s AND a.ended_at IS NULL"
         f" AND (SELECT j.state FROM {job} j WHERE j.id = a.job_id) = %s"
-        f" UNION ALL SELECT NULL, 1 WHERE EXISTS"
+        f" UNION ALL SELECT NULL, 1, NULL, NULL WHERE EXISTS"
         # A GENIE run's peer server measures its part too (profiles_app/genie_profiling.py).
         f" (SELECT 1 FROM {run} p WHERE p.status = %s AND (p.server_id = %s"
         f" OR (p.peer_server_id = %s AND p.peer_released_at IS NULL)))"
@@ -167,19 +168,48 @@ def live_leases_sql() -> str:
 
 def _live_leases(server_id: int) -> tuple[set[UUID], bool]:
     """The ids of the server's live leases (not ended, job RUNNING), and whether a profiling run runs
-    on it: one hand-written statement, as every sync of every agent asks it. The ORM builds the same
-    SQL for 2 to 3 ms of CPU each time (10 to 30 times what running it costs), which a thousand agents
-    pay a hundred times a second."""
+    on it (`_live_lease_sizes` without the sizes)."""
+    sizes, profiling = _live_lease_sizes(server_id)
+    return set(sizes), profiling
+
+
+def _live_lease_sizes(server_id: int) -> tuple[dict[UUID, tuple[int, float]], bool]:
+    """The server's live leases (not ended, job RUNNING) with their size (cores, memory GB), and
+    whether a profiling run runs on it: one hand-written statement, as every sync of every agent asks
+    it. The ORM builds the same SQL for 2 to 3 ms of CPU each time (10 to 30 times what running it
+    costs), which a thousand agents pay a hundred times a second."""
     with connection.cursor() as cursor:
         params = [server_id, JobState.RUNNING.value, ProfilingRunStatus.RUNNING.value, server_id, server_id]
         cursor.execute(live_leases_sql(), params)
         rows = cursor.fetchall()
     # PostgreSQL hands back UUIDs, SQLite their 32 hex digits.
-    live = {v if isinstance(v, UUID) else UUID(v) for v, is_run in rows if not is_run}
-    return live, any(is_run for _, is_run in rows)
+    live = {
+        (v if isinstance(v, UUID) else UUID(v)): (int(cpus), float(mem_gb))
+        for v, is_run, cpus, mem_gb in rows
+        if not is_run
+    }
+    return live, any(row[1] for row in rows)
 
 
-def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str, Any]]:
+def resize_commands(
+    live: dict[UUID, tuple[int, float]], applied: dict[UUID, tuple[int, float]]
+) -> list[dict[str, Any]]:
+    """A `resize` for each live lease whose size the agent says it applies (`applied`, the sync's
+    `sizes`: only agents with the `resize` feature send them) and which a round has changed since
+    (docs/agent.md, "Resizing in place"). Recomputed on every sync, like the other commands, so a lost
+    answer is repeated and a resize the agent has applied is not sent again."""
+    commands = []
+    for lease_id, (cpus, mem_gb) in sorted(applied.items(), key=lambda item: str(item[0])):
+        size = live.get(lease_id)
+        if size is None or (size[0] == cpus and abs(size[1] - mem_gb) <= 1e-6):
+            continue
+        commands.append({"kind": "resize", "lease_id": str(lease_id), "num_cpus": size[0], "mem_gb": size[1]})
+    return commands
+
+
+def agent_commands(
+    *, server: Server, running: Iterable[UUID], sizes: dict[UUID, tuple[int, float]] | None = None
+) -> list[dict[str, Any]]:
     """The commands that bring `server` to the state the scheduler decided, from database state only.
 
     - start: an active lease of this server whose job is RUNNING and which the agent does not run,
@@ -187,15 +217,18 @@ def agent_commands(*, server: Server, running: Iterable[UUID]) -> list[dict[str,
     - preempt / cancel: a lease the agent runs that the service has ended (preempted by a round, or
       ended for any other reason: cancelled, finished elsewhere, node failure), or does not know;
     - drain: the server is DRAINING or DRAINED;
-    - profile: a running profiling run on this server (docs/profiling.md); its lease id is live.
+    - profile: a running profiling run on this server (docs/profiling.md); its lease id is live;
+    - resize: a live lease the agent runs at another size than a round gave it (`sizes`: what the
+      agent applies, sent by agents with the `resize` feature; `resize_commands`).
     Computed afresh on every sync, so a lost answer is simply repeated by the next one.
     """
     conf = scheduler_conf()
     running = set(running)
     # Most syncs change nothing: the live leases' ids first (one light query), and the leases to
     # start, with their jobs, GPUs and rendezvous, and the profiling commands only when there are some.
-    live, profiling = _live_leases(server.pk)
-    commands: list[dict[str, Any]] = []
+    live_sizes, profiling = _live_lease_sizes(server.pk)
+    live = set(live_sizes)
+    commands: list[dict[str, Any]] = resize_commands(live_sizes, sizes) if sizes else []
     if live - running:
         # A moved job (or one sent back to the queue and placed again) starts its next lease only
         # once every earlier lease of it has exited or is surely stopped by its node's fence: the old

@@ -33,6 +33,8 @@ class SyncRequest:
 
     usage: UsageReport
     running: list[UUID] = field(default_factory=list)
+    # lease id -> (cores, memory GB) the agent applies now (agents with the `resize` feature)
+    sizes: dict[UUID, tuple[int, float]] = field(default_factory=dict)
     reports: list[LeaseReport] = field(default_factory=list)
 
 
@@ -79,7 +81,7 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
                 len(request.reports),
             )
     generation = wake_generation(server.pk)
-    commands = agent_commands(server=server, running=request.running)
+    commands = agent_commands(server=server, running=request.running, sizes=request.sizes)
     # Before the answer leaves: from now on the agent may run these leases, and a later lease of their
     # jobs must wait for their exit or their fence (selectors/lease_starts.py).
     allocations_start_sent(lease_ids=[c["lease_id"] for c in commands if c.get("kind") == "start"])

@@ -34,7 +34,7 @@ from scheduler_app.services.job_lifecycle import (
     jobs_transition_bulk,
     transition_event,
 )
-from scheduler_app.services.round_writes import round_decisions_insert
+from scheduler_app.services.round_writes import allocations_resize, round_decisions_insert
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,43 @@ def _same_resources(current: list[ActiveLease], placement: Placement) -> bool:
     held = sorted(key(lease.server_id, lease.gpu_indices, lease.num_cpus, lease.mem_gb) for lease in current)
     new = sorted(key(s.server_id, s.gpu_indices, s.num_cpus, s.mem_gb) for s in placement.shares)
     return held == new
+
+
+def _resize_of(
+    current: list[ActiveLease], placement: Placement, resizable: frozenset[int] | set[int]
+) -> list[ActiveLease] | None:
+    """The leases to resize in place when the placement keeps each of them on its server's same GPUs
+    (other cores or memory: core/restarts.py's RESIZED) and every one of those servers' agents resizes
+    live (Server.live_resize); None otherwise: a restart (a move), as for other GPUs or servers."""
+    by_server = {lease.server_id: lease for lease in current}
+    if len(by_server) != len(current) or len(placement.shares) != len(current):
+        return None
+    for share in placement.shares:
+        lease = by_server.get(share.server_id)
+        if lease is None or share.server_id not in resizable:
+            return None
+        if tuple(sorted(lease.gpu_indices)) != tuple(sorted(share.gpu_indices)):
+            return None
+    return current
+
+
+def _resize_data(
+    round_id: int | None, current: list[ActiveLease], placement: Placement, names: dict[int, str]
+) -> dict[str, Any]:
+    """A `resized` event's data: the job's cores and memory before and after (all parts), its parts."""
+    return {
+        "round": round_id,
+        "from": {
+            "cpus": sum(lease.num_cpus for lease in current),
+            "mem_gb": sum(lease.mem_gb for lease in current),
+        },
+        "to": {
+            "cpus": sum(s.num_cpus for s in placement.shares),
+            "mem_gb": sum(s.mem_gb for s in placement.shares),
+        },
+        "placement": _placement_data(placement, names),
+        "speedup": placement.speedup,
+    }
 
 
 def _pending_reason(decision: Decision, blocked_ahead: bool) -> str:
@@ -100,6 +137,10 @@ class PlanWrites:
 
     to_end: list[int] = field(default_factory=list)  # allocation ids whose lease ends (preempted)
     new_placements: list[Placement] = field(default_factory=list)
+    # Running jobs kept on their GPUs with other cores or memory, applied to their leases in place:
+    # (allocation id, cores, memory GB, speed-up) per lease, and the placements (for the recheck).
+    resizes: list[tuple[int, int, float, float]] = field(default_factory=list)
+    resized_placements: list[Placement] = field(default_factory=list)
     # job id -> (state read, new state, pending reason), only for jobs whose row changes: a job whose
     # lease continues, a moved job (RUNNING before and after) and a waiting job whose reason stays are
     # not written (jobs_transition_bulk).
@@ -108,7 +149,7 @@ class PlanWrites:
     round_decisions: list[tuple[int, int, str, str, float | None]] = field(default_factory=list)
     counts: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
-            ("num_placed", "num_pending", "num_infeasible", "num_preempted"), 0
+            ("num_placed", "num_pending", "num_infeasible", "num_preempted", "num_resized"), 0
         )
     )
     written_job_ids: set[int] = field(default_factory=set)  # jobs whose row or leases change
@@ -123,10 +164,13 @@ def _plan_writes(
     names: dict[int, str],
     all_gpus: int,
     skipped: frozenset[int] | set[int] = frozenset(),
+    resizable: frozenset[int] | set[int] = frozenset(),
 ) -> PlanWrites:
     """The plan's writes. A `skipped` job's decision writes nothing (not even its RoundDecision), but
     still counts as a job waiting ahead for the pending reasons of the jobs behind it, so that skipping
-    it changes no other job's writes."""
+    it changes no other job's writes. A running job kept on its GPUs with other cores or memory is
+    resized in place where every server of it is in `resizable` (its agent resizes live), and moved
+    (a restart) otherwise."""
     w = PlanWrites()
     blocked_ahead = False
 
@@ -148,6 +192,32 @@ def _plan_writes(
             if leases and _same_resources(leases, placement):
                 continue  # the lease continues untouched
             w.written_job_ids.add(job.pk)
+            resized = _resize_of(leases, placement, resizable) if leases else None
+            if resized is not None:
+                # The same process, other cores or memory: its leases are updated and its agent applies
+                # them at its next sync (selectors/agents.py resize_commands); no restart, no new lease.
+                w.counts["num_resized"] += 1
+                by_server = {share.server_id: share for share in placement.shares}
+                w.resizes += [
+                    (
+                        lease.allocation_id,
+                        by_server[lease.server_id].num_cpus,
+                        by_server[lease.server_id].mem_gb,
+                        placement.speedup,
+                    )
+                    for lease in resized
+                ]
+                w.resized_placements.append(placement)
+                w.events.append(
+                    job_event(
+                        job,
+                        "resized",
+                        reason=decision.reason,
+                        at=now,
+                        data=_resize_data(round_id, leases, placement, names),
+                    )
+                )
+                continue
             data = {
                 "round": round_id,
                 "placement": _placement_data(placement, names),
@@ -212,7 +282,13 @@ def _plan_writes(
     return w
 
 
-def round_plan_recheck(inputs: RoundInputs, decisions: tuple[Decision, ...], *, all_gpus: int) -> set[int]:
+def round_plan_recheck(
+    inputs: RoundInputs,
+    decisions: tuple[Decision, ...],
+    *,
+    all_gpus: int,
+    resizable: frozenset[int] | set[int] = frozenset(),
+) -> set[int]:
     """Lock the rows of the jobs the plan writes, read them again, and return the ids of the jobs whose
     decisions must be skipped: the plan was computed on rows read without locks, and a report, cancel
     or hold may have changed them since.
@@ -224,7 +300,9 @@ def round_plan_recheck(inputs: RoundInputs, decisions: tuple[Decision, ...], *, 
     which the plan did not give to anyone else. Leases are created only by rounds (single-flight), so
     nothing else can have taken what the plan counts as free. Skipped jobs are decided by the next round.
     """
-    writes = _plan_writes(None, inputs, decisions, now=timezone.now(), names={}, all_gpus=all_gpus)
+    writes = _plan_writes(
+        None, inputs, decisions, now=timezone.now(), names={}, all_gpus=all_gpus, resizable=resizable
+    )
     current = round_jobs_recheck(writes.written_job_ids)
     skipped: set[int] = set()
     contested: set[int] = set()  # servers where a skipped job keeps a lease
@@ -240,7 +318,10 @@ def round_plan_recheck(inputs: RoundInputs, decisions: tuple[Decision, ...], *, 
             skipped.add(job_id)
             if now_row is not None:
                 contested |= now_row.lease_server_ids
-    placed_on = {p.job_id: {share.server_id for share in p.shares} for p in writes.new_placements}
+    placed_on = {
+        p.job_id: {share.server_id for share in p.shares}
+        for p in (*writes.new_placements, *writes.resized_placements)  # a resize may grow into freed cores
+    }
     while contested:
         newly = {
             job_id for job_id, servers in placed_on.items() if job_id not in skipped and servers & contested
@@ -268,6 +349,12 @@ def round_plan_apply(
     # Order matters: release the old holds before inserting new ones, or the partial unique index
     # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
     allocations_end(allocation_ids=w.to_end, reason="preempted", now=now)
+    if w.resizes:
+        allocations_resize(w.resizes)
+        # Their agents learn the new sizes at their next sync (resize_commands): woken to sync now.
+        agents_wake_on_commit(
+            {lease.server_id for p in w.resized_placements for lease in inputs.leases_by_job[p.job_id]}
+        )
     colocated = colocated_comm_jobs(
         d.placement for d in decisions if d.placement is not None and d.job_id not in skipped
     )

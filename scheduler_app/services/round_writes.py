@@ -1,12 +1,12 @@
-"""A round's decisions in one statement on PostgreSQL, bulk_create elsewhere (its allocations and events go
-through infra.bulk_sql.model_rows_insert; the jobs' states are services/job_lifecycle.py's)."""
+"""A round's decisions and its in-place resizes in one statement each on PostgreSQL (its new allocations and
+events go through infra.bulk_sql.model_rows_insert; the jobs' states are services/job_lifecycle.py's)."""
 
 from __future__ import annotations
 
 from django.db import connection
 
 from infra.vendor import is_postgresql
-from scheduler_app.models import RoundDecision
+from scheduler_app.models import Allocation, RoundDecision
 
 # Why hand-written statements: the ORM's bulk_create and update build, prepare and adapt every value
 # of every row in Python (field by field), which for a thousand-job queue was most of what a round
@@ -41,4 +41,31 @@ def round_decisions_insert(round_id: int, rows: list[tuple[int, int, str, str, f
             " FROM unnest(%s::bigint[], %s::int[], %s::varchar[], %s::varchar[], %s::float8[])"
             " AS v(job_id, position, outcome, reason, speedup)",
             [round_id, job_ids, positions, outcomes, reasons_, speedups],
+        )
+
+
+def allocations_resize(rows: list[tuple[int, int, float, float]]) -> None:
+    """Give active leases new cores and memory in place: (allocation id, cores, memory GB, speed-up).
+
+    The lease, its GPUs, its start and its process stay; its agent applies the new size at its next
+    sync (docs/agent.md, "Resizing in place"). On PostgreSQL one UPDATE over unnest'ed arrays; an
+    ended lease is left as it was. Elsewhere one UPDATE per lease.
+    """
+    if not rows:
+        return
+    if not is_postgresql():
+        for allocation_id, cpus, mem_gb, speedup in rows:
+            Allocation.objects.filter(pk=allocation_id, ended_at__isnull=True).update(
+                num_cpus=cpus, mem_gb=mem_gb, speedup=speedup
+            )
+        return
+    ids, cpus, mems, speedups = (list(column) for column in zip(*rows, strict=True))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Allocation._meta.db_table} AS a"
+            " SET num_cpus = v.num_cpus, mem_gb = v.mem_gb, speedup = v.speedup"
+            " FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::float8[])"
+            " AS v(id, num_cpus, mem_gb, speedup)"
+            " WHERE a.id = v.id AND a.ended_at IS NULL",
+            [ids, cpus, mems, speedups],
         )

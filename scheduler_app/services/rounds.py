@@ -48,8 +48,10 @@ def scheduling_round_run(*, trigger: str = "beat") -> SchedulingRound | None:
        them again; the decisions of jobs that changed meanwhile are skipped, and so are those that
        counted on them (round_plan_recheck). Agents' reports thus wait only for the locks of the
        apply step, not for the whole round.
-    5. Apply the plan (services/round_apply.py): unchanged placements keep their lease; moved or
-       unplaced running jobs are preempted (leases ended, GPUs released); new placements get Allocation rows.
+    5. Apply the plan (services/round_apply.py): unchanged placements keep their lease; a running job
+       kept on its GPUs with other cores or memory is resized in place where its agents can (its leases
+       updated, a `resized` event), moved otherwise; moved or unplaced running jobs are preempted
+       (leases ended, GPUs released); new placements get Allocation rows.
     6. Store the SchedulingRound, a RoundDecision per job decided and a JobEvent per state change; give
        profiling runs still queued what the plan left free; refresh server states. If decisions were
        skipped, ask for an early round for them.
@@ -99,7 +101,10 @@ def _round(trigger: str) -> SchedulingRound:
         restarts=conf.restarts,
     )
     all_gpus = sum(s.num_gpus for s in servers)
-    skipped = round_plan_recheck(inputs, plan.decisions, all_gpus=all_gpus)
+    # Servers whose agents apply a change of cores or memory to running jobs in place; a job resized
+    # elsewhere is restarted (round_apply._resize_of).
+    resizable = frozenset(s.id for s in servers if s.live_resize)
+    skipped = round_plan_recheck(inputs, plan.decisions, all_gpus=all_gpus, resizable=resizable)
     started_at = now
     # The writes are dated once the round holds the rows it writes: a job that finished while the round
     # computed released its GPUs at the finish's own time, and a lease on those GPUs must not start
@@ -120,6 +125,7 @@ def _round(trigger: str) -> SchedulingRound:
         names={s.id: s.name for s in servers},
         all_gpus=all_gpus,
         skipped=skipped,
+        resizable=resizable,
     )
     if skipped:
         # Their jobs changed while the plan was computed (mostly: they ended); the next round decides them.
@@ -134,7 +140,8 @@ def _round(trigger: str) -> SchedulingRound:
     summary = (
         f"round {sround.pk} ({trigger}, {conf.policy}/{conf.allocator}): {len(inputs.views)} runnable, "
         f"{counts['num_placed']} placed, {counts['num_pending']} pending, {counts['num_infeasible']} "
-        f"infeasible, {counts['num_preempted']} preempted, {len(skipped)} skipped, "
+        f"infeasible, {counts['num_preempted']} preempted, {counts['num_resized']} resized, "
+        f"{len(skipped)} skipped, "
         f"{sround.duration_ms:.0f} ms"
     )
     transaction.on_commit(lambda: logger.info(summary))

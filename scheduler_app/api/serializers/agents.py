@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from uuid import UUID
 
 from rest_framework import serializers
 
@@ -54,6 +55,14 @@ class AgentRegisterSerializer(serializers.Serializer):
         child=AgentGpuSerializer(), allow_empty=False, min_length=1, max_length=MAX_GPUS_PER_SERVER
     )
     cgroup_mode = StrictCharField(max_length=32, required=False, allow_blank=True, default="")
+    features = serializers.ListField(
+        child=StrictCharField(max_length=32),
+        required=False,
+        default=list,
+        max_length=32,
+        help_text='What the agent can do beyond the base protocol: "resize" (it applies a running '
+        "lease's new cores and memory in place, from `resize` commands)",
+    )
     time_scale = StrictFloatField(
         min_value=1e-4,
         max_value=1e4,
@@ -80,6 +89,7 @@ class AgentRegisterSerializer(serializers.Serializer):
             agent_version=d["agent_version"],
             storage_mbps=d["storage_mbps"],
             time_scale=d["time_scale"],
+            features=frozenset(d["features"]),
         )
 
 
@@ -142,7 +152,7 @@ class AgentHeartbeatSerializer(serializers.Serializer):
 class AgentCommandSerializer(serializers.Serializer):
     """One command; which fields are present depends on `kind`."""
 
-    kind = serializers.ChoiceField(choices=["start", "preempt", "cancel", "drain", "profile"])
+    kind = serializers.ChoiceField(choices=["start", "preempt", "cancel", "drain", "profile", "resize"])
     lease_id = serializers.UUIDField(required=False)
     grace_s = serializers.IntegerField(required=False)
     job_id = serializers.IntegerField(required=False)
@@ -288,6 +298,22 @@ class AgentSyncSerializer(serializers.Serializer):
     running = serializers.ListField(
         child=StrictUUIDField(), required=False, default=list, max_length=4096, help_text="Leases it runs"
     )
+    sizes = serializers.DictField(
+        child=serializers.ListField(child=StrictFloatField(min_value=0), min_length=2, max_length=2),
+        required=False,
+        default=dict,
+        help_text="An agent with the `resize` feature: lease id -> [cores, memory GB] it applies now; a "
+        "running lease whose size differs from the service's gets a `resize` command",
+    )
+
+    def validate_sizes(self, sizes: dict[str, list[float]]) -> dict[UUID, tuple[int, float]]:
+        if len(sizes) > 4096:
+            raise serializers.ValidationError("at most 4096 leases")
+        try:
+            return {UUID(str(k)): (int(v[0]), float(v[1])) for k, v in sizes.items()}
+        except ValueError as exc:
+            raise serializers.ValidationError(f"keys must be lease ids: {exc}") from exc
+
     # Items are checked one by one (`reports_check`): a malformed report, even one that is not a JSON
     # object, is rejected alone, not the sync.
     reports = serializers.ListField(
