@@ -20,8 +20,9 @@ from scheduler_app.core.predictor import ProfileSample, fit_predictor
 from tests.agent.fake_service import wait_for
 
 RUN_ID = "5a1e2d3c-4b5a-4968-8776-655443322110"
-# A torch launch takes ~5 s to start (imports, loader) on a 2-core machine; the rest is timed iterations.
-TORCH_MAX_S = 12.0
+# A torch launch takes ~4 s to start (imports, loader) on a 2-core machine; the rest, ~5 s, is timed
+# iterations (100+ at the largest batch): the fastest of three interleaved launches is what counts.
+TORCH_MAX_S = 9.0
 TRUTH = {"alpha_s": 0.002, "beta_s": 0.05, "t_intra_s": 0.06, "t_cross_s": 0.12, "batch": 32, "noise": 0.01}
 
 
