@@ -38,7 +38,14 @@ from scheduler_app.api.serializers.jobs import (
 )
 from scheduler_app.models import Job
 from scheduler_app.models.idempotency import MAX_IDEMPOTENCY_KEY_CHARS
-from scheduler_app.selectors import cluster_overview, job_detail_queryset, job_list, job_manageable, job_queue
+from scheduler_app.selectors import (
+    cluster_overview,
+    job_detail_queryset,
+    job_list,
+    job_manageable,
+    job_queue,
+    jobs_with_restarts,
+)
 from scheduler_app.services.idempotency import (
     IDEMPOTENCY_KEY_PATTERN,
     IdempotencyKeyError,
@@ -95,7 +102,8 @@ class JobViewSet(
         if getattr(self, "swagger_fake_view", False):
             return Job.objects.none()
         if self.action == "list":
-            return job_list(user=self.request.user).prefetch_related("depends_on")
+            # Each job's restarts in the list's own query (cli queue --long shows them): no query per job.
+            return jobs_with_restarts(job_list(user=self.request.user)).prefetch_related("depends_on")
         return job_detail_queryset(user=self.request.user).prefetch_related("depends_on")
 
     def get_serializer_class(self):

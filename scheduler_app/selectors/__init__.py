@@ -1,7 +1,7 @@
 """Every read of the work tables, by subject; turns rows into the core's views (snapshot, jobs).
 
 Import from here: the modules are an internal split (leases, rounds, jobs, queue, cluster, agents,
-accounting).
+accounting, restarts).
 """
 
 from scheduler_app.selectors.accounting import (
@@ -40,6 +40,13 @@ from scheduler_app.selectors.jobs import (
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpu_count, server_busy_gpus
 from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue
+from scheduler_app.selectors.restarts import (
+    JobRestarts,
+    RestartLossDay,
+    job_restarts,
+    jobs_with_restarts,
+    restart_loss_by_day,
+)
 from scheduler_app.selectors.round_jobs import JobLike, JobNow, RoundJob, round_jobs_read, round_jobs_recheck
 from scheduler_app.selectors.rounds import (
     OWN_COMMAND_GUESS_ITER_S,
@@ -72,8 +79,10 @@ __all__ = [
     "JobLike",
     "JobNow",
     "JobPart",
+    "JobRestarts",
     "LeaseSpeed",
     "QueueEntry",
+    "RestartLossDay",
     "RoundInputs",
     "RoundJob",
     "accounting_report",
@@ -96,11 +105,14 @@ __all__ = [
     "job_parts",
     "job_queue",
     "job_queue_page_queryset",
+    "job_restarts",
+    "jobs_with_restarts",
     "next_round_at",
     "own_command_iter_time_s",
     "owner_usage_gpu_s",
     "proportional_profile",
     "rendezvous_env",
+    "restart_loss_by_day",
     "round_inputs",
     "round_jobs_read",
     "round_jobs_recheck",

@@ -19,6 +19,7 @@ from scheduler_app.models import (
     JobState,
     PendingReason,
 )
+from scheduler_app.selectors.restarts import jobs_with_restarts
 
 
 def job_counts_by_state() -> dict[str, int]:
@@ -77,7 +78,8 @@ def dependency_pending_reason(dependency_states: Iterable[str]) -> str:
 
 
 def job_detail_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
-    """job_list with each job's allocations (server, GPUs) and events prefetched."""
+    """job_list with each job's allocations (server, GPUs) and events prefetched, and its restarts
+    (selectors/restarts.py: moves, preemptions, GPU time lost) in the job's own query."""
     holds = AllocationGpu.objects.select_related("gpu").order_by("gpu__index")
     allocations = (
         Allocation.objects.select_related("server")
@@ -85,7 +87,7 @@ def job_detail_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
         .order_by("started_at", "id")
     )
     return (
-        job_list(user=user)
+        jobs_with_restarts(job_list(user=user))
         .select_related("admission_prediction")
         .prefetch_related(Prefetch("allocations", queryset=allocations), "events")
     )

@@ -15,9 +15,10 @@ from scheduler_app.api.fields import (
     StrictIntegerField,
     StrictSlugRelatedField,
 )
+from scheduler_app.api.serializers.restarts import JobRestartsSerializer
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.models import AdmissionPrediction, Allocation, Job, JobEvent, JobState, Team
-from scheduler_app.selectors import job_details_visible, job_estimate
+from scheduler_app.selectors import job_details_visible, job_estimate, job_restarts
 from scheduler_app.services.admission import qos_at_risk_message
 from scheduler_app.services.jobs import (
     MAX_COMMAND_CHARS,
@@ -242,6 +243,9 @@ class JobSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="For a task of an array: the array's first task (Slurm's ArrayJobID)",
     )
+    restarts = serializers.SerializerMethodField(
+        help_text="Its moves, preemptions, requeues, resizes in place and the GPU time lost to restarts"
+    )
 
     class Meta:
         model = Job
@@ -285,8 +289,13 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "exit_code",
+            "restarts",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(JobRestartsSerializer)
+    def get_restarts(self, job: Job) -> dict[str, Any]:
+        return JobRestartsSerializer(job_restarts(job)).data
 
     def _queue_entry(self, job: Job):
         if job.state != JobState.PENDING or "queue" not in self.context:
