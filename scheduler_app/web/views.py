@@ -31,6 +31,7 @@ from scheduler_app.selectors import (
     job_manageable,
     job_queue,
     job_queue_page_queryset,
+    job_restarts,
 )
 from scheduler_app.services.admission import qos_at_risk_message
 from scheduler_app.services.job_control import (
@@ -141,6 +142,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "estimate": job_estimate(job),
         "prediction": prediction,
         "speeds": job_lease_speeds(job=job),
+        "restarts": job_restarts(job),  # read from job_detail_queryset's annotations: no query
         "accuracy": job_prediction_accuracy(job=job),
         "log_lines": job_log_tail(job=job) if mine else [],
         "can_cancel": mine and job.state not in TERMINAL_JOB_STATES,
