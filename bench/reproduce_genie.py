@@ -10,6 +10,8 @@ model's) and is timed by that model's synthetic fit (simulator/genie_fits.py) in
 the simulation itself, so a spread placement costs what the fit says (t_cross), for every scheduler.
 `--gpu-ranges` also lets each multi-GPU job run on any power of two up to its count: genie picks the
 fewest GPUs that meet the deadline (GENIE's rule), the other allocators use the count asked for.
+`--restart-costs 0,30,120,300` runs the headline (GENIE against the best baseline at the highest load)
+at each restart cost instead (bench/restart_axis.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from bench import restart_axis
 from scheduler_app.core.policies import POLICIES, Policy
 from scheduler_app.simulator import ClusterSpec, genie_trace, simulate
 from scheduler_app.simulator.genie_fits import BATCH_FACTORS
@@ -79,9 +83,10 @@ def run_all(
     schedulers: tuple[Scheduler, ...],
     batch_factors: tuple[float, ...] = (),
     gpu_ranges: bool = False,
+    restarts: dict[str, Any] | None = None,
 ) -> list[dict]:
     """Every scheduler on genie_trace at every load and seed (`batch_factors`: the predictor in the loop;
-    `gpu_ranges`: GPU-count choices for genie)."""
+    `gpu_ranges`: GPU-count choices for genie; `restarts`: simulate()'s restart arguments)."""
     rows = []
     catalog = genie_fitted_catalog(batch_factors) if batch_factors else None
     for load in loads:
@@ -91,7 +96,13 @@ def run_all(
             )
             for s in schedulers:
                 r = simulate(
-                    trace, CLUSTER, policy=s.policy_obj(), allocator=s.allocator, mode=s.mode, catalog=catalog
+                    trace,
+                    CLUSTER,
+                    policy=s.policy_obj(),
+                    allocator=s.allocator,
+                    mode=s.mode,
+                    catalog=catalog,
+                    **(restarts or {}),
                 )
                 rows.append(
                     {
@@ -103,6 +114,7 @@ def run_all(
                         "avg_jct_h": r.avg_jct_h,
                         "tardiness_h": r.qos.tardiness_h,
                         "wall_s": r.wall_s,
+                        **restart_axis.restart_figures(r),
                     }
                 )
             log(f"  load {load:g} seed {seed}: {len(schedulers)} schedulers done")
@@ -173,9 +185,13 @@ def main() -> None:
     parser.add_argument(
         "--gpu-ranges", action="store_true", help="multi-GPU jobs accept fewer GPUs (genie picks the count)"
     )
+    restart_axis.add_arguments(parser)
     args = parser.parse_args()
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)
     jobs, loads, seeds = (100, [1.0, 3.0], [1]) if args.quick else (300, [1.0, 2.0, 3.0, 4.0], [1, 2, 3])
+    if args.restart_costs:
+        restarts_main(args, jobs, loads[-1], seeds)
+        return
     started = time.perf_counter()
     schedulers = BASELINES + SWAF_FAMILY + ABLATION
     rows = run_all(jobs, loads, seeds, schedulers, BATCH_FACTORS if args.predictor else (), args.gpu_ranges)
@@ -200,6 +216,84 @@ def main() -> None:
     print(f"\n(total wall time {time.perf_counter() - started:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+GENIE = "GENIE (SWAF+genie)"
+
+
+def restarts_main(args: argparse.Namespace, jobs: int, load: float, seeds: list[int]) -> None:
+    """GENIE's QoS-guarantee gain over the best baseline at `load`, at each restart cost; every
+    scheduler pays the same costs (bench/restart_axis.py)."""
+    costs = restart_axis.costs_of(args.restart_costs)
+    costs = costs if 0.0 in costs else (0.0, *costs)
+    policy = restart_axis.policy_of(args)
+    started = time.perf_counter()
+    schedulers = (*BASELINES, SWAF_FAMILY[2])
+    labels = [s.label for s in schedulers]
+    command = "python -m bench.reproduce_genie" + (" --quick" if args.quick else "")
+    command += restart_axis.command_options(args)
+    print(
+        f"### GENIE with restart costs, {jobs} jobs, {load:g} jobs/h, {CLUSTER.servers} x "
+        f"{CLUSTER.gpus_per_server} GPUs, seeds {','.join(map(str, seeds))} (means)\n\nCommand: `{command}`\n"
+    )
+    print(
+        f"Per restart: the cost's start-up (every start waits it) and the work since the last checkpoint "
+        f"(every {restart_axis.CHECKPOINT_EVERY_S:g} s of run) done again; "
+        f"{restart_axis.policy_note(policy)}. "
+        "Cost 0: free restarts, no guard (the paper's setting).\n"
+    )
+    headline_rows, detail_rows, gain0 = [], [], None
+    all_rows: list[dict] = []
+    for cost_s in costs:
+        rows = run_all(jobs, [load], seeds, schedulers, restarts=restart_axis.simulate_kwargs(cost_s, policy))
+        for r in rows:
+            r["restart_cost_s"] = cost_s
+        all_rows += rows
+        best = max(labels[:-1], key=lambda b: mean_of(rows, b, load, "qos_pct"))
+        q0, qb = mean_of(rows, GENIE, load, "qos_pct"), mean_of(rows, best, load, "qos_pct")
+        gain = (q0 - qb) / qb if qb > 0 else float("nan")
+        gain0 = gain if gain0 is None else gain0
+        headline_rows.append(
+            f"| {restart_axis.cost_label(cost_s)} | {q0:.1f} | {best}: {qb:.1f} | {100 * gain:+.1f} % | "
+            f"{restart_axis.kept_pct(gain0, gain):.0f} % | "
+            + " | ".join(
+                f"{mean_of(rows, lab, load, key):.{digits}f}"
+                for lab in (GENIE, best)
+                for key, digits in (("preemptions_per_job", 2), ("lost_gpu_h", 1))
+            )
+            + " |"
+        )
+        for lab in labels:
+            figures = " | ".join(
+                f"{mean_of(rows, lab, load, key):.{digits}f}"
+                for key, digits in (
+                    ("qos_pct", 1),
+                    ("avg_jct_h", 1),
+                    ("makespan_h", 1),
+                    ("preemptions_per_job", 2),
+                    ("moves_per_job", 2),
+                    ("lost_gpu_h", 1),
+                )
+            )
+            detail_rows.append(f"| {restart_axis.cost_label(cost_s)} | {lab} | {figures} |")
+        log(f"  restart cost {cost_s:g} s done ({time.perf_counter() - started:.0f} s): {headline_rows[-1]}")
+    print(
+        "| restart cost | GENIE QoS met % | best baseline, QoS met % | GENIE's gain (relative) | "
+        "share of the zero-cost gain kept | GENIE: preemptions per job | GENIE: GPU-h lost | "
+        "best baseline: preemptions per job | best baseline: GPU-h lost |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(headline_rows))
+    print("\n**Every scheduler** (means over seeds; GPU-h lost to restarts per run)\n")
+    print(
+        "| restart cost | scheduler | QoS met % | avg JCT h | makespan h | preemptions per job | "
+        "moves per job | GPU-h lost |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(detail_rows))
+    print(f"\n(total wall time {time.perf_counter() - started:.0f} s)")
+    if args.json:
+        args.json.write_text(json.dumps(all_rows, indent=1))
 
 
 if __name__ == "__main__":
