@@ -83,6 +83,8 @@ def _converted(args: Any) -> dict[str, Any]:
             body["qos_min_rate_iters_per_s"] = parse_rate(args.min_rate, option="--min-rate")
         if args.time_limit:
             body["time_limit_s"] = parse_time_limit_s(args.time_limit, option="--time")
+        if args.checkpoint_every:
+            body["checkpoint_every_s"] = parse_duration_s(args.checkpoint_every, option="--checkpoint-every")
         if args.mem_per_gpu:
             body["mem_gb_per_gpu"] = parse_mem_gb(args.mem_per_gpu)
     except ValueError as exc:
@@ -253,6 +255,8 @@ def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
 
 
 QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END", "QOS"]
+# queue --long's extra columns: moves, preemptions (and requeues), GPU-hours lost to restarts.
+QUEUE_LONG_HEADER = ["MOVES", "PREEMPT", "LOST_GPU_H"]
 LIVE_STATES = ("PENDING", "RUNNING")
 
 
@@ -323,7 +327,8 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
     # squeue's order: running first, then pending by queue position, then the rest, newest last.
     rank = {"RUNNING": 0, "PENDING": 1}
     jobs.sort(key=lambda j: (rank.get(j["state"], 2), j.get("queue_position") or 0, j["id"]))
-    rows = [QUEUE_HEADER]
+    long = args.long
+    rows = [QUEUE_HEADER + (QUEUE_LONG_HEADER if long else [])]
     for job in jobs:
         pending = job["state"] == "PENDING"
         start = job.get("estimated_start_at") if pending else job.get("started_at")
@@ -342,9 +347,34 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
                 ),
                 qos_cell(job),
             ]
+            + (restart_cells(job) if long else [])
         )
     table(rows, out)
     return 0
+
+
+def restart_cells(job: dict[str, Any]) -> list[str]:
+    """queue --long's columns: moves, preemptions (requeues after a lost server or agent with them) and
+    GPU-hours lost to restarts; "-" from a service that does not report restarts."""
+    r = job.get("restarts")
+    if not r:
+        return ["-"] * len(QUEUE_LONG_HEADER)
+    return [str(r["moves"]), str(r["preemptions"] + r["requeues"]), f"{r['gpu_s_lost'] / 3600:.2f}"]
+
+
+def restarts_text(restarts: dict[str, Any] | None) -> str:
+    """show's Restarts line: how often the job was moved, preempted, requeued or resized in place, and
+    the GPU time lost to restarts (start-ups after the first and work done again)."""
+    if not restarts:
+        return "-"
+    if not restarts["restarts"] and not restarts["resizes"]:
+        return "none"
+    text = (
+        f"moved {restarts['moves']}x, preempted {restarts['preemptions']}x, requeued {restarts['requeues']}x"
+    )
+    if restarts["resizes"]:
+        text += f", resized in place {restarts['resizes']}x"
+    return text + f"; {restarts['gpu_s_lost'] / 3600:.2f} GPU-hours lost to restarts"
 
 
 def qos_cell(job: dict[str, Any]) -> str:
@@ -400,6 +430,7 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
         ("Submitted", when(job["submitted_at"])),
         ("Started", when(job.get("started_at"))),
         ("Finished", when(job.get("finished_at"))),
+        ("Restarts", restarts_text(job.get("restarts"))),
     ]
     # The current estimate (the one the queue and the pages show), then what was predicted at submission.
     if job["state"] == "PENDING":

@@ -139,6 +139,12 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         metavar="TIME",
         help="e.g. 90m, 6h, 30 (minutes) or Slurm's 1-12:00; the job is stopped after it",
     )
+    p.add_argument(
+        "--checkpoint-every",
+        metavar="TIME",
+        help="how often the job checkpoints, e.g. 10m: a move or preemption loses the work since the "
+        "last one (default: a catalog workload's profile; an own command: none, the whole run)",
+    )
     qos = p.add_argument_group("QoS target (one of the three)")
     qos.add_argument("--deadline", help="finish by this time, e.g. 2026-11-23T18:00 (local time)")
     qos.add_argument(
@@ -211,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--team", help="only this team's jobs")
     p.add_argument("--user", help="only this user's jobs (staff see everyone's)")
     p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this array")
+    p.add_argument(
+        "-l",
+        "--long",
+        action="store_true",
+        help="also each job's moves, preemptions and GPU-hours lost to restarts",
+    )
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("show", help="one job in full (scontrol show job)")
