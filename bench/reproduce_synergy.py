@@ -770,10 +770,6 @@ def multi_section(cfg: Config, command: str) -> None:
         sweep_table(s, cfg.jobs, cfg.window)
 
 
-if __name__ == "__main__":
-    main()
-
-
 # -- the headlines with restart costs (issue 36) -----------------------------------------------------
 def restart_row(
     cost_s: float,
@@ -881,3 +877,7 @@ def restarts_section(args: argparse.Namespace, cfg: Config, command: str) -> Non
         f"[{cfg.window[0]}, {cfg.window[1]}) and the gain: means over seeds; restarts of those jobs)\n"
     )
     print(md_table(RESTART_HEADERS, rows))
+
+
+if __name__ == "__main__":
+    main()
