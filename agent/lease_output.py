@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,10 @@ def progress_spool(lease: Lease, spool: Spool) -> bool:
         return False
     lease.done_iters, lease.iters_per_s = done_iters, iters_per_s
     report: dict[str, Any] = {"done_iters": done_iters, "iters_per_s": iters_per_s}
+    if lease.startup_pending and lease.launched_at is not None:
+        # The first progress: the lease's start-up (process, CUDA/NCCL set-up, data loaders), once.
+        lease.startup_s = max(0.0, time.time() - lease.launched_at)
+        report["startup_s"] = round(lease.startup_s, 3)
     if lease.spec.time_scale != 1.0:
         # A fake node runs synthetic jobs faster: the service compares speeds in the job's own time.
         report["time_scale"] = lease.spec.time_scale

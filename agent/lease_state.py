@@ -31,6 +31,16 @@ class Lease:
     next_progress_at_s: float = 0.0  # monotonic
     gpu_wait_logged: bool = False
     renewed_boot_s: float = 0.0  # the last answered sync that counted it live (agent/fence.py's clock)
+    # Its start-up: wall-clock time of its launch, and the seconds from there to its first progress
+    # (measured once, reported with that progress; None for leases adopted from before the measure).
+    launched_at: float | None = None
+    startup_s: float | None = None
+
+    @property
+    def startup_pending(self) -> bool:
+        """Launched by this agent (or one before it) and no progress seen yet: the supervisor then reads
+        the progress file every tick, so that the start-up is measured to a tick, not a sync."""
+        return self.launched_at is not None and self.startup_s is None
 
     @property
     def lease_id(self) -> str:
@@ -50,6 +60,8 @@ class Lease:
             "stop_deadline_s": self.stop_deadline_s,
             "killed": self.killed,
             "done_iters": self.done_iters,
+            "launched_at": self.launched_at,
+            "startup_s": self.startup_s,
         }
 
 

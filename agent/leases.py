@@ -222,6 +222,8 @@ class LeaseManager(ProfileRuns):
                     done_iters=record.get("done_iters"),
                     # A lease from before fencing has no renewal file: renewed by the first answered sync.
                     renewed_boot_s=renewal_read(spec.renewal_path) or self.boot_clock(),
+                    launched_at=record.get("launched_at"),
+                    startup_s=record.get("startup_s"),
                 )
                 log.info("adopted lease %s (shim pid %d)", lease_id, record["pid"])
 
@@ -265,7 +267,7 @@ class LeaseManager(ProfileRuns):
         if now >= lease.next_log_at_s:
             lease.next_log_at_s = now + self.log_interval_s
             self._ship_logs(lease, final=False)
-        if now >= lease.next_progress_at_s:
+        if now >= lease.next_progress_at_s or lease.startup_pending:
             # At most one progress report per sync: they wait in the spool for the next sync anyway,
             # and the last one says all the others do (progress is cumulative, GPU time is credited
             # from the last report's date). With 10 s syncs, one every 3 s tripled a fleet's reports.
@@ -441,6 +443,7 @@ class LeaseManager(ProfileRuns):
             renewed_boot_s = self._pending_sent_boot_s or self.boot_clock()
             renewal_write(spec.renewal_path, renewed_boot_s=renewed_boot_s, times=self.fence)
             log_offsets = output_offsets_at_launch(spec)  # before the process can write a line
+            launched_at = time.time()  # its start-up runs from here to its first progress
             process, facts = self.launcher.launch(spec)
         except (StartError, AccountError, OSError, ValueError, TypeError) as exc:
             log.error("cannot start lease %s: %s", lease_id, exc)
@@ -463,6 +466,7 @@ class LeaseManager(ProfileRuns):
             isolation=facts["isolation"],
             log_offsets=log_offsets,
             renewed_boot_s=renewed_boot_s,
+            launched_at=launched_at,
         )
         # A crash between the launch above and this commit would orphan the process unrecorded; the
         # window is a few milliseconds and the service would then re-send the start (a second copy).

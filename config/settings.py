@@ -308,6 +308,8 @@ ATTUNE_SCHEDULER = {
     "min_run_s": env.float("ATTUNE_MIN_RUN_S", default=300.0),
     "move_horizon_s": env.float("ATTUNE_MOVE_HORIZON_S", default=1800.0),
     "move_margin": env.float("ATTUNE_MOVE_MARGIN", default=0.5),
+    # An own command's start-up (launch to first progress) until one of its leases measured it.
+    "own_command_startup_s": env.float("ATTUNE_OWN_COMMAND_STARTUP_S", default=30.0),
 }
 
 # GENIE's lightweight profiling run (docs/genie.md); read only by profiles_app/conf.py.

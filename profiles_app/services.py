@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Sum
+from django.db.models import F, FloatField, Sum, Value
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster_app.models import Server
@@ -562,3 +563,31 @@ def interference_kappa_refit(*, workload_id: int) -> float | None:
         len(together),
     )
     return kappa
+
+
+@dataclass(frozen=True)
+class StartupMeasurement:
+    """A lease's measured start-up (launch to first progress, in the workload's own time)."""
+
+    workload_id: int
+    startup_s: float
+
+
+def workload_startups_learn(measurements: Sequence[StartupMeasurement]) -> int:
+    """Fold measured start-ups into their workloads' `startup_s`: the running mean over the measured
+    leases (`startup_leases` counts them; the first replaces the profile default). One atomic UPDATE per
+    workload measured in the batch (a lease measures once, so batches hold few); returns the workloads
+    updated."""
+    sums: dict[int, list[float]] = {}
+    for m in measurements:
+        total = sums.setdefault(m.workload_id, [0.0, 0.0])
+        total[0] += m.startup_s
+        total[1] += 1
+    for workload_id, (total_s, count) in sorted(sums.items()):
+        # In the statement, not read-modify-write: two appliers measuring the same workload both count.
+        leases = Cast(F("startup_leases"), FloatField())
+        Workload.objects.filter(pk=workload_id).update(
+            startup_s=(F("startup_s") * leases + Value(total_s)) / (leases + Value(count)),
+            startup_leases=F("startup_leases") + int(count),
+        )
+    return len(sums)

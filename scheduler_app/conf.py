@@ -36,6 +36,7 @@ class SchedulerConf:
     idempotency_key_ttl_h: float
     redis_url: str
     restarts: RestartPolicy | None  # None: rounds re-decide every job freely (no restart costs)
+    own_command_startup_s: float = 30.0  # an own command's start-up until one of its leases measured it
 
     @property
     def progress_deferred(self) -> bool:
@@ -89,4 +90,5 @@ def scheduler_conf() -> SchedulerConf:
         )
         if raw.get("restart_costs", True)
         else None,
+        own_command_startup_s=float(raw.get("own_command_startup_s", 30.0)),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import Count
 
@@ -14,6 +15,7 @@ from scheduler_app.models import (
     Allocation,
     AllocationGpu,
 )
+from scheduler_app.selectors.restart_facts import lease_run_started_at
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class ActiveLease:
     gpu_ids: tuple[int, ...]
     gpu_indices: tuple[int, ...]
     iters_per_s: float | None = None  # the agent's last measure of the job's speed on this lease
+    run_started_at: datetime | None = None  # when its run began (restart_facts.lease_run_started_at)
 
     def share(self) -> ServerShare:
         return ServerShare(self.server_id, self.gpu_indices, self.num_cpus, self.mem_gb)
@@ -42,9 +45,18 @@ def active_leases() -> list[ActiveLease]:
     ):
         gpus[allocation_id].append((index, gpu_id))
     leases = []
-    for alloc_id, job_id, server_id, cpus, mem_gb, speedup, ips in Allocation.objects.filter(
-        ended_at__isnull=True
-    ).values_list("id", "job_id", "server_id", "num_cpus", "mem_gb", "speedup", "iters_per_s"):
+    rows = Allocation.objects.filter(ended_at__isnull=True).values_list(
+        "id",
+        "job_id",
+        "server_id",
+        "num_cpus",
+        "mem_gb",
+        "speedup",
+        "iters_per_s",
+        "started_at",
+        "agent_started_at",
+    )
+    for alloc_id, job_id, server_id, cpus, mem_gb, speedup, ips, started_at, agent_started_at in rows:
         held = sorted(gpus.get(alloc_id, ()))
         leases.append(
             ActiveLease(
@@ -57,6 +69,7 @@ def active_leases() -> list[ActiveLease]:
                 gpu_ids=tuple(g for _, g in held),
                 gpu_indices=tuple(i for i, _ in held),
                 iters_per_s=ips,
+                run_started_at=lease_run_started_at(started_at=started_at, agent_started_at=agent_started_at),
             )
         )
     return leases

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 
 from scheduler_app.models import Allocation, Job, JobState, qos_deadline
+from scheduler_app.selectors.restart_facts import last_lease_startup_s
 
 
 @dataclass(slots=True)
@@ -41,6 +42,10 @@ class RoundJob:
     state: str
     pending_reason: str
     submitted_at: datetime
+    checkpoint_every_s: float | None
+    # The measured start-up of its latest lease that measured one (restart_facts.last_lease_startup_s);
+    # not a column: a Job instance has none, and round_inputs then uses its workload's.
+    last_startup_s: float | None
 
     @property
     def pk(self) -> int:
@@ -68,6 +73,7 @@ def round_jobs_read() -> list[RoundJob]:
     """
     rows = (
         Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING])
+        .annotate(last_startup_s=last_lease_startup_s())  # a subquery in the same statement
         .order_by("id")
         .values_list(*_COLUMNS)
     )

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from cluster_app.models import Server
 from cluster_app.selectors import gpus_active, server_takes_work
+from profiles_app.models import Workload
 from profiles_app.selectors import (
     profiling_holds,
     workload_profiles,
@@ -33,6 +34,7 @@ from scheduler_app.models import (
     Team,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases
+from scheduler_app.selectors.restart_facts import checkpoint_every_s_of
 from scheduler_app.selectors.round_jobs import JobLike
 
 
@@ -107,6 +109,29 @@ def job_num_nodes(job: JobLike) -> int | None:
     if job.num_nodes is not None:
         return job.num_nodes
     return None if job.workload_id is not None else 1
+
+
+def _restart_facts(job: JobLike, workload: Workload | None, leases: list[ActiveLease] | None) -> dict:
+    """JobView's startup_s, checkpoint_every_s and lease_started_s (core/restarts.py): the start-up its
+    own latest measured lease took, else its workload's (learnt, or the profile default), else the
+    own-command default; the interval it declared, else its workload's; its current lease's start."""
+    measured = getattr(job, "last_startup_s", None)  # RoundJob only; a Job instance falls back
+    if measured is not None:
+        startup_s = measured
+    elif workload is not None:
+        startup_s = workload.startup_s
+    else:
+        startup_s = scheduler_conf().own_command_startup_s
+    starts = [lease.run_started_at for lease in leases or () if lease.run_started_at is not None]
+    return {
+        "startup_s": float(startup_s),
+        "checkpoint_every_s": checkpoint_every_s_of(
+            job_checkpoint_every_s=job.checkpoint_every_s,
+            workload_checkpoint_every_s=workload.checkpoint_every_s if workload is not None else None,
+        ),
+        # A job over several servers: its earliest part's start (the most work a restart loses).
+        "lease_started_s": min(starts).timestamp() if starts else None,
+    }
 
 
 def _deadline_s(job: JobLike) -> float | None:
@@ -204,6 +229,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> Round
                 profile = proportional_profile(shape, name=workload.name, iter_time_s=workload.iter_time_s)
             profile = job_profile(profile, job.num_gpus)  # a GENIE fit times k GPUs apart from 1
         leases = leases_by_job.get(job.id)
+        restart = _restart_facts(job, profiles[job.workload_id][0] if job.workload_id else None, leases)
         current = None
         if leases:
             current = Placement(
@@ -230,6 +256,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> Round
                 owner_id=job.owner_id,
                 owner_usage_gpu_s=usage[job.owner_id],
                 min_rate_iters_per_s=job.qos_min_rate_iters_per_s,
+                **restart,
             )
         )
     return RoundInputs(

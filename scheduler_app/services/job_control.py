@@ -4,7 +4,7 @@ and releasing it, and ending leases; its state changes themselves are services/j
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -48,25 +48,32 @@ __all__ = [  # JobStateError is the lifecycle's; the views catch it from here, w
 
 
 def allocations_end(
-    *, allocation_ids: Iterable[int], reason: str, now: datetime, server_ids: Iterable[int] | None = None
+    *,
+    allocation_ids: Iterable[int],
+    reason: str,
+    now: datetime,
+    server_ids: Iterable[int] | None = None,
+    lost_work_s: Mapping[int, float] | None = None,
 ) -> int:
     """End the given active leases and release their GPUs, in the caller's transaction.
 
     The GPUs are released in the same transaction as the lease ends, so a GPU is never seen free
     while its lease still counts as active, nor the other way round. Their servers' agents are woken
-    after commit (`server_ids`: those servers, when the caller read them already). Returns the leases
-    ended.
+    after commit (`server_ids`: those servers, when the caller read them already). `lost_work_s`:
+    lease id -> the work it loses, for leases a restart ends (a move, a preemption), stored with the
+    end. Returns the leases ended.
     """
     ids = list(allocation_ids)
     if not ids:
         return 0
     if is_postgresql():
-        return _leases_end_statement(column="id", keys=ids, reason=reason, now=now)
+        return _leases_end_statement(column="id", keys=ids, reason=reason, now=now, lost_work_s=lost_work_s)
     # Greatest: a caller's `now` may predate a lease that a concurrent round created while the caller
     # waited for the job lock; a lease never ends before it starts (check constraint).
     ended = Allocation.objects.filter(pk__in=ids, ended_at__isnull=True).update(
         ended_at=Greatest(Value(now), F("started_at")), end_reason=reason
     )
+    _lost_work_store("id", lost_work_s)
     # Each hold is released when its lease ended (not at `now`, which may predate the lease's start).
     AllocationGpu.objects.filter(allocation_id__in=ids, released_at__isnull=True).update(
         released_at=Subquery(Allocation.objects.filter(pk=OuterRef("allocation_id")).values("ended_at")[:1])
@@ -78,27 +85,49 @@ def allocations_end(
     return ended
 
 
-def job_allocations_end(*, job_ids: Iterable[int], reason: str, now: datetime) -> int:
-    """End every active lease of the given jobs (see allocations_end)."""
+def job_allocations_end(
+    *, job_ids: Iterable[int], reason: str, now: datetime, lost_work_s: Mapping[int, float] | None = None
+) -> int:
+    """End every active lease of the given jobs (see allocations_end; `lost_work_s`: job id -> the work
+    each of its leases loses, for a restart)."""
     jobs = list(job_ids)
     if is_postgresql():
-        return _leases_end_statement(column="job_id", keys=jobs, reason=reason, now=now) if jobs else 0
+        if not jobs:
+            return 0
+        return _leases_end_statement(
+            column="job_id", keys=jobs, reason=reason, now=now, lost_work_s=lost_work_s
+        )
     active = Allocation.objects.filter(job_id__in=jobs, ended_at__isnull=True)
-    leases = list(active.values_list("id", "server_id"))
+    leases = list(active.values_list("id", "server_id", "job_id"))
+    lost = (
+        {lease: lost_work_s[job] for lease, _, job in leases if job in lost_work_s} if lost_work_s else None
+    )
     return allocations_end(
-        allocation_ids=[lease for lease, _ in leases],
+        allocation_ids=[lease for lease, _, _ in leases],
         reason=reason,
         now=now,
-        server_ids=[server for _, server in leases],
+        server_ids=[server for _, server, _ in leases],
+        lost_work_s=lost,
     )
 
 
-def _leases_end_statement(*, column: str, keys: list[int], reason: str, now: datetime) -> int:
+def _lost_work_store(column: str, lost_work_s: Mapping[int, float] | None) -> None:
+    """Elsewhere than PostgreSQL (the embedded SQLite): the ended leases' lost work, one update each."""
+    for key, lost in (lost_work_s or {}).items():
+        Allocation.objects.filter(**{column: key}).update(lost_work_s=lost)
+
+
+def _leases_end_statement(
+    *, column: str, keys: list[int], reason: str, now: datetime, lost_work_s: Mapping[int, float] | None
+) -> int:
     """`allocations_end` on PostgreSQL in one statement: the active leases whose `column` ("id" or
-    "job_id") is in `keys` ended, their GPU holds released at the lease's end, their servers woken
-    after commit. Three ORM statements were a quarter of an agent's sync that reports a job's exit."""
+    "job_id") is in `keys` ended (with the work each loses, where `lost_work_s` has it for its key),
+    their GPU holds released at the lease's end, their servers woken after commit. Three ORM
+    statements were a quarter of an agent's sync that reports a job's exit."""
+    keys = sorted(set(keys))
+    lost = [(lost_work_s or {}).get(key) for key in keys]
     with connection.cursor() as cursor:
-        cursor.execute(_leases_end_sql(column), {"keys": keys, "now": now, "reason": reason})
+        cursor.execute(_leases_end_sql(column), {"keys": keys, "lost": lost, "now": now, "reason": reason})
         ended = cursor.fetchall()
     if ended and wake_enabled():  # their agents stop the processes now, not at their next sync
         agents_wake_on_commit(server_id for _, server_id in ended)
@@ -115,11 +144,14 @@ def _leases_end_sql(column: str) -> str:
     # waited for the job lock; a lease never ends before it starts (check constraint). Each hold is
     # released when its lease ended. The holds' UPDATE reads the leases' new end from the first CTE:
     # a sibling CTE sees the table as it was before the statement.
+    # The lost work travels as an array beside the keys (NULL: not a restart, the column is kept).
     return (
         f"WITH ended AS ("
-        f" UPDATE {leases} SET ended_at = GREATEST(%(now)s, started_at), end_reason = %(reason)s"
-        f" WHERE {column} = ANY(%(keys)s::bigint[]) AND ended_at IS NULL"
-        f" RETURNING id, server_id, ended_at),"
+        f" UPDATE {leases} a SET ended_at = GREATEST(%(now)s, a.started_at), end_reason = %(reason)s,"
+        f" lost_work_s = COALESCE(v.lost, a.lost_work_s)"
+        f" FROM unnest(%(keys)s::bigint[], %(lost)s::float8[]) AS v(key, lost)"
+        f" WHERE a.{column} = v.key AND a.ended_at IS NULL"
+        f" RETURNING a.id, a.server_id, a.ended_at),"
         f" released AS ("
         f" UPDATE {holds} h SET released_at = ended.ended_at FROM ended"
         f" WHERE h.allocation_id = ended.id AND h.released_at IS NULL)"
@@ -169,13 +201,17 @@ def job_finish(
 
 
 @transaction.atomic
-def job_requeue(*, job: Job, reason: str, now: datetime | None = None) -> Job:
-    """Send a running job back to the queue with its progress (jobs_requeue): its leases end, an early
-    round. For stops that are nobody's fault (the agent shut down). The caller holds the job row
-    locked and writes the progress it changed (report_apply does)."""
+def job_requeue(
+    *, job: Job, reason: str, now: datetime | None = None, lost_work_s: float | None = None
+) -> Job:
+    """Send a running job back to the queue with its progress (jobs_requeue): its leases end (with the
+    work they lose, `lost_work_s`: a restart), an early round. For stops that are nobody's fault (the
+    agent shut down). The caller holds the job row locked and writes the progress it changed
+    (report_apply does)."""
     now = now or timezone.now()
     transition_check(job.state, JobState.PENDING)  # refused before its leases end
-    job_allocations_end(job_ids=[job.pk], reason=reason, now=now)
+    lost = {job.pk: lost_work_s} if lost_work_s is not None else None
+    job_allocations_end(job_ids=[job.pk], reason=reason, now=now, lost_work_s=lost)
     jobs_requeue(jobs=[job], reason=reason, now=now)
     scheduling_round_request_on_commit(trigger="requeue")
     return job

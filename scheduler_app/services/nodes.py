@@ -22,7 +22,8 @@ from cluster_app.services import (
 from scheduler_app.models import Allocation, Job, JobState
 from scheduler_app.selectors import server_busy_gpu_count, server_busy_gpus
 from scheduler_app.selectors.agents import NODE_FAIL_END_REASON
-from scheduler_app.services.job_control import job_allocations_end
+from scheduler_app.selectors.restart_facts import leases_lost_work_s
+from scheduler_app.services.job_control import allocations_end
 from scheduler_app.services.job_lifecycle import jobs_requeue
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
@@ -38,7 +39,8 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
     2. Every job with an active lease on a DOWN server -- newly down or left over from a crash --
        whose last sync is older than the fence's expiry (its processes are surely stopped there) is
        locked and goes RUNNING -> NODE_FAIL -> PENDING with its progress kept; all its leases end
-       (end_reason "node_fail", GPUs released), so a job spanning servers restarts as a whole.
+       (end_reason "node_fail", GPUs released, lost_work_s: the run since the last checkpoint), so a
+       job spanning servers restarts as a whole.
     3. Server states are refreshed (IDLE/MIXED/ALLOCATED; DRAINING -> DRAINED once empty).
     A NOT_RESPONDING server keeps its jobs: it may only be slow, and its agent resumes reporting.
     """
@@ -59,7 +61,9 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
     )
     if job_ids:
         jobs = list(Job.objects.select_for_update().filter(pk__in=job_ids).order_by("id"))
-        job_allocations_end(job_ids=job_ids, reason=NODE_FAIL_END_REASON, now=now)
+        # A restart: each lease ends with the work since its job's last checkpoint (one read, one end).
+        lost = leases_lost_work_s(job_ids=job_ids, ended_at=now)
+        allocations_end(allocation_ids=lost, reason=NODE_FAIL_END_REASON, now=now, lost_work_s=lost)
         requeued = [job for job in jobs if job.state == JobState.RUNNING]
         jobs_requeue(jobs=requeued, reason="node_down", now=now, via=JobState.NODE_FAIL)
         logger.warning("node failure: requeued jobs %s", [job.pk for job in requeued])

@@ -17,7 +17,12 @@ from profiles_app.selectors import (
     workload_iter_time_s,
     workload_placement_slowdown,
 )
-from profiles_app.services import SpeedMeasurement, speed_observations_record
+from profiles_app.services import (
+    SpeedMeasurement,
+    StartupMeasurement,
+    speed_observations_record,
+    workload_startups_learn,
+)
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
     MAX_STORED_ITERS_PER_S,
@@ -29,6 +34,7 @@ from scheduler_app.models import (
     JobState,
 )
 from scheduler_app.selectors.agent_reports import leases_with_rank
+from scheduler_app.selectors.restart_facts import checkpoint_every_s_of, lease_lost_work_s
 from scheduler_app.services.job_control import job_finish, job_requeue
 from scheduler_app.services.job_lifecycle import job_event, job_events_record
 
@@ -40,7 +46,17 @@ SPEED_OUTLIER_FACTOR = 1000.0
 MAX_ITERS_PER_S = MAX_STORED_ITERS_PER_S
 MAX_REPORTED_ITERS = 2**62  # done_iters above this is malformed (the job row holds a 64-bit integer)
 MAX_STOP_CHARS = 24  # "agent_" + stop must fit Allocation.end_reason
-REPORT_FIELDS = ["agent_started_at", "accounted_until", "iters_per_s", "exit_code", "exited_at", "log_tail"]
+REPORT_FIELDS = [
+    "agent_started_at",
+    "accounted_until",
+    "iters_per_s",
+    "exit_code",
+    "exited_at",
+    "log_tail",
+    "startup_s",
+]
+# A start-up longer than this is not believed (a clock jump, a job that waited on something else).
+MAX_STARTUP_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,7 @@ def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, 
     dirty_jobs: set[int] = set()
     exited_jobs: set[int] = set()
     measurements: list[SpeedMeasurement] = []
+    startups: list[StartupMeasurement] = []
     for r in reports:  # already in (lease, seq) order
         allocation = allocations[r.lease_id]
         job = jobs[allocation.job_id]
@@ -83,6 +100,7 @@ def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, 
             events.append(job_event(job, "lease_started", reason=isolation, at=now, data=data))
         elif r.kind == AgentReportKind.PROGRESS:
             events.extend(_progress(job, allocation, r, gpus=allocation.num_gpus, now=now, out=measurements))
+            _startup(job, allocation, r, out=startups)
             dirty_jobs.add(job.pk)
         elif r.kind == AgentReportKind.LOG:
             lines = [str(line)[:MAX_LOG_LINE_CHARS] for line in r.data.get("lines", [])]
@@ -124,8 +142,21 @@ def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, 
         ["done_iters", "attained_service_gpu_s"],
     )
     speed_observations_record(measurements)
+    workload_startups_learn(startups)
     job_events_record(events)
     return exited_jobs
+
+
+def _startup(job: Job, allocation: Allocation, r: LeaseReport, *, out: list[StartupMeasurement]) -> None:
+    """A lease's measured start-up (`startup_s`, launch to first progress, agent seconds), once per
+    lease, in the job's own time like its speeds; a catalog workload's teaches its profile. An agent
+    that does not measure it sends none: the lease keeps none, the round uses the workload's."""
+    measured = r.data.get("startup_s")
+    if allocation.startup_s is not None or not _finite(measured) or not 0 <= measured <= MAX_STARTUP_S:
+        return
+    allocation.startup_s = float(measured) / _time_scale(r)
+    if job.workload_id is not None:
+        out.append(StartupMeasurement(workload_id=job.workload_id, startup_s=allocation.startup_s))
 
 
 def _progress(
@@ -258,6 +289,19 @@ def _observed_speed(job: Job, allocation: Allocation, r: LeaseReport, ips: float
     )
 
 
+def _lost_work_s(job: Job, allocation: Allocation, *, now: datetime) -> float:
+    """The work a restart now loses on this lease (its job's workload is attached: jobs_lock)."""
+    return lease_lost_work_s(
+        started_at=allocation.started_at,
+        agent_started_at=allocation.agent_started_at,
+        ended_at=now,
+        checkpoint_every_s=checkpoint_every_s_of(
+            job_checkpoint_every_s=job.checkpoint_every_s,
+            workload_checkpoint_every_s=job.workload.checkpoint_every_s if job.workload_id else None,
+        ),
+    )
+
+
 def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) -> list[JobEvent]:
     """What a lease's exit means for its job (see agent protocol, section 4)."""
     # The serializer let through only exit codes 0-255 and signals 1-64; checked again, as the row's
@@ -311,7 +355,7 @@ def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) 
         # The agent stopped a lease the service still counts as running (it was shutting down): not
         # the job's fault, so it goes back to the queue with its progress, like a preemption.
         reason = str(stop) if str(stop).startswith("agent") else f"agent_{stop}"
-        job_requeue(job=job, reason=reason, now=now)
+        job_requeue(job=job, reason=reason, now=now, lost_work_s=_lost_work_s(job, allocation, now=now))
         return [event]
     if oom:
         job_finish(

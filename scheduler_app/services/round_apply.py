@@ -16,6 +16,7 @@ from infra.bulk_sql import model_rows_insert
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core import reasons
 from scheduler_app.core.interference import colocated_comm_jobs
+from scheduler_app.core.restarts import lost_work_s
 from scheduler_app.core.types import Decision, Outcome, Placement
 from scheduler_app.models import (
     Allocation,
@@ -136,6 +137,8 @@ class PlanWrites:
     """What applying a plan writes, worked out without touching the database."""
 
     to_end: list[int] = field(default_factory=list)  # allocation ids whose lease ends (preempted)
+    # allocation id -> the work its job does again (core/restarts.py), stored as the lease ends
+    lost_work_s: dict[int, float] = field(default_factory=dict)
     new_placements: list[Placement] = field(default_factory=list)
     # Running jobs kept on their GPUs with other cores or memory, applied to their leases in place:
     # (allocation id, cores, memory GB, speed-up) per lease, and the placements (for the recheck).
@@ -173,6 +176,16 @@ def _plan_writes(
     (a restart) otherwise."""
     w = PlanWrites()
     blocked_ahead = False
+    views = {view.job_id: view for view in inputs.views}
+    now_s = now.timestamp()
+
+    def end_leases(job_id: int, leases: list[ActiveLease]) -> None:
+        # A move or a preemption is a restart: each lease ends with the run since its last checkpoint.
+        lost = lost_work_s(views[job_id], now_s) if job_id in views else None
+        for lease in leases:
+            w.to_end.append(lease.allocation_id)
+            if lost is not None:
+                w.lost_work_s[lease.allocation_id] = lost
 
     for position, decision in enumerate(decisions):
         job = inputs.jobs[decision.job_id]
@@ -225,7 +238,7 @@ def _plan_writes(
             }
             if leases:
                 w.counts["num_preempted"] += 1
-                w.to_end.extend(lease.allocation_id for lease in leases)
+                end_leases(job.pk, leases)
                 w.events += job_interruption_events(
                     job,
                     via=JobState.PREEMPTED,
@@ -256,7 +269,7 @@ def _plan_writes(
             blocked_ahead = True
         if leases:
             w.counts["num_preempted"] += 1
-            w.to_end.extend(lease.allocation_id for lease in leases)
+            end_leases(job.pk, leases)
             w.job_changes[job.pk] = (job.state, JobState.PENDING, reason)
             w.events += job_interruption_events(
                 job,
@@ -348,7 +361,7 @@ def round_plan_apply(
     w = _plan_writes(sround.pk, inputs, decisions, now=now, names=names, all_gpus=all_gpus, skipped=skipped)
     # Order matters: release the old holds before inserting new ones, or the partial unique index
     # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
-    allocations_end(allocation_ids=w.to_end, reason="preempted", now=now)
+    allocations_end(allocation_ids=w.to_end, reason="preempted", now=now, lost_work_s=w.lost_work_s)
     if w.resizes:
         allocations_resize(w.resizes)
         # Their agents learn the new sizes at their next sync (resize_commands): woken to sync now.

@@ -23,6 +23,13 @@ pytestmark = pytest.mark.django_db
 REGISTER = "/api/v1/agent/register"
 
 
+@pytest.fixture(autouse=True)
+def restarts_free(settings):
+    """The protocol around a preemption is the subject: restart costs off, so that a round preempts a
+    job that started an instant ago (the minimum run time would otherwise keep it)."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "restart_costs": False}
+
+
 def inventory(n: int = 4, prefix: str = "GPU-real") -> dict:
     return {
         "agent_version": "1.0.0",

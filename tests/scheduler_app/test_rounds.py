@@ -88,7 +88,11 @@ def test_a_moved_job_is_preempted_and_reallocated(user, fifo_tune):
     assert kinds(job)[-2:] == [("preempted", "RUNNING", "PREEMPTED"), ("rescheduled", "PREEMPTED", "RUNNING")]
 
 
-def test_a_running_job_outranked_goes_back_to_the_queue_with_its_progress(user, staff_user, fifo_tune):
+def test_a_running_job_outranked_goes_back_to_the_queue_with_its_progress(
+    user, staff_user, settings, fifo_tune
+):
+    # Restart costs off: a job that started this instant would otherwise keep its GPUs (min run time).
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "restart_costs": False}
     make_server("n1", gpus=2, cpus=6, mem_gb=100)
     low = submit(user, gpus=2, name="low")
     scheduling_round_run()
@@ -162,6 +166,7 @@ def test_no_gpu_is_ever_double_booked_across_many_rounds(user, staff_user, setti
         "policy": "las",
         "allocator": "tune",
         "inline_rounds": False,
+        "restart_costs": False,  # every round may preempt: the bookkeeping under churn is the subject
     }
     servers = [make_server(f"n{i}", gpus=4, cpus=12, mem_gb=250) for i in range(3)]
     rng = random.Random(7)
