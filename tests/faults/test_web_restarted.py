@@ -16,7 +16,14 @@ import pytest
 
 from tests.faults.stack import summary, wait_until
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
+# The agents' long-polls are held 30 s (ATTUNE_AGENT_WAIT_TIMEOUT_S), longer than gunicorn's graceful_timeout
+# (20 s, config/gunicorn.conf.py): a graceful stop always ends by cutting the held waits at that timeout.
+# 5 s here (GUNICORN_CMD_ARGS overrides the file) cuts them the same way, 15 s sooner.
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.timeout(180),
+    pytest.mark.stack_env({"GUNICORN_CMD_ARGS": "--graceful-timeout 5"}),
+]
 
 JOBS = 14
 DOWN_S = 2.0
