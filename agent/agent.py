@@ -29,6 +29,7 @@ from agent.gpus import GpuBackend, GpuBackendError
 from agent.host import HostBackend
 from agent.launcher import Launcher, ProcessLauncher, choose_isolation
 from agent.leases import LeaseManager
+from agent.resize import resize_supported
 from agent.spool import Spool
 from agent.syncer import Syncer
 
@@ -67,6 +68,9 @@ class AgentConfig:
     job_path: str = DEFAULT_JOB_PATH
     workload_python: str | None = None
     address: str = ""
+    # Apply a running lease's new size in place (the `resize` feature, agent/resize.py); off, the
+    # service restarts a job whose cores or memory change, as for an older agent.
+    live_resize: bool = True
 
 
 class Agent:
@@ -107,6 +111,7 @@ class Agent:
             self.client,
             sample=self.usage_sample,
             running=lambda: self.leases.running_ids(),
+            sizes=(lambda: self.leases.sizes()) if self._resizes() else None,
             apply_commands=lambda commands: self.leases.apply_commands(commands),
             renew=lambda listed, sent_boot_s, fence: self.leases.renew(
                 listed=listed, sent_boot_s=sent_boot_s, fence=fence
@@ -149,7 +154,12 @@ class Agent:
             "gpus": [g.as_json() for g in self.gpus],
             "cgroup_mode": self.launcher.isolation,
             "time_scale": self.config.time_scale,
+            "features": ["resize"] if self._resizes() else [],
         }
+
+    def _resizes(self) -> bool:
+        """Whether this agent resizes running leases in place (configured, and possible here)."""
+        return self.config.live_resize and resize_supported(self.launcher.isolation)
 
     def register(self) -> dict[str, Any]:
         """Register, retrying with backoff until the service answers; AgentFatalError on a 4xx."""

@@ -107,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where this node's peers reach it: the MASTER_ADDR of multi-node jobs whose rank 0 runs "
         "here (default: the service uses --name)",
     )
+    parser.add_argument(
+        "--no-live-resize",
+        dest="live_resize",
+        action="store_false",
+        help="do not apply a running job's new cores or memory in place: the service then restarts it "
+        "(as for an agent without the `resize` feature)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("ATTUNE_AGENT_LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=f"attune-agent {__version__}")
     return parser
@@ -207,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         job_path=args.job_path,
         workload_python=args.workload_python or default_workload_python(),
         address=args.address,
+        live_resize=args.live_resize,
     )
     try:
         agent = Agent(config, gpu_backend=gpu_backend, host_backend=host_backend)

@@ -28,6 +28,7 @@ from agent.accounts import (
     own_account,
 )
 from agent.host import BYTES_PER_GB, real_cpu_ids
+from agent.lease_resources import RESOURCES_FILE_NAME, resources_write
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,11 @@ class LaunchSpec:
     @property
     def env_path(self) -> Path:
         return self.lease_dir / "job-env.json"
+
+    @property
+    def resources_path(self) -> Path:
+        """What the job holds now (agent/lease_resources.py), rewritten when the lease is resized."""
+        return self.lease_dir / RESOURCES_FILE_NAME
 
     @property
     def job_dir(self) -> Path:
@@ -307,6 +313,10 @@ class Launcher(Protocol):
 
     def adopt(self, pid: int, start_ticks: int | None, status_path: Path) -> LeaseProcess: ...
 
+    def map_cpus(self, cpus: Sequence[int]) -> list[int]:
+        """The real cores that logical cores `cpus` run on (for a resize: agent/resize.py)."""
+        ...
+
 
 def systemd_run_unavailable_reason() -> str | None:
     """None when `systemd-run --scope` can pin cores and cap memory here; else why not."""
@@ -407,6 +417,7 @@ class ProcessLauncher:
                 "ATTUNE_PROGRESS_PATH": str(spec.progress_path),
                 "ATTUNE_TIME_SCALE": repr(spec.time_scale),
                 "ATTUNE_MEM_GB": repr(spec.mem_gb),
+                "ATTUNE_RESOURCES_FILE": str(spec.resources_path),
             }
         )
         if spec.job_id is not None:
@@ -508,6 +519,7 @@ class ProcessLauncher:
         # The job's environment goes to the shim in a file only the agent's user can read, never through
         # the shim's own environment (see SHIM_ENV_PASSTHROUGH) or its command line (world-readable).
         _write_private(spec.env_path, json.dumps(env).encode())
+        resources_write(spec.resources_path, cpus=len(spec.cpus), real_cpus=real_cpus, mem_gb=spec.mem_gb)
         log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         with os.fdopen(log_fd, "ab") as log_file:
             os.fchmod(log_fd, 0o600)  # an older agent created it world-readable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ from agent.lease_output import logs_spool, output_offsets_at_launch, progress_sp
 from agent.lease_profiles import SAFE_LEASE_ID, ProfileRuns
 from agent.lease_state import Lease, StartError, output_tail_lines, spec_from_record
 from agent.profiler import ProfileTask
+from agent.resize import lease_resize, resized_cpus
 from agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,16 @@ class LeaseManager(ProfileRuns):
         with self._lock:
             return sorted([*self.leases, *self.profiles])
 
+    def sizes(self) -> dict[str, list[float]]:
+        """Each running lease's size as applied now, [cores, memory GB] (a sync's `sizes`: the service
+        answers `resize` for a lease whose size a round changed since); stopping leases are left out."""
+        with self._lock:
+            return {
+                lease_id: [len(lease.spec.cpus), lease.spec.mem_gb]
+                for lease_id, lease in self.leases.items()
+                if lease.stop_kind is None
+            }
+
     def busy_gpu_uuids(self) -> set[str]:
         with self._lock:
             return {uuid for lease in self.leases.values() for uuid in lease.spec.gpu_uuids} | {
@@ -121,6 +133,7 @@ class LeaseManager(ProfileRuns):
     def apply_commands(self, commands: Iterable[dict[str, Any]]) -> None:
         """Carry out one sync answer. Starts are queued and launched by `tick` once their GPUs are free."""
         starts: dict[str, dict[str, Any]] = {}
+        resizes: list[dict[str, Any]] = []
         draining = False
         with self._lock:
             for command in commands:
@@ -133,10 +146,15 @@ class LeaseManager(ProfileRuns):
                     self.request_stop(
                         str(command["lease_id"]), kind, float(command.get("grace_s", DEFAULT_GRACE_S))
                     )
+                elif kind == "resize" and command.get("lease_id"):
+                    resizes.append(command)
                 elif kind == "drain":
                     draining = True
                 else:
                     log.warning("ignoring unknown command %r", command)
+            # Shrinks first: the cores they free are the ones a growth in the same answer takes.
+            for command in sorted(resizes, key=lambda c: self._size_change(c)):
+                self._resize(command)
             if draining != self.draining:
                 log.info(
                     "node %s: running leases finish, no new ones come",
@@ -199,6 +217,52 @@ class LeaseManager(ProfileRuns):
             )
             lease.process.signal_group(signal.SIGTERM)
             self.spool.lease_update(lease_id, lease.record())
+
+    def _size_change(self, command: dict[str, Any]) -> int:
+        lease = self.leases.get(str(command["lease_id"]))
+        return int(command.get("num_cpus") or 0) - (len(lease.spec.cpus) if lease else 0)
+
+    def _resize(self, command: dict[str, Any]) -> None:
+        """Apply a `resize` to a running lease in place: the same process, other cores or memory
+        (agent/resize.py). A lease not running here (ended, not yet started) is left to its start."""
+        lease = self.leases.get(str(command["lease_id"]))
+        try:
+            num_cpus, mem_gb = int(command["num_cpus"]), float(command["mem_gb"])
+        except (KeyError, TypeError, ValueError):
+            log.warning("ignoring malformed resize %r", command)
+            return
+        if lease is None or lease.stop_kind is not None or num_cpus < 1 or mem_gb <= 0:
+            return
+        use_count = self._cpu_use()
+        for cpu in lease.spec.cpus:
+            use_count[cpu] = use_count.get(cpu, 1) - 1  # its own holds do not count
+        cpus = resized_cpus(lease.spec.cpus, num_cpus, use_count)
+        old = (len(lease.spec.cpus), lease.spec.mem_gb)
+        spec = dataclasses.replace(lease.spec, cpus=cpus, mem_gb=mem_gb)
+        try:
+            done = lease_resize(
+                spec,
+                shim_pid=lease.process.pid,
+                isolation=lease.isolation,
+                real_cpus=self.launcher.map_cpus(cpus),
+            )
+        except Exception:  # never the sync's other commands: the old size stays, the next sync retries
+            log.exception("resizing lease %s failed", lease.lease_id)
+            return
+        lease.spec = spec
+        self.spool.lease_update(lease.lease_id, lease.record())
+        log.log(
+            logging.WARNING if done["errors"] else logging.INFO,
+            "resized lease %s in place (pid %d): %d -> %d cores %s, %g -> %g GB; %s",
+            lease.lease_id,
+            lease.process.pid,
+            old[0],
+            num_cpus,
+            list(cpus),
+            old[1],
+            mem_gb,
+            done,
+        )
 
     # -- supervision ---------------------------------------------------------------------------
 

@@ -45,11 +45,13 @@ class Syncer:
         batch_size: int = 500,
         max_backoff_s: float = 30.0,
         stop_event: threading.Event | None = None,
+        sizes: Callable[[], dict[str, list[float]]] | None = None,
     ) -> None:
         self.spool = spool
         self.client = client
         self.sample = sample
         self.running = running
+        self.sizes = sizes  # the running leases' sizes, for an agent that resizes them in place
         self.apply_commands = apply_commands
         self.renew = renew
         self.reregister = reregister
@@ -77,6 +79,8 @@ class Syncer:
         batch = self.spool.pending(self.batch_size)
         running = self.running()
         payload = {"sample": self.sample(), "running": running, "reports": [r.as_json() for r in batch]}
+        if self.sizes is not None:
+            payload["sizes"] = self.sizes()
         # Before the request leaves (retries included): the service's clock for this sync starts later,
         # so a lease renewed as of now is stopped by its fence no later than the service counts on.
         sent_boot_s = self.boot_clock()

@@ -17,6 +17,11 @@ Environment (set by the agent's launcher):
   ATTUNE_PROFILE_JSON     {"iter_time_s", "cpu_per_gpu_grid", "mem_gb_per_gpu_grid", "tput"}; when
                           absent, the model's 1-GPU entry in the catalog file is used
   CUDA_VISIBLE_DEVICES    comma list of GPU UUIDs: the GPU count
+  ATTUNE_RESOURCES_FILE   what the lease holds now, JSON {"cpus", "core_ids", "mem_gb", "changed_at"}
+                          (agent/lease_resources.py): its cores and memory win over the two below. The
+                          agent rewrites it when it resizes the running lease (and sends SIGWINCH, which
+                          this workload catches); the workload then runs at its profile's speed for
+                          the new size from that moment on, in the same process
   ATTUNE_CPUS_GRANTED     cores granted (fake-host mode only); else the process's own CPU affinity
   ATTUNE_MEM_GB           memory granted; else RLIMIT_AS; else the machine's memory
   ATTUNE_TIME_SCALE       wall seconds per simulated second (default 1)
@@ -139,10 +144,26 @@ def base_iter_time_s(
     return t * factor, facts
 
 
+def read_resources(path: str | None) -> dict[str, Any] | None:
+    """The lease's resources file (ATTUNE_RESOURCES_FILE) if it is there and well formed."""
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+        if int(data["cpus"]) >= 1 and float(data["mem_gb"]) > 0:
+            return data
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def granted_resources(environ: dict[str, str] | None = None) -> tuple[int, float, float]:
     """(num_gpus, cpus_per_gpu, mem_gb_per_gpu) of this process's allocation."""
     environ = os.environ if environ is None else environ
     num_gpus = max(1, len([d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]))
+    resources = read_resources(environ.get("ATTUNE_RESOURCES_FILE"))
+    if resources is not None:
+        return num_gpus, int(resources["cpus"]) / num_gpus, float(resources["mem_gb"]) / num_gpus
     cpus = (
         int(environ["ATTUNE_CPUS_GRANTED"])
         if environ.get("ATTUNE_CPUS_GRANTED")
@@ -205,6 +226,12 @@ def run(args: argparse.Namespace) -> int:
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    # The agent resized the lease in place: SIGWINCH (caught, hence asked for) says to look at the
+    # resources file now; its modification time is also watched, for an agent that does not signal.
+    resized: list[int] = []
+    signal.signal(signal.SIGWINCH, lambda signum, _frame: resized.append(signum))
+    resources_path = env.get("ATTUNE_RESOURCES_FILE") or None
+    resources_mtime_ns = _mtime_ns(resources_path)
 
     print(
         f"model {args.model}: {num_gpus} GPU(s), {cpus_per_gpu:g} cores and {mem_gb_per_gpu:g} GB per GPU "
@@ -270,8 +297,32 @@ def run(args: argparse.Namespace) -> int:
         elif now >= next_progress:
             save(done, checkpoint=False)
             next_progress = now + args.progress_every_s
+        mtime_ns = _mtime_ns(resources_path) if resources_path else None
+        if resized or mtime_ns != resources_mtime_ns:
+            resized.clear()
+            resources_mtime_ns = mtime_ns
+            num_gpus, cpus_per_gpu, mem_gb_per_gpu = granted_resources()
+            new_speed = tput(profile, cpus_per_gpu, mem_gb_per_gpu)
+            if new_speed > 0 and new_speed != speed:
+                # From now on at the new speed: the work done so far is kept, the clock restarts here.
+                base, t0, speed = done, now, new_speed
+                iter_s = base_s / speed * time_scale
+                iters_per_s = 1.0 / iter_s
+                print(
+                    f"resized: {cpus_per_gpu:g} cores and {mem_gb_per_gpu:g} GB per GPU -> tput {speed:g}, "
+                    f"{iter_s:.6g} s/iter",
+                    flush=True,
+                )
+                save(done, checkpoint=False)
         finish_in = t0 + (args.iters - base) * iter_s - now
         time.sleep(max(0.0, min(TICK_S, finish_in + 1e-4)))
+
+
+def _mtime_ns(path: str | None) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns if path else None
+    except OSError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
