@@ -136,6 +136,7 @@ class FakeService:
                     "at_s": time.monotonic(),
                     "sample": body.get("sample"),
                     "running": running,
+                    **({"sizes": body["sizes"]} if "sizes" in body else {}),
                     "reports": [(r.get("lease_id"), r.get("seq")) for r in body.get("reports", [])],
                 }
             )
