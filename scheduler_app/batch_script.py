@@ -206,6 +206,14 @@ DIRECTIVES: tuple[Directive, ...] = (
         help="QoS target: finish by this time",
     ),
     Directive(
+        "checkpoint-every",
+        "checkpoint_every_s",
+        _duration_s,
+        "DURATION",
+        attune_only=True,
+        help="how often the job checkpoints (10m, 1h...): a move loses the work since the last one",
+    ),
+    Directive(
         "min-rate",
         "qos_min_rate_iters_per_s",
         _positive,

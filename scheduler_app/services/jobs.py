@@ -55,6 +55,7 @@ class JobRequest:
     qos_min_rate_iters_per_s: float | None = None  # GENIE's other QoS kind: iterations/s while running
     priority: int = 0
     time_limit_s: int | None = None
+    checkpoint_every_s: float | None = None  # how often it checkpoints (--checkpoint-every); None: see Job
     depends_on: tuple[int, ...] = ()  # ids of jobs that must complete first (Slurm's afterok)
     hold: bool = False  # submitted held (sbatch --hold): it waits for job_release
     array: str = ""  # Slurm's --array: "0-9", "1,3,5-7", "0-15:4"; one job per task index
@@ -66,6 +67,7 @@ MAX_SCRIPT_CHARS = 256 * 1024
 MIN_CPUS_PER_GPU = 0.01
 MIN_MEM_GB_PER_GPU = 0.01
 MIN_QOS_LATENCY_S = 1.0
+MIN_CHECKPOINT_EVERY_S = 1.0  # a checkpoint interval under a second is a unit mistake
 # A rate target: above 0 (a rate of 0 promises nothing); 10^9 iterations/s is beyond any training step.
 MIN_QOS_RATE_ITERS_PER_S = 1e-9
 MAX_QOS_RATE_ITERS_PER_S = 1e9
@@ -298,6 +300,15 @@ def _validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[tuple[int |
         _validate_fit(request, add)
     if request.time_limit_s is not None and not 1 <= request.time_limit_s <= MAX_DURATION_S:
         add("time_limit_s", f"A time limit is from 1 second to {MAX_DURATION_S // 86400} days.")
+    every_s = request.checkpoint_every_s
+    if every_s is not None and not (
+        math.isfinite(every_s) and MIN_CHECKPOINT_EVERY_S <= every_s <= MAX_DURATION_S
+    ):
+        add(
+            "checkpoint_every_s",
+            f"The checkpoint interval is from {MIN_CHECKPOINT_EVERY_S:g} second "
+            f"to {MAX_DURATION_S // 86400} days.",
+        )
     if request.qos_deadline_at is not None and request.qos_max_latency_s is not None:
         add("qos_max_latency_s", "Give either a deadline or a maximum latency, not both.")
     rate = request.qos_min_rate_iters_per_s
@@ -393,6 +404,7 @@ def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
             qos_min_rate_iters_per_s=request.qos_min_rate_iters_per_s,
             priority=request.priority,
             time_limit_s=request.time_limit_s,
+            checkpoint_every_s=request.checkpoint_every_s,
             held=request.hold,
             pending_reason=reason,
             # The first task is its array's id: it refers to itself, set just below.

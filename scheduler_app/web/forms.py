@@ -24,6 +24,7 @@ from scheduler_app.services.jobs import MAX_SCRIPT_CHARS, JobRequest
 DIRECTIVE_FIELDS = {
     "nodes": "num_nodes",
     "time_limit_s": "time_limit",
+    "checkpoint_every_s": "checkpoint_every",
     "chdir": "work_dir",
     "output": "output_path",
     "error": "error_path",
@@ -97,6 +98,14 @@ class JobSubmitForm(forms.Form):
         max_length=32,
         label="Time limit",
         help_text=f"The job is stopped after it. {DURATION_HELP}",
+    )
+    checkpoint_every = forms.CharField(
+        required=False,
+        max_length=32,
+        label="Checkpoints every",
+        help_text="How often your job checkpoints: a move or preemption loses the work since the last "
+        "one. Empty: a catalog workload's profile; your own command, none (a restart redoes its whole "
+        f"run). {DURATION_HELP}",
     )
     hold = forms.BooleanField(
         required=False,
@@ -192,6 +201,15 @@ class JobSubmitForm(forms.Form):
         except ValueError as exc:
             raise ValidationError(str(exc)) from exc
 
+    def clean_checkpoint_every(self) -> float | None:
+        text = self.cleaned_data["checkpoint_every"].strip()
+        if not text:
+            return None
+        try:
+            return parse_duration_s(text, option="The checkpoint interval", leave_out="leave it empty")
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+
     def clean_qos_max_latency_s(self) -> float | None:
         text = self.cleaned_data["qos_max_latency_s"].strip()
         if not text:
@@ -257,6 +275,7 @@ class JobSubmitForm(forms.Form):
             script=d["script"],
             num_nodes=d["num_nodes"],
             time_limit_s=d["time_limit"],
+            checkpoint_every_s=d["checkpoint_every"],
             work_dir=d["work_dir"].strip(),
             output_path=d["output_path"].strip(),
             error_path=d["error_path"].strip(),

@@ -73,6 +73,7 @@ def fields(*directives: str) -> dict:
         ("#ATTUNE --max-latency 1-00:00:00", {"qos_max_latency_s": 86400.0}),
         ("#ATTUNE --deadline 2026-11-23T18:00+01:00", {"qos_deadline_at": "2026-11-23T18:00+01:00"}),
         ("#ATTUNE --min-rate 2.5", {"qos_min_rate_iters_per_s": 2.5}),
+        ("#ATTUNE --checkpoint-every 10m", {"checkpoint_every_s": 600.0}),
         ("#ATTUNE --gpus=2 --hold", {"num_gpus": 2, "hold": True}),  # Slurm's options on #ATTUNE too
     ],
 )
@@ -300,6 +301,7 @@ _VALUES = {
     "max-latency": st.integers(1, 10**6).map(lambda s: (f"{s}s", float(s))),
     "deadline": st.sampled_from(["2026-11-23T18:00", "2027-01-02T03:04:05+01:00"]).map(lambda s: (s, s)),
     "min-rate": _positive_floats.map(lambda x: (str(x), x)),
+    "checkpoint-every": st.integers(1, 10**6).map(lambda s: (f"{s}s", float(s))),
 }
 
 

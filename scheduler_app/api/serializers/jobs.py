@@ -29,6 +29,7 @@ from scheduler_app.services.jobs import (
     MAX_QOS_RATE_ITERS_PER_S,
     MAX_SCRIPT_CHARS,
     MAX_TOTAL_ITERS,
+    MIN_CHECKPOINT_EVERY_S,
     MIN_CPUS_PER_GPU,
     MIN_MEM_GB_PER_GPU,
     MIN_QOS_LATENCY_S,
@@ -163,6 +164,19 @@ class JobSubmitSerializer(serializers.Serializer):
     time_limit_s = StrictIntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_DURATION_S, help_text="At most 365 days"
     )
+    checkpoint_every_s = StrictFloatField(
+        required=False,
+        allow_null=True,
+        min_value=MIN_CHECKPOINT_EVERY_S,
+        max_value=MAX_DURATION_S,
+        error_messages={
+            "min_value": f"The checkpoint interval is at least {MIN_CHECKPOINT_EVERY_S:g} second.",
+            "max_value": f"The checkpoint interval is at most {MAX_DURATION_S // 86400} days.",
+        },
+        help_text="How often the job checkpoints, seconds (> 0): a move or preemption loses the work "
+        "since its last checkpoint. Null: a catalog workload's profile; an own command, none (a restart "
+        "redoes its whole lease)",
+    )
     depends_on = serializers.ListField(
         child=StrictIntegerField(min_value=1, max_value=MAX_JOB_ID),
         required=False,
@@ -274,6 +288,7 @@ class JobSerializer(serializers.ModelSerializer):
             "qos_min_rate_iters_per_s",
             "deadline_at",
             "time_limit_s",
+            "checkpoint_every_s",
             "depends_on",
             "held",
             "array_job",
