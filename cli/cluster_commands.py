@@ -162,6 +162,16 @@ def acct(api: Api, args: Any, out: TextIO) -> int:
     if not rows_in:
         out.write("no usage in this window\n")
         return 0
+    _acct_table(rows_in, out)
+    lost = report.get("restart_loss_by_day") or []
+    if lost:
+        out.write("\nGPU-hours lost to restarts\n")
+        table([["DAY", "LOST_GPU_H"], *([d["day"], f"{d['gpu_hours']:.2f}"] for d in lost)], out)
+    return 0
+
+
+def _acct_table(rows_in: list[dict[str, Any]], out: TextIO) -> None:
+    """acct's table: one row per user or team."""
     # One column per end state that any row has, in the service's order (COMPLETED first).
     states = [s for s in rows_in[0]["jobs"] if any(row["jobs"].get(s) for row in rows_in)]
     rows = [[*ACCT_HEADER, *states, *ACCT_WAITS]]
@@ -179,4 +189,3 @@ def acct(api: Api, args: Any, out: TextIO) -> int:
             ]
         )
     table(rows, out)
-    return 0

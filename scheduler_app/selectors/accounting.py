@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from infra.vendor import is_postgresql
 from scheduler_app.models import TERMINAL_JOB_STATES, Allocation, Job, JobState, Team
+from scheduler_app.selectors.restarts import RestartLossDay, restart_loss_by_day
 
 AccountingBy = Literal["user", "team"]
 ACCOUNTING_BY: tuple[AccountingBy, ...] = ("user", "team")
@@ -54,12 +55,14 @@ class AccountingRow:
 
 @dataclass(frozen=True)
 class AccountingReport:
-    """The rows of [start, end), by user or team, largest GPU-hours first."""
+    """The rows of [start, end), by user or team, largest GPU-hours first, and the GPU-hours lost to
+    restarts on each day of the window that lost any (of the jobs the rows count)."""
 
     start: datetime
     end: datetime
     by: AccountingBy
     rows: list[AccountingRow]
+    restart_loss_by_day: list[RestartLossDay] = field(default_factory=list)
 
 
 class EpochSeconds(Func):
@@ -216,8 +219,9 @@ def accounting_report(
     """Per user or team over [start, end): GPU-hours, CPU-core-hours and memory GB-hours of the
     allocations (each one's overlap with the window times its GPUs, cores, GB; a running one counts up
     to `now`), the jobs that ended in the window by end state, and the mean and p95 wait (start minus
-    submission) of the jobs that started in it. `user` scopes the rows to what they may see (see
-    `_scope`; None: all). Three grouped queries and one for the names, whatever the history's length.
+    submission) of the jobs that started in it; and the GPU-hours lost to restarts per day
+    (selectors/restarts.py). `user` scopes the rows and the days to what they may see (see `_scope`;
+    None: all, the cluster's). Four grouped queries and one for the names, whatever the history's length.
     """
     if by not in ACCOUNTING_BY:
         raise ValueError(f"by must be one of {ACCOUNTING_BY}, not {by!r}")
@@ -246,4 +250,5 @@ def accounting_report(
             )
         )
     rows.sort(key=lambda row: (-row.gpu_hours, row.name))
-    return AccountingReport(start=start, end=end, by=by, rows=rows)
+    lost = restart_loss_by_day(start=start, end=stop, jobs=_scope(user, by, "job__"))
+    return AccountingReport(start=start, end=end, by=by, rows=rows, restart_loss_by_day=lost)

@@ -135,7 +135,8 @@ def job_restarts(job: Job) -> JobRestarts:
 def restart_loss_by_day(*, start: datetime, end: datetime, jobs: Q | None = None) -> list[RestartLossDay]:
     """The GPU-hours lost to restarts on each day of [start, end) that lost any, oldest first: a lease's
     work done again on the day the restart ended it, a restart's start-up on the day it started.
-    `jobs` scopes the leases (a condition on their job, prefix `job__`). Two grouped queries."""
+    `jobs` scopes the leases (a condition on their job, prefix `job__`). One statement (a UNION ALL of
+    two grouped queries)."""
     scope = jobs or Q()
     tz = timezone.get_current_timezone()
     ended = (
@@ -154,6 +155,6 @@ def restart_loss_by_day(*, start: datetime, end: datetime, jobs: Q | None = None
         .order_by()
     )
     by_day: dict[date, float] = defaultdict(float)
-    for row in [*ended, *restarted]:
+    for row in ended.union(restarted, all=True):
         by_day[row["day"]] += row["gpu_s"] or 0.0
     return [RestartLossDay(day=day, gpu_hours=gpu_s / 3600) for day, gpu_s in sorted(by_day.items())]

@@ -82,6 +82,8 @@ def accounting(request: HttpRequest) -> HttpResponse:
         "windows": [(w, urlencode({"window": w, "by": by})) for w in ACCOUNTING_WINDOWS],
         "groupings": [(b, label, urlencode({"window": window, "by": b})) for b, label in BY_CHOICES],
         "end_states": END_STATES,
+        "restart_loss": report.restart_loss_by_day,
+        "restart_loss_total": sum(day.gpu_hours for day in report.restart_loss_by_day),
         "csv_url": f"{reverse('accounting')}?{urlencode({'window': window, 'by': by, 'format': 'csv'})}",
     }
     return render(request, "web/accounting.html", context)

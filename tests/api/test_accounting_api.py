@@ -158,10 +158,10 @@ def test_p95_on_sqlite_is_computed_in_python_and_agrees(scenario, monkeypatch):
     ]
 
 
-def test_the_report_costs_four_queries_whatever_the_rows(scenario, django_assert_num_queries):
+def test_the_report_costs_five_queries_whatever_the_rows(scenario, django_assert_num_queries):
     start, end = scenario.window
-    # Usage, end states, waits (one grouped query each) and the names.
-    with django_assert_num_queries(4):
+    # Usage, end states, waits, GPU time lost to restarts per day (one grouped query each) and the names.
+    with django_assert_num_queries(5):
         accounting_report(start=start, end=end, by="team", now=end)
 
 
@@ -191,7 +191,7 @@ def window_query(scenario) -> dict[str, str]:
 def test_staff_see_every_row_as_documented(scenario, staff_user):
     body = client_for(staff_user).get(URL, {**window_query(scenario), "by": "team"}).json()
     start, end = scenario.window
-    assert set(body) == {"start", "end", "by", "rows"} and body["by"] == "team"
+    assert set(body) == {"start", "end", "by", "rows", "restart_loss_by_day"} and body["by"] == "team"
     assert body["start"] == start.isoformat().replace("+00:00", "Z")
     want = expected(scenario.ledger, start=start, end=end, now=timezone.now(), by="team")
     assert_rows_equal(body["rows"], want)

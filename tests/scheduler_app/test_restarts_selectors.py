@@ -43,18 +43,18 @@ def interrupt(job: Job, *, via: str, reason: str, to_state: str, at: datetime) -
     )
 
 
-def moved_twice_and_preempted() -> Job:
+def moved_twice_and_preempted(t0: datetime = T0) -> Job:
     """The demo's 8-GPU job: started, moved (4 + 4 on two servers), moved again, preempted, restarted."""
     job = JobFactory(num_gpus=8, state=JobState.RUNNING)
     h = timedelta(hours=1)
-    lease(job, T0, gpus=8, startup_s=40.0, lost_work_s=35.0, ended_at=T0 + h)  # first start: no start-up
-    lease(job, T0 + h, gpus=4, startup_s=50.0, lost_work_s=15.0, ended_at=T0 + 2 * h)
-    lease(job, T0 + h, gpus=4, startup_s=60.0, lost_work_s=15.0, ended_at=T0 + 2 * h)
-    lease(job, T0 + 2 * h, gpus=8, startup_s=None, lost_work_s=100.0, ended_at=T0 + 3 * h)  # not measured
-    lease(job, T0 + 26 * h, gpus=8, startup_s=30.0, lost_work_s=None)  # running, the next day
-    interrupt(job, via=JobState.PREEMPTED, reason="moved", to_state=JobState.RUNNING, at=T0 + h)
-    interrupt(job, via=JobState.PREEMPTED, reason="moved", to_state=JobState.RUNNING, at=T0 + 2 * h)
-    interrupt(job, via=JobState.PREEMPTED, reason="priority", to_state=JobState.PENDING, at=T0 + 3 * h)
+    lease(job, t0, gpus=8, startup_s=40.0, lost_work_s=35.0, ended_at=t0 + h)  # first start: no start-up
+    lease(job, t0 + h, gpus=4, startup_s=50.0, lost_work_s=15.0, ended_at=t0 + 2 * h)
+    lease(job, t0 + h, gpus=4, startup_s=60.0, lost_work_s=15.0, ended_at=t0 + 2 * h)
+    lease(job, t0 + 2 * h, gpus=8, startup_s=None, lost_work_s=100.0, ended_at=t0 + 3 * h)  # not measured
+    lease(job, t0 + 26 * h, gpus=8, startup_s=30.0, lost_work_s=None)  # running, the next day
+    interrupt(job, via=JobState.PREEMPTED, reason="moved", to_state=JobState.RUNNING, at=t0 + h)
+    interrupt(job, via=JobState.PREEMPTED, reason="moved", to_state=JobState.RUNNING, at=t0 + 2 * h)
+    interrupt(job, via=JobState.PREEMPTED, reason="priority", to_state=JobState.PENDING, at=t0 + 3 * h)
     return job
 
 

@@ -100,8 +100,22 @@ class AccountingRowSerializer(serializers.Serializer):
     p95_wait_s = serializers.FloatField(allow_null=True, help_text="Its 95th percentile (interpolated)")
 
 
+class RestartLossDaySerializer(serializers.Serializer):
+    day = serializers.DateField(help_text="A day in the service's time zone")
+    gpu_hours = serializers.FloatField(
+        min_value=0,
+        help_text="GPU-hours lost to restarts that day: the work that leases ended by a restart had to do "
+        "again (on the day they ended), and restarts' start-ups (on the day they started)",
+    )
+
+
 class AccountingReportSerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     by = serializers.ChoiceField(choices=list(ACCOUNTING_BY))
     rows = AccountingRowSerializer(many=True, help_text="Largest gpu_hours first")
+    restart_loss_by_day = RestartLossDaySerializer(
+        many=True,
+        help_text="GPU-hours lost to restarts on each day of the window that lost any, oldest first, of the "
+        "jobs the rows count (staff: the cluster's)",
+    )
