@@ -9,6 +9,7 @@ training process (the same pids), and its measured speed falls by the profile's 
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -100,8 +101,11 @@ def test_a_resize_of_cores_keeps_the_process_and_its_speed_follows(agent, job_ru
     shim = psutil.Process(started["pid"])
     (trainer,) = shim.children()  # the shim forks the job's process and waits for it
     identity = {(p.pid, p.create_time()) for p in (shim, trainer)}
-    wait_until(lambda: AgentReport.objects.filter(allocation=lease, kind="progress").count() >= 4, timeout_s=60,
-               what="progress reports at the first size")  # fmt: skip
+    wait_until(
+        lambda: AgentReport.objects.filter(allocation=lease, kind="progress").count() >= 4,
+        timeout_s=60,
+        what="progress reports at the first size",
+    )
     fast_rate, last_seq = progress_rate(lease)
 
     second = submit(user, gpus=3, iters=int(600 / iter_s), workload=Workload.objects.get(name="res18"))
@@ -119,7 +123,10 @@ def test_a_resize_of_cores_keeps_the_process_and_its_speed_follows(agent, job_ru
     } == identity
     assert list(AgentReport.objects.filter(allocation=lease).exclude(kind__in=["progress", "log"])
                 .values_list("kind", flat=True)) == ["started"]  # fmt: skip
-    assert len(psutil.Process(trainer.pid).cpu_affinity()) >= 1
+    work_dir = Path(agent.args[agent.args.index("--work-dir") + 1])
+    told = json.loads((work_dir / "leases" / str(lease.lease_id) / "resources.json").read_text())
+    assert (told["cpus"], told["mem_gb"]) == (3, lease.mem_gb)
+    assert sorted(psutil.Process(trainer.pid).cpu_affinity()) == told["core_ids"]
     assert Job.objects.get(pk=first.pk).state == JobState.RUNNING
     assert "resized lease" in agent.log_text()
     # Its progress, measured over reports after the resize: at the slower speed, in the profile's ratio.
@@ -128,10 +135,8 @@ def test_a_resize_of_cores_keeps_the_process_and_its_speed_follows(agent, job_ru
         timeout_s=60,
         what="progress reports at the new size",
     )
-    resize_seen = max(
-        seq for seq, data in AgentReport.objects.filter(allocation=lease, kind="progress").values_list("seq", "data")
-        if abs(data["iters_per_s"] * iter_s - FAST) < 0.01
-    )  # fmt: skip
+    reports = AgentReport.objects.filter(allocation=lease, kind="progress").values_list("seq", "data")
+    resize_seen = max(seq for seq, data in reports if abs(data["iters_per_s"] * iter_s - FAST) < 0.01)
     slow_rate, _ = progress_rate(lease, after_seq=resize_seen + 1)
     assert fast_rate / slow_rate == pytest.approx(FAST / SLOW, rel=0.25), (fast_rate, slow_rate)
     wait_until(
