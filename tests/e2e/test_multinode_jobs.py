@@ -30,18 +30,25 @@ from tests.standalone import ROOT, standalone_env
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 EXAMPLES = ROOT / "docs" / "examples"
+DEMO_PACING = "--step-s 0.3"
 
 
 def pytest_torch_or_skip() -> None:
     pytest.importorskip("torch", reason="the CPU build of PyTorch (requirements-profiling.txt) is needed")
 
 
-def submit_example(live_server, job_runtime) -> tuple[Job, Path]:
-    """`python -m cli submit ddp_multinode.sh` from a working directory holding the trainer."""
+def submit_example(live_server, job_runtime, *, step_s: float | None = None) -> tuple[Job, Path]:
+    """`python -m cli submit ddp_multinode.sh` from a working directory holding the trainer; `step_s`
+    replaces the script's demo pacing (`--step-s 0.3`, seconds slept per step), and nothing else."""
     workdir = job_runtime.make_shared_dir("attune-ddp-")
     for name in ("ddp_multinode.sh", "train_ddp.py"):
         shutil.copy(EXAMPLES / name, workdir / name)
         job_runtime.give(workdir / name)
+    if step_s is not None:
+        script = workdir / "ddp_multinode.sh"
+        text = script.read_text()
+        assert text.count(DEMO_PACING) == 1, text  # the documented script still paces its steps so
+        script.write_text(text.replace(DEMO_PACING, f"--step-s {step_s}"))
     user = UserFactory(username=job_runtime.account)
     env = {**standalone_env(), "ATTUNE_TOKEN": Token.objects.create(user=user).key}
     result = subprocess.run(
@@ -123,7 +130,9 @@ def test_a_two_node_batch_script_trains_survives_a_preemption_and_completes(
     pytest_torch_or_skip()
     start_agents(2, gpus=2, cpus=2, mem_gb=64.0, time_scale=1.0)
     wait_until(lambda: Server.objects.filter(address="127.0.0.1").count() == 2, timeout_s=60, what="2 agents")
-    job, workdir = submit_example(live_server, job_runtime)
+    # 0.1 s a step, not the demo's 0.3: the 100 steps take 20 s less, and most are still left when the
+    # preemption comes (within a few seconds of step 15: two syncs and a poll).
+    job, workdir = submit_example(live_server, job_runtime, step_s=0.1)
 
     wait_until(lambda: running_on_both(job), timeout_s=60, what="the job to start on both servers")
     parts = list(Allocation.objects.filter(job=job, ended_at__isnull=True).order_by("id"))
