@@ -24,7 +24,7 @@ from rest_framework.authtoken.models import Token
 
 from cluster_app.models import NodeState, Server
 from profiles_app.services import workload_catalog_load
-from scheduler_app.core.reasons import PLACED_REASONS
+from scheduler_app.core.reasons import MIN_RUN_TIME, PLACED_REASONS, RESTART_COST
 from scheduler_app.models import AgentReport, Allocation, Job, JobState, RoundDecision, SchedulingRound
 from tests.e2e.conftest import WORKER_ENV
 from tests.e2e.processes import Agent, CeleryWorker, wait_until
@@ -38,9 +38,11 @@ DEMO_SERVER = {"gpus": 8, "cpus": 24, "mem_gb": 500.0}
 # Longer than the test: every step below happens within the big job's minimum run time, as in the
 # demo, where the job moved 35 s after it started. The horizon and margin are the defaults.
 MIN_RUN_S = 900
-# Running before the 8-GPU job, 6 GPUs on one server: the state in which a node joining made the
-# allocator alone move the big job (found with the pure core, checked live with restart costs off).
-SMALL_FIRST = [("shufflenet", 1), ("alexnet", 1), ("m5", 2), ("shufflenet", 2)]
+# Submitted one round apart around the 8-GPU job (model, GPUs): a state in which a node joining makes
+# the allocator alone (ATTUNE_RESTART_COSTS=0) move the big job onto the other server and the small ones
+# onto the new one, where they get their best-case cores (found with the pure core, checked live).
+BEFORE = [("transformer", 1)]
+AFTER = [("shufflenet", 2), ("res18", 4)]
 
 
 @pytest.fixture
@@ -118,6 +120,13 @@ def cluster_state(job_id: int) -> str:
     return "\n".join([*leases, *decisions])
 
 
+def start(api: Api, name: str, model: str, gpus: int) -> int:
+    """Submit a long job and wait until it runs (so that each job gets a round of its own)."""
+    job_id = api.submit(name, model, gpus, seconds=3600)
+    wait_until(lambda: lease_of(job_id) is not None, timeout_s=60, what=f"{name} to start")
+    return job_id
+
+
 def stays(job_id: int, lease: tuple[str, str, int], step: str) -> None:
     """After `step`, two more rounds leave the job's lease and process as they were."""
     rounds_pass(2)
@@ -135,12 +144,7 @@ def test_an_8_gpu_job_alone_stays_until_its_server_is_lost(start_agents, live_se
     )
     workload_catalog_load()
     api = Api(live_server)
-    # Small jobs first, one round each (they pack onto node1 at the proportional share), then res50 on
-    # all 8 GPUs of node2. When node3 joins, the allocator alone (ATTUNE_RESTART_COSTS=0) re-packs: it
-    # moves res50 onto node1 and the small jobs onto node3, where they get their best-case cores.
-    for i, (model, gpus) in enumerate(SMALL_FIRST):
-        job_id = api.submit(f"{model}-{i}", model, gpus, seconds=3600)
-        wait_until(lambda job_id=job_id: lease_of(job_id) is not None, timeout_s=60, what=f"{model} to start")
+    started = [start(api, f"{model}-{i}", model, gpus) for i, (model, gpus) in enumerate(BEFORE)]
     big = api.submit("res50-8", "res50", 8, seconds=3600)
     try:
         wait_until(lambda: lease_of(big) is not None, timeout_s=60, what="the 8-GPU job to start")
@@ -149,6 +153,8 @@ def test_an_8_gpu_job_alone_stays_until_its_server_is_lost(start_agents, live_se
     lease = lease_of(big)
     assert lease is not None
     home = lease[1]
+    started += [start(api, f"{model}-{i}", model, gpus) for i, (model, gpus) in enumerate(AFTER)]
+    stays(big, lease, "smaller jobs started after it")
     assert Allocation.objects.filter(ended_at__isnull=True, server__name=home).count() == 1, "not alone"
 
     # 1. A node joins: a third agent registers, with 8 free GPUs and 24 free cores.
@@ -204,6 +210,9 @@ def test_an_8_gpu_job_alone_stays_until_its_server_is_lost(start_agents, live_se
         print(f"\nthe 8-GPU job's round decisions while it stayed: {dict(decisions)}")
         assert decisions and all(outcome == "placed" for outcome, _ in decisions), decisions
         assert {reason for _, reason in decisions} <= PLACED_REASONS, decisions
+        # The scenario has teeth: the allocator alone would have moved it (it does with restart costs
+        # off), so the guard must have kept it at least once, and said so.
+        assert {reason for _, reason in decisions} & {MIN_RUN_TIME, RESTART_COST}, decisions
 
         # 4. What must not wait: its server is lost (agent and processes killed). The sweep ends its
         # lease and requeues it; a round places it on a server that is up, within the minimum run time.
@@ -219,7 +228,10 @@ def test_an_8_gpu_job_alone_stays_until_its_server_is_lost(start_agents, live_se
         reasons = list(Job.objects.get(pk=big).events.values_list("reason", flat=True))
         assert "node_down" in reasons and "moved" not in reasons, history(big)
         print(f"moved only when its server was lost:\n{history(big)}")
-        api.cancel(big)
+        for job_id in Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).values_list(
+            "id", flat=True
+        ):
+            api.cancel(job_id)
         wait_until(
             lambda: not Allocation.objects.filter(ended_at__isnull=True).exists(),
             timeout_s=60,
