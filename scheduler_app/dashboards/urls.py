@@ -20,5 +20,6 @@ urlpatterns = [
     path("api/queue.json", views.queue_json, name="api_queue"),
     path("api/admission.json", views.admission_json, name="api_admission"),
     path("api/prediction.json", views.prediction_json, name="api_prediction"),
+    path("api/restarts.json", views.restarts_json, name="api_restarts"),
     path("api/whatif/<int:run_id>.json", views.whatif_run_json, name="api_whatif_run"),
 ]

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from scheduler_app.dashboards import prediction_accuracy, selectors, whatif_selectors
+from scheduler_app.dashboards import prediction_accuracy, restarts, selectors, whatif_selectors
 from scheduler_app.dashboards.buckets import DEFAULT_WINDOW, window_from_query, window_options, window_span_s
 from scheduler_app.dashboards.forms import WhatIfForm
 from scheduler_app.dashboards.services import whatif_run_create, whatif_run_dispatch
@@ -87,6 +87,7 @@ qos_json = _series_endpoint(selectors.qos_series)
 queue_json = _series_endpoint(selectors.queue_series)
 admission_json = _series_endpoint(selectors.admission_accuracy_series)
 prediction_json = _series_endpoint(prediction_accuracy.prediction_accuracy_series)
+restarts_json = _series_endpoint(restarts.restart_loss_series)
 
 
 @staff_required

@@ -187,6 +187,15 @@
           w.workload.length === 0),
       };
     },
+    "restart-loss": function (d) {
+      return {
+        traces: [{ x: d.days, y: d.gpu_hours, type: "bar", name: "GPU-hours lost",
+          hovertemplate: "%{y:.2f} GPU-hours<extra>%{x}</extra>" }],
+        layout: noData(layout("GPU-hours lost to restarts per day (" + d.total_gpu_hours.toFixed(2) + " in all)", {
+          xaxis: { type: "category", title: { text: "day" } }, yaxis: { rangemode: "tozero", title: { text: "GPU-hours" } },
+        }), d.days.length === 0),
+      };
+    },
     "queue": function (d) {
       return {
         traces: [

@@ -18,7 +18,15 @@ from tests.factories import AllocationFactory, ServerFactory
 pytestmark = pytest.mark.django_db
 
 PAGES = ["index", "utilisation", "jobs", "qos", "queue", "whatif"]
-ENDPOINTS = ["api_utilisation", "api_jct", "api_qos", "api_queue", "api_admission", "api_prediction"]
+ENDPOINTS = [
+    "api_utilisation",
+    "api_jct",
+    "api_qos",
+    "api_queue",
+    "api_admission",
+    "api_prediction",
+    "api_restarts",
+]
 
 
 @pytest.mark.parametrize("name", PAGES + ENDPOINTS)
