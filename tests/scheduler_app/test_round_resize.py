@@ -8,6 +8,8 @@ import pytest
 from django.utils import timezone
 
 from cluster_app.models import Server
+from profiles_app.models import SpeedObservation
+from profiles_app.services import SpeedMeasurement, speed_observations_record
 from scheduler_app.core.types import Placement, ServerShare
 from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import ActiveLease
@@ -45,9 +47,13 @@ def test_a_round_resizes_a_running_lease_in_place_where_its_agent_can(user, fifo
     Server.objects.filter(pk=server.pk).update(live_resize=True)
     job = submit(user, gpus=1)
     lease = running_on(job, server, gpu_indices=(0,), cpus=1, mem_gb=10.0)
+    measured = SpeedMeasurement(job.workload_id, job.pk, lease.pk, 1.0, 10.0, 0.5, 0.4, timezone.now())
+    assert speed_observations_record([measured]) == 1
 
     sround = scheduling_round_run()
 
+    # Its observation paired the old size's prediction with its speed: gone, the next report starts anew.
+    assert not SpeedObservation.objects.filter(allocation=lease).exists()
     (now,) = active(job)
     assert now.pk == lease.pk and now.lease_id == lease.lease_id  # the same lease: no restart
     assert gpu_indices(now) == [0]
