@@ -355,10 +355,21 @@ def round_plan_apply(
     names: dict[int, str],
     all_gpus: int,
     skipped: set[int] | frozenset[int] = frozenset(),
+    resizable: frozenset[int] | set[int] = frozenset(),
 ) -> dict[str, int]:
     """Write the plan, less the `skipped` jobs' decisions (round_plan_recheck, which must have locked
-    the rows first): bulk statements only, so the cost does not grow with queries per job."""
-    w = _plan_writes(sround.pk, inputs, decisions, now=now, names=names, all_gpus=all_gpus, skipped=skipped)
+    the rows first, with the same `resizable`): bulk statements only, so the cost does not grow with
+    queries per job."""
+    w = _plan_writes(
+        sround.pk,
+        inputs,
+        decisions,
+        now=now,
+        names=names,
+        all_gpus=all_gpus,
+        skipped=skipped,
+        resizable=resizable,
+    )
     # Order matters: release the old holds before inserting new ones, or the partial unique index
     # (no GPU in two active allocations) would reject a GPU that changes hands within this round.
     allocations_end(allocation_ids=w.to_end, reason="preempted", now=now, lost_work_s=w.lost_work_s)
