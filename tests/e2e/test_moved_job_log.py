@@ -4,6 +4,7 @@ for line, with the first run's lines once (issue 36: they were shown twice)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,7 @@ def test_the_log_of_a_job_stopped_and_started_again_equals_its_output_file(
     # Stopped by no fault of its own (as a round's move or preemption ends its lease): SIGTERM, the
     # process exits, and the next round starts it again, from step 1, on a new lease.
     with transaction.atomic():
-        job_requeue(job=Job.objects.select_for_update().get(pk=job.pk), reason="preempted")
+        job_requeue(job=Job.objects.select_for_update().get(pk=job.pk), reason="preempted", lost_work_s=12.5)
 
     def completed() -> bool:
         job.refresh_from_db()
@@ -76,3 +77,8 @@ def test_the_log_of_a_job_stopped_and_started_again_equals_its_output_file(
     # The page's and `cli log`'s tail (the API's) are the file, the first run's lines once.
     assert job_log_tail(job=job) == output
     assert cli(live_server, env, workdir, "log", str(job.pk)).splitlines() == output
+    # And `cli show` counts the restart and the GPU time it lost (1 GPU x the work redone, plus the
+    # second lease's start-up when the agent measured one).
+    restarts = json.loads(cli(live_server, env, workdir, "show", str(job.pk), "--json"))["restarts"]
+    assert (restarts["requeues"], restarts["restarts"], restarts["moves"]) == (1, 1, 0), restarts
+    assert restarts["gpu_s_lost"] >= 12.5, restarts
