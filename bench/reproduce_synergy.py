@@ -789,7 +789,7 @@ def restart_row(
     def mean(figs: list[dict[str, float]], key: str) -> float:
         return statistics.fmean(f[key] for f in figs)
 
-    kept = "-" if gain0 is None else f"{restart_axis.kept_pct(gain0 - 1, gain - 1):.0f} %"
+    kept = "100 %" if gain0 is None else f"{restart_axis.kept_pct(gain0 - 1, gain - 1):.0f} %"
     row = [
         restart_axis.cost_label(cost_s),
         spread(jct_p),
@@ -842,7 +842,7 @@ def restarts_section(args: argparse.Namespace, cfg: Config, command: str) -> Non
         rows.append(row)
         log(f"  static, restart cost {cost_s:g} s: {row}")
     print(f"\n**Static {len(trace)}-job trace, 4 x 8 GPUs, 300 s rounds, exact finishing** (all jobs)\n")
-    print(md_table(RESTART_HEADERS, rows))
+    print(md_table(RESTART_HEADERS, sorted(rows, key=restart_axis.cost_key)))
 
     seeds = cfg.sweeps[0].seeds if cfg.sweeps else (1,)
     rows, gain0 = [], None
@@ -876,7 +876,7 @@ def restarts_section(args: argparse.Namespace, cfg: Config, command: str) -> Non
         f"{cfg.jobs:,} jobs, seeds {','.join(map(str, seeds))}, round-end convention** (mean JCT of ids "
         f"[{cfg.window[0]}, {cfg.window[1]}) and the gain: means over seeds; restarts of those jobs)\n"
     )
-    print(md_table(RESTART_HEADERS, rows))
+    print(md_table(RESTART_HEADERS, sorted(rows, key=restart_axis.cost_key)))
 
 
 if __name__ == "__main__":

@@ -100,3 +100,14 @@ def kept_pct(gain0: float, gain: float) -> float:
 
 def cost_label(cost_s: float) -> str:
     return "0 (free, no guard)" if cost_s == 0 else f"{cost_s:g} s"
+
+
+def cost_key(row: Sequence[Any] | str) -> float:
+    """A table row's restart cost, from its first cell (cost_label's text), to print rows by cost."""
+    first = row.strip("| ").split(" |")[0] if isinstance(row, str) else str(row[0])
+    return float(first.split()[0])
+
+
+def by_cost(rows: Sequence[str]) -> list[str]:
+    """Markdown rows in order of their restart cost (stable: a cost's rows keep their order)."""
+    return sorted(rows, key=cost_key)
