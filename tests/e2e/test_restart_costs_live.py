@@ -6,7 +6,8 @@ server, its process) must not change when a node joins, when a smaller job ends 
 changes (jobs submitted, started, cancelled); every round places it (RoundDecision), with the
 allocator's own reason or the guard's (`min_run_time`, `restart_cost`). Then its server is lost (the
 agent and its processes killed): that overrides the minimum run time (docs/restarts.md), and the job
-moves to another server, its history saying why (`node_down`, its lease ended `node_fail`).
+moves to another server, its history saying why (`node_down`, its lease ended `node_fail`). Drained
+by staff before that, it stays: a draining server's running jobs finish there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from cluster_app.models import NodeState, Server
 from profiles_app.services import workload_catalog_load
 from scheduler_app.core.reasons import MIN_RUN_TIME, PLACED_REASONS, RESTART_COST
 from scheduler_app.models import AgentReport, Allocation, Job, JobState, RoundDecision, SchedulingRound
+from scheduler_app.services.nodes import node_drain
 from tests.e2e.conftest import WORKER_ENV
 from tests.e2e.processes import Agent, CeleryWorker, wait_until
 from tests.e2e.test_live_cluster import TIME_SCALE, assert_no_gpu_double_booked, iters_for
@@ -214,7 +216,13 @@ def test_an_8_gpu_job_alone_stays_until_its_server_is_lost(start_agents, live_se
         # off), so the guard must have kept it at least once, and said so.
         assert {reason for _, reason in decisions} & {MIN_RUN_TIME, RESTART_COST}, decisions
 
-        # 4. What must not wait: its server is lost (agent and processes killed). The sweep ends its
+        # 4. Its server is drained by staff: a draining server's running jobs finish where they run
+        # (Slurm's drain; the round leaves them out), nothing new is placed there.
+        node_drain(server=Server.objects.get(name=home), reason="maintenance")
+        stays(big, lease, "its server was drained")
+        assert Server.objects.get(name=home).state == NodeState.DRAINING
+
+        # 5. What must not wait: its server is lost (agent and processes killed). The sweep ends its
         # lease and requeues it; a round places it on a server that is up, within the minimum run time.
         next(agent for agent in agents if agent.name == home).kill()
         wait_until(
