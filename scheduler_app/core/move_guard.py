@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from scheduler_app.core import reasons
 from scheduler_app.core.restarts import RestartPolicy, change_of, is_restart, plan_value
+from scheduler_app.core.throughput import relative_speed, shape_of
 from scheduler_app.core.types import (
     ClusterSnapshot,
     Decision,
@@ -63,7 +64,22 @@ def guarded_plan(
     """The round's plan with running jobs kept in place unless moving them pays (module docstring).
 
     `never_pinned`: jobs that must give their resources up if the plan says so (borrowers over quota).
+    Where resizes are free, the allocator sees each running job as holding its GPUs at no more than
+    their proportional cores and memory: its stickiness then keeps GPUs, not surplus cores, so a
+    newcomer packs onto a server whose GPUs are free but whose cores a young 1-GPU job was given
+    (tune gives such a job up to a whole server's), instead of taking a server of its own.
     """
+    if policy.resize_in_place:
+        servers = {s.server_id: s for s in snapshot.servers}
+        views = {
+            j.job_id: replace(j, current=_proportional_floor(j, servers)) if j.current is not None else j
+            for j in ordered
+        }
+        raw_decide = decide
+
+        def decide(jobs: Sequence[JobView], snap: ClusterSnapshot, used: Mapping[int, int]) -> RoundPlan:
+            return raw_decide([views[j.job_id] for j in jobs], snap, used)
+
     free_plan = decide(ordered, snapshot, {})
     free = free_plan.placements()
     running = _pinnable(
@@ -78,7 +94,7 @@ def guarded_plan(
     young_ids = {j.job_id for j in young}
     free_decisions = {d.job_id: d for d in free_plan.decisions}
     if any(j.job_id in young_ids for j in changed):
-        plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids)
+        plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids, policy)
     else:
         plan = free_plan
     placements = plan.placements()
@@ -86,7 +102,7 @@ def guarded_plan(
         j.job_id not in young_ids and is_restart(change_of(j.current, placements.get(j.job_id)), policy)
         for j in running
     ):
-        kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids)
+        kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids, policy)
         moving = plan_value(placements, ordered, now_s, policy, charge_restarts=False)
         cost = moving - plan_value(placements, ordered, now_s, policy)
         gain = moving - plan_value(kept.placements(), ordered, now_s, policy)
@@ -102,25 +118,102 @@ def _pinned_plan(
     pinned: Sequence[JobView],
     free_decisions: Mapping[int, Decision],
     young_ids: set[int],
+    policy: RestartPolicy,
 ) -> RoundPlan:
-    """Decide the others around `pinned`, which keep their current placements."""
+    """Decide the others around `pinned`, which keep their GPUs.
+
+    Where resizes are free, a pinned job holds only its GPU-proportional cores and memory (never
+    more than it has) while the others are decided, then takes back what they left of its surplus:
+    a young job's extra cores must not keep a newcomer off its server (tune gives a 1-GPU job a whole
+    server's cores; pinning them would push every later job to other servers and fragment them).
+    """
     pinned_ids = {j.job_id for j in pinned}
     team_used: dict[int, int] = {}
     for job in pinned:
         if job.team_id is not None:
             team_used[job.team_id] = team_used.get(job.team_id, 0) + job.num_gpus
-    reduced = _without(snapshot, [j.current for j in pinned if j.current is not None])
+    servers = {s.server_id: s for s in snapshot.servers}
+    floors = {
+        j.job_id: _proportional_floor(j, servers) if policy.resize_in_place else j.current for j in pinned
+    }
+    reduced = _without(snapshot, [p for p in floors.values() if p is not None])
     rest = decide([j for j in ordered if j.job_id not in pinned_ids], reduced, team_used)
+    left = _without(reduced, list(rest.placements().values()))
+    cpus_left = {s.server_id: s.free_cpus for s in left.servers}
+    mem_left = {s.server_id: s.free_mem_gb for s in left.servers}
     by_id = {d.job_id: d for d in rest.decisions}
-    for job in pinned:
+    for job in pinned:  # policy order: the first pinned job takes its surplus back first
         assert job.current is not None
         free = free_decisions.get(job.job_id)
         if free is not None and free.placement is not None and free.placement.shares == job.current.shares:
-            by_id[job.job_id] = free  # the allocator kept it anyway: its own reason stands
+            kept = job.current
+            decision = free  # the allocator kept it anyway: its own reason stands
+        else:
+            kept = None
+            decision = None
+        floor = floors[job.job_id]
+        assert floor is not None
+        regrown = _regrow(job, floor, servers, cpus_left, mem_left)
+        if decision is not None and regrown == kept:
+            by_id[job.job_id] = decision
         else:
             why = reasons.MIN_RUN_TIME if job.job_id in young_ids else reasons.RESTART_COST
-            by_id[job.job_id] = Decision(job.job_id, Outcome.PLACED, why, job.current)
+            by_id[job.job_id] = Decision(job.job_id, Outcome.PLACED, why, regrown)
     return RoundPlan(tuple(by_id[j.job_id] for j in ordered))
+
+
+def _proportional_floor(job: JobView, servers: Mapping[int, ServerView]) -> Placement | None:
+    """`job.current` with each share's cores and memory cut to the GPU-proportional share of its
+    server (never raised); a job with a fixed demand keeps what it has."""
+    current = job.current
+    if current is None or job.cpus_per_gpu_override is not None or job.mem_gb_per_gpu_override is not None:
+        return current
+    if any(share.server_id not in servers for share in current.shares):
+        return current  # its server is gone: the allocator ignores the stale placement anyway
+    shares = []
+    for share in current.shares:
+        server = servers[share.server_id]
+        n = len(share.gpu_indices)
+        prop_cpus = int(server.num_cpus / server.num_gpus * n + 1e-9)
+        prop_mem_gb = server.mem_gb / server.num_gpus * n
+        shares.append(
+            replace(share, num_cpus=min(share.num_cpus, prop_cpus), mem_gb=min(share.mem_gb, prop_mem_gb))
+        )
+    return replace(current, shares=tuple(shares))
+
+
+def _regrow(
+    job: JobView,
+    floor: Placement,
+    servers: Mapping[int, ServerView],
+    cpus_left: dict[int, int],
+    mem_left: dict[int, float],
+) -> Placement:
+    """`floor` given back as much of the job's current surplus as its servers have left (and the
+    speed-up that follows, relative to its current one); its current placement when all of it fits."""
+    current = job.current
+    assert current is not None
+    if floor.shares == current.shares:
+        return current
+    shares = []
+    ratio = 1.0
+    for low, now in zip(floor.shares, current.shares, strict=True):
+        sid = now.server_id
+        cpus = low.num_cpus + min(now.num_cpus - low.num_cpus, max(0, cpus_left[sid]))
+        mem_gb = low.mem_gb + min(now.mem_gb - low.mem_gb, max(0.0, mem_left[sid]))
+        cpus_left[sid] -= cpus - low.num_cpus
+        mem_left[sid] -= mem_gb - low.mem_gb
+        shares.append(replace(now, num_cpus=cpus, mem_gb=mem_gb))
+        if (cpus, mem_gb) != (now.num_cpus, now.mem_gb):
+            n = len(now.gpu_indices)
+            shape = shape_of(servers[sid])
+            was = relative_speed(job.profile, job.num_gpus, shape, now.num_cpus / n, now.mem_gb / n)
+            becomes = relative_speed(job.profile, job.num_gpus, shape, cpus / n, mem_gb / n)
+            if was > 0:
+                ratio = min(ratio, becomes / was)  # data-parallel: the slowest part sets the pace
+    if tuple(shares) == current.shares:
+        return current
+    return Placement(current.job_id, tuple(shares), current.speedup * min(1.0, ratio))
 
 
 def _deadline_override(

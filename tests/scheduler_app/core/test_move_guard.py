@@ -298,10 +298,43 @@ def test_the_guard_keeps_every_allocators_invariants(name, case, policy, ages):
     check_decisions_match_jobs(ordered, plan)
     check_no_over_commit(cluster, plan)
     check_all_or_nothing(ordered, plan)
-    # Pinned jobs keep their placement exactly; nobody runs on a server outside the snapshot.
-    servers = {s.server_id for s in cluster.servers}
+    # Pinned jobs keep their GPUs, with no more cores and memory than they had and no less than the
+    # proportional share of them; nobody runs on a server outside the snapshot.
+    servers = {s.server_id: s for s in cluster.servers}
     for d in plan.decisions:
         if d.reason in (reasons.MIN_RUN_TIME, reasons.RESTART_COST):
-            assert d.placement == ordered[plan.decisions.index(d)].current
+            current = ordered[plan.decisions.index(d)].current
+            assert [(s.server_id, s.gpu_indices) for s in d.placement.shares] == [
+                (s.server_id, s.gpu_indices) for s in current.shares
+            ]
+            for now, was in zip(d.placement.shares, current.shares, strict=True):
+                server, n = servers[now.server_id], len(now.gpu_indices)
+                assert min(was.num_cpus, int(server.num_cpus / server.num_gpus * n + 1e-9)) <= now.num_cpus
+                assert now.num_cpus <= was.num_cpus and now.mem_gb <= was.mem_gb + 1e-9
+                assert now.mem_gb >= min(was.mem_gb, server.mem_gb / server.num_gpus * n) - 1e-9
+            assert d.placement.speedup <= current.speedup + 1e-9
         if d.placement is not None:
-            assert {s.server_id for s in d.placement.shares} <= servers
+            assert {s.server_id for s in d.placement.shares} <= servers.keys()
+
+
+def test_a_young_jobs_surplus_cores_do_not_push_a_newcomer_to_another_server():
+    # tune gives each of two 1-GPU jobs 12 of server 0's 24 cores; a 2-GPU job arriving next packs
+    # onto server 0 (the young jobs shrink in place to make room) rather than taking server 1.
+    cluster = make_cluster(2)
+    jobs: list[JobView] = []
+    now_s = NOW_S
+    for job_id, model, gpus in ((1, "shufflenet", 1), (2, "alexnet", 1), (3, "m5", 2)):
+        jobs.append(make_job(job_id, model, gpus=gpus, arrival_s=now_s, total_iters=1e6))
+        plan = schedule_round(
+            cluster, jobs, policy="fifo", allocator="tune", now_s=now_s, restarts=RestartPolicy()
+        )
+        jobs = [
+            dataclasses.replace(
+                j,
+                current=plan.decision_for(j.job_id).placement,
+                lease_started_s=j.lease_started_s if j.current is not None else now_s,
+            )
+            for j in jobs
+        ]
+        now_s += 10.0
+    assert {d.placement.shares[0].server_id for d in plan.decisions} == {0}
