@@ -112,6 +112,8 @@ JOB_EVENTS = {
     "scheduled": "A scheduling round placed it; its reason says at which share.",
     "preempted": "A round took its resources (to move it, or for jobs ahead of it).",
     "rescheduled": "Preempted and placed again in the same round, elsewhere or with another share.",
+    "resized": "Given other CPU cores or memory on the same GPUs while it runs, without a restart (the "
+    "agent changes the running processes' limits and tells the job).",
     "requeued": "Back in the queue, progress kept (after a preemption, a node failure or an agent stop).",
     "node_fail": "A server it ran on stopped answering.",
     "lease_started": "A node agent started it; the reason names the isolation mode.",
