@@ -84,7 +84,8 @@ class Workload(models.Model):
         default=0, help_text="Leases the learned startup_s rests on; 0: the profile default"
     )
     checkpoint_every_s = models.FloatField(
-        default=600.0, help_text="How often the workload checkpoints, seconds: a restart redoes the work since"
+        default=600.0,
+        help_text="How often the workload checkpoints, seconds (a restart redoes the work since)",
     )
     genie_alpha_s = models.FloatField(null=True, blank=True, help_text="Compute seconds per sample")
     genie_beta_s = models.FloatField(null=True, blank=True, help_text="Fixed seconds per iteration")
@@ -106,7 +107,9 @@ class Workload(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(iter_time_s__gt=0), name="workload_iter_time_positive"),
             models.CheckConstraint(condition=Q(startup_s__gte=0), name="workload_startup_nonneg"),
-            models.CheckConstraint(condition=Q(checkpoint_every_s__gt=0), name="workload_checkpoint_positive"),
+            models.CheckConstraint(
+                condition=Q(checkpoint_every_s__gt=0), name="workload_checkpoint_positive"
+            ),
             models.CheckConstraint(condition=Q(speedup__gt=0), name="workload_speedup_positive"),
             models.CheckConstraint(condition=Q(best_cpus_per_gpu__gt=0), name="workload_best_cpus_positive"),
             models.CheckConstraint(condition=Q(best_mem_gb_per_gpu__gt=0), name="workload_best_mem_positive"),

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='workload',
             name='checkpoint_every_s',
-            field=models.FloatField(default=600.0, help_text='How often the workload checkpoints, seconds: a restart redoes the work since'),
+            field=models.FloatField(default=600.0, help_text='How often the workload checkpoints, seconds (a restart redoes the work since)'),
         ),
         migrations.AddField(
             model_name='workload',
