@@ -79,10 +79,11 @@ def cluster_time_scale(servers: Sequence[Server]) -> float:
 
 
 def _in_wall_time(view: JobView, job: Job, leases, scale: float) -> JobView:
-    """The view with its profile's seconds per iteration in wall time: from the speed the job's agent
-    measures while it runs (its current placement's speed-up over the measured iterations per second),
-    else the profile's times the cluster's time scale. An own command that nothing sizes (no measure,
-    no time limit) never ends in the forecast: what waits for its GPUs gets no time, not a guess."""
+    """The view with its profile's seconds per iteration (and its start-up) in wall time: from the speed
+    the job's agent measures while it runs (its current placement's speed-up over the measured
+    iterations per second), else the profile's times the cluster's time scale. An own command that
+    nothing sizes (no measure, no time limit) never ends in the forecast: what waits for its GPUs gets
+    no time, not a guess."""
     measured = [lease.iters_per_s for lease in leases if lease.iters_per_s] if job.total_iters else []
     if job.workload_id is None and own_command_iter_time_s(job, measured) is None:
         iter_time_s = UNKNOWN_LENGTH_ITER_S
@@ -90,9 +91,13 @@ def _in_wall_time(view: JobView, job: Job, leases, scale: float) -> JobView:
         iter_time_s = view.current.speedup / max(measured)
     else:
         iter_time_s = view.profile.iter_time_s * scale
-    if iter_time_s == view.profile.iter_time_s:
+    # The start-up is in the job's own time too (agents divide a fake node's measure by its scale).
+    startup_s = view.startup_s * scale
+    if iter_time_s == view.profile.iter_time_s and startup_s == view.startup_s:
         return view
-    return dataclasses.replace(view, profile=dataclasses.replace(view.profile, iter_time_s=iter_time_s))
+    return dataclasses.replace(
+        view, profile=dataclasses.replace(view.profile, iter_time_s=iter_time_s), startup_s=startup_s
+    )
 
 
 @dataclass

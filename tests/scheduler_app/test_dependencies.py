@@ -125,7 +125,7 @@ def test_the_admission_forecast_starts_a_dependent_job_after_its_dependency_fini
     # Three GPUs are free, yet it starts at the first 60 s round after the first job's finish.
     assert first_finish <= start < first_finish + timedelta(seconds=60)
     assert (at(after["admission"]["predicted_finish_at"]) - start).total_seconds() == pytest.approx(
-        100 * iter_s
+        workload("res18").startup_s + 100 * iter_s  # its start-up, then its work (docs/restarts.md)
     )
     # One forecast: the queue's estimate is the one made at submission (nothing happened since).
     assert job_queue()[after["id"]].estimated_start_at == start
