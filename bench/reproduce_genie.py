@@ -237,15 +237,23 @@ def restarts_main(args: argparse.Namespace, jobs: int, load: float, seeds: list[
         f"{CLUSTER.gpus_per_server} GPUs, seeds {','.join(map(str, seeds))} (means)\n\nCommand: `{command}`\n"
     )
     print(
-        f"Per restart: the cost's start-up (every start waits it) and the work since the last checkpoint "
-        f"(every {restart_axis.CHECKPOINT_EVERY_S:g} s of run) done again; "
+        f"Per restart: the cost's start-up ({restart_axis.startup_note(args)}) and the work since the "
+        f"last checkpoint (every {restart_axis.CHECKPOINT_EVERY_S:g} s of run) done again; "
         f"{restart_axis.policy_note(policy)}. "
         "Cost 0: free restarts, no guard (the paper's setting).\n"
     )
     headline_rows, detail_rows, gain0 = [], [], None
     all_rows: list[dict] = []
     for cost_s in costs:
-        rows = run_all(jobs, [load], seeds, schedulers, restarts=restart_axis.simulate_kwargs(cost_s, policy))
+        rows = run_all(
+            jobs,
+            [load],
+            seeds,
+            schedulers,
+            restarts=restart_axis.simulate_kwargs(
+                cost_s, policy, first_start_waits=not args.free_first_start
+            ),
+        )
         for r in rows:
             r["restart_cost_s"] = cost_s
         all_rows += rows

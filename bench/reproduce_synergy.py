@@ -827,7 +827,7 @@ def restarts_section(args: argparse.Namespace, cfg: Config, command: str) -> Non
     policy = restart_axis.policy_of(args)
     section("With restart costs: tune against proportional, FIFO", command)
     print(
-        f"Per restart: the cost's start-up (every start waits it, the first too), and the work since the "
+        f"Per restart: the cost's start-up ({restart_axis.startup_note(args)}), and the work since the "
         f"last checkpoint (every {restart_axis.CHECKPOINT_EVERY_S:g} s of run) done again; "
         f"{restart_axis.policy_note(policy)}. Cost 0: free restarts, no guard (the paper's setting)."
     )
@@ -835,7 +835,7 @@ def restarts_section(args: argparse.Namespace, cfg: Config, command: str) -> Non
     rows, gain0 = [], None
     whole = (0, len(trace))
     for cost_s in costs:
-        kw = restart_axis.simulate_kwargs(cost_s, policy)
+        kw = restart_axis.simulate_kwargs(cost_s, policy, first_start_waits=not args.free_first_start)
         runs = [simulate(trace, TESTBED, policy="fifo", allocator=make_allocator(a), **kw) for a in TWO_WAY]
         row, gain = restart_row(cost_s, [runs[0]], [runs[1]], whole, gain0)
         gain0 = gain if gain0 is None else gain0
@@ -847,7 +847,7 @@ def restarts_section(args: argparse.Namespace, cfg: Config, command: str) -> Non
     seeds = cfg.sweeps[0].seeds if cfg.sweeps else (1,)
     rows, gain0 = [], None
     for cost_s in costs:
-        kw = restart_axis.simulate_kwargs(cost_s, policy)
+        kw = restart_axis.simulate_kwargs(cost_s, policy, first_start_waits=not args.free_first_start)
         results: dict[str, list[SimulationResult]] = {a: [] for a in TWO_WAY}
         for seed in seeds:
             w = Workload(cfg.jobs, RESTART_LOAD, SPLITS["20,70,10"], False, seed)

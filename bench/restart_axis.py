@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--move-horizon-s", type=float, default=defaults.horizon_s, help="the guard's horizon"
     )
     parser.add_argument("--move-margin", type=float, default=defaults.margin, help="the guard's margin")
+    parser.add_argument(
+        "--free-first-start",
+        action="store_true",
+        help="charge restarts only: a job's first start waits nothing (every scheduler pays it once); "
+        "by default every start waits the cost's start-up, the first too",
+    )
 
 
 def costs_of(text: str | None) -> tuple[float, ...]:
@@ -68,17 +74,29 @@ def command_options(args: argparse.Namespace) -> str:
     ):
         if value != default:
             out += f" {flag} {value:g}"
+    if getattr(args, "free_first_start", False):
+        out += " --free-first-start"
     return out
 
 
-def simulate_kwargs(cost_s: float, policy: RestartPolicy) -> dict[str, Any]:
-    """simulate()'s restart arguments at `cost_s` seconds per restart (0: the papers' free restarts)."""
+def startup_note(args: argparse.Namespace) -> str:
+    """How the start-up is charged, for the printed section."""
+    if getattr(args, "free_first_start", False):
+        return "restarts only wait it: a job's first start waits nothing"
+    return "every start waits it, the first too"
+
+
+def simulate_kwargs(
+    cost_s: float, policy: RestartPolicy, *, first_start_waits: bool = True
+) -> dict[str, Any]:
+    """simulate()'s restart arguments at `cost_s` seconds per restart (0: the papers' free restarts);
+    `first_start_waits=False` charges restarts only (--free-first-start)."""
     if cost_s == 0:
         return {"restarts": None, "restart_costs": None}
-    return {
-        "restarts": policy,
-        "restart_costs": RestartCosts(startup_s=cost_s, checkpoint_every_s=CHECKPOINT_EVERY_S),
-    }
+    costs = RestartCosts(
+        startup_s=cost_s, checkpoint_every_s=CHECKPOINT_EVERY_S, first_start_waits=first_start_waits
+    )
+    return {"restarts": policy, "restart_costs": costs}
 
 
 def restart_figures(result: SimulationResult, job_ids: Sequence[int] | None = None) -> dict[str, float]:

@@ -17,11 +17,14 @@ class RestartCosts:
     - `checkpoint_every_s`: a job saves its progress after every this many seconds of run (its
       start-up not counted); a restart loses the run since the last save and the job does it again.
       None: no checkpoints, a restart loses its lease's whole run.
+    - `first_start_waits`: whether a job's first start waits its start-up too (the live model and the
+      forecast: it does); False charges restarts only, as every scheduler pays a first start once.
     """
 
     startup_s: float = 0.0
     checkpoint_every_s: float | None = None
     startup_s_by_model: Mapping[str, float] = field(default_factory=dict)
+    first_start_waits: bool = True
 
     def __post_init__(self) -> None:
         for name, value in (("startup_s", self.startup_s), *self.startup_s_by_model.items()):
@@ -38,4 +41,5 @@ class RestartCosts:
             "startup_s": self.startup_s,
             "checkpoint_every_s": self.checkpoint_every_s,
             "startup_s_by_model": dict(self.startup_s_by_model),
+            "first_start_waits": self.first_start_waits,
         }

@@ -159,7 +159,7 @@ def simulate(
                 restart_costs.startup_of(job.model),
                 restart_costs.checkpoint_every_s,
                 charges_work=True,
-                first_start_waits=True,
+                first_start_waits=restart_costs.first_start_waits,
             )
         elif restart_overhead_s:
             job.set_costs(restart_overhead_s, None, charges_work=False, first_start_waits=False)

@@ -102,6 +102,24 @@ def test_start_up_and_work_since_the_checkpoint_are_charged_exactly() -> None:
     assert older.records[0].restart_lost_gpu_s == pytest.approx(40.0)
 
 
+# The same with the first start free (restarts only charged, the benches' --free-first-start):
+#   t=0    100 s run -> 100 done; saved at 30, 60 and 90 s of run -> 90
+#   t=100  moved: back to 90 (10 s lost), 20 s start-up, 80 s run -> 170; saved 150
+#   t=200  moved: back to 150 (20 s lost), start-up, 80 s -> 230; saved 210
+#   t=300  moved: back to 210 (20 s lost), start-up, the last 40 -> finishes at 360
+# Lost: 3 start-ups of 20 s + 50 s redone = 110 GPU-seconds.
+def test_a_first_start_may_be_left_free() -> None:
+    result = run(
+        [TraceJob(0, "toy", 0.0, 250, 1)],
+        RotatingAllocator(),
+        restart_costs=RestartCosts(startup_s=20.0, checkpoint_every_s=30.0, first_start_waits=False),
+    )
+    record = result.records[0]
+    assert record.jct_s == pytest.approx(360.0)
+    assert record.restart_lost_gpu_s == pytest.approx(110.0)
+    assert result.to_dict(include_records=False)["restart_costs"]["first_start_waits"] is False
+
+
 # No checkpoints: a restart loses the lease's whole run. 150 iterations, 10 s start-up:
 #   t=0    10 s start-up, 90 done on GPU 0
 #   t=100  moved to GPU 1: back to 0 (90 s lost), 10 s start-up, 90 done
