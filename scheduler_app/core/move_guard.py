@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from scheduler_app.core import reasons
-from scheduler_app.core.restarts import RestartPolicy, change_of, is_restart, plan_value
+from scheduler_app.core.restarts import Change, RestartPolicy, change_of, is_restart, plan_value
 from scheduler_app.core.throughput import relative_speed, shape_of
 from scheduler_app.core.types import (
     ClusterSnapshot,
@@ -142,20 +142,24 @@ def _pinned_plan(
     cpus_left = {s.server_id: s.free_cpus for s in left.servers}
     mem_left = {s.server_id: s.free_mem_gb for s in left.servers}
     by_id = {d.job_id: d for d in rest.decisions}
-    for job in pinned:  # policy order: the first pinned job takes its surplus back first
+    for job in pinned:  # policy order: the first pinned job takes its cores back first
         assert job.current is not None
         free = free_decisions.get(job.job_id)
-        if free is not None and free.placement is not None and free.placement.shares == job.current.shares:
-            kept = job.current
-            decision = free  # the allocator kept it anyway: its own reason stands
-        else:
-            kept = None
-            decision = None
+        # It grows back towards the allocator's own choice when that kept its GPUs (a resize, free in
+        # place), else towards what it has.
+        target = job.current
+        if (
+            policy.resize_in_place
+            and free is not None
+            and change_of(job.current, free.placement) in (Change.KEPT, Change.RESIZED)
+        ):
+            assert free.placement is not None
+            target = free.placement
         floor = floors[job.job_id]
         assert floor is not None
-        regrown = _regrow(job, floor, servers, cpus_left, mem_left)
-        if decision is not None and regrown == kept:
-            by_id[job.job_id] = decision
+        regrown = _regrow(job, floor, target, servers, cpus_left, mem_left)
+        if free is not None and regrown == free.placement:
+            by_id[job.job_id] = free  # what the allocator chose for it anyway: its own reason stands
         else:
             why = reasons.MIN_RUN_TIME if job.job_id in young_ids else reasons.RESTART_COST
             by_id[job.job_id] = Decision(job.job_id, Outcome.PLACED, why, regrown)
@@ -185,35 +189,34 @@ def _proportional_floor(job: JobView, servers: Mapping[int, ServerView]) -> Plac
 def _regrow(
     job: JobView,
     floor: Placement,
+    target: Placement,
     servers: Mapping[int, ServerView],
     cpus_left: dict[int, int],
     mem_left: dict[int, float],
 ) -> Placement:
-    """`floor` given back as much of the job's current surplus as its servers have left (and the
-    speed-up that follows, relative to its current one); its current placement when all of it fits."""
-    current = job.current
-    assert current is not None
-    if floor.shares == current.shares:
-        return current
+    """`floor` grown towards `target` (the same GPUs) as far as its servers have cores and memory left,
+    with the speed-up that follows (relative to the target's); `target` itself when all of it fits."""
+    if floor.shares == target.shares:
+        return target
     shares = []
     ratio = 1.0
-    for low, now in zip(floor.shares, current.shares, strict=True):
-        sid = now.server_id
-        cpus = low.num_cpus + min(now.num_cpus - low.num_cpus, max(0, cpus_left[sid]))
-        mem_gb = low.mem_gb + min(now.mem_gb - low.mem_gb, max(0.0, mem_left[sid]))
+    for low, want in zip(floor.shares, target.shares, strict=True):
+        sid = want.server_id
+        cpus = low.num_cpus + min(want.num_cpus - low.num_cpus, max(0, cpus_left[sid]))
+        mem_gb = low.mem_gb + min(want.mem_gb - low.mem_gb, max(0.0, mem_left[sid]))
         cpus_left[sid] -= cpus - low.num_cpus
         mem_left[sid] -= mem_gb - low.mem_gb
-        shares.append(replace(now, num_cpus=cpus, mem_gb=mem_gb))
-        if (cpus, mem_gb) != (now.num_cpus, now.mem_gb):
-            n = len(now.gpu_indices)
+        shares.append(replace(want, num_cpus=cpus, mem_gb=mem_gb))
+        if (cpus, mem_gb) != (want.num_cpus, want.mem_gb):
+            n = len(want.gpu_indices)
             shape = shape_of(servers[sid])
-            was = relative_speed(job.profile, job.num_gpus, shape, now.num_cpus / n, now.mem_gb / n)
+            aimed = relative_speed(job.profile, job.num_gpus, shape, want.num_cpus / n, want.mem_gb / n)
             becomes = relative_speed(job.profile, job.num_gpus, shape, cpus / n, mem_gb / n)
-            if was > 0:
-                ratio = min(ratio, becomes / was)  # data-parallel: the slowest part sets the pace
-    if tuple(shares) == current.shares:
-        return current
-    return Placement(current.job_id, tuple(shares), current.speedup * min(1.0, ratio))
+            if aimed > 0:
+                ratio = min(ratio, becomes / aimed)  # data-parallel: the slowest part sets the pace
+    if tuple(shares) == target.shares:
+        return target
+    return Placement(target.job_id, tuple(shares), target.speedup * min(1.0, ratio))
 
 
 def _deadline_override(

@@ -202,6 +202,24 @@ def test_a_preemption_for_a_job_ahead_pays_when_the_restart_is_cheap_and_not_whe
     assert plan.decision_for(2).outcome is Outcome.PENDING
 
 
+def test_a_kept_job_still_gets_the_cores_the_allocator_resized_it_to():
+    # The allocator would move job 2 (it does not pay) and give job 1 more cores on its GPU (free in
+    # place): the guard keeps job 2 and still gives job 1 its new cores, with its own reason.
+    one, two = placement(1, on(0, (0,))), placement(2, on(1, (0,)))
+    grown = placement(1, on(0, (0,), cpus=12, speedup=1.5))
+    job1 = running(1, 1, one, started_s=NOW_S - 5_000.0)
+    job2 = running(2, 1, two, started_s=NOW_S - 5_000.0, startup_s=100.0, total_iters=100_000.0)
+    plans = {
+        frozenset({1, 2}): RoundPlan(
+            (placed(grown, reasons.BEST_CASE), placed(placement(2, on(0, (1,), speedup=1.01))))
+        ),
+        frozenset(): RoundPlan(()),
+    }
+    plan = guarded_plan(scripted(plans), [job1, job2], make_cluster(2), NOW_S, RestartPolicy())
+    assert plan.decision_for(1) == placed(grown, reasons.BEST_CASE)
+    assert plan.decision_for(2) == Decision(2, Outcome.PLACED, reasons.RESTART_COST, two)
+
+
 def test_a_deadline_that_cannot_wait_out_the_minimum_run_time_overrides_it():
     here = placement(1, on(0, (0, 1)))
     low = running(1, 2, here, started_s=NOW_S - 10.0)
@@ -298,8 +316,8 @@ def test_the_guard_keeps_every_allocators_invariants(name, case, policy, ages):
     check_decisions_match_jobs(ordered, plan)
     check_no_over_commit(cluster, plan)
     check_all_or_nothing(ordered, plan)
-    # Pinned jobs keep their GPUs, with no more cores and memory than they had and no less than the
-    # proportional share of them; nobody runs on a server outside the snapshot.
+    # Pinned jobs keep their GPUs (their cores and memory may change: resizes are free in place, and
+    # no server is over-committed, as checked above); nobody runs on a server outside the snapshot.
     servers = {s.server_id: s for s in cluster.servers}
     for d in plan.decisions:
         if d.reason in (reasons.MIN_RUN_TIME, reasons.RESTART_COST):
@@ -307,12 +325,6 @@ def test_the_guard_keeps_every_allocators_invariants(name, case, policy, ages):
             assert [(s.server_id, s.gpu_indices) for s in d.placement.shares] == [
                 (s.server_id, s.gpu_indices) for s in current.shares
             ]
-            for now, was in zip(d.placement.shares, current.shares, strict=True):
-                server, n = servers[now.server_id], len(now.gpu_indices)
-                assert min(was.num_cpus, int(server.num_cpus / server.num_gpus * n + 1e-9)) <= now.num_cpus
-                assert now.num_cpus <= was.num_cpus and now.mem_gb <= was.mem_gb + 1e-9
-                assert now.mem_gb >= min(was.mem_gb, server.mem_gb / server.num_gpus * n) - 1e-9
-            assert d.placement.speedup <= current.speedup + 1e-9
         if d.placement is not None:
             assert {s.server_id for s in d.placement.shares} <= servers.keys()
 
