@@ -82,10 +82,12 @@ def lost_work_s(job: JobView, now_s: float) -> float:
     """
     if job.current is None or job.lease_started_s is None:
         return 0.0
-    run_s = max(0.0, now_s - job.lease_started_s)
-    if job.checkpoint_every_s:
-        return run_s % job.checkpoint_every_s
-    return run_s
+    return run_lost_s(max(0.0, now_s - job.lease_started_s), job.checkpoint_every_s)
+
+
+def run_lost_s(run_s: float, checkpoint_every_s: float | None) -> float:
+    """Of a lease's `run_s` seconds, those a restart loses: since the last checkpoint, or all of them."""
+    return run_s % checkpoint_every_s if checkpoint_every_s else run_s
 
 
 def restart_cost_s(job: JobView, now_s: float) -> float:

@@ -8,23 +8,8 @@ from datetime import datetime
 
 from django.db.models import OuterRef, Subquery
 
-from scheduler_app.core.restarts import lost_work_s
-from scheduler_app.core.types import JobView, Placement, SensitivityProfile
+from scheduler_app.core.restarts import run_lost_s
 from scheduler_app.models import Allocation
-
-# lost_work_s reads a view's lease start, checkpoint interval and whether it runs; nothing else of these.
-_RUNNING = Placement(job_id=0, shares=(), speedup=1.0)
-_PROFILE = SensitivityProfile(
-    name="lease",
-    workload_class="other",
-    cpu_per_gpu_grid=(1.0,),
-    mem_gb_per_gpu_grid=(1.0,),
-    tput=((1.0,),),
-    best_cpus_per_gpu=1.0,
-    best_mem_gb_per_gpu=1.0,
-    speedup=1.0,
-    iter_time_s=1.0,
-)
 
 
 def checkpoint_every_s_of(
@@ -48,19 +33,9 @@ def lease_lost_work_s(
     checkpoint_every_s: float | None,
 ) -> float:
     """Seconds of a lease's run that its job does again after a restart ended it at `ended_at`:
-    core.restarts.lost_work_s (the run since the last checkpoint, or all of it without checkpoints)."""
+    core.restarts.run_lost_s (the run since the last checkpoint, or all of it without checkpoints)."""
     start = lease_run_started_at(started_at=started_at, agent_started_at=agent_started_at)
-    view = JobView(
-        job_id=0,
-        num_gpus=1,
-        arrival_s=0.0,
-        profile=_PROFILE,
-        total_iters=1.0,
-        current=_RUNNING,
-        checkpoint_every_s=checkpoint_every_s,
-        lease_started_s=start.timestamp(),
-    )
-    return lost_work_s(view, max(ended_at, started_at).timestamp())
+    return run_lost_s(max(0.0, (max(ended_at, started_at) - start).total_seconds()), checkpoint_every_s)
 
 
 def leases_lost_work_s(*, job_ids: Iterable[int], ended_at: datetime) -> dict[int, float]:
