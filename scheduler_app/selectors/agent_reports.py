@@ -14,6 +14,7 @@ from uuid import UUID
 
 from django.db import connection
 
+from cluster_app.models import Server
 from infra.raw_rows import model_rows
 from infra.vendor import is_postgresql
 from profiles_app.models import Workload
@@ -79,7 +80,8 @@ def jobs_with_workloads(*, job_ids: Iterable[int], lock: str = "") -> dict[int, 
 def leases_with_rank(*, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
     """lease id -> its lease (every column), with `num_servers`, the parts of its job's placement (its
     sibling leases, created at once: same job, same start), and `rank`, how many of them were created
-    before it (rank 0 reports the job's progress)."""
+    before it (rank 0 reports the job's progress), and `server_time_scale`, its server's (a restart's
+    lost work is counted in the job's own time)."""
     marks, params = lease_params(lease_ids)
     if not params:
         return {}
@@ -89,7 +91,8 @@ def leases_with_rank(*, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
         f" (SELECT COUNT(*) FROM {table} s WHERE s.job_id = a.job_id AND s.started_at = a.started_at)"
         f" AS num_servers,"
         f" (SELECT COUNT(*) FROM {table} e WHERE e.job_id = a.job_id AND e.started_at = a.started_at"
-        f" AND e.id < a.id) AS rank"
+        f" AND e.id < a.id) AS rank,"
+        f" (SELECT v.time_scale FROM {quoted_table(Server)} v WHERE v.id = a.server_id) AS server_time_scale"
         f" FROM {table} a WHERE a.lease_id IN ({marks})"
     )
     return {a.lease_id: a for a in model_rows(Allocation, sql, params)}

@@ -31,18 +31,26 @@ def lease_lost_work_s(
     agent_started_at: datetime | None,
     ended_at: datetime,
     checkpoint_every_s: float | None,
+    time_scale: float | None = 1.0,
 ) -> float:
     """Seconds of a lease's run that its job does again after a restart ended it at `ended_at`:
-    core.restarts.run_lost_s (the run since the last checkpoint, or all of it without checkpoints)."""
+    core.restarts.run_lost_s (the run since the last checkpoint, or all of it without checkpoints).
+    In the job's own time, like its start-up and profile: a fake node's wall seconds over its scale."""
     start = lease_run_started_at(started_at=started_at, agent_started_at=agent_started_at)
-    return run_lost_s(max(0.0, (max(ended_at, started_at) - start).total_seconds()), checkpoint_every_s)
+    run_s = max(0.0, (max(ended_at, started_at) - start).total_seconds()) / (time_scale or 1.0)
+    return run_lost_s(run_s, checkpoint_every_s)
 
 
 def leases_lost_work_s(*, job_ids: Iterable[int], ended_at: datetime) -> dict[int, float]:
     """Active lease id -> the work it loses if a restart ends it at `ended_at`, for every active lease of
     `job_ids`: one query (the lease's start, its job's and its workload's checkpoint intervals)."""
     rows = Allocation.objects.filter(job_id__in=list(job_ids), ended_at__isnull=True).values_list(
-        "id", "started_at", "agent_started_at", "job__checkpoint_every_s", "job__workload__checkpoint_every_s"
+        "id",
+        "started_at",
+        "agent_started_at",
+        "job__checkpoint_every_s",
+        "job__workload__checkpoint_every_s",
+        "server__time_scale",
     )
     return {
         lease_id: lease_lost_work_s(
@@ -52,8 +60,9 @@ def leases_lost_work_s(*, job_ids: Iterable[int], ended_at: datetime) -> dict[in
             checkpoint_every_s=checkpoint_every_s_of(
                 job_checkpoint_every_s=job_every, workload_checkpoint_every_s=workload_every
             ),
+            time_scale=time_scale,
         )
-        for lease_id, started_at, agent_started_at, job_every, workload_every in rows
+        for lease_id, started_at, agent_started_at, job_every, workload_every, time_scale in rows
     }
 
 

@@ -52,6 +52,7 @@ class RoundInputs:
     leases_by_job: dict[int, list[ActiveLease]]
     gpu_ids: dict[tuple[int, int], int]
     frozen_job_ids: set[int] = field(default_factory=set)
+    now_s: float = 0.0  # the clock the views' lease_started_s are counted back from (own time, above)
 
 
 def proportional_profile(
@@ -111,10 +112,23 @@ def job_num_nodes(job: JobLike) -> int | None:
     return None if job.workload_id is not None else 1
 
 
-def _restart_facts(job: JobLike, workload: Workload | None, leases: list[ActiveLease] | None) -> dict:
+def _restart_facts(
+    job: JobLike,
+    workload: Workload | None,
+    leases: list[ActiveLease] | None,
+    *,
+    now_s: float,
+    time_scales: dict[int, float],
+) -> dict:
     """JobView's startup_s, checkpoint_every_s and lease_started_s (core/restarts.py): the start-up its
     own latest measured lease took, else its workload's (learnt, or the profile default), else the
-    own-command default; the interval it declared, else its workload's; its current lease's start."""
+    own-command default; the interval it declared, else its workload's; its current lease's start.
+
+    One clock, the job's own: profiles, start-ups (the agents divide a fake node's measure by its
+    scale) and checkpoint intervals are in the job's own seconds, so the lease's age is too. On a fake
+    node with --time-scale 0.05 a lease 10 s old (wall) has run 200 s of the job's time; on a real
+    node (scale 1) the two are the same.
+    """
     measured = getattr(job, "last_startup_s", None)  # RoundJob only; a Job instance falls back
     if measured is not None:
         startup_s = measured
@@ -122,7 +136,11 @@ def _restart_facts(job: JobLike, workload: Workload | None, leases: list[ActiveL
         startup_s = workload.startup_s
     else:
         startup_s = scheduler_conf().own_command_startup_s
-    starts = [lease.run_started_at for lease in leases or () if lease.run_started_at is not None]
+    own_ages_s = [
+        max(0.0, now_s - lease.run_started_at.timestamp()) / (time_scales.get(lease.server_id) or 1.0)
+        for lease in leases or ()
+        if lease.run_started_at is not None
+    ]
     return {
         "startup_s": float(startup_s),
         "checkpoint_every_s": checkpoint_every_s_of(
@@ -130,7 +148,7 @@ def _restart_facts(job: JobLike, workload: Workload | None, leases: list[ActiveL
             workload_checkpoint_every_s=workload.checkpoint_every_s if workload is not None else None,
         ),
         # A job over several servers: its earliest part's start (the most work a restart loses).
-        "lease_started_s": min(starts).timestamp() if starts else None,
+        "lease_started_s": now_s - max(own_ages_s) if own_ages_s else None,
     }
 
 
@@ -145,7 +163,9 @@ def next_round_at(now: datetime, round_s: float) -> datetime:
     return now if last is None else max(now, last + timedelta(seconds=round_s))
 
 
-def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> RoundInputs:
+def round_inputs(
+    *, servers: Sequence[Server], jobs: Iterable[JobLike], now: datetime | None = None
+) -> RoundInputs:
     """Build the snapshot and job views of a round from server and job rows (rows given by the caller,
     who may have locked them).
 
@@ -216,6 +236,8 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> Round
         owners = {j.owner_id for j in jobs_by_id.values()}
         usage.update(owner_usage_gpu_s(owner_ids=owners, now=timezone.now()))
     shape = cluster_shape(snapshot) or REFERENCE_SHAPE
+    now_s = (now or timezone.now()).timestamp()
+    time_scales = {s.id: s.time_scale for s in servers if s.time_scale and s.time_scale > 0}
     views = []
     for job in jobs_by_id.values():
         if job.workload_id is None:
@@ -229,7 +251,13 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> Round
                 profile = proportional_profile(shape, name=workload.name, iter_time_s=workload.iter_time_s)
             profile = job_profile(profile, job.num_gpus)  # a GENIE fit times k GPUs apart from 1
         leases = leases_by_job.get(job.id)
-        restart = _restart_facts(job, profiles[job.workload_id][0] if job.workload_id else None, leases)
+        restart = _restart_facts(
+            job,
+            profiles[job.workload_id][0] if job.workload_id else None,
+            leases,
+            now_s=now_s,
+            time_scales=time_scales,
+        )
         current = None
         if leases:
             current = Placement(
@@ -266,6 +294,7 @@ def round_inputs(*, servers: Sequence[Server], jobs: Iterable[JobLike]) -> Round
         leases_by_job=dict(leases_by_job),
         gpu_ids=gpu_ids,
         frozen_job_ids=frozen,
+        now_s=now_s,
     )
 
 

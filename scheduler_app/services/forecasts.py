@@ -78,7 +78,7 @@ def cluster_time_scale(servers: Sequence[Server]) -> float:
     return statistics.median(scales) if scales else 1.0
 
 
-def _in_wall_time(view: JobView, job: Job, leases, scale: float) -> JobView:
+def _in_wall_time(view: JobView, job: Job, leases, scale: float, now_s: float) -> JobView:
     """The view with its profile's seconds per iteration (and its start-up) in wall time: from the speed
     the job's agent measures while it runs (its current placement's speed-up over the measured
     iterations per second), else the profile's times the cluster's time scale. An own command that
@@ -91,12 +91,23 @@ def _in_wall_time(view: JobView, job: Job, leases, scale: float) -> JobView:
         iter_time_s = view.current.speedup / max(measured)
     else:
         iter_time_s = view.profile.iter_time_s * scale
-    # The start-up is in the job's own time too (agents divide a fake node's measure by its scale).
+    # The start-up is in the job's own time too (agents divide a fake node's measure by its scale), and
+    # so is its lease's age (round_inputs counts it back from `now_s` in the job's own seconds).
     startup_s = view.startup_s * scale
-    if iter_time_s == view.profile.iter_time_s and startup_s == view.startup_s:
+    lease_started_s = view.lease_started_s
+    if lease_started_s is not None:
+        lease_started_s = now_s - (now_s - lease_started_s) * scale
+    if (iter_time_s, startup_s, lease_started_s) == (
+        view.profile.iter_time_s,
+        view.startup_s,
+        view.lease_started_s,
+    ):
         return view
     return dataclasses.replace(
-        view, profile=dataclasses.replace(view.profile, iter_time_s=iter_time_s), startup_s=startup_s
+        view,
+        profile=dataclasses.replace(view.profile, iter_time_s=iter_time_s),
+        startup_s=startup_s,
+        lease_started_s=lease_started_s,
     )
 
 
@@ -164,7 +175,7 @@ def live_forecast(
     jobs = [j for j in queue.jobs if j.pk not in queue.held and j.pk not in queue.never]
     scale = cluster_time_scale(queue.servers)
     views = [
-        _in_wall_time(v, inputs.jobs[v.job_id], inputs.leases_by_job.get(v.job_id, ()), scale)
+        _in_wall_time(v, inputs.jobs[v.job_id], inputs.leases_by_job.get(v.job_id, ()), scale, inputs.now_s)
         for v in inputs.views
     ]
     started_s = {

@@ -299,6 +299,7 @@ def _lost_work_s(job: Job, allocation: Allocation, *, now: datetime) -> float:
             job_checkpoint_every_s=job.checkpoint_every_s,
             workload_checkpoint_every_s=job.workload.checkpoint_every_s if job.workload_id else None,
         ),
+        time_scale=getattr(allocation, "server_time_scale", 1.0),
     )
 
 

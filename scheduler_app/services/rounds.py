@@ -89,7 +89,7 @@ def _round(trigger: str) -> SchedulingRound:
     held = waiting | profiling_jobs_hold(jobs=jobs, servers=servers, now=now, held_otherwise=waiting)
     jobs = [job for job in jobs if job.pk not in held]
     profiling_runs_dispatch(now=now, genie=False)  # GENIE's runs gate no job: leftovers only, below
-    inputs = round_inputs(servers=servers, jobs=jobs)
+    inputs = round_inputs(servers=servers, jobs=jobs, now=now)
     plan = schedule_round(
         inputs.snapshot,
         inputs.views,
