@@ -221,7 +221,9 @@ def test_the_rounds_views_carry_startups_checkpoints_and_lease_starts(user, sett
     views = views_by_job(servers)
     assert views[catalog.job_id].startup_s == 18.0  # its workload's (learnt or default)
     assert views[catalog.job_id].checkpoint_every_s == 900.0  # its workload's profile
-    assert views[catalog.job_id].lease_started_s == pytest.approx(catalog.agent_started_at.timestamp())
+    assert views[catalog.job_id].lease_started_s == pytest.approx(
+        catalog.agent_started_at.timestamp(), abs=0.01
+    )
     assert views[own.job_id].startup_s == 45.0  # the own-command default (settings)
     assert views[own.job_id].checkpoint_every_s is None  # declared none: never checkpoints
     assert views[declared.pk].checkpoint_every_s == 300.0 and views[declared.pk].lease_started_s is None
@@ -233,7 +235,29 @@ def test_the_rounds_views_carry_startups_checkpoints_and_lease_starts(user, sett
     views = views_by_job(servers)
     assert views[catalog.job_id].startup_s == 7.5 and views[catalog.job_id].checkpoint_every_s == 120.0
     assert views[own.job_id].startup_s == 3.0
-    assert views[own.job_id].lease_started_s == pytest.approx(own.started_at.timestamp())  # no agent start
+    assert views[own.job_id].lease_started_s == pytest.approx(
+        own.started_at.timestamp(), abs=0.01
+    )  # no agent
+
+
+def test_a_fake_nodes_lease_age_is_counted_in_the_jobs_own_time(user):
+    # One clock: profiles, start-ups and checkpoint intervals are the job's own seconds; a fake node
+    # at time scale 0.05 runs 20 of them each wall second, so a lease 10 s old has run 200 s.
+    lease = running(user, ran_s=10.0)
+    type(lease.server).objects.filter(pk=lease.server_id).update(time_scale=0.05)
+    lease.server.refresh_from_db()
+    inputs = round_inputs(servers=[lease.server], jobs=round_jobs_read())
+    (view,) = [v for v in inputs.views if v.job_id == lease.job_id]
+    assert inputs.now_s - view.lease_started_s == pytest.approx(200.0, abs=1.0)
+
+
+def test_a_fake_nodes_failure_stores_the_lost_work_in_the_jobs_own_time(user):
+    lease = running(user, ran_s=10.0, command="python train.py", iters=100, gpus=1)  # no checkpoints
+    type(lease.server).objects.filter(pk=lease.server_id).update(time_scale=0.05)
+    node_dies()
+    lease.refresh_from_db()
+    wall_s = (lease.ended_at - lease.agent_started_at).total_seconds()
+    assert lease.end_reason == "node_fail" and lease.lost_work_s == pytest.approx(wall_s / 0.05)
 
 
 def test_a_requeued_job_keeps_its_last_measured_startup(user):
