@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/15
 CACHE_URL ?= redis://127.0.0.1:6379/13
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint migrate clean browser faults
+.PHONY: venv demo test lint migrate clean browser faults dist
 
 venv: $(VENV)/.installed
 
@@ -52,6 +52,13 @@ browser:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
 		|| (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null); \
 	fi
+
+# The command line and the node agent as wheels in dist/ (packaging/cli, packaging/agent): installable
+# with pip or pipx where there is neither Django nor this repository (docs/cli.md, docs/agent.md).
+dist: venv
+	mkdir -p dist
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist ./packaging/cli ./packaging/agent
+	rm -rf packaging/cli/build packaging/agent/build packaging/*/*.egg-info
 
 clean:
 	rm -rf $(VENV) var/*.sqlite3 .pytest_cache .ruff_cache

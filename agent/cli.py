@@ -29,7 +29,9 @@ log = logging.getLogger("agent")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agent", description="Attune node agent.")
+    # `attune-agent` once installed (packaging/agent), `python -m agent` in a checkout.
+    prog = "attune-agent" if Path(sys.argv[0]).name == "attune-agent" else "python -m agent"
+    parser = argparse.ArgumentParser(prog=prog, description="Attune node agent.")
     parser.add_argument("--server", required=True, help="service base URL, e.g. http://attune:8000")
     parser.add_argument(
         "--token",

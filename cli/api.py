@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import tenacity
 
+from cli.config import program
+
 TIMEOUT_S = 30.0
 # A submission whose answer was lost (a dropped connection, a timeout, a proxy's 502/503/504) is sent
 # again with the same Idempotency-Key: the service answers a retry with the job the first attempt
@@ -80,12 +82,11 @@ class Api:
             send = self._send_retrying if retry else self._send
             response = send(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            again = " (the service may have queued it: `python -m cli queue` shows it)" if retry else ""
+            again = f" (the service may have queued it: `{program()} queue` shows it)" if retry else ""
             raise CliError(f"cannot reach the Attune service at {self.server}: {exc}{again}") from exc
         if response.status_code == 401:
             raise CliError(
-                f"the service at {self.server} does not know you: run `python -m cli login` "
-                "or set ATTUNE_TOKEN"
+                f"the service at {self.server} does not know you: run `{program()} login` or set ATTUNE_TOKEN"
             )
         try:
             body = response.json() if response.content and not (text and response.is_success) else None

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from cli.api import Api, CliError, error_lines
-from cli.config import save_login
+from cli.config import program, save_login
 from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_rate, parse_time_limit_s
 from cli.output import choices_text, instant, table, when
 
@@ -162,7 +162,7 @@ def _with_workload_choices(api: Api, exc: CliError, workload: str | None) -> Cli
     if workload in names:  # refused for another reason: the service says which
         return exc
     known = f"choose one of {choices_text(names)}" if names else "the catalog is empty"
-    lines = [f"unknown workload {workload!r}: {known} (python -m cli workloads lists them)"]
+    lines = [f"unknown workload {workload!r}: {known} ({program()} workloads lists them)"]
     lines += error_lines({k: v for k, v in exc.fields.items() if k != "workload"})
     return CliError("\n".join(lines), exit_code=exc.exit_code, fields=exc.fields)
 

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
+INSTALLED_NAME = "attune"  # the console script of the attune-cli distribution (packaging/cli)
+
+
+def program() -> str:
+    """How the user typed this program, for help and hints: `attune` once installed, else `python -m cli`."""
+    return INSTALLED_NAME if Path(sys.argv[0]).name == INSTALLED_NAME else "python -m cli"
 
 
 def token_path() -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from cli import cluster_commands, commands
 from cli.api import Api, CliError
-from cli.config import resolve
+from cli.config import program, resolve
 
 EPILOG = """\
 The service's address comes from --server, $ATTUNE_SERVER or the last `login` (default
@@ -104,7 +104,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         "submit",
         help="queue a job (sbatch)",
         description="Queue a batch script (as sbatch SCRIPT), your own command, or a catalog workload.",
-        epilog=SUBMIT_EPILOG,
+        epilog=SUBMIT_EPILOG.replace("python -m cli", program()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -188,10 +188,10 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cli",
+        prog=program(),
         description="Attune from the command line: submit jobs, watch the queue, hold, release, cancel; "
         "see the servers, the workload catalog and the usage.",
-        epilog=EPILOG,
+        epilog=EPILOG.replace("python -m cli", program()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--server", help="service URL (default: $ATTUNE_SERVER, the last login, or local)")
