@@ -89,6 +89,8 @@ def service_env(database_url: str, redis_url: str, interval_s: float) -> dict[st
         "CELERY_RESULT_BACKEND": redis_url,
         "CACHE_URL": redis_url,
         "DEBUG": "0",
+        # With DEBUG=0 gunicorn and Celery refuse the repository's public key (config/secret_key.py).
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or "attune-bench-only-secret-key-not-for-any-deployment",
         "ATTUNE_INLINE_ROUNDS": "0",
         "ATTUNE_AGENT_WAKE": "1",
         "ATTUNE_AGENT_SYNC_INTERVAL_S": str(interval_s),

@@ -5,6 +5,7 @@ import os
 from celery import Celery, signals
 
 from config.gc_freeze import startup_objects_freeze
+from config.secret_key import secret_key_refuse
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -23,3 +24,10 @@ app.autodiscover_tasks()
 @signals.worker_ready.connect  # the worker process itself (the solo pool runs tasks there)
 def _freeze_startup_objects(**_kwargs) -> None:
     startup_objects_freeze()
+
+
+@signals.worker_init.connect
+@signals.beat_init.connect
+def _refuse_public_secret_key(**_kwargs) -> None:
+    """With DEBUG=0 a worker or beat does not start on a public or empty SECRET_KEY (config/secret_key.py)."""
+    secret_key_refuse()

@@ -16,3 +16,11 @@ workers = int(os.environ.get("WEB_CONCURRENCY", max(2, multiprocessing.cpu_count
 keepalive = int(os.environ.get("ATTUNE_KEEPALIVE_S", "75"))
 graceful_timeout = 20
 timeout = 60
+
+
+def on_starting(server) -> None:
+    """Before the first worker: with DEBUG=0, refuse a public or empty SECRET_KEY (config/secret_key.py)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config.secret_key import secret_key_refuse  # noqa: PLC0415 - once the settings module is chosen
+
+    secret_key_refuse()

@@ -7,6 +7,8 @@ import environ
 from csp.constants import NONCE
 from django.core.exceptions import ImproperlyConfigured
 
+from config.secret_key import DEMO_SECRET_KEY
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"  # runtime files of the embedded mode (SQLite database, agent spools)
 
@@ -14,8 +16,10 @@ env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env.bool("DEBUG", default=False)
-# The default key is only fit for the local demo; `manage.py check --deploy` flags it.
-SECRET_KEY = env("SECRET_KEY", default="django-insecure-attune-local-demo-key-change-me")
+# The default key is only fit for the local demo (DEBUG=1): with DEBUG=0, gunicorn, Celery's worker and
+# beat refuse to start on it, on .env.example's placeholder or on an empty key, and `manage.py check
+# --deploy` fails (config/secret_key.py, which also registers that check).
+SECRET_KEY = env("SECRET_KEY", default=DEMO_SECRET_KEY)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 # HTTPS and the browser's protections (docs/security.md). The deployment defaults (docker-compose.yml)

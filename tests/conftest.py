@@ -1,7 +1,13 @@
 """Shared pytest setup: report which database the suite runs on; common fixtures."""
 
+import os
+
 import pytest
 from django.conf import settings
+
+# The service processes the end-to-end and fault tests start (gunicorn, Celery) inherit this: with
+# DEBUG=0 they refuse the repository's public default key (config/secret_key.py).
+os.environ.setdefault("SECRET_KEY", "attune-test-suite-only-secret-key-not-for-any-deployment")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
