@@ -1,7 +1,14 @@
-"""docker-compose.yml parses and defines the stack (no Docker engine runs on CI machines)."""
+"""docker-compose.yml parses, follows the Compose specification's schema and defines the stack (no Docker
+engine runs on CI machines)."""
 
+import copy
+import json
+import re
+from importlib.resources import files
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -10,6 +17,52 @@ COMPOSE = ROOT / "docker-compose.yml"
 
 def load() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
+
+
+def compose_spec_validator() -> jsonschema.protocols.Validator:
+    """The Compose specification's JSON schema (compose-spec/compose-spec, schema/compose-spec.json,
+    Apache-2.0), as check-jsonschema ships it (requirements-dev.txt pins the version, hence the schema's)."""
+    schema_file = files("check_jsonschema") / "builtin_schemas" / "vendor" / "compose-spec.json"
+    schema = json.loads(schema_file.read_text())
+    validator = jsonschema.validators.validator_for(schema)  # the draft it declares (2020-12 today)
+    validator.check_schema(schema)
+    return validator(schema, format_checker=validator.FORMAT_CHECKER)
+
+
+def test_compose_file_follows_the_compose_specification():
+    errors = sorted(compose_spec_validator().iter_errors(load()), key=lambda e: list(e.absolute_path))
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors)
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [
+        lambda c: c["services"]["web"].update(healthchek={"test": ["CMD", "true"]}),  # a misspelt key
+        lambda c: c["services"]["web"].update(ports={"8000": 8000}),  # ports is a list
+        lambda c: c["services"]["worker"].update(depends_on={"redis": {"condition": "healthy"}}),
+    ],
+)
+def test_the_schema_check_catches_a_broken_compose_file(break_it):
+    compose = copy.deepcopy(load())
+    break_it(compose)
+    assert list(compose_spec_validator().iter_errors(compose))
+
+
+def test_compose_requires_env_and_the_secrets():
+    """No .env, no start; SECRET_KEY and the database password come from it, never from a default here."""
+    text = COMPOSE.read_text()
+    for name in ("web", "worker", "forecasts-worker", "beat"):
+        service = load()["services"][name]
+        assert service["env_file"] == [{"path": ".env", "required": True}], name
+        assert service["environment"]["SECRET_KEY"].startswith("${SECRET_KEY:?"), name
+    assert load()["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_PASSWORD:?"
+    )
+    assert not re.search(r"SECRET_KEY:-", text) and "POSTGRES_PASSWORD: attune" not in text
+    # .env.example names both, with placeholders the service refuses (config/secret_key.py).
+    example = (ROOT / ".env.example").read_text()
+    assert re.search(r"^SECRET_KEY=change-me-to-a-long-random-string$", example, re.M)
+    assert re.search(r"^POSTGRES_PASSWORD=", example, re.M)
 
 
 def test_compose_defines_the_six_services():
@@ -40,7 +93,7 @@ def test_app_services_share_env_and_wait_for_healthy_dependencies():
     services = load()["services"]
     for name in ("web", "worker", "forecasts-worker", "beat"):
         service = services[name]
-        assert service["env_file"][0]["path"] == ".env"
+        assert service["env_file"][0] == {"path": ".env", "required": True}
         assert service["depends_on"] == {
             "postgres": {"condition": "service_healthy"},
             "redis": {"condition": "service_healthy"},
