@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.views.defaults import permission_denied
 
 
 def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -18,7 +19,9 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     @login_required
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_staff:
-            raise PermissionDenied("staff only")
+            # Answered here, not raised: Django logs a raised PermissionDenied with its traceback, and a
+            # refused page is routine (one "Forbidden" line), not an error.
+            return permission_denied(request, PermissionDenied("staff only"))
         return view(request, *args, **kwargs)
 
     return wrapped
