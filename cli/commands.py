@@ -16,11 +16,28 @@ from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_
 from cli.output import choices_text, instant, table, when
 
 
-def login(api: Api, *, username: str, out: TextIO) -> int:
-    password = os.environ.get("ATTUNE_PASSWORD") or getpass.getpass(f"Password for {username}: ")
-    token = api.token(username, password)
+def login(api: Api, *, username: str | None, token: str | None = None, out: TextIO) -> int:
+    """Save a token: one made on the web page (account/token/), given or pasted, so that LDAP and SSO
+    users' passwords never pass through here; or the one the service gives a local account's password."""
+    if username:
+        password = os.environ.get("ATTUNE_PASSWORD") or getpass.getpass(f"Password for {username}: ")
+        token = api.token(username, password)
+        who = f"as {username}"
+    else:
+        where = f"{api.server}/account/token/"
+        if not token:
+            sys.stderr.write(f"Make or copy your API token at {where} (signed in).\n")
+            token = getpass.getpass("Paste the token: ").strip()
+        if not token:
+            raise CliError("no token given", exit_code=2)
+        # Checked before it is saved, with a request that needs a token.
+        try:
+            Api(api.server, token).request("GET", "/api/v1/jobs/", params={"limit": 1})
+        except CliError as exc:
+            raise CliError(f"{exc}\nnot saved: copy the token again from {where}") from None
+        who = "with your API token"
     path = save_login(server=api.server, token=token)
-    out.write(f"Logged in to {api.server} as {username}; token saved in {path}\n")
+    out.write(f"Logged in to {api.server} {who}; token saved in {path}\n")
     return 0
 
 

@@ -198,8 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--token", help="API token (default: $ATTUNE_TOKEN or the last login)")
     sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("login", help="get an API token with your password and save it")
-    p.add_argument("--username", required=True)
+    p = sub.add_parser(
+        "login",
+        help="save your API token: paste the one from the web page (account/token/), or give a local "
+        "account's --username and password",
+    )
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--username", help="a local account: its password is asked for ($ATTUNE_PASSWORD)")
+    who.add_argument("--token", dest="login_token", metavar="TOKEN", help="this token (else: asked for)")
 
     _add_submit(sub)
 
@@ -286,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout
     try:
         if args.command_name == "login":
-            return commands.login(api, username=args.username, out=out)
+            return commands.login(api, username=args.username, token=args.login_token or args.token, out=out)
         if args.command_name == "submit":
             return commands.submit(api, args, out)
         if args.command_name == "queue":

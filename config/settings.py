@@ -7,6 +7,7 @@ import environ
 from csp.constants import NONCE
 from django.core.exceptions import ImproperlyConfigured
 
+from config.auth_settings import sign_in_settings
 from config.secret_key import DEMO_SECRET_KEY
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -137,6 +138,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# LDAP and OpenID Connect sign-in, off unless configured (config/auth_settings.py, docs/auth.md); local
+# passwords stay.
+_sign_in = sign_in_settings(env)
+globals().update(_sign_in)
 # The user pages' own login (the admin's refuses non-staff users).
 LOGIN_URL = "web:login"
 LOGIN_REDIRECT_URL = "web:queue"
@@ -148,6 +153,7 @@ LOGOUT_REDIRECT_URL = "web:login"
 # failure; a successful login clears the count. ATTUNE_LOGIN_THROTTLE=0 turns it off.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    *_sign_in["ATTUNE_SIGN_IN_BACKENDS"],  # LDAP, OpenID Connect when configured: axes counts theirs too
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_ENABLED = env.bool("ATTUNE_LOGIN_THROTTLE", default=True)

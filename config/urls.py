@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from scheduler_app import views as scheduler_views
 from scheduler_app.metrics.views import metrics
+from scheduler_app.web import sign_in_urls
 
 urlpatterns = [
     path("", scheduler_views.home, name="home"),
@@ -15,6 +16,9 @@ urlpatterns = [
     path("", include("scheduler_app.web.urls")),
     path("dashboards/", include("scheduler_app.dashboards.urls")),
     path("account/", include("notify_app.urls")),
+    # The personal API token page; OpenID Connect's routes answer 404 unless it is configured (docs/auth.md).
+    path("", include("scheduler_app.web.sign_in_urls")),
+    path("oidc/", include(sign_in_urls.oidc_urlpatterns)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("scheduler_app.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
