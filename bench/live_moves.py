@@ -175,7 +175,7 @@ def run_once(args: argparse.Namespace, costs: bool) -> dict[str, float]:
     redis.Redis.from_url(args.redis).flushdb()
     knobs = {
         "ATTUNE_RESTART_COSTS": "1" if costs else "0",
-        "ATTUNE_MIN_RUN_S": str(args.min_run_s),
+        **({"ATTUNE_MIN_RUN_S": str(args.min_run_s)} if args.min_run_s is not None else {}),
         "ATTUNE_ROUND_S": str(args.round_s),  # whole seconds (settings read an int)
         **({"ATTUNE_MOVE_HORIZON_S": str(args.horizon_s)} if args.horizon_s else {}),
         **({"ATTUNE_MOVE_MARGIN": str(args.margin)} if args.margin is not None else {}),
@@ -234,7 +234,8 @@ def report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> No
         f"\nthe demo's mix live for {args.minutes:g} min ({args.time_scale:g} time scale, 3 servers x 8 GPUs,"
         f" a fourth joining halfway; a job every {args.submit_every_s:g} s while < {args.max_pending} wait,"
         f" {args.job_s[0]:g}-{args.job_s[1]:g} s each; rounds every {args.round_s:g} s; min run"
-        f" {args.min_run_s:g} s)"
+        f" {'the default' if args.min_run_s is None else f'{args.min_run_s:g} s'} of the jobs' own time;"
+        f" GPU-h lost in the jobs' own time)"
     )
     print_table(
         ["restart costs", "job starts", "moves", "preemptions", "moves/start", "split placements",
@@ -263,7 +264,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         "--job-s", type=float, nargs=2, default=(20.0, 100.0), help="each job's length (default 20 100)"
     )
     parser.add_argument("--round-s", type=int, default=10, help="as `make demo` (default 10)")
-    parser.add_argument("--min-run-s", type=float, default=30.0, help="ATTUNE_MIN_RUN_S (default 30)")
+    parser.add_argument(
+        "--min-run-s",
+        type=float,
+        default=None,
+        help="ATTUNE_MIN_RUN_S, in the jobs' own time like every restart figure (default: the service's)",
+    )
     parser.add_argument("--horizon-s", type=float, default=None, help="ATTUNE_MOVE_HORIZON_S")
     parser.add_argument("--margin", type=float, default=None, help="ATTUNE_MOVE_MARGIN")
     parser.add_argument("--sync-s", type=float, default=2.0, help="the agents' sync interval (default 2)")

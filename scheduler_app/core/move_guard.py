@@ -5,8 +5,9 @@ is; if the plan restarts no running job (moves, preemptions, resizes that cannot
 plan stands, which is the common steady-state case and costs nothing more. Otherwise it also decides
 with running jobs pinned where they are (their GPUs, cores and memory taken out of the snapshot) and
 keeps the plan that restarts jobs only when its gain over the horizon is at least (1 + margin) times
-the restart costs it causes (core/restarts.py `plan_value`). A job within the minimum run time is
-pinned in both. What must not wait overrides both:
+the restart costs it causes (core/restarts.py `plan_value`). Restarts that gain their own jobs nothing
+(a repacking to the same speed, a preemption) are weighed apart: the plan decided with those jobs kept
+too competes, and the best of the three plans wins. A job within the minimum run time is pinned in all. What must not wait overrides both:
 - a job whose placement is gone (its server lost or drained) is never pinned;
 - a job over its team's quota (a borrower) is never pinned, so the quota's owner gets its GPUs back;
 - a job with a deadline that would be missed by waiting out the minimum run time (its slack is less
@@ -97,18 +98,58 @@ def guarded_plan(
         plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids, policy)
     else:
         plan = free_plan
-    placements = plan.placements()
-    if any(
-        j.job_id not in young_ids and is_restart(change_of(j.current, placements.get(j.job_id)), policy)
-        for j in running
-    ):
+    if _restarted(plan, running, young_ids, policy):
         kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids, policy)
-        moving = plan_value(placements, ordered, now_s, policy, charge_restarts=False)
-        cost = moving - plan_value(placements, ordered, now_s, policy)
-        gain = moving - plan_value(kept.placements(), ordered, now_s, policy)
-        if not gain > (1.0 + policy.margin) * cost:
-            plan = kept
+        kept_value = plan_value(kept.placements(), ordered, now_s, policy)
+        best, best_advantage = kept, 0.0
+        candidates = [plan]
+        # The moving plan's restarts that gain their own jobs nothing (the same speed or less elsewhere,
+        # or a preemption) pay only if they make room that others use: the same plan decided with
+        # those jobs kept where they are is weighed too, and the better of the two wins.
+        selfless = [j for j in _restarted(plan, running, young_ids, policy) if not _gains(j, plan)]
+        if selfless:
+            stay = young_ids | {j.job_id for j in selfless}
+            pinned = [j for j in running if j.job_id in stay]  # policy order, as _pinned_plan wants
+            candidates.append(
+                _pinned_plan(decide, ordered, snapshot, pinned, free_decisions, young_ids, policy)
+            )
+        for candidate in candidates:
+            advantage = _advantage(candidate, kept_value, ordered, now_s, policy)
+            if advantage > best_advantage:
+                best, best_advantage = candidate, advantage
+        plan = best
     return _deadline_override(plan, free_plan, ordered, now_s, policy)
+
+
+def _restarted(
+    plan: RoundPlan, running: Sequence[JobView], young_ids: set[int], policy: RestartPolicy
+) -> list[JobView]:
+    """The running jobs past their minimum run time that `plan` restarts (moves, preempts or resizes
+    where that cannot be done live)."""
+    placements = plan.placements()
+    return [
+        j
+        for j in running
+        if j.job_id not in young_ids and is_restart(change_of(j.current, placements.get(j.job_id)), policy)
+    ]
+
+
+def _gains(job: JobView, plan: RoundPlan) -> bool:
+    """Whether `plan` runs the job faster than it runs now (a move or resize for its own sake)."""
+    placement = plan.placements().get(job.job_id)
+    assert job.current is not None
+    return placement is not None and placement.speedup > job.current.speedup * (1.0 + 1e-9)
+
+
+def _advantage(
+    plan: RoundPlan, kept_value: float, ordered: Sequence[JobView], now_s: float, policy: RestartPolicy
+) -> float:
+    """How much more `plan` is worth than keeping every running job, beyond (1 + margin) times the
+    restart costs it causes: it is made only when this is positive (gain > (1 + margin) x cost)."""
+    placements = plan.placements()
+    moving = plan_value(placements, ordered, now_s, policy, charge_restarts=False)
+    cost = moving - plan_value(placements, ordered, now_s, policy)
+    return (moving - kept_value) - (1.0 + policy.margin) * cost
 
 
 def _pinned_plan(

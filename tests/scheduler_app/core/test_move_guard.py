@@ -350,3 +350,46 @@ def test_a_young_jobs_surplus_cores_do_not_push_a_newcomer_to_another_server():
         ]
         now_s += 10.0
     assert {d.placement.shares[0].server_id for d in plan.decisions} == {0}
+
+
+def test_a_move_that_gains_its_own_job_nothing_is_not_made_beside_one_that_pays():
+    # The allocator moves two long-running jobs to the new server 1: job 2 for three times its speed,
+    # job 1 to the same speed (a repacking). Both restarts are cheap, and together they pay, but job
+    # 1's pays for nothing: it stays, and job 2 alone moves.
+    home1, home2 = placement(1, on(0, (0,))), placement(2, on(0, (1,)))
+    there1, there2 = placement(1, on(1, (0,))), placement(2, on(1, (1,), speedup=3.0))
+    cheap = {"started_s": NOW_S - 3_600.0, "startup_s": 5.0, "checkpoint_every_s": 60.0}
+    one, two = running(1, 1, home1, **cheap), running(2, 1, home2, **cheap)
+    decide = scripted(
+        {
+            frozenset({1, 2}): RoundPlan((placed(there1), placed(there2))),
+            frozenset(): RoundPlan(()),
+            frozenset({2}): RoundPlan((placed(there2),)),
+        }
+    )
+    plan = guarded_plan(decide, [one, two], make_cluster(2), NOW_S, RestartPolicy())
+    assert plan.decision_for(1) == Decision(1, Outcome.PLACED, reasons.RESTART_COST, home1)
+    assert plan.decision_for(2) == placed(there2)
+
+
+def test_a_move_that_makes_room_for_a_job_that_fits_nowhere_else_is_made():
+    # Job 1 gains nothing by moving to server 1, but its move frees server 0 whole for job 3 (2 GPUs),
+    # which has no other room (a young job 4 holds server 1's other GPU): the move pays.
+    two_gpus = make_cluster(2, gpus=2, cpus=6, mem_gb=125.0)
+    home1, there1 = placement(1, on(0, (0,))), placement(1, on(1, (0,)))
+    one = running(1, 1, home1, started_s=NOW_S - 3_600.0, startup_s=5.0, checkpoint_every_s=60.0)
+    four_at = placement(4, on(1, (1,)))
+    four = running(4, 1, four_at, started_s=NOW_S - 10.0)
+    three = pending(3, 2, total_iters=1000.0)
+    waits = Decision(3, Outcome.PENDING, reasons.INSUFFICIENT_GPUS)
+    decide = scripted(
+        {
+            frozenset({1, 3, 4}): RoundPlan(
+                (placed(there1), placed(placement(3, on(0, (0, 1)))), placed(four_at))
+            ),
+            frozenset({3}): RoundPlan((waits,)),
+        }
+    )
+    plan = guarded_plan(decide, [one, three, four], two_gpus, NOW_S, RestartPolicy())
+    assert plan.decision_for(1) == placed(there1)
+    assert plan.decision_for(3).placement == placement(3, on(0, (0, 1)))
