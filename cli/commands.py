@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from cli.api import Api, CliError, error_lines
 from cli.config import program, save_login
 from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_rate, parse_time_limit_s
+from cli.options import option_fields, with_option_names
 from cli.output import choices_text, instant, table, when
 
 
@@ -142,7 +143,7 @@ def submit(api: Api, args: Any, out: TextIO) -> int:
     try:
         job = api.submit(body)
     except CliError as exc:
-        exc = _with_workload_choices(api, exc, body.get("workload"))
+        exc = _with_workload_choices(api, with_option_names(exc), body.get("workload"))
         if "script" not in body:
             raise exc from None
         # The service names the script's bad line ("script: line 4: ..."); name the file as compilers do.
@@ -180,7 +181,7 @@ def _with_workload_choices(api: Api, exc: CliError, workload: str | None) -> Cli
         return exc
     known = f"choose one of {choices_text(names)}" if names else "the catalog is empty"
     lines = [f"unknown workload {workload!r}: {known} ({program()} workloads lists them)"]
-    lines += error_lines({k: v for k, v in exc.fields.items() if k != "workload"})
+    lines += error_lines(option_fields({k: v for k, v in exc.fields.items() if k != "workload"}))
     return CliError("\n".join(lines), exit_code=exc.exit_code, fields=exc.fields)
 
 
@@ -277,7 +278,7 @@ QUEUE_LONG_HEADER = ["MOVES", "PREEMPT", "LOST_GPU_H"]
 LIVE_STATES = ("PENDING", "RUNNING")
 
 
-def _name(job: dict[str, Any]) -> str:
+def job_name_text(job: dict[str, Any]) -> str:
     """The job's name, with its task index for a task of an array: sweep[3]."""
     task = job.get("array_task_id")
     return job["name"][:24] + (f"[{task}]" if task is not None else "")
@@ -352,7 +353,7 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
         rows.append(
             [
                 str(job["id"]),
-                _name(job),
+                job_name_text(job),
                 job["owner"],
                 job["state"],
                 str(job["num_gpus"]),
@@ -379,21 +380,6 @@ def restart_cells(job: dict[str, Any]) -> list[str]:
     return [str(r["moves"]), str(r["preemptions"] + r["requeues"]), f"{r['gpu_s_lost'] / 3600:.2f}"]
 
 
-def restarts_text(restarts: dict[str, Any] | None) -> str:
-    """show's Restarts line: how often the job was moved, preempted, requeued or resized in place, and
-    the GPU time lost to restarts (start-ups after the first and work done again)."""
-    if not restarts:
-        return "-"
-    if not restarts["restarts"] and not restarts["resizes"]:
-        return "none"
-    text = (
-        f"moved {restarts['moves']}x, preempted {restarts['preemptions']}x, requeued {restarts['requeues']}x"
-    )
-    if restarts["resizes"]:
-        text += f", resized in place {restarts['resizes']}x"
-    return text + f"; {restarts['gpu_s_lost'] / 3600:.2f} GPU-hours lost to restarts"
-
-
 def qos_cell(job: dict[str, Any]) -> str:
     """The queue's QOS column: the deadline (its own, or submission + maximum latency), marked `!` when
     the job's current estimate ends after it (or, finished, it ended after it); a minimum rate as
@@ -407,88 +393,6 @@ def qos_cell(job: dict[str, Any]) -> str:
     if job.get("qos_min_rate_iters_per_s"):
         cells.append(f">={job['qos_min_rate_iters_per_s']:g} it/s")
     return ", ".join(cells)
-
-
-def qos_target_text(job: dict[str, Any]) -> str:
-    """A job's QoS target in words: a deadline, a latency or a minimum rate; "-" without one."""
-    if job.get("qos_deadline_at"):
-        return f"finish by {when(job['qos_deadline_at'])}"
-    if job.get("qos_max_latency_s"):
-        return f"finish within {job['qos_max_latency_s']:g} s of submission"
-    if job.get("qos_min_rate_iters_per_s"):
-        return f"at least {job['qos_min_rate_iters_per_s']:g} iterations/s while running"
-    return "-"
-
-
-def _progress(job: dict[str, Any]) -> str:
-    if job.get("total_iters") is None:  # an own command without --iters: its time limit is its length
-        return f"{job['done_iters']} iterations"
-    return f"{job['done_iters']} of {job['total_iters']} iterations"
-
-
-def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
-    job = api.job(job_id)
-    if as_json:
-        out.write(json.dumps(job, indent=2) + "\n")
-        return 0
-    what = job["workload"] or (f"command: {job['command']}" if job.get("command") else "script")
-    facts = [
-        ("Job", f"{job['id']} {_name(job)} ({what})"),
-        ("Owner", job["owner"] + (f", team {job['team']}" if job.get("team") else "")),
-        ("State", job["state"] + (f" ({job['pending_reason']})" if job["state"] == "PENDING" else "")),
-        (
-            "GPUs",
-            str(job["num_gpus"])
-            + (f" on {job['num_nodes']} nodes" if (job.get("num_nodes") or 1) > 1 else ""),
-        ),
-        ("Progress", _progress(job)),
-        ("QoS", qos_target_text(job)),
-        ("After jobs", ", ".join(map(str, job.get("depends_on") or [])) or "-"),
-        ("Submitted", when(job["submitted_at"])),
-        ("Started", when(job.get("started_at"))),
-        ("Finished", when(job.get("finished_at"))),
-        ("Restarts", restarts_text(job.get("restarts"))),
-    ]
-    # The current estimate (the one the queue and the pages show), then what was predicted at submission.
-    if job["state"] == "PENDING":
-        facts.append(("Estimated start", when(job.get("estimated_start_at"))))
-    if job["state"] in LIVE_STATES:
-        detail = f" ({job['estimate_detail']})" if job.get("estimate_detail") else ""
-        facts.append(("Estimated finish", when(job.get("estimated_finish_at")) + detail))
-    admission = job.get("admission") or {}
-    if admission:
-        facts.append(
-            (
-                "Predicted at submission",
-                f"start {when(admission.get('predicted_start_at'))}, "
-                f"finish {when(admission.get('predicted_finish_at'))}",
-            )
-        )
-        if admission.get("attainable") is False:
-            risk = (
-                f"AT RISK: predicted to finish after {when(admission.get('deadline_at'))}"
-                if admission.get("deadline_at")
-                else "AT RISK: predicted to run below its minimum rate on average"
-            )
-            facts.append(("QoS target", risk))
-        if admission.get("met_min_rate") is not None:
-            verdict = "met" if admission["met_min_rate"] else "MISSED"
-            facts.append(
-                (
-                    "Measured rate",
-                    f"{admission['measured_iters_per_s']:.3g} iterations/s: minimum rate {verdict}",
-                )
-            )
-    for lease in job.get("allocations") or []:
-        if lease.get("ended_at") is None:
-            gpus = ",".join(map(str, lease["gpu_indices"]))
-            facts.append(
-                ("Lease", f"{lease['server']} GPUs {gpus}, {lease['num_cpus']} cores, {lease['mem_gb']:g} GB")
-            )
-    width = max(len(label) for label, _ in facts)
-    for label, value in facts:
-        out.write(f"{label.ljust(width)}  {value}\n")
-    return 0
 
 
 def live_array_tasks(api: Api, array_job_id: int) -> list[int]:
@@ -511,9 +415,3 @@ def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
         reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
         out.write(f"job {job_id}: {job['state']}{reason}\n")
     return 1 if failed else 0
-
-
-def log(api: Api, job_id: int, out: TextIO) -> int:
-    for line in api.job(job_id).get("log_tail") or []:
-        out.write(line + "\n")
-    return 0

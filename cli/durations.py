@@ -9,10 +9,12 @@ from datetime import datetime
 # service's batch-script reader (scheduler_app/batch_script.py) and the web form all import it, so
 # `-t 1-12:00` means the same wherever it is typed; and the command line must import without Django.
 
-DURATION_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 2d)"
+DURATION_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 3h30, 2d)"
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SUFFIXED = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
-_ALL_SUFFIXED = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhd])+")
+# Numbers with units, the last one's unit optional: "3h30" is 3h30m, "2d12" 2d12h, "5m30" 5m30s.
+_ALL_SUFFIXED = re.compile(r"((?:[0-9]+(?:\.[0-9]+)?[smhd])+)([0-9]+)?")
+_NEXT_UNIT = {"d": "h", "h": "m", "m": "s"}
 _WHOLE = re.compile(r"[0-9]+")
 # Far beyond any limit the service takes (365 days); it keeps a 400-digit number from overflowing a float.
 _MAX_PARSED_S = 1e12
@@ -21,7 +23,8 @@ _GB_PER_UNIT = {"k": 1 / 1024**2, "m": 1 / 1024, "g": 1.0, "t": 1024.0}
 
 
 def parse_duration_s(text: str, *, option: str = "the duration", leave_out: str = "leave it out") -> float:
-    """Seconds from Attune's "90s", "30m", "6h", "1h30m", "1.5d", or Slurm's "MM", "MM:SS", "HH:MM:SS",
+    """Seconds from Attune's "90s", "30m", "6h", "1h30m", "3h30" (a last number without a unit is in
+    the unit below the one before it: minutes after hours), "1.5d", or Slurm's "MM", "MM:SS", "HH:MM:SS",
     "D-HH", "D-HH:MM", "D-HH:MM:SS" (as sbatch --time: a bare number is minutes; the leading field may
     be any size, 48:00:00, those after it stay within their unit).
 
@@ -30,8 +33,15 @@ def parse_duration_s(text: str, *, option: str = "the duration", leave_out: str 
     value = text.strip().lower()
     if value in ("unlimited", "infinite"):
         raise ValueError(f"{option}: Attune takes a finite limit; {leave_out} for none")
-    if _ALL_SUFFIXED.fullmatch(value):
-        seconds: float | None = sum(float(n) * _UNITS_S[unit] for n, unit in _SUFFIXED.findall(value))
+    suffixed = _ALL_SUFFIXED.fullmatch(value)
+    if suffixed:
+        parts = _SUFFIXED.findall(suffixed[1])
+        seconds: float | None = sum(float(n) * _UNITS_S[unit] for n, unit in parts)
+        if suffixed[2]:
+            unit = _NEXT_UNIT.get(parts[-1][1])
+            if unit is None:
+                raise ValueError(f"{option}: {text.strip()!r}: a number after the seconds has no unit")
+            seconds = (seconds or 0) + int(suffixed[2]) * _UNITS_S[unit]
     else:
         seconds = _slurm_time_s(value, option)
     if seconds is None:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from cli import cluster_commands, commands
+from cli import cluster_commands, commands, job_history, show
 from cli.api import Api, CliError
 from cli.config import program, resolve
 
@@ -28,6 +28,7 @@ examples:
   python -m cli nodes                    # sinfo: free/total GPUs, cores and memory per server
   python -m cli workloads                # the catalog, with what each profile says
   python -m cli acct --window 7d --by team   # sreport: GPU-hours, jobs and waits (--csv)
+  python -m cli acct --jobs --since 7d -s F,TO   # sacct: your jobs, exit codes, elapsed, nodes
   python -m cli hold 42; python -m cli release 42
   python -m cli cancel 42 43; python -m cli cancel --array 42
 """
@@ -277,6 +278,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", metavar="TIME", help="instead of --window: from this time, e.g. 2026-05-01")
     p.add_argument("--end", metavar="TIME", help="until this time (default: now); local time without offset")
     p.add_argument("--by", choices=("user", "team"), default="user", help="one row per user or per team")
+    jobs = p.add_argument_group("one line per job instead (sacct)")
+    jobs.add_argument(
+        "--jobs",
+        action="store_true",
+        help="your jobs: state, exit code, elapsed, GPUs, nodes (sacct); with -s, --since, -u",
+    )
+    jobs.add_argument(
+        "-s",
+        "--state",
+        action="append",
+        type=_choices(commands.parse_job_states),
+        metavar="STATES",
+        help="with --jobs: only these states, e.g. F,TO or COMPLETED (sacct -s); repeatable",
+    )
+    jobs.add_argument(
+        "--since", metavar="TIME", help="with --jobs: ended (or submitted) since 2026-05-01, or 7d ago"
+    )
+    jobs.add_argument("-u", "--user", help="with --jobs: this user's jobs instead (staff see everyone's)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", action="store_true", help="the service's CSV, for a spreadsheet")
     out.add_argument("--json", action="store_true")
@@ -298,9 +317,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command_name == "queue":
             return commands.queue(api, args, out)
         if args.command_name == "show":
-            return commands.show(api, args.job_id, as_json=args.json, out=out)
+            return show.show(api, args.job_id, as_json=args.json, out=out)
         if args.command_name == "wait":
             return commands.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
+        if args.command_name == "acct" and args.jobs:
+            return job_history.acct_jobs(api, args, out)
+        if args.command_name == "acct" and (args.state or args.since or args.user):
+            raise CliError("-s, --since and -u go with --jobs (one line per job)", exit_code=2)
         if args.command_name in ("nodes", "workloads", "acct"):
             return getattr(cluster_commands, args.command_name)(api, args, out)
         if args.command_name in ("cancel", "hold", "release"):
@@ -310,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             if not job_ids:
                 raise CliError("give job ids, or --array ID (with pending or running tasks)", exit_code=2)
             return commands.change(api, args.command_name, job_ids, out)
-        return commands.log(api, args.job_id, out)
+        return show.log(api, args.job_id, out)
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code

@@ -33,3 +33,11 @@ def choices_text(names: list[str]) -> str:
     shown = ", ".join(names[:MAX_CHOICES_SHOWN])
     more = len(names) - MAX_CHOICES_SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
+
+
+def clock(seconds: float) -> str:
+    """A duration as sacct prints Elapsed and Timelimit: HH:MM:SS, D-HH:MM:SS from a day."""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text

@@ -101,7 +101,11 @@ class JobFilter(django_filters.FilterSet):
     workload = django_filters.CharFilter(field_name="workload__name", help_text="Catalog workload name")
     array_job = IdFilter(help_text="The tasks of this array (its first task's id)")
     id = IdInFilter(field_name="id", help_text="These jobs only: ids, comma-separated")
+    mine = django_filters.BooleanFilter(method="filter_mine", help_text="true: only the requester's own jobs")
 
     class Meta:
         model = Job
-        fields = ["state", "name", "team", "owner", "workload", "array_job", "id"]
+        fields = ["state", "name", "team", "owner", "workload", "array_job", "id", "mine"]
+
+    def filter_mine(self, queryset, name, value):
+        return queryset.filter(owner=self.request.user) if value else queryset

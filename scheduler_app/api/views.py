@@ -6,6 +6,7 @@ from typing import Any
 
 from axes.handlers.proxy import AxesProxyHandler
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Prefetch
 from django.http import QueryDict
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -36,7 +37,7 @@ from scheduler_app.api.serializers.jobs import (
     JobSubmitSerializer,
     JobSubmittedSerializer,
 )
-from scheduler_app.models import Job
+from scheduler_app.models import Allocation, Job
 from scheduler_app.models.idempotency import MAX_IDEMPOTENCY_KEY_CHARS
 from scheduler_app.selectors import (
     cluster_overview,
@@ -60,6 +61,12 @@ from scheduler_app.services.jobs import job_submit
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.lockout import lockout_response
 
+# What the list's `nodes` reads of each lease: one query for the page, not the leases' logs.
+LEASE_NODES = (
+    Allocation.objects.select_related("server")
+    .only("job_id", "round_id", "started_at", "ended_at", "server__name")
+    .order_by("started_at", "id")
+)
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
     name=IDEMPOTENCY_KEY_HEADER,
@@ -103,7 +110,9 @@ class JobViewSet(
             return Job.objects.none()
         if self.action == "list":
             # Each job's restarts in the list's own query (cli queue --long shows them): no query per job.
-            return jobs_with_restarts(job_list(user=self.request.user)).prefetch_related("depends_on")
+            return jobs_with_restarts(job_list(user=self.request.user)).prefetch_related(
+                "depends_on", Prefetch("allocations", queryset=LEASE_NODES)
+            )
         return job_detail_queryset(user=self.request.user).prefetch_related("depends_on")
 
     def get_serializer_class(self):

@@ -116,7 +116,7 @@ def test_the_services_refusals_reach_the_user_field_by_field(service, capsys):
     code, _, err = run(
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "10", "--after", "424242"
     )
-    assert code == 1 and err == "error: depends_on: No job 424242 that you can see.\n"
+    assert code == 1 and err == "error: --dependency: No job 424242 that you can see.\n"
     workload("res50")
     code, _, err = run(capsys, "submit", "x", "--workload", "nope", "--gpus", "1", "--iters", "10")
     assert (code, err) == (
@@ -127,16 +127,17 @@ def test_the_services_refusals_reach_the_user_field_by_field(service, capsys):
     code, _, err = run(capsys, "submit", "x", "--workload", "nope", "--priority", "5", "--iters", "10")
     assert code == 1 and err.splitlines() == [
         "error: unknown workload 'nope': choose one of res18, res50 (python -m cli workloads lists them)",
-        "priority: Only staff may raise a job's priority.",
+        "--priority: Only staff may raise a job's priority.",
     ]
     # A team: the service's own message names the teams there are.
     code, _, err = run(capsys, "submit", "x", "--command", "true", "--team", "nope")
-    assert (code, err) == (1, "error: team: Unknown team “nope”: there are none yet.\n")
+    assert (code, err) == (1, "error: --team: Unknown team “nope”: there are none yet.\n")
     code, _, err = run(
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "10", "--max-latency", "soon"
     )
     assert code == 2 and err == (
-        "error: --max-latency takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 2d): "
+        "error: --max-latency takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS "
+        "(or 30m, 6h, 1h30m, 3h30, 2d): "
         "'soon' is not a duration\n"
     )
     code, _, err = run(capsys, "submit", "x", "--command", "true", "-t", "1-24:00")
@@ -270,7 +271,7 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
     code, _, err = run(
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "1", "--array", "x"
     )
-    assert code == 1 and err.startswith("error: array: “x” is not an index or a range")
+    assert code == 1 and err.startswith("error: --array: “x” is not an index or a range")
     # scancel ARRAYID: every task still in the queue.
     Job.objects.filter(pk=tasks[1].pk).update(state=JobState.COMPLETED)
     code, out, _ = run(capsys, "cancel", "--array", str(tasks[0].pk))

@@ -29,6 +29,12 @@ from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_
         ("1-0", 86400),
         (" 2H ", 7200),
         ("2d", 172800),
+        ("3h30", 12600),  # a last number without a unit is in the unit below: 3h30m
+        ("2d12", 216000),  # 2 days 12 hours
+        ("5m30", 330),  # 5 minutes 30 seconds
+        ("1h30m15", 5415),
+        ("1-0:30", 88200),  # D-HH:MM
+        ("0:45", 45),  # MM:SS
     ],
 )
 def test_durations(typed, seconds):
@@ -40,11 +46,13 @@ def test_durations(typed, seconds):
     [
         (
             "soon",
-            "--time takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 2d): "
+            "--time takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, 3h30, 2d): "
             "'soon' is not a duration",
         ),
         ("", "--time takes MM"),
         ("1x", "'1x' is not a duration"),
+        ("30s5", "--time: '30s5': a number after the seconds has no unit"),
+        ("3h30x", "'3h30x' is not a duration"),
         ("-5m", "'-5m' is not a duration"),
         ("1:2:3:4", "'1:2:3:4' is not a duration"),
         ("a-10:00", "'a-10:00' is not a duration"),

@@ -175,7 +175,7 @@ def test_a_directive_error_names_the_file_and_line_and_exits_1(job_sh, capsys, m
     code = cli_main.main(["--server", "http://attune.test", "--token", "t", "submit", "-"])
     assert code == 1 and capsys.readouterr().err == (
         "error: <stdin>: line 4: #SBATCH --gpus=abc: --gpus needs a whole number of GPUs\n"
-        "num_gpus: This field is required.\n"
+        "--gpus: This field is required.\n"
     )
 
 

@@ -17,6 +17,7 @@ from scheduler_app.api.fields import (
 )
 from scheduler_app.api.serializers.restarts import JobRestartsSerializer
 from scheduler_app.batch_script import DirectiveError, parse_directives
+from scheduler_app.job_paths import default_output_pattern, output_path_expand
 from scheduler_app.models import AdmissionPrediction, Allocation, Job, JobEvent, JobState, Team
 from scheduler_app.selectors import job_details_visible, job_estimate, job_restarts
 from scheduler_app.services.admission import qos_at_risk_message
@@ -260,6 +261,9 @@ class JobSerializer(serializers.ModelSerializer):
     restarts = serializers.SerializerMethodField(
         help_text="Its moves, preemptions, requeues, resizes in place and the GPU time lost to restarts"
     )
+    nodes = serializers.SerializerMethodField(
+        help_text="The servers it runs on, or ran on last (scontrol's NodeList); empty: never started"
+    )
 
     class Meta:
         model = Job
@@ -305,12 +309,20 @@ class JobSerializer(serializers.ModelSerializer):
             "finished_at",
             "exit_code",
             "restarts",
+            "nodes",
         ]
         read_only_fields = fields
 
     @extend_schema_field(JobRestartsSerializer)
     def get_restarts(self, job: Job) -> dict[str, Any]:
         return JobRestartsSerializer(job_restarts(job)).data
+
+    def get_nodes(self, job: Job) -> list[str]:
+        # The prefetched leases, oldest first: the live ones, else those of the last start (one round).
+        leases = list(job.allocations.all())
+        live = [a for a in leases if a.ended_at is None]
+        last = live or [a for a in leases if leases and a.round_id == leases[-1].round_id]
+        return [a.server.name for a in last]
 
     def _queue_entry(self, job: Job):
         if job.state != JobState.PENDING or "queue" not in self.context:
@@ -418,9 +430,22 @@ class JobDetailSerializer(JobSerializer):
     admission = serializers.SerializerMethodField(
         help_text="Predicted at submission: start, finish, whether the QoS target is attainable"
     )
+    stdout_file = serializers.SerializerMethodField(
+        help_text="An own command's stdout file, its pattern expanded (the first node's on several); "
+        "relative to work_dir; empty for a catalog workload"
+    )
+    stderr_file = serializers.SerializerMethodField(help_text="Its stderr file; empty: with stdout")
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "admission", "allocations", "events", "log_tail"]
+        fields = [
+            *JobSerializer.Meta.fields,
+            "stdout_file",
+            "stderr_file",
+            "admission",
+            "allocations",
+            "events",
+            "log_tail",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(AdmissionSerializer(allow_null=True))
@@ -431,9 +456,32 @@ class JobDetailSerializer(JobSerializer):
             return None
         return AdmissionSerializer(prediction).data
 
+    def _file(self, job: Job, pattern: str) -> str:
+        if job.workload_id is not None or not pattern:
+            return ""
+        nodes = self.get_nodes(job)
+        return output_path_expand(
+            pattern,
+            job_id=job.pk,
+            array_job_id=job.array_job_id,
+            array_task_id=job.array_task_id,
+            name=job.name,
+            user=job.run_as,
+            node_name=nodes[0] if nodes else "",
+        )
+
+    def get_stdout_file(self, job: Job) -> str:
+        nodes = max(len(self.get_nodes(job)), job.num_nodes or 1)
+        default = default_output_pattern(array=job.array_job_id is not None, num_nodes=nodes)
+        return self._file(job, job.output_path or default)
+
+    def get_stderr_file(self, job: Job) -> str:
+        return self._file(job, job.error_path)
+
     def to_representation(self, job: Job) -> dict[str, Any]:
         data = super().to_representation(job)
         if data.get("details_hidden"):
+            data["stdout_file"] = data["stderr_file"] = ""
             data["log_tail"] = []
             for event in data.get("events", []):
                 event["message"], event["data"] = "", {}
