@@ -30,6 +30,10 @@ class SchedulerConf:
     forecast_refresh_budget_s: float
     forecast_refresh_min_interval_s: float
     forecast_refresh_pacing: float
+    forecast_window_jobs: int
+    admission_answer_wait_s: float
+    admission_in_request_max_jobs: int
+    admission_forecast_min_interval_s: float
     private_jobs: bool
     fairshare_half_life_h: float
     rendezvous_ports: tuple[int, int]
@@ -72,6 +76,16 @@ def scheduler_conf() -> SchedulerConf:
         forecast_refresh_budget_s=float(raw.get("forecast_refresh_budget_s", 5.0)),
         forecast_refresh_min_interval_s=float(raw.get("forecast_refresh_min_interval_s", 10.0)),
         forecast_refresh_pacing=float(raw.get("forecast_refresh_pacing", 4.0)),
+        # The refresh plays the running jobs and this many pending ones forward (services/forecasts.py):
+        # its cost follows this, not the queue's length.
+        forecast_window_jobs=int(raw.get("forecast_window_jobs", 1000)),
+        # A submission's answer waits this long at most for its admission forecast (computed by the
+        # forecasts worker), and only when the last one was that quick; else it follows on the job page.
+        admission_answer_wait_s=float(raw.get("admission_answer_wait_s", 0.5)),
+        # Up to this many live jobs the request forecasts them itself (a few milliseconds), past it the
+        # forecasts worker does, for every submission of a burst at once.
+        admission_in_request_max_jobs=int(raw.get("admission_in_request_max_jobs", 50)),
+        admission_forecast_min_interval_s=float(raw.get("admission_forecast_min_interval_s", 0.25)),
         private_jobs=bool(raw.get("private_jobs", False)),
         # Slurm's PriorityDecayHalfLife default: last week's use weighs half as much as today's.
         fairshare_half_life_h=float(raw.get("fairshare_half_life_h", 168)),

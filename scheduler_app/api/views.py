@@ -47,6 +47,7 @@ from scheduler_app.selectors import (
     job_queue,
     jobs_with_restarts,
 )
+from scheduler_app.services.admission import admission_answer_wait
 from scheduler_app.services.idempotency import (
     IDEMPOTENCY_KEY_PATTERN,
     IdempotencyKeyError,
@@ -152,8 +153,12 @@ class JobViewSet(
             raise ValidationError(
                 exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
             ) from exc
+        # A quick admission forecast makes the answer; a deep queue's follows on the job page.
+        admission_answer_wait(job_ids=[jobs[0].pk])
         job = job_detail_queryset(user=request.user).prefetch_related("depends_on").get(pk=jobs[0].pk)
         context = self.get_serializer_context()
+        # Its own place in the queue only: not a read of every pending job's per submission.
+        context["queue"] = cache(lambda: job_queue(job_ids=[job.pk]))
         context["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
         # As JSON data, exactly as rendered (DRF's encoder: dates, decimals...): what a replay returns.
         body = json.loads(JSONRenderer().render(JobSubmittedSerializer(job, context=context).data))

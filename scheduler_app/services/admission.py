@@ -3,36 +3,59 @@
 The prediction plays the live queue forward with the simulator's forecast (scheduler_app/simulator/
 forecast.py: the same core, policy and allocator as the live rounds, no future arrivals), stores it
 as an AdmissionPrediction, and fills in what really happened when the job ends.
+
+With a worker and more than `admission_in_request_max_jobs` live jobs, the request does not forecast:
+it stores the prediction as pending and asks for one coalesced forecast on the `forecasts` queue (a
+burst of submissions, one forecast), which fills every pending prediction; the answer waits for it
+only a moment (admission_answer_wait). Without a worker (the embedded demo), or with a short queue, the
+forecast runs in the request, within `forecast_time_budget_s`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from config.redis_pool import redis_client as _redis
 from infra.task_send import task_send
 from profiles_app.selectors import measured_iters_per_s_by_job
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import AdmissionPrediction, Job, JobState
+from scheduler_app.models import TERMINAL_JOB_STATES, AdmissionPrediction, Job, JobState
 from scheduler_app.services.forecasts import (
     HELD,
     OWN_COMMAND_UNKNOWN,
+    Estimate,
+    job_forecasts_refresh_estimates,
     job_forecasts_store,
     job_positions_store,
     live_forecast,
     live_queue,
     queue_positions,
 )
+from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s
 from scheduler_app.task_names import ADMISSION_FORECAST_TASK
 
 logger = logging.getLogger(__name__)
 
 # A rate exactly at its target must not miss it by a floating-point rounding.
 RATE_REL_TOL = 1e-9
+# A prediction the forecasts worker has yet to fill (the job page, the API and `cli show` give it then).
+FORECAST_PENDING = "forecast pending: computed in a moment, then shown on the job's page and by the API"
+ENDED_FIRST = "the job ended before its forecast"
+# Set while a coalesced admission forecast is queued and not started: a burst's requests find it taken.
+QUEUED_KEY = "attune:admission-forecast"
+# Lives while the next admission forecast must wait (the minimum interval, then the last one's length).
+PACE_KEY = "attune:admission-forecast:pace"
+# How long the last admission forecast took (seconds): whether an answer waiting for one can get it.
+SECONDS_KEY = "attune:admission-forecast:seconds"
+QUEUED_SLACK_S = 60
+ANSWER_POLL_S = 0.02
 
 
 class QosUnattainableError(ValidationError):
@@ -90,14 +113,15 @@ def _judge(prediction: AdmissionPrediction, job: Job) -> None:
 
 
 def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> list[AdmissionPrediction]:
-    """Forecast just-submitted jobs (one, or the tasks of an array) with one run of the current queue
-    and store a prediction for each.
+    """Store a prediction for just-submitted jobs (one, or the tasks of an array) and return them.
 
-    The forecast gets `forecast_time_budget_s` here; when that is not enough (a very long queue) the
-    predictions are stored as unknown and, with a Celery worker, a task finishes each with
-    `forecast_background_budget_s` (admission_forecast_complete). Raises QosUnattainableError, before
-    storing anything, when a target is predicted to be missed and `reject_unattainable_qos` is set;
-    the caller's transaction then drops the submission (only a finished forecast can refuse).
+    With a worker and a queue past `admission_in_request_max_jobs` the prediction is stored pending
+    (FORECAST_PENDING) and one coalesced forecast is asked for after commit (admission_forecasts_run
+    fills it): the request's work does not grow with the queue. Without a worker, with a short queue,
+    or when a QoS target may refuse the submission (`reject_unattainable_qos`), the queue is forecast
+    here with `forecast_time_budget_s`, the tasks of an array together. Raises QosUnattainableError,
+    before storing anything, when a target is predicted to be missed and `reject_unattainable_qos` is
+    set; the caller's transaction then drops the submission (only a finished forecast can refuse).
     """
     conf = scheduler_conf()
     now = now or timezone.now()
@@ -114,7 +138,7 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
         )
         for job in jobs
     ]
-    _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))
+    _predict(targets, now)
     for prediction, job in targets:
         if prediction.attainable is False and conf.reject_unattainable_qos:
             raise _unattainable(prediction, job)
@@ -131,18 +155,41 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
     return [prediction for prediction, _ in targets]
 
 
+def _predict(targets: list[Target], now: datetime) -> None:
+    """Forecast in the request where it must (no worker; a target that may refuse) or where it is
+    small (a short queue), else leave the predictions pending for the worker."""
+    conf = scheduler_conf()
+    refusing = conf.reject_unattainable_qos and any(
+        job.deadline_at is not None or job.qos_min_rate_iters_per_s is not None for _, job in targets
+    )
+    if conf.inline_rounds or refusing or _short_queue(conf.admission_in_request_max_jobs):
+        _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))
+        return
+    for prediction, _ in targets:
+        prediction.detail = FORECAST_PENDING
+    transaction.on_commit(admission_forecast_request)
+
+
+def _short_queue(most_jobs: int) -> bool:
+    """Whether at most `most_jobs` jobs are live, these just submitted included (a count that stops
+    at most_jobs + 1 rows, whatever the queue's length)."""
+    if most_jobs <= 0:
+        return False
+    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).values("pk")
+    return live[: most_jobs + 1].count() <= most_jobs
+
+
 def _settle(targets: list[Target], undecided: set[int]) -> None:
-    """Judge the decided predictions; with a worker, hand the undecided ones to it after commit, in one
-    task (an array's tasks together: not one forecast per task)."""
+    """Judge the decided predictions; with a worker, leave the undecided ones pending for its coalesced
+    forecast, asked for after commit."""
     worker = not scheduler_conf().inline_rounds
     for prediction, job in targets:
         if job.pk not in undecided:
             _judge(prediction, job)
         elif worker:
-            prediction.detail += "; a worker is finishing the forecast"
+            prediction.detail = FORECAST_PENDING
     if undecided and worker:
-        first = min(undecided)
-        transaction.on_commit(lambda: _request_completion(first))
+        transaction.on_commit(admission_forecast_request)
 
 
 def qos_at_risk_message(prediction: AdmissionPrediction | None) -> str:
@@ -195,57 +242,117 @@ def _unattainable(prediction: AdmissionPrediction, job: Job) -> QosUnattainableE
     )
 
 
-def _request_completion(job_id: int) -> None:
-    try:
-        task_send(ADMISSION_FORECAST_TASK, args=(job_id,))
-    except Exception:  # a broker outage leaves the prediction unknown; it must not fail the submission
-        logger.warning("could not queue the forecast of job %s", job_id, exc_info=True)
-
-
-def admission_forecast_complete(*, job_id: int) -> AdmissionPrediction | None:
-    """Finish a prediction that ran out of time at submission, with the background budget; for a
-    task of an array, every unfinished prediction of that array in the same forecast.
-
-    Predicts from the queue as it is now (the job may have moved up). Nothing to do once a job
-    has started or ended, or when its prediction is already known.
-    """
+def admission_forecast_request() -> None:
+    """Ask for one admission forecast (admission_forecasts_run), debounced: the first request of a
+    burst queues it, when the pace of the last one allows (PACE_KEY); the others find it queued, and
+    the run, which reads the queue as it starts, covers them too. A broker outage leaves the predictions
+    pending: the next submission's request or the refresh after the next round fills them."""
     conf = scheduler_conf()
-    prediction = AdmissionPrediction.objects.select_related("job").filter(job_id=job_id).first()
-    if prediction is None or prediction.predicted_finish_at is not None:
-        return prediction
-    unfinished = AdmissionPrediction.objects.select_related("job").filter(
-        predicted_finish_at__isnull=True, job__state=JobState.PENDING
-    )
-    array_job_id = prediction.job.array_job_id
-    unfinished = (
-        unfinished.filter(job__array_job_id=array_job_id)
-        if array_job_id
-        else unfinished.filter(pk=prediction.pk)
-    )
-    targets = [(p, p.job) for p in unfinished.order_by("job_id")]
-    if not targets:
-        return prediction
-    _forecast_into(targets, timezone.now(), conf.forecast_background_budget_s)
-    for target, job in targets:
-        _judge(target, job)
+    try:
+        client = _redis(conf.redis_url)
+        countdown_s = pace_left_s(client, PACE_KEY)
+        debounced_send(
+            client,
+            key=QUEUED_KEY,
+            value="submit",
+            countdown_s=countdown_s,
+            slack_s=QUEUED_SLACK_S,
+            send=lambda: task_send(
+                ADMISSION_FORECAST_TASK, countdown_s=countdown_s, expires_s=countdown_s + QUEUED_SLACK_S
+            ),
+        )
+    except Exception:  # the submission has committed; its forecast must not fail it
+        logger.warning("could not queue an admission forecast", exc_info=True)
+
+
+def admission_forecasts_run() -> int:
+    """The coalesced admission forecast's body (the forecasts worker): one forecast of the live queue,
+    stored as the current estimates (services/forecasts.py), fills every pending prediction; returns
+    how many were filled. Paced: the next one starts no sooner than `admission_forecast_min_interval_s`
+    after this one's start, nor sooner than this one lasted after its end (at most half of one process)."""
+    conf = scheduler_conf()
+    client = None
+    try:
+        client = _redis(conf.redis_url)
+        interval_ms = int(conf.admission_forecast_min_interval_s * 1000)
+        if interval_ms > 0:
+            client.set(PACE_KEY, "1", px=interval_ms)
+        client.delete(QUEUED_KEY)  # a submission from now on queues the next run
+    except Exception:
+        logger.warning("could not update the admission forecast keys", exc_info=True)
+    start = time.perf_counter()
+    filled = admission_predictions_fill(job_forecasts_refresh_estimates())
+    took_s = time.perf_counter() - start
+    if client is not None:
+        try:
+            client.set(SECONDS_KEY, f"{took_s:.3f}", ex=3600)
+            pace_extend(client, PACE_KEY, took_s)
+        except Exception:
+            logger.warning("could not pace the next admission forecast", exc_info=True)
+    return filled
+
+
+def admission_predictions_fill(estimates: dict[int, Estimate]) -> int:
+    """Fill the pending predictions from a forecast of the live queue (the refresh after a round does
+    too); returns how many were filled. A job submitted after that forecast read the queue stays pending
+    and asks for the next one; a job that ended first is said to have."""
+    pending = list(AdmissionPrediction.objects.select_related("job").filter(detail=FORECAST_PENDING))
+    done: list[AdmissionPrediction] = []
+    later = False
+    for prediction in pending:
+        job = prediction.job
+        estimate = estimates.get(job.pk)
+        if estimate is None:
+            if job.state in TERMINAL_JOB_STATES:
+                prediction.detail = ENDED_FIRST
+                done.append(prediction)
+            else:
+                later = True
+            continue
+        prediction.predicted_start_at = estimate.start_at
+        prediction.predicted_finish_at = estimate.finish_at
+        prediction.detail = estimate.detail
+        _judge(prediction, job)
+        done.append(prediction)
     AdmissionPrediction.objects.bulk_update(
-        [target for target, _ in targets],
-        ["predicted_start_at", "predicted_finish_at", "attainable", "detail"],
+        done, ["predicted_start_at", "predicted_finish_at", "attainable", "detail"], batch_size=500
     )
-    return next((target for target, _ in targets if target.pk == prediction.pk), prediction)
+    if later:
+        admission_forecast_request()
+    return len(done)
+
+
+def admission_answer_wait(*, job_ids: Sequence[int]) -> None:
+    """Give the forecasts worker up to `admission_answer_wait_s` to fill these jobs' pending
+    predictions, so that a quick forecast reaches the submission's answer; return at once when the last
+    one (and the pace before the next) would not fit, or without a worker. Call after commit."""
+    conf = scheduler_conf()
+    budget_s = conf.admission_answer_wait_s
+    if conf.inline_rounds or budget_s <= 0 or transaction.get_connection().in_atomic_block:
+        return
+    try:
+        client = _redis(conf.redis_url)
+        expected_s = pace_left_s(client, PACE_KEY) + float(client.get(SECONDS_KEY) or 0.0)
+    except Exception:
+        return
+    if expected_s > budget_s:
+        return  # a deep queue: the answer would only wait, the job page shows it moments later
+    deadline = time.monotonic() + budget_s
+    waiting = AdmissionPrediction.objects.filter(job_id__in=list(job_ids), detail=FORECAST_PENDING)
+    while waiting.exists() and time.monotonic() < deadline:
+        time.sleep(ANSWER_POLL_S)
 
 
 def admission_predict_released(*, job: Job, now: datetime | None = None) -> AdmissionPrediction | None:
     """A job submitted held had no forecast; at its release it gets one, as a submission would (the
     prediction's time is the release). A job held after submission keeps the one it had."""
-    conf = scheduler_conf()
     now = now or timezone.now()
     prediction = AdmissionPrediction.objects.filter(job=job, detail=HELD).first()
     if prediction is None:
         return None
     prediction.created_at = now
-    targets = [(prediction, job)]
-    _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))
+    prediction.predicted_start_at = prediction.predicted_finish_at = prediction.attainable = None
+    _predict([(prediction, job)], now)
     prediction.save()
     return prediction
 

@@ -10,7 +10,8 @@ from django.db import transaction
 from config.redis_pool import redis_client as _redis
 from infra.task_send import task_send
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.services.forecasts import job_forecasts_refresh
+from scheduler_app.services.admission import admission_predictions_fill
+from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s, put_off_for_pace
 from scheduler_app.task_names import FORECAST_REFRESH_TASK
 
@@ -43,7 +44,7 @@ def job_forecasts_refresh_request(*, trigger: str) -> None:
     conf = scheduler_conf()
     if conf.inline_rounds:
         try:
-            job_forecasts_refresh()
+            _refresh()
         except Exception:  # the round has committed; a failed forecast must not fail its caller
             logger.exception("inline forecast refresh (%s) failed", trigger)
         return
@@ -107,9 +108,16 @@ def job_forecasts_refresh_run() -> int:
         return 0
     job_forecasts_refresh_started()
     t0 = time.perf_counter()
-    stored = job_forecasts_refresh()
+    stored = _refresh()
     _pace(time.perf_counter() - t0)
     return stored
+
+
+def _refresh() -> int:
+    """Re-forecast the live queue; the same forecast fills any admission prediction still pending."""
+    estimates = job_forecasts_refresh_estimates()
+    admission_predictions_fill(estimates)
+    return len(estimates)
 
 
 def _put_off() -> bool:

@@ -22,14 +22,15 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster_app.models import Server
 from cluster_app.selectors import servers_taking_work
 from notify_app.services import notification_qos_at_risk
+from profiles_app.models import Workload
 from scheduler_app.conf import scheduler_conf
+from scheduler_app.core.move_guard import one_server_views
 from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.types import JobView
 from scheduler_app.models import Job, JobForecast, JobState, PendingReason
@@ -52,6 +53,7 @@ NEVER_STARTS = "a job it depends on ended without completing: it will not start"
 HELD = "held: it starts only once released"
 NOT_SCHEDULABLE = "the job's servers are not schedulable"
 UNKNOWN_LENGTH_ITER_S = 1e12  # far past any horizon
+BEYOND_WINDOW = "queued behind the {window} jobs the forecast plays forward: it starts after {after}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +128,13 @@ class LiveQueue:
 def live_queue(extra_jobs: Sequence[Job] = ()) -> LiveQueue:
     """Read the live queue once (pending and running jobs, plus just-submitted `extra_jobs`) for a
     forecast and the queue positions."""
-    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("workload")
-    jobs = list(live)
+    jobs = list(Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]))
+    # The catalog once, shared by the jobs: a join would build (and decode the JSON of) one workload
+    # per job, most of reading a deep queue.
+    workloads = Workload.objects.in_bulk({j.workload_id for j in jobs if j.workload_id is not None})
+    for job in jobs:
+        if job.workload_id is not None:
+            job.workload = workloads[job.workload_id]
     known = {j.pk for j in jobs}
     jobs += [j for j in extra_jobs if j.pk not in known]
     # Held jobs do not run until released: not in the forecast. Jobs after others (afterok) join its
@@ -152,11 +159,17 @@ def live_forecast(
     extra_jobs: Sequence[Job] = (),
     early_round: bool = False,
     queue: LiveQueue | None = None,
+    window_jobs: int | None = None,
 ) -> dict[int, Estimate]:
     """Estimates for the `targets` (default: every pending or running job), from one forecast of the
     live queue. `extra_jobs`: jobs to add to the queue as they are (just submitted, not yet visible).
     `early_round`: a submission asks for a round right away (inline) or after early_round_delay_s,
-    so the forecast's first round is then, not the next periodic one."""
+    so the forecast's first round is then, not the next periodic one.
+
+    `window_jobs`: play forward only until the running jobs and the first `window_jobs` pending ones
+    in the policy's order have finished; the pending jobs behind them are told so (BEYOND_WINDOW, with
+    the latest start in the window as the earliest theirs can be). Under a static order (FIFO) the
+    jobs behind are not simulated at all, so the forecast's cost follows the window, not the queue."""
     conf = scheduler_conf()
     queue = queue or live_queue(extra_jobs)
     inputs = queue.inputs
@@ -178,6 +191,15 @@ def live_forecast(
         _in_wall_time(v, inputs.jobs[v.job_id], inputs.leases_by_job.get(v.job_id, ()), scale, inputs.now_s)
         for v in inputs.views
     ]
+    restarts = conf.restarts
+    if restarts is not None and restarts.one_server:
+        # What the move guard does to every round's views (core/engine.py), done once here: a view
+        # already on one server is left as it is, so the simulated rounds no longer copy every job's
+        # view each round (most of a deep queue's forecast time). Same views, same plans.
+        views = one_server_views(views, inputs.snapshot)
+    behind: list[int] = []
+    if window_jobs is not None:
+        placeable, behind = _window(placeable, views, inputs, now, window_jobs)
     started_s = {
         j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
     }
@@ -203,7 +225,34 @@ def live_forecast(
     for job_id in placeable:
         job, one = inputs.jobs[job_id], predicted[job_id]
         out[job_id] = _estimate(job, _at(one.start_s), _at(one.finish_s), cut_short, budget_s, horizon)
+    if behind:
+        starts = [out[job_id].start_at for job_id in placeable if job_id not in started_s]
+        after = (
+            f"{timezone.localtime(max(starts)):%Y-%m-%d %H:%M}"
+            if starts and all(starts)
+            else "the last of them starts"
+        )
+        detail = BEYOND_WINDOW.format(window=window_jobs, after=after)
+        out.update({job_id: Estimate(None, None, detail) for job_id in behind})
     return out
+
+
+def _window(
+    placeable: list[int], views: list[JobView], inputs: RoundInputs, now: datetime, window_jobs: int
+) -> tuple[list[int], list[int]]:
+    """The placeable jobs split into those to forecast (every running one, the first `window_jobs`
+    pending ones in the policy's order) and the pending ones behind them."""
+    wanted = set(placeable)
+    policy = POLICIES.get(scheduler_conf().policy)()
+    pending = [
+        v.job_id
+        for v in policy.order(views, inputs.snapshot, now.timestamp())
+        if v.job_id in wanted and v.current is None
+    ]
+    if len(pending) <= window_jobs:
+        return placeable, []
+    behind = set(pending[window_jobs:])
+    return [job_id for job_id in placeable if job_id not in behind], sorted(behind)
 
 
 def job_positions_store(positions: dict[int, int]) -> int:
@@ -267,26 +316,33 @@ def _estimate(
 
 
 def job_forecasts_refresh(*, now: datetime | None = None) -> int:
-    """Re-forecast every pending and running job and store the estimates and the pending jobs' queue
-    positions (JobForecast); rows of jobs that ended are removed. Returns how many were stored. Called
-    after each scheduling round, so the queue pages read what the round decided instead of ordering
-    tens of thousands of jobs on every request."""
+    """Re-forecast the live queue and store it (job_forecasts_refresh_estimates); returns how many
+    estimates were stored."""
+    return len(job_forecasts_refresh_estimates(now=now))
+
+
+def job_forecasts_refresh_estimates(*, now: datetime | None = None) -> dict[int, Estimate]:
+    """Re-forecast every pending and running job (the pending ones up to `forecast_window_jobs` in the
+    policy's order: see live_forecast) and store the estimates and the pending jobs' queue positions
+    (JobForecast); rows of jobs that ended are removed. Returns the estimates. Called after scheduling
+    rounds and for new submissions' admission answers (services/admission.py), so the queue pages read
+    what the round decided instead of ordering tens of thousands of jobs on every request."""
     conf = scheduler_conf()
     now = now or timezone.now()
     queue = live_queue()
-    estimates = live_forecast(now=now, budget_s=conf.forecast_refresh_budget_s, queue=queue)
-    job_forecasts_store(estimates, now=now, positions=queue_positions(queue, now=now))
-    _qos_at_risk_notify(estimates)
-    return len(estimates)
-
-
-def _qos_at_risk_notify(estimates: dict[int, Estimate]) -> None:
-    """Owners who opted in hear once when the forecast puts their job's finish after its QoS target."""
-    with_targets = Job.objects.filter(pk__in=estimates.keys()).filter(
-        Q(qos_deadline_at__isnull=False) | Q(qos_max_latency_s__isnull=False)
+    estimates = live_forecast(
+        now=now, budget_s=conf.forecast_refresh_budget_s, queue=queue, window_jobs=conf.forecast_window_jobs
     )
-    for job in with_targets:
-        notification_qos_at_risk(job=job, predicted_finish_at=estimates[job.pk].finish_at)
+    job_forecasts_store(estimates, now=now, positions=queue_positions(queue, now=now))
+    _qos_at_risk_notify(queue.jobs, estimates)
+    return estimates
+
+
+def _qos_at_risk_notify(jobs: Sequence[Job], estimates: dict[int, Estimate]) -> None:
+    """Owners who opted in hear once when the forecast puts their job's finish after its QoS target."""
+    for job in jobs:
+        if job.pk in estimates and (job.qos_deadline_at is not None or job.qos_max_latency_s is not None):
+            notification_qos_at_risk(job=job, predicted_finish_at=estimates[job.pk].finish_at)
 
 
 def job_forecasts_store(
@@ -295,29 +351,44 @@ def job_forecasts_store(
     now: datetime,
     prune: bool = True,
     positions: dict[int, int] | None = None,
-) -> None:
-    """Upsert the estimates; with `prune`, drop the rows of every job not in them (ended since).
-    `positions`: queue positions to store with them (None: keep the stored ones)."""
-    rows = [
-        JobForecast(
-            job_id=job_id,
-            start_at=e.start_at,
-            finish_at=e.finish_at,
-            detail=e.detail[:255],
-            computed_at=now,
-            position=(positions or {}).get(job_id),
-        )
-        for job_id, e in estimates.items()
+) -> int:
+    """Upsert the estimates in one statement, writing only the rows whose times, detail or position
+    changed (`computed_at`: when a row last changed); with `prune`, drop the rows of jobs that have
+    ended. `positions`: queue positions to store with them (None: keep the stored ones). Returns how
+    many rows were written.
+
+    After a round most of a deep queue's estimates are what they were (the jobs behind the forecast's
+    window, the order under FIFO), so the refresh writes what changed rather than every live job."""
+    table = connection.ops.quote_name(JobForecast._meta.db_table)
+    job_ids = list(estimates)
+    columns = [
+        job_ids,
+        [estimates[j].start_at for j in job_ids],
+        [estimates[j].finish_at for j in job_ids],
+        [estimates[j].detail[:255] for j in job_ids],
+        [(positions or {}).get(j) for j in job_ids],
     ]
-    fields = ["start_at", "finish_at", "detail", "computed_at"]
-    if positions is not None:
-        fields.append("position")
-    with transaction.atomic():
+    compared = ["start_at", "finish_at", "detail"] + (["position"] if positions is not None else [])
+    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*compared, "computed_at"])
+    old = ", ".join(f"{table}.{c}" for c in compared)
+    new = ", ".join(f"EXCLUDED.{c}" for c in compared)
+    with transaction.atomic(), connection.cursor() as cursor:
         if prune:
-            JobForecast.objects.exclude(job_id__in=estimates.keys()).delete()
-        JobForecast.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["job"],
-            update_fields=fields,
+            # By state, not by absence from `estimates`: a job submitted while this forecast ran (its
+            # row stored by its admission) is live and keeps its row.
+            cursor.execute(
+                f"DELETE FROM {table} f USING {connection.ops.quote_name(Job._meta.db_table)} j "
+                "WHERE f.job_id = j.id AND NOT (j.state = ANY(%s))",
+                [[JobState.PENDING, JobState.RUNNING]],
+            )
+        if not job_ids:
+            return 0
+        cursor.execute(
+            f"INSERT INTO {table} (job_id, start_at, finish_at, detail, position, computed_at) "
+            "SELECT u.*, %s FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[], "
+            "%s::varchar[], %s::integer[]) AS u "
+            f"ON CONFLICT (job_id) DO UPDATE SET {assignments} "
+            f"WHERE ({old}) IS DISTINCT FROM ({new})",
+            [now, *columns],
         )
+        return cursor.rowcount

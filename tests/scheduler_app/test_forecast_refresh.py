@@ -56,8 +56,8 @@ def test_rounds_queue_one_debounced_refresh_instead_of_forecasting_inline(
     def not_here(**kwargs):
         raise AssertionError("a round forecast the queue itself")
 
-    monkeypatch.setattr(forecasts, "job_forecasts_refresh", not_here)
-    monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh", not_here)
+    monkeypatch.setattr(forecasts, "job_forecasts_refresh_estimates", not_here)
+    monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh_estimates", not_here)
 
     # A burst of rounds (the early rounds after a burst of submissions): one refresh queued, at once.
     for _ in range(5):
@@ -123,13 +123,13 @@ def refresh_taking(worker_mode, monkeypatch):
     monkeypatch.setattr(forecast_refresh.time, "perf_counter", lambda: clock[0])
 
     def run(seconds: float) -> int:
-        def refresh() -> int:
+        def refresh() -> dict:
             clock[0] += seconds
             fake.now += seconds
             done.append(seconds)
-            return 3
+            return dict.fromkeys((1, 2, 3))  # three estimates
 
-        monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh", refresh)
+        monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh_estimates", refresh)
         return tasks.forecast_refresh_task.apply().get()
 
     return run, done
