@@ -22,7 +22,17 @@ log = logging.getLogger(__name__)
 
 
 class LabLDAPBackend(LDAPBackend):
-    """django-auth-ldap's bind (search, then bind as the user with their password) and user update."""
+    """django-auth-ldap's bind (search, then bind as the user with their password) and user update.
+
+    Only the web's login forms take a directory password: the API's token endpoint (the CLI's
+    `login --username`) is for local accounts, so an LDAP password never passes through the CLI; LDAP
+    users copy a token from the web page instead (docs/auth.md).
+    """
+
+    def authenticate(self, request: Any, username: Any = None, password: Any = None, **kwargs: Any) -> Any:
+        if request is not None and request.path.startswith("/api/"):
+            return None
+        return super().authenticate(request, username=username, password=password, **kwargs)
 
     def authenticate_ldap_user(self, ldap_user: _LDAPUser, password: str) -> Any:
         user = super().authenticate_ldap_user(ldap_user, password)

@@ -61,3 +61,21 @@ def test_local_passwords_still_work_beside_ldap(ldap_on):
 def test_ldap_off_means_directory_users_cannot_sign_in(slapd, apply_sign_in_env):
     apply_sign_in_env({})
     assert sign_in("alice", "alice-ldap-pw") is None
+
+
+def test_the_api_token_endpoint_takes_no_directory_password(ldap_on, client):
+    """The CLI's `login --username` is for local accounts: an LDAP password never goes through the CLI."""
+    refused = client.post(
+        "/api/v1/auth/token/",
+        {"username": "alice", "password": "alice-ldap-pw"},
+        content_type="application/json",
+    )
+    assert refused.status_code == 400
+    assert sign_in("alice", "alice-ldap-pw") is not None  # the same password works on the web's form
+    UserFactory(username="local")
+    taken = client.post(
+        "/api/v1/auth/token/",
+        {"username": "local", "password": "pw-for-tests"},
+        content_type="application/json",
+    )
+    assert taken.status_code == 200 and taken.json()["token"]
