@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import linprog
 
 from scheduler_app.core.throughput import ServerShape, best_case, relative_speed
 from scheduler_app.core.types import SensitivityProfile
@@ -139,6 +137,10 @@ def solve_share_lp(
     partly busy), the equality rows become <= 1: still an upper bound on any allocation, since a job
     left out contributes nothing, and `all_jobs_fit` is False.
     """
+    # scipy loads in about half a second: only runs that solve an LP (opt) pay for it.
+    from scipy import sparse
+    from scipy.optimize import linprog
+
     n = len(num_gpus)
     if n == 0:
         return ShareSolution(bound=0.0, chosen=(), mix=(), all_jobs_fit=True)
