@@ -8,8 +8,10 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/attune
 REDIS_URL ?= redis://127.0.0.1:6379/15
 CACHE_URL ?= redis://127.0.0.1:6379/13
 PYTEST_ARGS ?=
+# `make demo PORT=9100`: the demo's web server port on 127.0.0.1.
+PORT ?= 8000
 
-.PHONY: venv demo test lint migrate clean browser faults dist
+.PHONY: venv venv-demo demo test lint migrate clean browser faults dist
 
 venv: $(VENV)/.installed
 
@@ -19,12 +21,22 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-profiling
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	# The CPU build of PyTorch, for the real profiling target (agent/torch_workload.py) and its test.
 	$(PY) -m pip install --quiet -r requirements-profiling.txt
+	touch $@ $(VENV)/.installed-service
+
+# What the service and its agents need, nothing more (no test tools, no torch): the demo's environment.
+# `make venv` (and so `make test`) installs everything on top.
+venv-demo: $(VENV)/.installed-service
+
+$(VENV)/.installed-service: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
 # Embedded zero-setup mode: SQLite file under var/, no Redis needed; web, rounds and three fake-GPU agents.
-demo: venv
-	env -u DATABASE_URL $(PY) manage.py migrate --noinput
-	env -u DATABASE_URL DEBUG=1 $(PY) manage.py demo
+demo: venv-demo
+	env -u DATABASE_URL $(PY) manage.py migrate --noinput --verbosity 0
+	env -u DATABASE_URL DEBUG=1 $(PY) manage.py demo --addr 127.0.0.1:$(PORT)
 
 # Style and formatting; the import contracts (pyproject.toml [tool.importlinter]: layers, pure core, agent
 # and CLI apart); no import circle and no private name imported across files (tests/test_import_graph.py).

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import getpass
+import _thread
+import copy
+import logging
+import logging.config
 import os
 import random
 import signal
@@ -15,13 +18,20 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from cluster_app.models import NodeState, Server
 from cluster_app.services import GpuSpec, agent_credential_issue, server_create
 from profiles_app.models import Workload
-from scheduler_app.models import Job, JobState, Team, UnixAccount
+from scheduler_app.management.demo_setup import (
+    DemoIdentity,
+    demo_identity_ensure,
+    die_with_parent,
+    log_tail,
+    port_taken,
+)
+from scheduler_app.models import Job, JobState, Team
 from scheduler_app.services import JobRequest, job_submit
 from scheduler_app.services.nodes import node_liveness_sweep_run
 from scheduler_app.services.rounds import scheduling_round_run
@@ -49,6 +59,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--submit-every-s", type=float, default=30.0, help="a new demo job this often")
         parser.add_argument(
+            "--agent-dir",
+            type=Path,
+            default=None,
+            help="the agents' spools, work directories and logs (default var/agent/)",
+        )
+        parser.add_argument(
             "--max-pending",
             type=int,
             default=4,
@@ -56,12 +72,26 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts) -> None:
+        if not settings.ATTUNE_SCHEDULER["inline_rounds"]:
+            raise CommandError(
+                "the demo runs its rounds in this process: unset DATABASE_URL (the embedded SQLite "
+                "database, as `make demo` does) or set ATTUNE_INLINE_ROUNDS=1"
+            )
+        if opts["verbosity"] < 2:
+            self._quiet_logging()
         # The forecasts must know this demo's round length (its rounds run in this process).
         settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "round_s": opts["round_s"]}
+        # Before any agent starts: runserver ends this process with os._exit on a taken port.
+        taken = port_taken(opts["addr"])
+        if taken:
+            raise CommandError(
+                f"{taken}; choose another port: make demo PORT=9100 (or --addr 127.0.0.1:9100)"
+            )
         call_command("seed_demo", servers=0, verbosity=0)
-        self._explain_identity()
+        identity = demo_identity_ensure()
         url = f"http://{opts['addr']}"
-        agents = [self._start_agent(name, url, opts["time_scale"]) for name in AGENT_NAMES]
+        agent_dir = opts["agent_dir"] or Path(settings.VAR_DIR) / "agent"
+        agents = {name: self._start_agent(name, url, opts["time_scale"], agent_dir) for name in AGENT_NAMES}
         stop = threading.Event()
         threading.Thread(target=self._rounds, args=(stop, opts["round_s"]), daemon=True).start()
         threading.Thread(
@@ -69,39 +99,42 @@ class Command(BaseCommand):
             args=(stop, opts["submit_every_s"], opts["max_pending"], opts["time_scale"]),
             daemon=True,
         ).start()
-        threading.Thread(target=self._announce_ready, args=(stop, url), daemon=True).start()
-        self.stdout.write(f"demo: starting the web server at {url}/ and three agents (logs in var/agent/)")
+        threading.Thread(
+            target=self._announce_ready, args=(stop, url, identity, agents, agent_dir), daemon=True
+        ).start()
+        self.stdout.write(f"demo: starting the web server at {url}/ and three agents (logs in {agent_dir}/)")
         # `kill` (SIGTERM) stops the demo like Ctrl-C: through the finally below, agents and their jobs too
         # (Python's default would end this process alone and leave the agents running).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        self._failure = ""
         try:
             call_command("runserver", opts["addr"], use_reloader=False)
         finally:
             stop.set()
-            for proc in agents:
+            for proc in agents.values():
                 proc.terminate()  # started with --stop-leases-on-exit: the agent stops its jobs too
-            for proc in agents:
+            for proc in agents.values():
                 try:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+            if self._failure:
+                raise CommandError(self._failure)
 
-    def _explain_identity(self) -> None:
-        """Own commands run as the submitter's Unix account. Not as root, the demo's agents run the jobs
-        of one account, this one: the demo users are mapped to it. As root, say what to do."""
-        if os.geteuid() != 0:
-            me = getpass.getuser()
-            for user in get_user_model().objects.filter(unix_account__isnull=True):
-                UnixAccount.objects.create(user=user, unix_user=me)
-            self.stdout.write(f"demo: own commands and scripts of the demo users run as {me} (this account)")
-            return
-        self.stdout.write(
-            "demo: own commands and scripts run as the submitter's Unix account on the node (catalog "
-            "workloads as nobody); for the web user admin, create it (useradd -m admin) or map admin to "
-            "an existing account in the admin's Unix accounts page"
-        )
+    @staticmethod
+    def _quiet_logging() -> None:
+        """Warnings and errors only, so that "demo ready" stays the last line until something goes wrong
+        (-v 2: every round, registration and request). In settings.LOGGING, not on the loggers alone:
+        runserver sets Django up again, which applies settings.LOGGING anew."""
+        quiet = copy.deepcopy(settings.LOGGING)
+        quiet["root"]["level"] = "WARNING"
+        # Without Django's DEBUG-only console handler too, which printed each of its warnings twice.
+        quiet.setdefault("loggers", {})["django"] = {"level": "WARNING"}
+        quiet["loggers"].setdefault("django.server", {})["level"] = "WARNING"
+        settings.LOGGING = quiet
+        logging.config.dictConfig(quiet)
 
-    def _start_agent(self, name: str, url: str, time_scale: float) -> subprocess.Popen:
+    def _start_agent(self, name: str, url: str, time_scale: float, agent_dir: Path) -> subprocess.Popen:
         server = Server.objects.filter(name=name).first() or server_create(
             name=name,
             num_cpus=24,
@@ -111,7 +144,7 @@ class Command(BaseCommand):
             registered=False,  # placeholders until the agent below registers its fake GPUs
         )
         token = agent_credential_issue(server=server)
-        base = Path(settings.VAR_DIR) / "agent" / name
+        base = agent_dir / name
         base.mkdir(parents=True, exist_ok=True)
         log = (base / "agent.log").open("a")
         return subprocess.Popen(
@@ -145,6 +178,8 @@ class Command(BaseCommand):
             env={**os.environ, "ATTUNE_AGENT_TOKEN": token},
             stdout=log,
             stderr=subprocess.STDOUT,
+            # Started before the demo's threads: one prctl in the child, no lock it could inherit taken.
+            preexec_fn=die_with_parent,
         )
 
     def _rounds(self, stop: threading.Event, round_s: float) -> None:
@@ -158,10 +193,28 @@ class Command(BaseCommand):
             finally:
                 close_old_connections()
 
-    def _announce_ready(self, stop: threading.Event, url: str, timeout_s: float = 120.0) -> None:
-        """Say the demo is ready once the agents registered, naming them (not before: "0 servers")."""
+    def _announce_ready(
+        self,
+        stop: threading.Event,
+        url: str,
+        identity: DemoIdentity,
+        agents: dict[str, subprocess.Popen],
+        agent_dir: Path,
+        timeout_s: float = 120.0,
+    ) -> None:
+        """Say the demo is ready once the agents registered, naming them (not before: "0 servers"), as the
+        last line; an agent that exited meanwhile is named with the end of its log."""
         deadline = time.monotonic() + timeout_s
         while not stop.wait(1.0):
+            dead = {name: proc.returncode for name, proc in agents.items() if proc.poll() is not None}
+            if dead:
+                for name, code in dead.items():
+                    tail = log_tail(agent_dir / name / "agent.log")
+                    self.stderr.write(f"demo: agent {name} exited (code {code}); its log ends:\n{tail}")
+                # The demo stops: its web server must not run on without its agents.
+                self._failure = "an agent could not start (see above); nothing was left running"
+                _thread.interrupt_main()
+                return
             try:
                 ready = list(
                     Server.objects.filter(name__in=AGENT_NAMES, heartbeat__isnull=False)
@@ -175,8 +228,17 @@ class Command(BaseCommand):
         if stop.is_set():
             return
         if not ready:
-            self.stderr.write("demo: no agent registered yet; see var/agent/*/agent.log")
+            self.stderr.write(f"demo: no agent registered yet; see {agent_dir}/*/agent.log")
             return
+        if identity.unix_user:
+            self.stdout.write(
+                f"demo: own commands and scripts of the demo users run as {identity.note}, by default in "
+                f"{identity.home}; give -D/--chdir a directory it can enter (README.md)"
+            )
+        else:
+            self.stdout.write(
+                f"demo: own commands of the demo users cannot run: {identity.note}; catalog workloads can"
+            )
         servers = ", ".join(
             f"{s.name} ({s.num_gpus} GPUs, {s.num_cpus} cores, {s.mem_gb:g} GB)" for s in ready
         )
