@@ -175,7 +175,7 @@ def _short_queue(most_jobs: int) -> bool:
     at most_jobs + 1 rows, whatever the queue's length)."""
     if most_jobs <= 0:
         return False
-    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).values("pk")
+    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).order_by().values("pk")
     return live[: most_jobs + 1].count() <= most_jobs
 
 

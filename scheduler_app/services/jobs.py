@@ -27,6 +27,7 @@ from scheduler_app.services.job_lifecycle import (
     job_create,
     job_event,
     job_events_record,
+    transition_check,
     transition_event,
 )
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
@@ -379,42 +380,48 @@ def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
         reason = PendingReason.DEPENDENCY
     else:
         reason = PendingReason.PRIORITY
-    jobs: list[Job] = []
-    for task_id in task_ids:
-        job = job_create(
-            owner=owner,
-            team=request.team,
-            name=request.name.strip(),
-            workload=request.workload,
-            command=request.command.strip(),
-            # A browser's textarea (and a Windows editor) sends CRLF, on which bash fails (sbatch
-            # refuses such scripts): the script is stored with Unix line endings.
-            script=request.script.replace("\r\n", "\n"),
-            run_as=job_run_as(owner) if request.workload is None else "",
-            work_dir=job_work_dir(request),
-            output_path=request.output_path,
-            error_path=request.error_path,
-            num_gpus=request.num_gpus,
-            num_nodes=request.num_nodes,
-            cpus_per_gpu=request.cpus_per_gpu,
-            mem_gb_per_gpu=request.mem_gb_per_gpu,
-            total_iters=request.total_iters,
-            qos_deadline_at=request.qos_deadline_at,
-            qos_max_latency_s=request.qos_max_latency_s,
-            qos_min_rate_iters_per_s=request.qos_min_rate_iters_per_s,
-            priority=request.priority,
-            time_limit_s=request.time_limit_s,
-            checkpoint_every_s=request.checkpoint_every_s,
-            held=request.hold,
-            pending_reason=reason,
-            # The first task is its array's id: it refers to itself, set just below.
-            array_job=jobs[0] if jobs else None,
-            array_task_id=task_id if jobs else None,
+    fields: dict[str, Any] = dict(
+        owner=owner,
+        team=request.team,
+        name=request.name.strip(),
+        workload=request.workload,
+        command=request.command.strip(),
+        # A browser's textarea (and a Windows editor) sends CRLF, on which bash fails (sbatch
+        # refuses such scripts): the script is stored with Unix line endings.
+        script=request.script.replace("\r\n", "\n"),
+        run_as=job_run_as(owner) if request.workload is None else "",
+        work_dir=job_work_dir(request),
+        output_path=request.output_path,
+        error_path=request.error_path,
+        num_gpus=request.num_gpus,
+        num_nodes=request.num_nodes,
+        cpus_per_gpu=request.cpus_per_gpu,
+        mem_gb_per_gpu=request.mem_gb_per_gpu,
+        total_iters=request.total_iters,
+        qos_deadline_at=request.qos_deadline_at,
+        qos_max_latency_s=request.qos_max_latency_s,
+        qos_min_rate_iters_per_s=request.qos_min_rate_iters_per_s,
+        priority=request.priority,
+        time_limit_s=request.time_limit_s,
+        checkpoint_every_s=request.checkpoint_every_s,
+        held=request.hold,
+        pending_reason=reason,
+    )
+    first = job_create(**fields)
+    jobs: list[Job] = [first]
+    if task_ids[0] is not None:
+        # The first task is its array's id: it refers to itself; the others, in one statement (an
+        # array has up to 1,000 tasks), refer to it.
+        first.array_job, first.array_task_id = first, task_ids[0]
+        first.save(update_fields=["array_job", "array_task_id"])
+        transition_check(NEW, JobState.PENDING)
+        jobs += Job.objects.bulk_create(
+            [
+                Job(state=JobState.PENDING, array_job=first, array_task_id=task_id, **fields)
+                for task_id in task_ids[1:]
+            ],
+            batch_size=1000,
         )
-        if task_id is not None and not jobs:
-            job.array_job, job.array_task_id = job, task_id
-            job.save(update_fields=["array_job", "array_task_id"])
-        jobs.append(job)
     # One statement each for the dependencies and the events of every task (an array has up to 1,000).
     through = Job.depends_on.through
     through.objects.bulk_create(
