@@ -1,8 +1,8 @@
 """Sign-in with the lab's accounts: LDAP (django-auth-ldap) and OpenID Connect (mozilla-django-oidc).
 
-config/settings.py merges `sign_in_settings(env)` into its own names. Every variable is described in
-docs/auth.md. LDAP is on when ATTUNE_LDAP_URI is set, OpenID Connect when ATTUNE_OIDC_CLIENT_ID is;
-local passwords (Django's ModelBackend) always stay. Both are off by default.
+config/settings.py merges `sign_in_settings(env)` into its own names; docs/auth.md describes every
+variable. LDAP is on when ATTUNE_LDAP_URI is set (its libraries: requirements-ldap.txt), OpenID Connect
+when ATTUNE_OIDC_CLIENT_ID is; both are off by default, and local passwords (ModelBackend) always stay.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-LDAP_BACKEND = "scheduler_app.web.sign_in_backends.LabLDAPBackend"
-OIDC_BACKEND = "scheduler_app.web.sign_in_backends.LabOIDCBackend"
+LDAP_BACKEND = "scheduler_app.web.ldap_sign_in.LabLDAPBackend"
+OIDC_BACKEND = "scheduler_app.web.oidc_sign_in.LabOIDCBackend"
 # The group types a lab's directory uses, by the objectClass of its group entries.
 LDAP_GROUP_TYPES = ("groupOfNames", "groupOfUniqueNames", "posixGroup", "nestedGroupOfNames")
 
@@ -51,15 +51,21 @@ def sign_in_settings(env: environ.Env) -> dict[str, Any]:
 
 def _ldap_settings(env: environ.Env, uri: str) -> dict[str, Any]:
     """django-auth-ldap's AUTH_LDAP_* settings (python-ldap is imported only when LDAP is on)."""
-    # Lazily: a lab without LDAP needs no python-ldap (a C extension) to start.
-    import ldap  # noqa: PLC0415
-    from django_auth_ldap.config import (  # noqa: PLC0415
-        GroupOfNamesType,
-        GroupOfUniqueNamesType,
-        LDAPSearch,
-        NestedGroupOfNamesType,
-        PosixGroupType,
-    )
+    # Lazily: a lab without LDAP needs no python-ldap (a C extension that builds from source) to start.
+    try:
+        import ldap  # noqa: PLC0415
+        from django_auth_ldap.config import (  # noqa: PLC0415
+            GroupOfNamesType,
+            GroupOfUniqueNamesType,
+            LDAPSearch,
+            NestedGroupOfNamesType,
+            PosixGroupType,
+        )
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            f"ATTUNE_LDAP_URI is set but LDAP's libraries are missing ({exc}): pip install -r "
+            "requirements-ldap.txt (it builds against libldap-dev and libsasl2-dev)"
+        ) from exc
 
     group_type_name = env("ATTUNE_LDAP_GROUP_TYPE", default="groupOfNames")
     group_types = {

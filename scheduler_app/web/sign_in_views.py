@@ -7,12 +7,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from scheduler_app.selectors.api_tokens import api_token_of
 from scheduler_app.services.api_tokens import api_token_rotate
 
 
+@never_cache  # a secret: no cache or back button keeps a copy
 @login_required
 def api_token(request: HttpRequest) -> HttpResponse:
     """GET: the user's token and how to give it to the CLI; POST: a new one (the old one stops working)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import environ
 import pytest
@@ -81,4 +82,12 @@ def test_oidc_names_the_missing_endpoints(monkeypatch):
             monkeypatch,
             ATTUNE_OIDC_CLIENT_ID="attune",
             **{k: v for k, v in OIDC_ENDPOINTS.items() if "JWKS" not in k},
+        )
+
+
+def test_ldap_without_its_libraries_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ldap", None)  # as if python-ldap were not installed
+    with pytest.raises(ImproperlyConfigured, match=r"requirements-ldap\.txt"):
+        settings_from(
+            monkeypatch, ATTUNE_LDAP_URI="ldap://ldap.example", ATTUNE_LDAP_USER_BASE="ou=people,dc=example"
         )
