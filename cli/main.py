@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from cli import cluster_commands, commands, job_history, show
+from cli import __version__, cluster_commands, commands, job_history, show
 from cli.api import Api, CliError
 from cli.config import program, resolve
 
@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG.replace("python -m cli", program()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--server", help="service URL (default: $ATTUNE_SERVER, the last login, or local)")
     parser.add_argument("--token", help="API token (default: $ATTUNE_TOKEN or the last login)")
     sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")

@@ -138,6 +138,31 @@ def test_the_installed_programs_explain_themselves_and_the_cli_runs_without_djan
     assert "KillMode=process" in unit and "EnvironmentFile=/etc/attune/agent.env" in unit
     assert re.search(r"^ExecStart=\S+/bin/attune-agent --server \$\{ATTUNE_SERVER\}", unit, re.M)
     assert "ATTUNE_AGENT_TOKEN=" in (share / "attune-agent.env").read_text()
+    for program, version in (("attune", "attune 0.1.0"), ("attune-agent", "attune-agent 1.0.0")):
+        result = subprocess.run(
+            [str(installed["cli" if program == "attune" else "agent"] / program), "--version"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert result.stdout.strip() == version
+
+
+def test_systemd_accepts_the_agents_unit_as_installed(installed, tmp_path):
+    """systemd's own checker on the unit, its ExecStart pointed at the environment just installed."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    share = installed["agent"].parent / "share" / "attune-agent"
+    unit = (share / "attune-agent.service").read_text()
+    assert "/opt/attune-agent/bin/attune-agent" in unit
+    path = tmp_path / "attune-agent.service"
+    path.write_text(unit.replace("/opt/attune-agent/bin", str(installed["agent"])))
+    result = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+    # A unit it refuses is refused: the check is not vacuous.
+    path.write_text(unit)
+    result = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+    assert "is not executable" in result.stderr
 
 
 def test_an_installed_agent_runs_the_jobs_a_user_submits_watches_and_cancels_with_the_installed_cli(
