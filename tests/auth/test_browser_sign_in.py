@@ -29,6 +29,7 @@ def token_from_the_page(page, live_server) -> str:
     page.wait_for_url(f"{live_server.url}/account/token/")
     page.get_by_role("button", name="Make a token").click()
     page.get_by_text("Token made.").wait_for()
+    page.get_by_text(f"attune --server {live_server.url} login").wait_for()
     return page.get_by_label("Token").input_value()
 
 
@@ -71,7 +72,16 @@ def test_ldap_sign_in_in_the_browser(browser_page, live_server, ldap_on, token_f
     assert page.locator(".username").inner_text() == "alice"
     assert teams_of("alice") == ["vision"]
 
-    assert_token_works(live_server, token_from_the_page(page, live_server), token_file)
+    token = token_from_the_page(page, live_server)
+    assert_token_works(live_server, token, token_file)
+
+    page.get_by_role("button", name="Make a new token").click()
+    page.get_by_text("New token made: the old one no longer works.").wait_for()
+    new_token = page.get_by_label("Token").input_value()
+    assert new_token != token
+    old = httpx.get(f"{live_server.url}/api/v1/jobs/", headers={"Authorization": f"Token {token}"})
+    new = httpx.get(f"{live_server.url}/api/v1/jobs/", headers={"Authorization": f"Token {new_token}"})
+    assert (old.status_code, new.status_code) == (401, 200)
     assert page.console_errors == []
 
 
