@@ -67,7 +67,8 @@ browser:
 
 # The command line and the node agent as wheels in dist/ (packaging/cli, packaging/agent): installable
 # with pip or pipx where there is neither Django nor this repository (docs/cli.md, docs/agent.md).
-dist: venv
+dist: venv-demo
+	$(PY) -m pip install --quiet "setuptools>=69"
 	mkdir -p dist
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist ./packaging/cli ./packaging/agent
 	rm -rf packaging/cli/build packaging/agent/build packaging/*/*.egg-info
