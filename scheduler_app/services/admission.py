@@ -31,7 +31,6 @@ from scheduler_app.services.forecasts import (
     HELD,
     OWN_COMMAND_UNKNOWN,
     Estimate,
-    job_forecasts_refresh_estimates,
     job_forecasts_store,
     job_positions_store,
     live_forecast,
@@ -266,10 +265,11 @@ def admission_forecast_request() -> None:
 
 
 def admission_forecasts_run() -> int:
-    """The coalesced admission forecast's body (the forecasts worker): one forecast of the live queue,
-    stored as the current estimates (services/forecasts.py), fills every pending prediction; returns
-    how many were filled. Paced: the next one starts no sooner than `admission_forecast_min_interval_s`
-    after this one's start, nor sooner than this one lasted after its end (at most half of one process)."""
+    """The coalesced admission forecast's body (the forecasts worker): one forecast of the live queue
+    for every pending prediction's job (services/forecasts.py, stored as their current estimates)
+    fills them; returns how many were filled. Paced: the next one starts no sooner than
+    `admission_forecast_min_interval_s` after this one's start, nor sooner than this one lasted after
+    its end (at most half of one process)."""
     conf = scheduler_conf()
     client = None
     try:
@@ -281,7 +281,8 @@ def admission_forecasts_run() -> int:
     except Exception:
         logger.warning("could not update the admission forecast keys", exc_info=True)
     start = time.perf_counter()
-    filled = admission_predictions_fill(job_forecasts_refresh_estimates())
+    pending = _pending_predictions()
+    filled = admission_predictions_fill(_forecast_of(pending), pending) if pending else 0
     took_s = time.perf_counter() - start
     if client is not None:
         try:
@@ -292,22 +293,50 @@ def admission_forecasts_run() -> int:
     return filled
 
 
-def admission_predictions_fill(estimates: dict[int, Estimate]) -> int:
-    """Fill the pending predictions from a forecast of the live queue (the refresh after a round does
-    too); returns how many were filled. A job submitted after that forecast read the queue stays pending
-    and asks for the next one; a job that ended first is said to have."""
-    pending = list(AdmissionPrediction.objects.select_related("job").filter(detail=FORECAST_PENDING))
+def _pending_predictions() -> list[AdmissionPrediction]:
+    return list(AdmissionPrediction.objects.select_related("job").filter(detail=FORECAST_PENDING))
+
+
+def _forecast_of(pending: list[AdmissionPrediction]) -> dict[int, Estimate]:
+    """One forecast of the live queue for these predictions' jobs, stored as their current estimates
+    with every pending job's queue position. Bounded like the refresh (`forecast_window_jobs`): jobs
+    behind the window are answered from the order alone, nothing played forward for them."""
+    conf = scheduler_conf()
+    now = timezone.now()
+    queue = live_queue()
+    estimates = live_forecast(
+        now=now,
+        budget_s=conf.forecast_refresh_budget_s,
+        targets=[p.job_id for p in pending],
+        early_round=True,
+        queue=queue,
+        window_jobs=conf.forecast_window_jobs,
+    )
+    positions = queue_positions(queue, now=now)
+    job_forecasts_store(estimates, now=now, prune=False, positions=positions)
+    job_positions_store(positions)  # a new job moves those behind it down (not under FIFO)
+    return estimates
+
+
+def admission_predictions_fill(
+    estimates: dict[int, Estimate], pending: list[AdmissionPrediction] | None = None
+) -> int:
+    """Fill the pending predictions (default: all) from a forecast of the live queue (the refresh
+    after a round does too); returns how many were filled. A job submitted after that forecast read the
+    queue stays pending and asks for the next one; a job that ended first is said to have."""
+    if pending is None:
+        pending = _pending_predictions()
     done: list[AdmissionPrediction] = []
     later = False
     for prediction in pending:
         job = prediction.job
         estimate = estimates.get(job.pk)
+        if job.state in TERMINAL_JOB_STATES:
+            prediction.detail = ENDED_FIRST
+            done.append(prediction)
+            continue
         if estimate is None:
-            if job.state in TERMINAL_JOB_STATES:
-                prediction.detail = ENDED_FIRST
-                done.append(prediction)
-            else:
-                later = True
+            later = True
             continue
         prediction.predicted_start_at = estimate.start_at
         prediction.predicted_finish_at = estimate.finish_at

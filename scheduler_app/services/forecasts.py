@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from cluster_app.models import Server
@@ -53,7 +54,7 @@ NEVER_STARTS = "a job it depends on ended without completing: it will not start"
 HELD = "held: it starts only once released"
 NOT_SCHEDULABLE = "the job's servers are not schedulable"
 UNKNOWN_LENGTH_ITER_S = 1e12  # far past any horizon
-BEYOND_WINDOW = "queued behind the {window} jobs the forecast plays forward: it starts after {after}"
+BEYOND_WINDOW = "queued behind the {window} jobs the forecast plays forward (the last of them starts {after})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,15 +192,18 @@ def live_forecast(
         _in_wall_time(v, inputs.jobs[v.job_id], inputs.leases_by_job.get(v.job_id, ()), scale, inputs.now_s)
         for v in inputs.views
     ]
+    behind: list[int] = []
+    if window_jobs is not None:
+        placeable, behind, views = _window(placeable, views, inputs, now, window_jobs, queue.waits)
     restarts = conf.restarts
     if restarts is not None and restarts.one_server:
         # What the move guard does to every round's views (core/engine.py), done once here: a view
         # already on one server is left as it is, so the simulated rounds no longer copy every job's
         # view each round (most of a deep queue's forecast time). Same views, same plans.
         views = one_server_views(views, inputs.snapshot)
-    behind: list[int] = []
-    if window_jobs is not None:
-        placeable, behind = _window(placeable, views, inputs, now, window_jobs)
+    if not placeable:  # every target behind the window: nothing to play forward
+        out.update(_behind(behind, window_jobs, _latest_stored_start()))
+        return out
     started_s = {
         j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
     }
@@ -227,32 +231,47 @@ def live_forecast(
         out[job_id] = _estimate(job, _at(one.start_s), _at(one.finish_s), cut_short, budget_s, horizon)
     if behind:
         starts = [out[job_id].start_at for job_id in placeable if job_id not in started_s]
-        after = (
-            f"{timezone.localtime(max(starts)):%Y-%m-%d %H:%M}"
-            if starts and all(starts)
-            else "the last of them starts"
-        )
-        detail = BEYOND_WINDOW.format(window=window_jobs, after=after)
-        out.update({job_id: Estimate(None, None, detail) for job_id in behind})
+        out.update(_behind(behind, window_jobs, max(starts) if starts and all(starts) else None))
     return out
 
 
 def _window(
-    placeable: list[int], views: list[JobView], inputs: RoundInputs, now: datetime, window_jobs: int
-) -> tuple[list[int], list[int]]:
-    """The placeable jobs split into those to forecast (every running one, the first `window_jobs`
-    pending ones in the policy's order) and the pending ones behind them."""
-    wanted = set(placeable)
+    placeable: list[int],
+    views: list[JobView],
+    inputs: RoundInputs,
+    now: datetime,
+    window_jobs: int,
+    waits: dict,
+) -> tuple[list[int], list[int], list[JobView]]:
+    """The placeable jobs split into those to forecast (every running one, those among the first
+    `window_jobs` pending ones in the policy's order) and the pending ones behind; and the views to
+    play forward: under a static order without dependencies, those behind are left out (the forecast
+    would leave them out itself, behind its last target), before anything copies them."""
     policy = POLICIES.get(scheduler_conf().policy)()
-    pending = [
-        v.job_id
-        for v in policy.order(views, inputs.snapshot, now.timestamp())
-        if v.job_id in wanted and v.current is None
-    ]
+    pending = [v.job_id for v in policy.order(views, inputs.snapshot, now.timestamp()) if v.current is None]
     if len(pending) <= window_jobs:
-        return placeable, []
-    behind = set(pending[window_jobs:])
-    return [job_id for job_id in placeable if job_id not in behind], sorted(behind)
+        return placeable, [], views
+    beyond = set(pending[window_jobs:])
+    if policy.static_order and not any(waits.values()):
+        views = [v for v in views if v.job_id not in beyond]
+    return (
+        [job_id for job_id in placeable if job_id not in beyond],
+        [job_id for job_id in placeable if job_id in beyond],
+        views,
+    )
+
+
+def _behind(job_ids: list[int], window_jobs: int | None, last_start: datetime | None) -> dict[int, Estimate]:
+    after = f"at {timezone.localtime(last_start):%Y-%m-%d %H:%M}" if last_start else "beyond the forecast"
+    detail = BEYOND_WINDOW.format(window=window_jobs, after=after)
+    return {job_id: Estimate(None, None, detail) for job_id in job_ids}
+
+
+def _latest_stored_start() -> datetime | None:
+    """The latest start the stored forecast gives a pending job: the last of the window's, when the
+    forecast at hand played nothing forward."""
+    rows = JobForecast.objects.filter(job__state=JobState.PENDING, start_at__isnull=False)
+    return rows.aggregate(latest=Max("start_at"))["latest"]
 
 
 def job_positions_store(positions: dict[int, int]) -> int:
