@@ -1,8 +1,9 @@
 """After an LDAP or OpenID Connect sign-in: teams and staff flags from the user's groups, the Unix account.
 
 The only writer of team memberships and Unix-account rows that a directory decides; called by the
-sign-in backends (scheduler_app/web/ldap_sign_in.py, oidc_sign_in.py) at every sign-in, so the directory's changes
-show at the user's next one. The mapping is settings.ATTUNE_SSO (config/auth_settings.py, docs/auth.md).
+sign-in backends (scheduler_app/web/ldap_sign_in.py, oidc_sign_in.py) at every sign-in, so the
+directory's changes show at the user's next one. The mapping is settings.ATTUNE_SSO
+(config/auth_settings.py, docs/auth.md).
 """
 
 from __future__ import annotations
