@@ -89,6 +89,23 @@ class IdFilter(django_filters.Filter):
     field_class = IdField
 
 
+class TrueFalseField(forms.Field):
+    """`true` or `false`, as the schema's boolean says: forms.NullBooleanField would take `null` or
+    anything else as "not given" and list every job."""
+
+    def to_python(self, value):
+        if value is None:
+            return None
+        if value in ("true", "false"):
+            return value == "true"
+        raise forms.ValidationError("Give true or false.")
+
+
+@extend_schema_field({"type": "boolean"})
+class TrueFalseFilter(django_filters.Filter):
+    field_class = TrueFalseField
+
+
 class JobFilter(django_filters.FilterSet):
     # distinct=False: the state is the job's own column, so no row can repeat; django-filter's default
     # DISTINCT made PostgreSQL sort every matching job (all columns, scripts included) on each page.
@@ -101,7 +118,7 @@ class JobFilter(django_filters.FilterSet):
     workload = django_filters.CharFilter(field_name="workload__name", help_text="Catalog workload name")
     array_job = IdFilter(help_text="The tasks of this array (its first task's id)")
     id = IdInFilter(field_name="id", help_text="These jobs only: ids, comma-separated")
-    mine = django_filters.BooleanFilter(method="filter_mine", help_text="true: only the requester's own jobs")
+    mine = TrueFalseFilter(method="filter_mine", help_text="true: only the requester's own jobs")
 
     class Meta:
         model = Job

@@ -149,3 +149,14 @@ def test_the_api_lists_nodes_and_expanded_files_and_filters_ones_own(service, ca
         "",
         "/data/a",
     )
+
+
+@pytest.mark.parametrize("typed", ["null", "", "yes", "True"])
+def test_mine_takes_true_or_false_only(service, typed):
+    """A filter that took anything else as "not given" would list every user's jobs as one's own."""
+    import httpx
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=UserFactory(username="carol")).key
+    answer = httpx.get(f"{service}/api/v1/jobs/?mine={typed}", headers={"Authorization": f"Token {token}"})
+    assert answer.status_code == 400 and answer.json() == {"mine": ["Give true or false."]}
