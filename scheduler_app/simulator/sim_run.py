@@ -398,7 +398,8 @@ class SimRun:
                 continue
             job = active[decision.job_id]
             previous = job.current
-            same = previous is not None and placement.shares == previous.shares
+            # A reused plan holds the very Placement applied last round: no need to compare shares.
+            same = placement is previous or (previous is not None and placement.shares == previous.shares)
             lease = Lease.CONTINUES if same else job.lease_of(placement, in_place)
             if lease is not Lease.CONTINUES:
                 if previous is not None:  # the scheduler ends its lease: moved or restarted to resize
@@ -410,16 +411,16 @@ class SimRun:
             if job.start_s is None:
                 job.start_s = now_s
             held_s = _advance(job, placement, now_s, round_s, round_end)
-            # The GPUs it holds (a job with GPU choices may run on fewer or more than it asked for).
-            job.attained_gpu_s += held_s * placement.num_gpus
-            if job.owner_id is not None:
-                self.owner_gained_gpu_s[job.owner_id] += held_s * placement.num_gpus
-            job.current = placement
-            job.has_run = True
-            job.view = None
             if not same or job.resources is None:
                 job.resources = _resources(placement, job.profile)
             gpus, cpus, mem_gb, cpus_used, mem_used = job.resources
+            # The GPUs it holds (a job with GPU choices may run on fewer or more than it asked for).
+            job.attained_gpu_s += held_s * gpus
+            if job.owner_id is not None:
+                self.owner_gained_gpu_s[job.owner_id] += held_s * gpus
+            job.current = placement
+            job.has_run = True
+            job.view = None
             sums[0] += gpus
             sums[1] += cpus
             sums[2] += mem_gb

@@ -89,7 +89,10 @@ def _keeps_everyone(plan: RoundPlan, active: Mapping[int, SimJob]) -> bool:
         return False
     for decision in plan.decisions:
         job = active.get(decision.job_id)
-        if job is None or decision.placement != job.current or decision.outcome is Outcome.INFEASIBLE:
+        if job is None or decision.outcome is Outcome.INFEASIBLE:
+            return False
+        placement = decision.placement
+        if placement is not job.current and placement != job.current:
             return False
     return True
 
@@ -233,7 +236,8 @@ def simulate(
             continue
 
         if steady_plan is not None:
-            plan = steady_plan
+            plan = steady_plan  # applied to the state it left: it keeps everyone again
+            steady = True
         else:
             plan = schedule_round(
                 snapshot,
@@ -244,8 +248,8 @@ def simulate(
                 restarts=restarts,
             )
             decided += 1
+            steady = can_reuse and _keeps_everyone(plan, active)
         rounds += 1
-        steady = can_reuse and _keeps_everyone(plan, active)
         interval_s = None
         if events:
             next_arrival_s = sim_jobs[next_idx].arrival_s if next_idx < num_jobs else math.inf
