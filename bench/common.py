@@ -1,12 +1,18 @@
-"""Shared helpers for benchmarks: timing with repeats, peak memory, a plain table printer."""
+"""Shared helpers for benchmarks: timing with repeats, peak memory, a plain table printer, parallel runs."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def time_call(fn: Callable[[], Any], *, repeats: int, warmup: int = 1) -> tuple[float, float]:
@@ -37,3 +43,26 @@ def print_table(headers: list[str], rows: list[list[Any]]) -> None:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
         print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+
+
+def add_workers_argument(parser: argparse.ArgumentParser) -> None:
+    """`--workers N`: processes for a bench's independent simulations (default: every core)."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes running the independent simulations at once (default: every core, "
+        f"{os.cpu_count() or 1} here); 1 runs them one after the other in this process",
+    )
+
+
+def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int) -> list[R]:
+    """`[fn(x) for x in items]`, spread over `workers` processes; results in the items' order, so a
+    bench's output does not depend on which run ends first. `fn` and the items must pickle (a
+    module-level function and plain data)."""
+    items = list(items)
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        # One item per task: runs differ in length by minutes, so small chunks balance the cores.
+        return list(pool.map(fn, items, chunksize=1))

@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import add_workers_argument
 from bench.reproduce_genie import CLUSTER as GENIE_CLUSTER
 from bench.reproduce_genie import Scheduler, mean_of, run_all
-from bench.reproduce_synergy import BIG_CLUSTER, SPLITS, Workload, log, md_table, run_windows
+from bench.reproduce_synergy import BIG_CLUSTER, SPLITS, Workload, log, md_table, prefetch, run_windows
 
 GAP_LIMIT = 0.05  # "within 5 % of the best specialised scheduler"
 
@@ -109,10 +110,25 @@ class Row:
         return f"{value:.1f} ({self.best - value:+.1f} pt, {100 * self.gap(value):+.1f} %)"
 
 
-def synergy_rows(grid: Grid) -> list[Row]:
-    """FIFO and SRTF sweep rows for every (single/multi-GPU, load) workload of the grid."""
+def synergy_rows(grid: Grid, workers: int = 1) -> list[Row]:
+    """FIFO and SRTF sweep rows for every (single/multi-GPU, load) workload of the grid; the runs are
+    made first, `workers` at a time."""
     rows: list[Row] = []
     workloads = [(False, load) for load in grid.single_loads] + [(True, load) for load in grid.multi_loads]
+    pairs = [*CANDIDATES, *SYNERGY_SPECIALISED.values()]
+    prefetch(
+        [
+            (
+                Workload(grid.jobs, load, SPLITS[grid.split], multi, grid.seed),
+                p.policy,
+                p.allocator,
+                (grid.window,),
+            )
+            for multi, load in workloads
+            for p in pairs
+        ],
+        workers,
+    )
     for multi, load in workloads:
         w = Workload(grid.jobs, load, SPLITS[grid.split], multi, grid.seed)
 
@@ -134,11 +150,13 @@ def synergy_rows(grid: Grid) -> list[Row]:
     return rows
 
 
-def genie_rows(grid: Grid) -> tuple[list[Row], list[dict[str, Any]]]:
+def genie_rows(grid: Grid, workers: int = 1) -> tuple[list[Row], list[dict[str, Any]]]:
     """One row per arrival rate: mean QoS-guarantee rate over the seeds (the raw runs too)."""
     pairs = list(CANDIDATES) + ([GENIE_SPECIALISED] if GENIE_SPECIALISED not in CANDIDATES else [])
     schedulers = tuple(Scheduler(p.label, p.policy, p.allocator) for p in pairs)
-    runs = run_all(grid.genie_jobs, list(grid.genie_loads), list(grid.genie_seeds), schedulers)
+    runs = run_all(
+        grid.genie_jobs, list(grid.genie_loads), list(grid.genie_seeds), schedulers, workers=workers
+    )
     rows = [
         Row(
             f"GENIE, {load:g} jobs/h",
@@ -196,15 +214,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small grid (a few minutes)")
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    add_workers_argument(parser)
     args = parser.parse_args()
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)
     grid = QUICK if args.quick else FULL
     command = "python -m bench.default_pair" + (" --quick" if args.quick else "")
     started = time.perf_counter()
-    rows = synergy_rows(grid)
+    rows = synergy_rows(grid, args.workers)
     log(f"[synergy: {time.perf_counter() - started:.0f} s]")
     t0 = time.perf_counter()
-    g_rows, genie_runs = genie_rows(grid)
+    g_rows, genie_runs = genie_rows(grid, args.workers)
     log(f"[genie: {time.perf_counter() - t0:.0f} s]")
     rows += g_rows
     result = print_report(grid, command, rows)

@@ -23,10 +23,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from bench import restart_axis
+from bench.common import add_workers_argument, parallel_map
 from scheduler_app.core.policies import POLICIES, Policy
 from scheduler_app.simulator import ClusterSpec, genie_trace, simulate
 from scheduler_app.simulator.genie_fits import BATCH_FACTORS
@@ -84,41 +86,71 @@ def run_all(
     batch_factors: tuple[float, ...] = (),
     gpu_ranges: bool = False,
     restarts: dict[str, Any] | None = None,
+    workers: int = 1,
 ) -> list[dict]:
     """Every scheduler on genie_trace at every load and seed (`batch_factors`: the predictor in the loop;
-    `gpu_ranges`: GPU-count choices for genie; `restarts`: simulate()'s restart arguments)."""
-    rows = []
-    catalog = genie_fitted_catalog(batch_factors) if batch_factors else None
+    `gpu_ranges`: GPU-count choices for genie; `restarts`: simulate()'s restart arguments), in
+    `workers` processes; rows in (load, seed, scheduler) order whatever the number of workers."""
+    runs = [
+        _Run(jobs, load, seed, s, tuple(batch_factors), gpu_ranges, restarts)
+        for load in loads
+        for seed in seeds
+        for s in schedulers
+    ]
+    rows = parallel_map(_run_one, runs, workers=workers)
     for load in loads:
         for seed in seeds:
-            trace = genie_trace(
-                jobs, jobs_per_hour=load, seed=seed, batch_factors=batch_factors, gpu_ranges=gpu_ranges
-            )
-            for s in schedulers:
-                r = simulate(
-                    trace,
-                    CLUSTER,
-                    policy=s.policy_obj(),
-                    allocator=s.allocator,
-                    mode=s.mode,
-                    catalog=catalog,
-                    **(restarts or {}),
-                )
-                rows.append(
-                    {
-                        "scheduler": s.label,
-                        "load": load,
-                        "seed": seed,
-                        "qos_pct": r.qos.met_pct,
-                        "makespan_h": r.makespan_h,
-                        "avg_jct_h": r.avg_jct_h,
-                        "tardiness_h": r.qos.tardiness_h,
-                        "wall_s": r.wall_s,
-                        **restart_axis.restart_figures(r),
-                    }
-                )
             log(f"  load {load:g} seed {seed}: {len(schedulers)} schedulers done")
     return rows
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One simulation of run_all, as plain data for a worker process."""
+
+    jobs: int
+    load: float
+    seed: int
+    scheduler: Scheduler
+    batch_factors: tuple[float, ...]
+    gpu_ranges: bool
+    restarts: dict[str, Any] | None
+
+
+@lru_cache(maxsize=8)
+def _trace(jobs: int, load: float, seed: int, batch_factors: tuple[float, ...], gpu_ranges: bool) -> list:
+    return genie_trace(
+        jobs, jobs_per_hour=load, seed=seed, batch_factors=batch_factors, gpu_ranges=gpu_ranges
+    )
+
+
+@lru_cache(maxsize=4)
+def _catalog(batch_factors: tuple[float, ...]) -> dict | None:
+    return genie_fitted_catalog(batch_factors) if batch_factors else None
+
+
+def _run_one(run: _Run) -> dict:
+    s = run.scheduler
+    r = simulate(
+        _trace(run.jobs, run.load, run.seed, run.batch_factors, run.gpu_ranges),
+        CLUSTER,
+        policy=s.policy_obj(),
+        allocator=s.allocator,
+        mode=s.mode,
+        catalog=_catalog(run.batch_factors),
+        **(run.restarts or {}),
+    )
+    return {
+        "scheduler": s.label,
+        "load": run.load,
+        "seed": run.seed,
+        "qos_pct": r.qos.met_pct,
+        "makespan_h": r.makespan_h,
+        "avg_jct_h": r.avg_jct_h,
+        "tardiness_h": r.qos.tardiness_h,
+        "wall_s": r.wall_s,
+        **restart_axis.restart_figures(r),
+    }
 
 
 def mean_of(rows: list[dict], label: str, load: float, key: str) -> float:
@@ -186,6 +218,7 @@ def main() -> None:
         "--gpu-ranges", action="store_true", help="multi-GPU jobs accept fewer GPUs (genie picks the count)"
     )
     restart_axis.add_arguments(parser)
+    add_workers_argument(parser)
     args = parser.parse_args()
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)
     jobs, loads, seeds = (100, [1.0, 3.0], [1]) if args.quick else (300, [1.0, 2.0, 3.0, 4.0], [1, 2, 3])
@@ -194,7 +227,15 @@ def main() -> None:
         return
     started = time.perf_counter()
     schedulers = BASELINES + SWAF_FAMILY + ABLATION
-    rows = run_all(jobs, loads, seeds, schedulers, BATCH_FACTORS if args.predictor else (), args.gpu_ranges)
+    rows = run_all(
+        jobs,
+        loads,
+        seeds,
+        schedulers,
+        BATCH_FACTORS if args.predictor else (),
+        args.gpu_ranges,
+        workers=args.workers,
+    )
     command = "python -m bench.reproduce_genie" + (" --quick" if args.quick else "")
     command += " --predictor" if args.predictor else ""
     command += " --gpu-ranges" if args.gpu_ranges else ""
@@ -253,6 +294,7 @@ def restarts_main(args: argparse.Namespace, jobs: int, load: float, seeds: list[
             restarts=restart_axis.simulate_kwargs(
                 cost_s, policy, first_start_waits=not args.free_first_start
             ),
+            workers=args.workers,
         )
         for r in rows:
             r["restart_cost_s"] = cost_s

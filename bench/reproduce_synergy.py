@@ -17,6 +17,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from bench import restart_axis
+from bench.common import add_workers_argument, parallel_map
 from profiles_app.catalog import load_catalog
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
@@ -162,36 +163,60 @@ def run_windows(
 
     One run serves several windows only under FIFO with single-GPU jobs, where a job is never affected
     by later arrivals; otherwise pass one window, which is then measured exactly as the reference does.
+    Runs already made by `prefetch` (or read by `preload`) are not repeated.
     """
     key = (w, policy, label, tuple(windows))
     if key not in _RUNS:
-        lo, hi = min(win[0] for win in windows), max(win[1] for win in windows)
-        result = simulate(
-            trace_for(w),
-            BIG_CLUSTER,
-            policy=policy,
-            allocator=make_allocator(label),
-            finish_at_round_end=True,
-            measured_job_ids=(lo, hi),
-            stop_when_measured=True,
-        )
-        _RUNS[key] = window_jct(result, windows)
-        log(
-            f"  {policy}/{label} load {w.load} split {w.split} multi {w.multi_gpu} seed {w.seed}: "
-            f"{result.wall_s:.1f} s, {result.rounds} rounds"
-        )
-        entry = {
-            "workload": w.__dict__,
-            "policy": policy,
-            "allocator": label,
-            "windows": {f"{a}:{b}": v for (a, b), v in _RUNS[key].items()},
-            "wall_s": result.wall_s,
-        }
-        _RAW.append(entry)
-        if _PROGRESS_FILE is not None:  # one JSON line a run, so a long sweep can be resumed
-            with _PROGRESS_FILE.open("a") as f:
-                f.write(json.dumps(entry) + "\n")
+        _record(key, _simulate_windows(key))
     return _RUNS[key]
+
+
+RunKey = tuple[Workload, str, str, tuple[tuple[int, int], ...]]
+
+
+def _simulate_windows(key: RunKey) -> tuple[dict[tuple[int, int], float], float, int]:
+    """One run of run_windows (a worker process's task): mean JCT per window, wall seconds, rounds."""
+    w, policy, label, windows = key
+    lo, hi = min(win[0] for win in windows), max(win[1] for win in windows)
+    result = simulate(
+        trace_for(w),
+        BIG_CLUSTER,
+        policy=policy,
+        allocator=make_allocator(label),
+        finish_at_round_end=True,
+        measured_job_ids=(lo, hi),
+        stop_when_measured=True,
+    )
+    return window_jct(result, windows), result.wall_s, result.rounds
+
+
+def _record(key: RunKey, outcome: tuple[dict[tuple[int, int], float], float, int]) -> None:
+    w, policy, label, _ = key
+    jcts, wall_s, rounds = outcome
+    _RUNS[key] = jcts
+    log(
+        f"  {policy}/{label} load {w.load} split {w.split} multi {w.multi_gpu} seed {w.seed}: "
+        f"{wall_s:.1f} s, {rounds} rounds"
+    )
+    entry = {
+        "workload": w.__dict__,
+        "policy": policy,
+        "allocator": label,
+        "windows": {f"{a}:{b}": v for (a, b), v in jcts.items()},
+        "wall_s": wall_s,
+    }
+    _RAW.append(entry)
+    if _PROGRESS_FILE is not None:  # one JSON line a run, so a long sweep can be resumed
+        with _PROGRESS_FILE.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
+def prefetch(keys: Sequence[RunKey], workers: int) -> None:
+    """Make the runs of `keys` not made yet, `workers` at a time (bench.common.parallel_map); they are
+    recorded in the keys' order, so the --json and --progress files do not depend on the workers."""
+    todo = list(dict.fromkeys(k for k in keys if k not in _RUNS))
+    for key, outcome in zip(todo, parallel_map(_simulate_windows, todo, workers=workers), strict=True):
+        _record(key, outcome)
 
 
 def preload(path: Path) -> None:
@@ -506,6 +531,9 @@ class RoundSampler(Allocator):
     """Delegates to `inner` and keeps (ordered_jobs, snapshot) of every `every`-th round."""
 
     name = "sampler"
+    # It counts its calls to sample every n-th round: the simulator must decide every round, not
+    # reuse a steady plan (which it does for allocators that read no progress).
+    reads_progress = True
 
     def __init__(self, inner: Allocator, every: int) -> None:
         self.inner = inner
@@ -683,6 +711,7 @@ def main() -> None:
         type=int,
         help="jobs per generated sweep trace (default 7000); more keeps arrivals coming longer after it",
     )
+    add_workers_argument(parser)
     args = parser.parse_args()
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)  # no per-run INFO lines
 
@@ -718,6 +747,8 @@ def main() -> None:
     if args.jobs is not None:
         command += f" --jobs {args.jobs}"
     started = time.perf_counter()
+    # The sweeps' runs are independent: made up front on every core, then the tables read them.
+    prefetch(sweep_keys(cfg, wanted), args.workers)
     steps: dict[str, Callable[[], None]] = {
         "static": lambda: static_section(args.data_dir, command),
         "dynamic": lambda: dynamic_section(args.data_dir, command),
@@ -735,6 +766,31 @@ def main() -> None:
     print(f"\n(total wall time {time.perf_counter() - started:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps(_RAW, indent=1))
+
+
+def sweep_keys(cfg: Config, sections: set[str]) -> list[RunKey]:
+    """Every run the load and multi sections will ask run_windows for, in the order they ask."""
+    keys: list[RunKey] = []
+
+    def windows_of(sweep: Sweep) -> tuple[tuple[int, int], ...]:
+        # As load_section: FIFO with single-GPU jobs measures every window in one run.
+        fifo_single = sweep.policy == "fifo" and not sweep.multi_gpu
+        return tuple(cfg.position_windows) if fifo_single else (cfg.window,)
+
+    sweeps = [*cfg.sweeps] if "load" in sections else []
+    sweeps += [*cfg.multi_sweeps] if "multi" in sections else []
+    for s in sweeps:
+        for load in s.loads:
+            for seed in s.seeds:
+                w = Workload(cfg.jobs, load, SPLITS[s.split], s.multi_gpu, seed)
+                keys += [(w, s.policy, a, windows_of(s)) for a in s.allocators]
+    if "load" in sections and cfg.position_sweep is not None:
+        s = cfg.position_sweep
+        for load in s.loads:
+            for seed in s.seeds:
+                w = Workload(cfg.jobs, load, SPLITS[s.split], s.multi_gpu, seed)
+                keys += [(w, s.policy, a, tuple(cfg.position_windows)) for a in ("proportional", "tune")]
+    return keys
 
 
 def load_section(cfg: Config, command: str) -> None:
