@@ -165,7 +165,29 @@ def submit(api: Api, args: Any, out: TextIO) -> int:
     else:
         out.write(f"Submitted job {job['id']}\n")
         _print_admission(job.get("admission") or {}, out)
+        if args.wait and _forecast_pending(job):
+            _print_admission(_admission_when_ready(api, job["id"], poll_s=args.poll_s), out)
     return wait(api, submitted, poll_s=args.poll_s, out=out) if args.wait else 0
+
+
+# A deep queue's admission forecast follows the submission's answer (the service's forecasts worker).
+FORECAST_PENDING_PREFIX = "forecast pending"
+ADMISSION_WAIT_S = 60.0
+
+
+def _forecast_pending(job: dict[str, Any]) -> bool:
+    return str((job.get("admission") or {}).get("detail", "")).startswith(FORECAST_PENDING_PREFIX)
+
+
+def _admission_when_ready(api: Api, job_id: int, *, poll_s: float) -> dict[str, Any]:
+    """The job's admission answer once the service has computed it (moments after the submission
+    with a deep queue); what it says after ADMISSION_WAIT_S otherwise."""
+    deadline = time.monotonic() + ADMISSION_WAIT_S
+    job = api.job(job_id)
+    while _forecast_pending(job) and time.monotonic() < deadline:
+        time.sleep(min(poll_s, 1.0))
+        job = api.job(job_id)
+    return job.get("admission") or {}
 
 
 def _with_workload_choices(api: Api, exc: CliError, workload: str | None) -> CliError:
