@@ -35,6 +35,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"
 # What a program started on a node or a laptop must not inherit from this test process.
 SERVICE_ENV = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "PYTHONPATH", "VIRTUAL_ENV")
+# pip's words when the index cannot be reached at all (not a dependency that does not resolve).
+OFFLINE_SIGNS = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable")
 
 
 def build_wheels(into: Path) -> dict[str, Path]:
@@ -75,7 +77,10 @@ def make_venv(path: Path, wheel: Path) -> Path:
         text=True,
         env=env,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    if result.returncode != 0 and any(sign in output for sign in OFFLINE_SIGNS):
+        pytest.skip(f"pip cannot reach the package index for the wheels' dependencies: {output[-300:]}")
+    assert result.returncode == 0, output
     return path / "bin"
 
 
