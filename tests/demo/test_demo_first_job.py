@@ -133,3 +133,44 @@ def test_a_taken_port_stops_the_demo_before_any_agent_starts(tmp_path: Path):
     assert done.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "PORT=" in done.stderr
     assert not (tmp_path / "agent").exists()  # no agent was started
+
+
+def agent_pids(agent_dir: Path) -> set[int]:
+    """The running agents whose spools lie under `agent_dir` (from /proc/*/cmdline)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"agent" in cmdline and any(str(agent_dir).encode() in part for part in cmdline):
+                found.add(int(proc.name))
+    return found
+
+
+def test_agents_never_outlive_their_demo(demo, tmp_path: Path):
+    """A second demo whose agents cannot start (the first one's hold their spools) stops and says why,
+    leaving nothing running; the first demo killed outright (SIGKILL, no clean-up) takes its agents."""
+    _port, out, proc = demo
+    wait_for_line(out, "demo ready", proc, timeout_s=120)
+    agent_dir = tmp_path / "agent"
+    first_agents = agent_pids(agent_dir)
+    assert len(first_agents) == 3, first_agents
+
+    argv = [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{free_port()}"]
+    argv += ["--agent-dir", str(agent_dir), "--submit-every-s", "3600"]
+    second = subprocess.run(
+        argv, cwd=ROOT, env=demo_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert second.returncode != 0
+    assert "demo: agent gpu01 exited" in second.stderr and "another agent is using the spool" in second.stderr
+    assert "the demo stopped with it" in second.stderr
+    assert agent_pids(agent_dir) == first_agents  # the second demo's agents are gone, the first's run
+
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while agent_pids(agent_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not agent_pids(agent_dir), "agents outlived their demo"

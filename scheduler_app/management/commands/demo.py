@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -20,6 +21,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
+from django.utils import timezone
 
 from cluster_app.models import NodeState, Server
 from cluster_app.services import GpuSpec, agent_credential_issue, server_create
@@ -91,6 +93,7 @@ class Command(BaseCommand):
         identity = demo_identity_ensure()
         url = f"http://{opts['addr']}"
         agent_dir = opts["agent_dir"] or Path(settings.VAR_DIR) / "agent"
+        started_at = timezone.now()  # "ready": registered by this demo's agents, not a previous run's
         agents = {name: self._start_agent(name, url, opts["time_scale"], agent_dir) for name in AGENT_NAMES}
         stop = threading.Event()
         threading.Thread(target=self._rounds, args=(stop, opts["round_s"]), daemon=True).start()
@@ -100,7 +103,9 @@ class Command(BaseCommand):
             daemon=True,
         ).start()
         threading.Thread(
-            target=self._announce_ready, args=(stop, url, identity, agents, agent_dir), daemon=True
+            target=self._watch_agents,
+            args=(stop, url, identity, agents, agent_dir, started_at),
+            daemon=True,
         ).start()
         self.stdout.write(f"demo: starting the web server at {url}/ and three agents (logs in {agent_dir}/)")
         # `kill` (SIGTERM) stops the demo like Ctrl-C: through the finally below, agents and their jobs too
@@ -193,43 +198,49 @@ class Command(BaseCommand):
             finally:
                 close_old_connections()
 
-    def _announce_ready(
+    def _watch_agents(
         self,
         stop: threading.Event,
         url: str,
         identity: DemoIdentity,
         agents: dict[str, subprocess.Popen],
         agent_dir: Path,
+        started_at: datetime,
         timeout_s: float = 120.0,
     ) -> None:
-        """Say the demo is ready once the agents registered, naming them (not before: "0 servers"), as the
-        last line; an agent that exited meanwhile is named with the end of its log."""
+        """Say the demo is ready once its agents registered, naming them (not before: "0 servers"), as the
+        last line; then, for as long as the demo runs, stop it when one of its agents exits (one that
+        finds its spool locked by another demo's agent exits after registering), naming it with the end
+        of its log."""
         deadline = time.monotonic() + timeout_s
+        announced = warned = False
         while not stop.wait(1.0):
             dead = {name: proc.returncode for name, proc in agents.items() if proc.poll() is not None}
             if dead:
                 for name, code in dead.items():
                     tail = log_tail(agent_dir / name / "agent.log")
                     self.stderr.write(f"demo: agent {name} exited (code {code}); its log ends:\n{tail}")
-                # The demo stops: its web server must not run on without its agents.
-                self._failure = "an agent could not start (see above); nothing was left running"
-                _thread.interrupt_main()
+                self._failure = "an agent stopped (see above); the demo stopped with it"
+                _thread.interrupt_main()  # runserver ends, the finally of handle() stops the other agents
                 return
+            if announced:
+                continue
             try:
                 ready = list(
-                    Server.objects.filter(name__in=AGENT_NAMES, heartbeat__isnull=False)
+                    Server.objects.filter(name__in=AGENT_NAMES, heartbeat__at__gte=started_at)
                     .exclude(agent_version="")
                     .order_by("name")
                 )
             finally:
                 close_old_connections()
-            if len(ready) == len(AGENT_NAMES) or time.monotonic() > deadline:
-                break
-        if stop.is_set():
-            return
-        if not ready:
-            self.stderr.write(f"demo: no agent registered yet; see {agent_dir}/*/agent.log")
-            return
+            if len(ready) == len(AGENT_NAMES):
+                self._announce(url, identity, ready)
+                announced = True
+            elif time.monotonic() > deadline and not warned:
+                self.stderr.write(f"demo: not every agent registered yet; see {agent_dir}/*/agent.log")
+                warned = True
+
+    def _announce(self, url: str, identity: DemoIdentity, ready: list[Server]) -> None:
         if identity.unix_user:
             self.stdout.write(
                 f"demo: own commands and scripts of the demo users run as {identity.note}, by default in "
