@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
+from scheduler_app.core.gpu_labels import keep_gpu_indices
 from scheduler_app.core.interference import with_interference
 from scheduler_app.core.move_guard import guarded_plan, one_server_views
 from scheduler_app.core.policies import POLICIES, Policy
@@ -51,7 +52,9 @@ def schedule_round(
         quotas = team_quota_gpus
         if quotas and team_used:
             quotas = {team: quota - team_used.get(team, 0) for team, quota in quotas.items()}
-        return _decide(allocator_obj, ordered_jobs, snap, now_s, quotas, borrowing_teams)
+        plan = _decide(allocator_obj, ordered_jobs, snap, now_s, quotas, borrowing_teams)
+        # Weighing restarts: a job re-decided onto its own server keeps its own GPUs there.
+        return plan if restarts is None else keep_gpu_indices(plan, ordered_jobs)
 
     if restarts is None:
         return decide(ordered, snapshot, {})
