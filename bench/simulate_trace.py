@@ -166,7 +166,12 @@ def compare(args: argparse.Namespace) -> None:
             fmt_span(span(wall)),
             ratio(ref.process_s, span(wall)),
         ],
-        ["whole command, CPU s", fmt_span(span(ref_cpu)) if ref_cpu else "-", fmt_span(span(cpu)), "-"],
+        [
+            "whole command, CPU s",
+            fmt_span(span(ref_cpu)) if ref_cpu else "-",
+            fmt_span(span(cpu)),
+            ratio(span(ref_cpu) if ref_cpu else ref.process_s, span(cpu)),
+        ],
         [
             "simulation alone, wall s",
             fmt_span(ref.simulation_s) if ref.simulation_s else "(not separated)",
@@ -182,7 +187,13 @@ def compare(args: argparse.Namespace) -> None:
         ["peak memory MiB", f"{ref.peak_mib:.0f}" if ref.peak_mib else "-", f"{max(peak):.0f}", "-"],
     ]
     print_table(["", "reference", "Attune", "reference / Attune"], rows)
-    print(f"\nreference: {note}; Attune's average JCT {avg_jct:.4f} h")
+    print(
+        f"\nreference: {note}; Attune's average JCT {avg_jct:.4f} h. Without a measured reference CPU "
+        "time, the CPU rows compare Attune's CPU seconds with the reference's wall seconds measured with "
+        "the machine to itself (a single-threaded process then runs at one core: wall = CPU); on a "
+        "shared machine Attune's wall seconds are stretched by the other work, and its CPU rows are the "
+        "fair ones."
+    )
 
 
 def per_allocator(trace_path: Path, allocators: list[str], round_end: bool) -> None:
