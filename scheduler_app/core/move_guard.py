@@ -7,7 +7,8 @@ with running jobs pinned where they are (their GPUs, cores and memory taken out 
 keeps the plan that restarts jobs only when its gain over the horizon is at least (1 + margin) times
 the restart costs it causes (core/restarts.py `plan_value`). Restarts that gain their own jobs nothing
 (a repacking to the same speed, a preemption) are weighed apart: the plan decided with those jobs kept
-too competes, and the best of the three plans wins. A job within the minimum run time is pinned in all. What must not wait overrides both:
+too competes, and the best of the three plans wins. A job within the minimum run time is pinned in
+all. What must not wait overrides the guard:
 - a job whose placement is gone (its server lost or drained) is never pinned;
 - a job over its team's quota (a borrower) is never pinned, so the quota's owner gets its GPUs back;
 - a job with a deadline that would be missed by waiting out the minimum run time (its slack is less
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from scheduler_app.core import reasons
-from scheduler_app.core.restarts import Change, RestartPolicy, change_of, is_restart, plan_value
+from scheduler_app.core.restarts import Change, RestartPolicy, change_of, is_restart, plan_value, resizes_live
 from scheduler_app.core.throughput import relative_speed, shape_of
 from scheduler_app.core.types import (
     ClusterSnapshot,
@@ -73,7 +74,9 @@ def guarded_plan(
     if policy.resize_in_place:
         servers = {s.server_id: s for s in snapshot.servers}
         views = {
-            j.job_id: replace(j, current=_proportional_floor(j, servers)) if j.current is not None else j
+            j.job_id: replace(j, current=_proportional_floor(j, servers))
+            if j.current is not None and resizes_live(j.current, policy)
+            else j
             for j in ordered
         }
         raw_decide = decide
@@ -86,7 +89,7 @@ def guarded_plan(
     running = _pinnable(
         [j for j in ordered if j.current is not None and j.job_id not in never_pinned], snapshot
     )
-    changed = [j for j in running if is_restart(change_of(j.current, free.get(j.job_id)), policy)]
+    changed = [j for j in running if is_restart(change_of(j.current, free.get(j.job_id)), policy, j.current)]
     if not changed:
         return free_plan
     young = [
@@ -130,7 +133,8 @@ def _restarted(
     return [
         j
         for j in running
-        if j.job_id not in young_ids and is_restart(change_of(j.current, placements.get(j.job_id)), policy)
+        if j.job_id not in young_ids
+        and is_restart(change_of(j.current, placements.get(j.job_id)), policy, j.current)
     ]
 
 
@@ -175,7 +179,8 @@ def _pinned_plan(
             team_used[job.team_id] = team_used.get(job.team_id, 0) + job.num_gpus
     servers = {s.server_id: s for s in snapshot.servers}
     floors = {
-        j.job_id: _proportional_floor(j, servers) if policy.resize_in_place else j.current for j in pinned
+        j.job_id: _proportional_floor(j, servers) if resizes_live(j.current, policy) else j.current
+        for j in pinned
     }
     reduced = _without(snapshot, [p for p in floors.values() if p is not None])
     rest = decide([j for j in ordered if j.job_id not in pinned_ids], reduced, team_used)
@@ -190,7 +195,7 @@ def _pinned_plan(
         # place), else towards what it has.
         target = job.current
         if (
-            policy.resize_in_place
+            resizes_live(job.current, policy)
             and free is not None
             and change_of(job.current, free.placement) in (Change.KEPT, Change.RESIZED)
         ):

@@ -25,7 +25,8 @@ class RestartPolicy:
     - `margin`: a plan that restarts jobs is taken only when its gain is at least (1 + margin) times
       the restart costs it causes.
     - `resize_in_place`: a change of cores or memory on the same GPUs costs nothing (the agent applies
-      it to the running processes); otherwise it is a restart.
+      it to the running processes); otherwise it is a restart. `static_servers`: servers whose agents
+      cannot (an older agent, a node without the feature): a resize there is a restart all the same.
     - `one_server`: a job that fits on one server (and did not ask for several nodes) runs on one
       server: it is never split across servers, it waits for room instead.
     """
@@ -35,6 +36,7 @@ class RestartPolicy:
     margin: float = 0.5
     resize_in_place: bool = True
     one_server: bool = True
+    static_servers: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.min_run_s >= 0:
@@ -67,11 +69,19 @@ def change_of(current: Placement | None, new: Placement | None) -> Change | None
     return Change.MOVED
 
 
-def is_restart(change: Change | None, policy: RestartPolicy) -> bool:
-    """Whether `change` stops the job's processes (costing a start-up and the work since a checkpoint)."""
+def is_restart(change: Change | None, policy: RestartPolicy, current: Placement | None = None) -> bool:
+    """Whether `change` stops the job's processes (costing a start-up and the work since a checkpoint).
+    A resize is one unless it can be made live where the job runs (`current`)."""
     if change is Change.RESIZED:
-        return not policy.resize_in_place
+        return not resizes_live(current, policy)
     return change in (Change.MOVED, Change.PREEMPTED)
+
+
+def resizes_live(current: Placement | None, policy: RestartPolicy) -> bool:
+    """Whether a change of cores or memory of a job running at `current` is made without a restart."""
+    if not policy.resize_in_place:
+        return False
+    return current is None or not any(s.server_id in policy.static_servers for s in current.shares)
 
 
 def lost_work_s(job: JobView, now_s: float) -> float:
@@ -124,7 +134,7 @@ def plan_value(
         weight = 1.0 + (n - rank) / n
         placement = placements.get(job.job_id)
         change = change_of(job.current, placement)
-        restarted = charge_restarts and is_restart(change, policy)
+        restarted = charge_restarts and is_restart(change, policy, job.current)
         redo_iters = 0.0
         if restarted and job.current is not None:
             old_rate = job.current.speedup / job.profile.iter_time_s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from datetime import datetime, timedelta
@@ -90,6 +91,12 @@ def _round(trigger: str) -> SchedulingRound:
     jobs = [job for job in jobs if job.pk not in held]
     profiling_runs_dispatch(now=now, genie=False)  # GENIE's runs gate no job: leftovers only, below
     inputs = round_inputs(servers=servers, jobs=jobs, now=now)
+    restarts = conf.restarts
+    if restarts is not None:
+        # A resize on a server whose agent cannot make it live is a restart there (round_apply too).
+        restarts = dataclasses.replace(
+            restarts, static_servers=frozenset(s.id for s in servers if not s.live_resize)
+        )
     plan = schedule_round(
         inputs.snapshot,
         inputs.views,
@@ -98,7 +105,7 @@ def _round(trigger: str) -> SchedulingRound:
         now_s=now.timestamp(),
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
         borrowing_teams=borrowing_teams(),
-        restarts=conf.restarts,
+        restarts=restarts,
     )
     all_gpus = sum(s.num_gpus for s in servers)
     # Servers whose agents apply a change of cores or memory to running jobs in place; a job resized

@@ -138,8 +138,8 @@ def solve_share_lp(
     left out contributes nothing, and `all_jobs_fit` is False.
     """
     # scipy loads in about half a second: only runs that solve an LP (opt) pay for it.
-    from scipy import sparse
-    from scipy.optimize import linprog
+    from scipy import sparse  # noqa: PLC0415 - scipy loads only when an LP is solved
+    from scipy.optimize import linprog  # noqa: PLC0415 - likewise
 
     n = len(num_gpus)
     if n == 0:

@@ -393,3 +393,20 @@ def test_a_move_that_makes_room_for_a_job_that_fits_nowhere_else_is_made():
     plan = guarded_plan(decide, [one, three, four], two_gpus, NOW_S, RestartPolicy())
     assert plan.decision_for(1) == placed(there1)
     assert plan.decision_for(3).placement == placement(3, on(0, (0, 1)))
+
+
+def test_a_resize_is_a_restart_on_a_server_whose_agent_cannot_make_it_live():
+    here = placement(1, on(0, (0,)))
+    grown = placement(1, on(0, (0,), cpus=12, speedup=1.02))
+    assert not is_restart(change_of(here, grown), RestartPolicy(), here)
+    static = RestartPolicy(static_servers=frozenset({0}))
+    assert is_restart(change_of(here, grown), static, here)
+    # A young job resized for 2 % more speed: free where the agent resizes live, kept as it is (the
+    # guard's minimum run time) where its server would restart it.
+    job = running(1, 1, here, started_s=NOW_S - 10.0)
+    plans = {frozenset({1}): RoundPlan((placed(grown, reasons.BEST_CASE),)), frozenset(): RoundPlan(())}
+    assert guarded_plan(scripted(plans), [job], make_cluster(1), NOW_S, RestartPolicy()).decision_for(
+        1
+    ) == placed(grown, reasons.BEST_CASE)
+    kept = guarded_plan(scripted(plans), [job], make_cluster(1), NOW_S, static).decision_for(1)
+    assert kept == Decision(1, Outcome.PLACED, reasons.MIN_RUN_TIME, here)
