@@ -170,9 +170,12 @@ def test_agents_never_outlive_their_demo(demo, tmp_path: Path, agent_dir: Path):
 
     argv = [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{free_port()}"]
     argv += ["--agent-dir", str(agent_dir), "--submit-every-s", "3600"]
-    second = subprocess.run(
-        argv, cwd=ROOT, env=demo_env(tmp_path), capture_output=True, text=True, timeout=120
-    )
+    try:
+        second = subprocess.run(
+            argv, cwd=ROOT, env=demo_env(tmp_path), capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the second demo ran on:\n{(exc.stderr or b'')[-3000:].decode()}") from exc
     assert second.returncode != 0
     assert re.search(r"demo: agent gpu0\d exited", second.stderr), second.stderr[-3000:]
     assert "another agent is using the spool" in second.stderr
