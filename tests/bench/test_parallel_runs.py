@@ -1,0 +1,48 @@
+"""The reproduction benches' runs in worker processes: the same rows, in the same order, as in one process."""
+
+from __future__ import annotations
+
+import os
+
+from bench import reproduce_genie
+from bench.common import parallel_map
+
+
+def _square_after(x: int) -> int:
+    # Later items finish first: the order of the results must still be the items'.
+    import time
+
+    time.sleep(0.02 * (5 - x))
+    return x * x
+
+
+def test_parallel_map_keeps_the_items_order() -> None:
+    assert parallel_map(_square_after, range(5), workers=2) == [0, 1, 4, 9, 16]
+    assert parallel_map(_square_after, range(5), workers=1) == [0, 1, 4, 9, 16]
+
+
+def test_genie_rows_alike_with_one_or_two_workers() -> None:
+    schedulers = (reproduce_genie.BASELINES[0], reproduce_genie.SWAF_FAMILY[2])
+    one = reproduce_genie.run_all(20, [2.0], [1, 2], schedulers, workers=1)
+    two = reproduce_genie.run_all(20, [2.0], [1, 2], schedulers, workers=2)
+    for rows in (one, two):
+        for row in rows:
+            row.pop("wall_s")
+    assert one == two
+    assert [(r["seed"], r["scheduler"]) for r in two] == [
+        (1, "FIFO"),
+        (1, "GENIE (SWAF+genie)"),
+        (2, "FIFO"),
+        (2, "GENIE (SWAF+genie)"),
+    ]
+
+
+def test_workers_default_is_every_core() -> None:
+    import argparse
+
+    from bench.common import add_workers_argument
+
+    parser = argparse.ArgumentParser()
+    add_workers_argument(parser)
+    assert parser.parse_args([]).workers == (os.cpu_count() or 1)
+    assert parser.parse_args(["--workers", "1"]).workers == 1
