@@ -100,6 +100,19 @@ def die_with_parent() -> None:
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def closed_to_others(path: Path) -> Path | None:
+    """The first directory from / down to `path` that other accounts may not enter (no o+x), or None.
+    As root, catalog workloads run as nobody with this checkout's packages, and own commands as the
+    demo's account: neither can reach a checkout under /root (mode 0700)."""
+    for directory in [*reversed(path.resolve().parents), path.resolve()]:
+        try:
+            if not directory.stat().st_mode & 0o001:
+                return directory
+        except OSError:
+            return directory
+    return None
+
+
 def log_tail(path: Path, lines: int = 5) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -28,6 +28,7 @@ from cluster_app.services import GpuSpec, agent_credential_issue, server_create
 from profiles_app.models import Workload
 from scheduler_app.management.demo_setup import (
     DemoIdentity,
+    closed_to_others,
     demo_identity_ensure,
     die_with_parent,
     log_tail,
@@ -241,6 +242,13 @@ class Command(BaseCommand):
                 warned = True
 
     def _announce(self, url: str, identity: DemoIdentity, ready: list[Server]) -> None:
+        closed = closed_to_others(Path(settings.BASE_DIR)) if os.geteuid() == 0 else None
+        if closed is not None:
+            self.stderr.write(
+                f"demo: {closed} is closed to other accounts (mode {closed.stat().st_mode & 0o777:o}), so "
+                "catalog workloads (run as nobody with this checkout's packages) fail to start; clone into "
+                "a directory others can read, e.g. /opt or /srv"
+            )
         if identity.unix_user:
             self.stdout.write(
                 f"demo: own commands and scripts of the demo users run as {identity.note}, by default in "
