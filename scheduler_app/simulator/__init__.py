@@ -11,6 +11,10 @@ Pure Python (+numpy); never imports Django. Public API:
   instances. `finish_at_round_end=True` reproduces the reference (msr-fiddle/synergy) simulator's
   convention; the default finishes jobs at the exact time inside the round. See docs/reference-synergy.md.
   `mode="events"` decides at every arrival and completion (GENIE) instead of on the round grid.
+  Under a static order (fifo), an allocator that reads no progress and no restart guard, a round whose
+  inputs repeat the last one's reuses its plan (exact; allocators must be pure, see docs/simulator.md).
+- Command line without Django: `python -m scheduler_app.simulator` (cli.py; manage.py simulate's
+  options but `--store`); the comparison of policies x allocators is compare.py's simulation_compare.
 - `forecast(snapshot, jobs, *, policy, allocator, first_round_s, ...)` (simulator/forecast.py): the
   live queue played forward with no arrivals: predicted start and finish per job (admission feedback).
 - `ClusterSpec(servers=16, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)`.
