@@ -103,7 +103,7 @@ def guarded_plan(
         plan = free_plan
     if _restarted(plan, running, young_ids, policy):
         kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids, policy)
-        kept_value = plan_value(kept.placements(), ordered, now_s, policy)
+        kept_value = plan_value(kept.placements(), ordered, now_s, policy, snapshot=snapshot)
         best, best_advantage = kept, 0.0
         candidates = [plan]
         # The moving plan's restarts that gain their own jobs nothing (the same speed or less elsewhere,
@@ -117,7 +117,7 @@ def guarded_plan(
                 _pinned_plan(decide, ordered, snapshot, pinned, free_decisions, young_ids, policy)
             )
         for candidate in candidates:
-            advantage = _advantage(candidate, kept_value, ordered, now_s, policy)
+            advantage = _advantage(candidate, kept_value, ordered, now_s, policy, snapshot)
             if advantage > best_advantage:
                 best, best_advantage = candidate, advantage
         plan = best
@@ -146,13 +146,18 @@ def _gains(job: JobView, plan: RoundPlan) -> bool:
 
 
 def _advantage(
-    plan: RoundPlan, kept_value: float, ordered: Sequence[JobView], now_s: float, policy: RestartPolicy
+    plan: RoundPlan,
+    kept_value: float,
+    ordered: Sequence[JobView],
+    now_s: float,
+    policy: RestartPolicy,
+    snapshot: ClusterSnapshot,
 ) -> float:
     """How much more `plan` is worth than keeping every running job, beyond (1 + margin) times the
     restart costs it causes: it is made only when this is positive (gain > (1 + margin) x cost)."""
     placements = plan.placements()
-    moving = plan_value(placements, ordered, now_s, policy, charge_restarts=False)
-    cost = moving - plan_value(placements, ordered, now_s, policy)
+    moving = plan_value(placements, ordered, now_s, policy, charge_restarts=False, snapshot=snapshot)
+    cost = moving - plan_value(placements, ordered, now_s, policy, snapshot=snapshot)
     return (moving - kept_value) - (1.0 + policy.margin) * cost
 
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler_app.core.types import JobView, Placement
+from scheduler_app.core.types import ClusterSnapshot, JobView, Placement
+from scheduler_app.core.waiting_starts import waiting_start_offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ def plan_value(
     policy: RestartPolicy,
     *,
     charge_restarts: bool = True,
+    snapshot: ClusterSnapshot | None = None,
 ) -> float:
     """What a plan is worth over the horizon: the sum over jobs (`ordered`: the policy's order) of the
     fraction of its remaining work it does by `now_s + horizon_s` if the plan held, weighted by the
@@ -123,10 +125,17 @@ def plan_value(
     work (a higher priority, an earlier arrival) without letting the order outweigh the work. Every
     start waits its start-up; with `charge_restarts`, a job the plan restarts also does its lost work
     again, and a job the plan preempts loses that work and owes a later start-up (at its current speed).
+
+    With the round's `snapshot`, a job the plan leaves waiting is credited with the work it would do
+    after starting within the horizon, when the plan's jobs finish and free its GPUs
+    (core/waiting_starts.py), at its proportional speed: so a plan that keeps every running job is
+    not taken to starve its queue for the whole horizon.
     """
     horizon_s = policy.horizon_s
     value = 0.0
     n = len(ordered)
+    finishes: dict[int, tuple[float, tuple[tuple[int, int], ...]]] = {}
+    waiting: list[tuple[JobView, float]] = []
     for rank, job in enumerate(ordered):
         remaining = job.remaining_iters
         if remaining <= 0:
@@ -143,12 +152,27 @@ def plan_value(
                 value -= weight * (redo_iters + job.startup_s * old_rate) / remaining
                 continue
         if placement is None:
+            if job.current is None:
+                waiting.append((job, weight))
             continue
         rate = placement.speedup / job.profile.iter_time_s
         started = job.current is None or restarted
-        run_s = max(0.0, horizon_s - (job.startup_s if started else 0.0))
+        wait_s = job.startup_s if started else 0.0
+        run_s = max(0.0, horizon_s - wait_s)
         done = min(remaining + redo_iters, rate * run_s) - redo_iters
         value += weight * done / remaining
+        if snapshot is not None and rate > 0:
+            shares = tuple((share.server_id, len(share.gpu_indices)) for share in placement.shares)
+            finishes[job.job_id] = (wait_s + (remaining + redo_iters) / rate, shares)
+    if snapshot is not None and waiting:
+        starts = waiting_start_offsets(finishes, [job for job, _ in waiting], snapshot, horizon_s)
+        for job, weight in waiting:
+            at_s = starts.get(job.job_id)
+            if at_s is None:
+                continue
+            run_s = max(0.0, horizon_s - at_s - job.startup_s)
+            done = min(job.remaining_iters, run_s / job.profile.iter_time_s)
+            value += weight * done / job.remaining_iters
     return value
 
 

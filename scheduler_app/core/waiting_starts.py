@@ -1,0 +1,98 @@
+"""When the jobs a plan leaves waiting would start within the move guard's horizon, as GPUs free up.
+
+A plan is valued over a horizon (core/restarts.py `plan_value`) as if it held throughout; but the
+jobs it runs finish, and what they free lets waiting jobs start well within the horizon. Without that
+credit a plan that keeps every running job looks as if its waiting jobs never start, and a repacking
+that starts one of them at once (several restarts) looks worth it even when the same job would start
+a minute later anyway, when a running job ends. This estimates those later starts: each placed job
+releases its GPUs at its predicted finish; waiting jobs, in the policy's order, take the earliest time
+from which enough GPUs stay free (on one server for a job that fits on one, across servers otherwise)
+and hold them until they finish. An estimate for weighing plans, not a forecast: GPUs only (cores
+and memory follow them in proportion), and a waiting job runs at its proportional speed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+
+from scheduler_app.core.types import ClusterSnapshot, JobView
+
+
+class _Timeline:
+    """A server's free GPUs over time: changes (offset s, delta) from now on."""
+
+    def __init__(self, free_now: int) -> None:
+        self.times: list[float] = [0.0]
+        self.deltas: list[int] = [free_now]
+
+    def add(self, at_s: float, delta: int) -> None:
+        k = bisect.bisect_right(self.times, at_s)
+        self.times.insert(k, at_s)
+        self.deltas.insert(k, delta)
+
+    def earliest(self, need: int, until_s: float) -> float | None:
+        """The earliest offset <= `until_s` from which at least `need` GPUs stay free for good."""
+        free, levels = 0, []
+        for t, d in zip(self.times, self.deltas, strict=True):
+            free += d
+            levels.append((t, free))
+        # From the last change back: the latest start after which the free count never drops below.
+        start = None
+        for t, level in reversed(levels):
+            if level < need:
+                break
+            start = t
+        if start is None or start > until_s:
+            return None
+        return start
+
+
+def waiting_start_offsets(
+    finishes: Mapping[int, tuple[float, tuple[tuple[int, int], ...]]],
+    waiting: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+    horizon_s: float,
+) -> dict[int, float]:
+    """Waiting job id -> seconds from now at which it could start, for those that could within the
+    horizon (module docstring).
+
+    `finishes`: each placed job's predicted finish (seconds from now) and its GPUs per server
+    ((server id, GPUs), ...); `waiting`: the jobs without a placement that do not run now, in policy
+    order. The snapshot's free GPUs less the plan's are free now.
+    """
+    used: dict[int, int] = {}
+    for _, shares in finishes.values():
+        for server_id, gpus in shares:
+            used[server_id] = used.get(server_id, 0) + gpus
+    lines = {s.server_id: _Timeline(len(s.free_gpus) - used.get(s.server_id, 0)) for s in snapshot.servers}
+    largest = max((s.num_gpus for s in snapshot.servers), default=0)
+    # What frees within the horizon bounds what can start: stop once it is spoken for.
+    freeable = sum(max(0, len(s.free_gpus) - used.get(s.server_id, 0)) for s in snapshot.servers)
+    for finish_s, shares in finishes.values():
+        for server_id, gpus in shares:
+            if server_id in lines:
+                lines[server_id].add(finish_s, gpus)
+                if finish_s <= horizon_s:
+                    freeable += gpus
+    starts: dict[int, float] = {}
+    for job in waiting:
+        if freeable <= 0:
+            break
+        need = job.num_gpus
+        if need <= 0 or need > largest or (job.num_nodes or 1) > 1:
+            continue  # a job over several servers: left out (an estimate; the plans are compared alike)
+        best: tuple[float, int] | None = None
+        for server_id, line in lines.items():
+            at = line.earliest(need, horizon_s)
+            if at is not None and (best is None or at < best[0]):
+                best = (at, server_id)
+        if best is None:
+            continue
+        at, server_id = best
+        run_s = job.remaining_iters * job.profile.iter_time_s + job.startup_s
+        lines[server_id].add(at, -need)
+        lines[server_id].add(at + run_s, need)
+        freeable -= need
+        starts[job.job_id] = at
+    return starts
