@@ -121,7 +121,16 @@ def guarded_plan(
             if advantage > best_advantage:
                 best, best_advantage = candidate, advantage
         plan = best
-    return _deadline_override(plan, free_plan, ordered, now_s, policy)
+    urgent = _urgent_jobs(plan, free_plan, ordered, now_s, policy)
+    if not urgent:
+        return plan
+    # What cannot wait gets its resources, and only those: the running jobs that hold none of the GPUs
+    # the unguarded plan gives the urgent jobs stay pinned (none of them restarts for nothing); the
+    # whole unguarded plan only where that does not start every urgent job.
+    needed = {g for job_id in urgent for g in _gpu_keys(free[job_id])}
+    stay = [j for j in running if not needed & set(_gpu_keys(j.current))]
+    narrow = _pinned_plan(decide, ordered, snapshot, stay, free_decisions, young_ids, policy)
+    return narrow if urgent <= narrow.placements().keys() else free_plan
 
 
 def _restarted(
@@ -270,13 +279,15 @@ def _regrow(
     return Placement(target.job_id, tuple(shares), target.speedup * min(1.0, ratio))
 
 
-def _deadline_override(
+def _urgent_jobs(
     plan: RoundPlan, free_plan: RoundPlan, ordered: Sequence[JobView], now_s: float, policy: RestartPolicy
-) -> RoundPlan:
-    """The unguarded plan, when the guard leaves waiting a job whose deadline cannot wait."""
+) -> set[int]:
+    """The pending jobs with a deadline that cannot wait out the minimum run time (their slack is
+    less), which the unguarded plan starts and the guarded one does not."""
     if plan is free_plan:
-        return plan
+        return set()
     placed, free = plan.placements(), free_plan.placements()
+    urgent = set()
     for job in ordered:
         if (
             job.deadline_s is None
@@ -287,8 +298,15 @@ def _deadline_override(
             continue
         need_s = job.remaining_iters * job.profile.iter_time_s + job.startup_s
         if job.deadline_s - now_s - need_s < policy.min_run_s:
-            return free_plan
-    return plan
+            urgent.add(job.job_id)
+    return urgent
+
+
+def _gpu_keys(placement: Placement | None) -> list[tuple[int, int]]:
+    """(server id, GPU index) of every GPU `placement` holds."""
+    if placement is None:
+        return []
+    return [(share.server_id, g) for share in placement.shares for g in share.gpu_indices]
 
 
 def _pinnable(running: Sequence[JobView], snapshot: ClusterSnapshot) -> list[JobView]:

@@ -410,3 +410,25 @@ def test_a_resize_is_a_restart_on_a_server_whose_agent_cannot_make_it_live():
     ) == placed(grown, reasons.BEST_CASE)
     kept = guarded_plan(scripted(plans), [job], make_cluster(1), NOW_S, static).decision_for(1)
     assert kept == Decision(1, Outcome.PLACED, reasons.MIN_RUN_TIME, here)
+
+
+def test_a_deadline_override_releases_only_the_jobs_holding_what_the_late_job_needs():
+    # Two servers of 2 GPUs, both jobs young: the unguarded plan preempts job 1 for the urgent job 2
+    # and, in passing, moves job 3 to its server's other GPU. Only job 1 holds what job 2 needs: job 3
+    # stays where it is.
+    cluster = make_cluster(2, gpus=2, cpus=6, mem_gb=125.0)
+    home1, home3 = placement(1, on(0, (0, 1))), placement(3, on(1, (0,)))
+    one = running(1, 2, home1, started_s=NOW_S - 10.0)
+    three = running(3, 1, home3, started_s=NOW_S - 10.0)
+    urgent = pending(2, 2, deadline_s=NOW_S + 1_100.0)  # 100 s of slack: cannot wait 300 s
+    takes = placement(2, on(0, (0, 1)))
+    preempted = Decision(1, Outcome.PENDING, reasons.INSUFFICIENT_GPUS)
+    plans = {
+        frozenset({1, 2, 3}): RoundPlan((placed(takes), preempted, placed(placement(3, on(1, (1,)))))),
+        frozenset({2}): RoundPlan((Decision(2, Outcome.PENDING, reasons.INSUFFICIENT_GPUS),)),
+        frozenset({1, 2}): RoundPlan((placed(takes), preempted)),
+    }
+    plan = guarded_plan(scripted(plans), [urgent, one, three], cluster, NOW_S, RestartPolicy(min_run_s=300.0))
+    assert plan.decision_for(2).placement == takes
+    assert plan.decision_for(1).outcome is Outcome.PENDING
+    assert plan.decision_for(3).placement == home3
