@@ -115,21 +115,23 @@ def plan_value(
     charge_restarts: bool = True,
     snapshot: ClusterSnapshot | None = None,
 ) -> float:
-    """What a plan is worth over the horizon: the sum over jobs (`ordered`: the policy's order) of the
-    fraction of its remaining work it does by `now_s + horizon_s` if the plan held, weighted by the
-    policy's order.
+    """What a plan is worth: minus the sum over jobs (`ordered`: the policy's order) of their predicted
+    finish times (seconds from now, `finish_offset_s`) if the plan held over the horizon H, weighted by
+    the policy's order. The higher, the better.
 
-    The fraction is what average JCT rewards (a job that finishes counts 1, a short job's finish as
-    much as a long job's whole remaining run). The weight, 1 + (n - rank) / n from 2 for the policy's
-    first job down to just above 1 for its last, makes the policy's choice win between jobs of equal
-    work (a higher priority, an earlier arrival) without letting the order outweigh the work. Every
-    start waits its start-up; with `charge_restarts`, a job the plan restarts also does its lost work
-    again, and a job the plan preempts loses that work and owes a later start-up (at its current speed).
+    Finish times are what average JCT adds up: a restart's start-up and redone work delay its job's
+    finish by as many seconds whatever its length, and a faster placement brings a finish forward by
+    the work it adds within the horizon (after it, every job is taken at its present speed: a plan
+    does not hold for ever). The weight, 1 + (n - rank) / n from 2 for the policy's first job down to
+    just above 1 for its last, makes the policy's choice win between jobs of equal work (a higher
+    priority, an earlier arrival) without letting the order outweigh the work. Every start waits its
+    start-up; with `charge_restarts`, a job the plan restarts also does its lost work again first. A
+    job the plan does not run makes no progress within the horizon (a preempted one owes its start-up
+    and its lost work after it).
 
-    With the round's `snapshot`, a job the plan leaves waiting is credited with the work it would do
-    after starting within the horizon, when the plan's jobs finish and free its GPUs
-    (core/waiting_starts.py), at its proportional speed: so a plan that keeps every running job is
-    not taken to starve its queue for the whole horizon.
+    With the round's `snapshot`, a job the plan leaves waiting starts within the horizon when the
+    plan's jobs finish and free its GPUs (core/waiting_starts.py), at its proportional speed: so a
+    plan that keeps every running job is not taken to starve its queue for the whole horizon.
     """
     horizon_s = policy.horizon_s
     value = 0.0
@@ -138,42 +140,53 @@ def plan_value(
     waiting: list[tuple[JobView, float]] = []
     for rank, job in enumerate(ordered):
         remaining = job.remaining_iters
-        if remaining <= 0:
+        if remaining <= 0 or job.profile.iter_time_s <= 0:
             continue
         weight = 1.0 + (n - rank) / n
+        # Its present speed (a job not running: its proportional one), the speed after the horizon.
+        now_rate = (job.current.speedup if job.current is not None else 1.0) / job.profile.iter_time_s
         placement = placements.get(job.job_id)
         change = change_of(job.current, placement)
         restarted = charge_restarts and is_restart(change, policy, job.current)
-        redo_iters = 0.0
-        if restarted and job.current is not None:
-            old_rate = job.current.speedup / job.profile.iter_time_s
-            redo_iters = lost_work_s(job, now_s) * old_rate
-            if placement is None:  # preempted: the redone work and a later start-up are its loss
-                value -= weight * (redo_iters + job.startup_s * old_rate) / remaining
-                continue
-        if placement is None:
-            if job.current is None:
+        redo_iters = lost_work_s(job, now_s) * now_rate if restarted and job.current is not None else 0.0
+        rate = placement.speedup / job.profile.iter_time_s if placement is not None else 0.0
+        if placement is None or rate <= 0:
+            if placement is None and job.current is None:
                 waiting.append((job, weight))
-            continue
-        rate = placement.speedup / job.profile.iter_time_s
-        started = job.current is None or restarted
-        wait_s = job.startup_s if started else 0.0
-        run_s = max(0.0, horizon_s - wait_s)
-        done = min(remaining + redo_iters, rate * run_s) - redo_iters
-        value += weight * done / remaining
-        if snapshot is not None and rate > 0:
-            shares = tuple((share.server_id, len(share.gpu_indices)) for share in placement.shares)
-            finishes[job.job_id] = (wait_s + (remaining + redo_iters) / rate, shares)
-    if snapshot is not None and waiting:
-        starts = waiting_start_offsets(finishes, [job for job, _ in waiting], snapshot, horizon_s)
-        for job, weight in waiting:
-            at_s = starts.get(job.job_id)
-            if at_s is None:
                 continue
-            run_s = max(0.0, horizon_s - at_s - job.startup_s)
-            done = min(job.remaining_iters, run_s / job.profile.iter_time_s)
-            value += weight * done / job.remaining_iters
+            owed_s = job.startup_s if restarted else 0.0
+            value -= weight * (horizon_s + owed_s + (remaining + redo_iters) / now_rate)
+            continue
+        started = job.current is None or restarted
+        delay_s = job.startup_s if started else 0.0
+        finish_s = finish_offset_s(delay_s, remaining + redo_iters, rate, now_rate, horizon_s)
+        value -= weight * finish_s
+        if snapshot is not None:
+            shares = tuple((share.server_id, len(share.gpu_indices)) for share in placement.shares)
+            finishes[job.job_id] = (finish_s, shares)
+    starts = (
+        waiting_start_offsets(finishes, [job for job, _ in waiting], snapshot, horizon_s)
+        if snapshot is not None and waiting
+        else {}
+    )
+    for job, weight in waiting:
+        rate = 1.0 / job.profile.iter_time_s
+        at_s = starts.get(job.job_id, horizon_s)  # not within the horizon: after it
+        value -= weight * finish_offset_s(at_s + job.startup_s, job.remaining_iters, rate, rate, horizon_s)
     return value
+
+
+def finish_offset_s(
+    delay_s: float, work_iters: float, rate: float, after_rate: float, horizon_s: float
+) -> float:
+    """When a job finishes, in seconds from now: no progress for `delay_s`, then `rate` iterations a
+    second until the horizon and `after_rate` after it, for `work_iters` iterations."""
+    if delay_s >= horizon_s:
+        return delay_s + work_iters / after_rate
+    within = rate * (horizon_s - delay_s)
+    if work_iters <= within:
+        return delay_s + work_iters / rate
+    return horizon_s + (work_iters - within) / after_rate
 
 
 def _gpus_of(placement: Placement) -> tuple[tuple[int, tuple[int, ...]], ...]:

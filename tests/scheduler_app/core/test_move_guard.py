@@ -102,19 +102,27 @@ def test_a_restart_costs_the_start_up_and_the_run_since_the_last_checkpoint():
     assert lost_work_s(dataclasses.replace(job, lease_started_s=None), NOW_S) == 0.0
 
 
-def test_a_plans_value_is_the_work_it_does_over_the_horizon_less_its_restarts():
+def test_a_plans_value_is_minus_its_jobs_finish_times_with_the_restarts_delays():
     policy = RestartPolicy(horizon_s=1000.0)
     where = placement(1, on(0, (0,)))
-    # 2,000 iterations left at 1 iteration/s: 1,000 s of work done over the horizon is half of it.
+    # 2,000 iterations left at 1 iteration/s: it finishes in 2,000 s (weight 2: first in order).
     job = running(1, 1, where, started_s=NOW_S - 300.0, startup_s=100.0, total_iters=2000.0)
-    assert plan_value({1: where}, [job], NOW_S, policy) == pytest.approx(2.0 * 0.5)  # weight 2: first
+    assert plan_value({1: where}, [job], NOW_S, policy) == pytest.approx(-2.0 * 2000.0)
     moved = placement(1, on(1, (0,)))
-    # Moved: 100 s of start-up, then the 300 s since the lease started are done again.
-    assert plan_value({1: moved}, [job], NOW_S, policy) == pytest.approx(2.0 * (900.0 - 300.0) / 2000.0)
-    assert plan_value({1: moved}, [job], NOW_S, policy, charge_restarts=False) == pytest.approx(1.0)
-    # Preempted: the redone run and a later start-up are lost.
-    assert plan_value({}, [job], NOW_S, policy) == pytest.approx(-2.0 * 400.0 / 2000.0)
-    assert plan_value({}, [job], NOW_S, policy, charge_restarts=False) == 0.0
+    # Moved: 100 s of start-up and the 300 s since the lease started done again delay it 400 s.
+    assert plan_value({1: moved}, [job], NOW_S, policy) == pytest.approx(-2.0 * 2400.0)
+    assert plan_value({1: moved}, [job], NOW_S, policy, charge_restarts=False) == pytest.approx(-2.0 * 2000.0)
+    # Twice as fast within the horizon: 2,000 iterations by 1,000 s.
+    fast = placement(1, on(1, (0,), speedup=2.0))
+    assert plan_value({1: fast}, [job], NOW_S, policy, charge_restarts=False) == pytest.approx(-2.0 * 1000.0)
+    # Preempted: no progress within the horizon, then its start-up and the redone run.
+    assert plan_value({}, [job], NOW_S, policy) == pytest.approx(-2.0 * (1000.0 + 100.0 + 2300.0))
+    assert plan_value({}, [job], NOW_S, policy, charge_restarts=False) == pytest.approx(-2.0 * 3000.0)
+    # A short job: the same 400 s delay costs the same 400 s, whatever its length.
+    short = dataclasses.replace(job, total_iters=100.0)
+    kept_value = plan_value({1: where}, [short], NOW_S, policy)
+    assert kept_value == pytest.approx(-2.0 * 100.0)
+    assert kept_value - plan_value({1: moved}, [short], NOW_S, policy) == pytest.approx(2.0 * 400.0)
 
 
 # -- the guard, with a scripted allocator ------------------------------------------------------
