@@ -2,6 +2,7 @@
 forward, those behind are told so; the refresh writes only the estimates that changed."""
 
 import pytest
+from django.utils.html import escape
 
 from scheduler_app.models import AdmissionPrediction, JobForecast
 from scheduler_app.services import admission, forecasts
@@ -79,5 +80,27 @@ def test_a_submission_behind_the_window_is_answered_without_playing_anything_for
     assert prediction.predicted_start_at is None and prediction.attainable is None
     assert prediction.detail.startswith(
         "queued behind the 2 jobs the forecast plays forward (the last of them"
+    )
+    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+
+
+def test_the_job_page_says_a_pending_forecast_is_coming_and_its_target_not_known_yet(
+    settings, user, gpu01_res18, client, live_redis, monkeypatch
+):
+    window(settings, 1000, admission_in_request_max_jobs=0)
+    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: None)
+    request = JobRequest(
+        name="qos", num_gpus=1, total_iters=1000, workload=workload("res18"), qos_max_latency_s=3600
+    )
+    (job,) = job_submit(owner=user, request=request)
+    client.force_login(user)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert escape(FORECAST_PENDING) in html
+    assert '<dd id="qos-attainable">not known' in html
+    admission_forecasts_run()
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert (
+        escape(FORECAST_PENDING) not in html and '<dd id="qos-attainable"><span class="ok">attainable' in html
     )
     live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
