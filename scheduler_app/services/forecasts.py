@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from cluster_app.models import Server
 from cluster_app.selectors import servers_taking_work
+from infra.vendor import is_postgresql
 from notify_app.services import notification_qos_at_risk
 from profiles_app.models import Workload
 from scheduler_app.conf import scheduler_conf
@@ -357,6 +358,43 @@ def job_forecasts_refresh_estimates(*, now: datetime | None = None) -> dict[int,
     return estimates
 
 
+def _job_forecasts_store_portable(
+    estimates: dict[int, Estimate], *, now: datetime, prune: bool, positions: dict[int, int] | None
+) -> int:
+    """job_forecasts_store on a database without PostgreSQL's arrays (the embedded demo's SQLite): the
+    same rows written, through the ORM (a read of the stored rows, then one upsert of those that
+    changed)."""
+    with transaction.atomic():
+        if prune:
+            JobForecast.objects.exclude(job__state__in=[JobState.PENDING, JobState.RUNNING]).delete()
+        if not estimates:
+            return 0
+        stored = {f.job_id: f for f in JobForecast.objects.filter(job_id__in=list(estimates))}
+        changed = []
+        for job_id, e in estimates.items():
+            old = stored.get(job_id)
+            position = (positions or {}).get(job_id) if positions is not None else None
+            row = JobForecast(
+                job_id=job_id,
+                start_at=e.start_at,
+                finish_at=e.finish_at,
+                detail=e.detail[:255],
+                position=position if positions is not None or old is None else old.position,
+                computed_at=now,
+            )
+            fields = (row.start_at, row.finish_at, row.detail, row.position)
+            if old is None or fields != (old.start_at, old.finish_at, old.detail, old.position):
+                changed.append(row)
+        JobForecast.objects.bulk_create(
+            changed,
+            update_conflicts=True,
+            unique_fields=["job"],
+            update_fields=["start_at", "finish_at", "detail", "position", "computed_at"],
+            batch_size=500,
+        )
+        return len(changed)
+
+
 def _qos_at_risk_notify(jobs: Sequence[Job], estimates: dict[int, Estimate]) -> None:
     """Owners who opted in hear once when the forecast puts their job's finish after its QoS target."""
     for job in jobs:
@@ -378,6 +416,8 @@ def job_forecasts_store(
 
     After a round most of a deep queue's estimates are what they were (the jobs behind the forecast's
     window, the order under FIFO), so the refresh writes what changed rather than every live job."""
+    if not is_postgresql():
+        return _job_forecasts_store_portable(estimates, now=now, prune=prune, positions=positions)
     table = connection.ops.quote_name(JobForecast._meta.db_table)
     job_ids = list(estimates)
     columns = [

@@ -48,7 +48,10 @@ def test_the_window_plays_its_jobs_as_the_whole_queue_does_and_tells_those_behin
     assert stored.start_at is None and stored.position == 4 and stored.detail == bounded[waiting[3].pk].detail
 
 
-def test_a_refresh_writes_only_the_estimates_that_changed(settings, queue):
+@pytest.mark.parametrize("postgresql", [True, False], ids=["postgresql", "portable (the demo's SQLite)"])
+def test_a_refresh_writes_only_the_estimates_that_changed(settings, queue, monkeypatch, postgresql):
+    if not postgresql:
+        monkeypatch.setattr(forecasts, "is_postgresql", lambda: False)
     running, _ = queue
     now = forecasts.timezone.now()
     estimates = job_forecasts_refresh_estimates(now=now)
