@@ -11,11 +11,12 @@ PYTEST_ARGS ?=
 # `make demo PORT=9100`: the demo's web server port on 127.0.0.1.
 PORT ?= 8000
 
-.PHONY: venv venv-demo demo test lint migrate clean browser faults dist
+.PHONY: venv venv-demo demo test lint migrate clean browser faults dist signin-deps
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-profiling.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-ldap.txt requirements-profiling.txt
+	$(MAKE) --no-print-directory signin-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
@@ -46,7 +47,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(PY) tests/test_import_graph.py
 
-test: venv lint browser
+test: venv lint browser signin-deps
 	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 # Fault tests (docs/faults.md): the service as real processes on a private PostgreSQL and Redis that the
@@ -63,6 +64,28 @@ browser:
 		echo "installing chromium for the browser tests"; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
 		|| (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null); \
+	fi
+
+# Sign-in (tests/auth/, docs/auth.md): python-ldap builds against OpenLDAP's and SASL's headers; the tests
+# start a private slapd and a real OpenID Connect provider (Node.js's oidc-provider, pinned by
+# tests/auth/oidc_provider's lock file). Installed here when missing and apt-get can run (root);
+# otherwise python-ldap needs them installed first, and those tests are skipped, saying why.
+signin-deps:
+	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		missing=""; \
+		[ -f /usr/include/ldap.h ] || missing="$$missing libldap-dev"; \
+		[ -f /usr/include/sasl/sasl.h ] || missing="$$missing libsasl2-dev"; \
+		[ -x /usr/sbin/slapd ] || missing="$$missing slapd ldap-utils"; \
+		command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+		if [ -n "$$missing" ]; then \
+			echo "installing$$missing for the sign-in tests"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null \
+			|| (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null); \
+		fi; \
+	fi
+	@if [ ! -d tests/auth/oidc_provider/node_modules/oidc-provider ] && command -v npm >/dev/null 2>&1; then \
+		echo "installing the OpenID Connect provider for the sign-in tests"; \
+		npm ci --prefix tests/auth/oidc_provider --no-audit --no-fund --silent; \
 	fi
 
 # The command line and the node agent as wheels in dist/ (packaging/cli, packaging/agent): installable
