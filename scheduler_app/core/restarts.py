@@ -129,6 +129,10 @@ def plan_value(
     job the plan does not run makes no progress within the horizon (a preempted one owes its start-up
     and its lost work after it).
 
+    A job with a deadline (a QoS target) that the plan has it meet counts a horizon's worth of finish
+    time less (`_deadline_bonus_s`): deadlines, which the QoS policies order by, outweigh a few
+    seconds of average JCT, so a move that saves a deadline pays and a restart that loses one costs.
+
     With the round's `snapshot`, a job the plan leaves waiting starts within the horizon when the
     plan's jobs finish and free its GPUs (core/waiting_starts.py), at its proportional speed: so a
     plan that keeps every running job is not taken to starve its queue for the whole horizon.
@@ -155,12 +159,13 @@ def plan_value(
                 waiting.append((job, weight))
                 continue
             owed_s = job.startup_s if restarted else 0.0
-            value -= weight * (horizon_s + owed_s + (remaining + redo_iters) / now_rate)
+            finish_s = horizon_s + owed_s + (remaining + redo_iters) / now_rate
+            value -= weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
             continue
         started = job.current is None or restarted
         delay_s = job.startup_s if started else 0.0
         finish_s = finish_offset_s(delay_s, remaining + redo_iters, rate, now_rate, horizon_s)
-        value -= weight * finish_s
+        value -= weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
         if snapshot is not None:
             shares = tuple((share.server_id, len(share.gpu_indices)) for share in placement.shares)
             finishes[job.job_id] = (finish_s, shares)
@@ -172,8 +177,15 @@ def plan_value(
     for job, weight in waiting:
         rate = 1.0 / job.profile.iter_time_s
         at_s = starts.get(job.job_id, horizon_s)  # not within the horizon: after it
-        value -= weight * finish_offset_s(at_s + job.startup_s, job.remaining_iters, rate, rate, horizon_s)
+        finish_s = finish_offset_s(at_s + job.startup_s, job.remaining_iters, rate, rate, horizon_s)
+        value -= weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
     return value
+
+
+def _deadline_bonus_s(job: JobView, finish_at_s: float, horizon_s: float) -> float:
+    """What meeting its deadline is worth to a job with one, in seconds of finish time: a horizon's
+    (a plan that makes a deadline is preferred to one that only finishes jobs sooner)."""
+    return horizon_s if job.deadline_s is not None and finish_at_s <= job.deadline_s else 0.0
 
 
 def finish_offset_s(

@@ -440,3 +440,14 @@ def test_a_deadline_override_releases_only_the_jobs_holding_what_the_late_job_ne
     assert plan.decision_for(2).placement == takes
     assert plan.decision_for(1).outcome is Outcome.PENDING
     assert plan.decision_for(3).placement == home3
+
+
+def test_a_met_deadline_is_worth_a_horizon_of_finish_time():
+    policy = RestartPolicy(horizon_s=1000.0)
+    where = placement(1, on(0, (0,)))
+    job = running(1, 1, where, started_s=NOW_S - 300.0, startup_s=100.0, total_iters=500.0)
+    in_time = dataclasses.replace(job, deadline_s=NOW_S + 600.0)  # finishes at 500 s kept, 900 s moved
+    moved = placement(1, on(1, (0,)))
+    assert plan_value({1: where}, [in_time], NOW_S, policy) == pytest.approx(-2.0 * (500.0 - 1000.0))
+    # Moved, it finishes 400 s later and misses its deadline: 400 s and the bonus lost.
+    assert plan_value({1: moved}, [in_time], NOW_S, policy) == pytest.approx(-2.0 * 900.0)
