@@ -139,6 +139,11 @@ class AttuneCollector(Collector):
             "Running jobs whose lease a round ended: moved elsewhere or sent back to the queue.",
             value=totals.get("preempted", 0.0),
         )
+        yield CounterMetricFamily(
+            "attune_scheduling_resizes",
+            "Running jobs whose cores or memory a round changed in place, without a restart.",
+            value=totals.get("resized", 0.0),
+        )
         # Declared even before the first round (no sample then), like every family here.
         started = GaugeMetricFamily(
             "attune_scheduling_last_round_timestamp_seconds",

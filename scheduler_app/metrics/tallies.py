@@ -53,7 +53,7 @@ def _running_total(
 def round_totals(*, latest_id: int | None, buckets_s: Sequence[float]) -> Values:
     """Over every scheduling round: rounds (`count`), summed duration (`sum_s`), rounds per duration
     bucket (`le:<b>`, cumulative), and the decisions (`placed`, `pending`, `infeasible`) and
-    preemptions (`preempted`) they made.
+    preemptions (`preempted`) and resizes in place (`resized`) they made.
 
     Decisions come from the round's own counts, which equal its RoundDecision rows by outcome: those
     are pruned after ATTUNE_ROUND_DECISION_RETENTION_DAYS, the rounds stay, so the counters keep
@@ -73,6 +73,7 @@ def round_totals(*, latest_id: int | None, buckets_s: Sequence[float]) -> Values
             count=Count("id"),
             sum_ms=Sum("duration_ms"),
             preempted=Sum("num_preempted"),
+            resized=Sum("num_resized"),
             **{outcome: Sum(field) for outcome, field in DECISION_FIELDS.items()},
             **{f"le:{b:g}": Count("id", filter=Q(duration_ms__lte=b * 1000.0)) for b in buckets_s},
         )

@@ -169,7 +169,13 @@ def test_allocated_counts_active_leases_only_and_measured_reads_the_latest_fresh
 @pytest.mark.django_db
 def test_round_durations_fill_cumulative_buckets_and_decisions_keep_counting(client):
     SchedulingRound.objects.create(
-        policy="fifo", allocator="tune", duration_ms=30, num_placed=2, num_pending=1, num_preempted=1
+        policy="fifo",
+        allocator="tune",
+        duration_ms=30,
+        num_placed=2,
+        num_pending=1,
+        num_preempted=1,
+        num_resized=2,
     )
     samples = scrape(client)
     assert value(samples, "attune_scheduling_round_duration_seconds_bucket", le="0.025") == 0
@@ -194,6 +200,7 @@ def test_round_durations_fill_cumulative_buckets_and_decisions_keep_counting(cli
     assert value(samples, "attune_scheduling_decisions_total", outcome="pending") == 1
     assert value(samples, "attune_scheduling_decisions_total", outcome="infeasible") == 1
     assert value(samples, "attune_scheduling_preemptions_total") == 1
+    assert value(samples, "attune_scheduling_resizes_total") == 2
     assert value(samples, "attune_scheduling_last_round_decisions", outcome="placed", reason="fits") == 1
     assert (
         value(samples, "attune_scheduling_last_round_decisions", outcome="infeasible", reason="too_big") == 1
