@@ -11,7 +11,7 @@ from cluster_app.models import Server
 from profiles_app.models import SpeedObservation
 from profiles_app.services import SpeedMeasurement, speed_observations_record
 from scheduler_app.core.types import Placement, ServerShare
-from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
+from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason, RoundDecision
 from scheduler_app.selectors import ActiveLease
 from scheduler_app.services.round_apply import _resize_of
 from scheduler_app.services.rounds import scheduling_round_run
@@ -73,7 +73,10 @@ def test_a_round_resizes_a_running_lease_in_place_where_its_agent_can(user, fifo
     assert (again.num_resized, again.num_preempted) == (0, 0) and lease_of(job).pk == lease.pk
 
 
-def test_without_the_agents_resize_feature_a_resize_is_a_restart(user, fifo_tune):
+def test_without_the_agents_resize_feature_a_resize_is_a_restart(user, fifo_tune, settings):
+    # Restart costs off: the subject is how a round applies a resize its agent cannot make live (the
+    # guard would keep a lease this young where it is, as the next test shows).
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "restart_costs": False}
     server = make_server("n1")  # live_resize False: an agent that registered no `resize` feature
     job = submit(user, gpus=1)
     lease = running_on(job, server, gpu_indices=(0,), cpus=1, mem_gb=10.0)
@@ -85,6 +88,23 @@ def test_without_the_agents_resize_feature_a_resize_is_a_restart(user, fifo_tune
     lease.refresh_from_db()
     assert lease.ended_at is not None and (lease.num_cpus, lease.mem_gb) == (1, 10.0)
     assert kinds(job)[-2:] == ["preempted", "rescheduled"] and "resized" not in kinds(job)
+
+
+def test_weighing_restarts_a_young_job_is_not_restarted_for_a_resize_its_agent_cannot_make_live(
+    user, fifo_tune
+):
+    # Restart costs on (the default): on a server without live resizes the resize is a restart, and a
+    # job within its minimum run time is kept as it is, neither resized nor restarted.
+    server = make_server("n1")
+    job = submit(user, gpus=1)
+    lease = running_on(job, server, gpu_indices=(0,), cpus=1, mem_gb=10.0)
+
+    sround = scheduling_round_run()
+
+    assert (sround.num_resized, sround.num_preempted) == (0, 0)
+    assert lease_of(job).pk == lease.pk
+    assert (lease_of(job).num_cpus, lease_of(job).mem_gb) == (1, 10.0)
+    assert RoundDecision.objects.get(round=sround, job=job).reason == "min_run_time"
 
 
 def _lease(allocation_id: int, server_id: int, indices: tuple[int, ...]) -> ActiveLease:

@@ -122,7 +122,7 @@ def test_a_service_error_shows_next_to_its_field_and_keeps_what_was_typed(user, 
             {"workload": "res18", "qos_max_latency_s": "-5"},
             "qos_max_latency_s",
             "The maximum latency takes MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or 30m, 6h, 1h30m, "
-            "2d): &#x27;-5&#x27; is not a duration",
+            "3h30, 2d): &#x27;-5&#x27; is not a duration",
         ),
         ({"workload": "res18", "time_limit": "soon"}, "time_limit", "The time limit takes MM, MM:SS"),
         ({"workload": "res18", "time_limit": "UNLIMITED"}, "time_limit", "leave it empty for none"),
