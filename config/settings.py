@@ -282,12 +282,17 @@ ATTUNE_SCHEDULER = {
     # Per-job decisions of each round (1,000 jobs x 1,440 rounds a day add up); rounds themselves stay.
     "round_decision_retention_days": env.int("ATTUNE_ROUND_DECISION_RETENTION_DAYS", default=7),
     # Admission: refuse a submission whose QoS target the forecast says cannot be met (else accept
-    # it and say so). The forecast looks this far ahead, with this much computing at submission; a
-    # worker finishes longer ones with the background budget.
+    # it and say so). The forecast looks this far ahead, with this much computing at submission (a
+    # short queue, no worker, or a QoS target that may refuse); past a short queue the forecasts
+    # worker answers: it plays the running jobs and the first `forecast_window_jobs` pending ones,
+    # waited for by the submission's answer at most `admission_answer_wait_s`.
     "reject_unattainable_qos": env.bool("ATTUNE_REJECT_UNATTAINABLE_QOS", default=False),
     "forecast_horizon_h": env.float("ATTUNE_FORECAST_HORIZON_H", default=168.0),
     "forecast_time_budget_s": env.float("ATTUNE_FORECAST_TIME_BUDGET_S", default=2.0),
-    "forecast_background_budget_s": env.float("ATTUNE_FORECAST_BACKGROUND_BUDGET_S", default=120.0),
+    "forecast_window_jobs": env.int("ATTUNE_FORECAST_WINDOW_JOBS", default=1000),
+    "admission_in_request_max_jobs": env.int("ATTUNE_ADMISSION_IN_REQUEST_MAX_JOBS", default=50),
+    "admission_answer_wait_s": env.float("ATTUNE_ADMISSION_ANSWER_WAIT_S", default=0.5),
+    "admission_forecast_min_interval_s": env.float("ATTUNE_ADMISSION_FORECAST_MIN_INTERVAL_S", default=0.25),
     # After a round every live job is re-forecast (the times the pages show) within this budget, by a
     # task on the `forecasts` queue (services/forecast_refresh.py), started at most once per interval.
     # Twice the budget: in a burst of rounds (one every ~2 s) refreshes that spend all of it take about

@@ -26,7 +26,6 @@ class SchedulerConf:
     reject_unattainable_qos: bool
     forecast_horizon_h: float
     forecast_time_budget_s: float
-    forecast_background_budget_s: float
     forecast_refresh_budget_s: float
     forecast_refresh_min_interval_s: float
     forecast_refresh_pacing: float
@@ -72,7 +71,6 @@ def scheduler_conf() -> SchedulerConf:
         reject_unattainable_qos=bool(raw.get("reject_unattainable_qos", False)),
         forecast_horizon_h=float(raw.get("forecast_horizon_h", 168)),
         forecast_time_budget_s=float(raw.get("forecast_time_budget_s", 2.0)),
-        forecast_background_budget_s=float(raw.get("forecast_background_budget_s", 120.0)),
         forecast_refresh_budget_s=float(raw.get("forecast_refresh_budget_s", 5.0)),
         forecast_refresh_min_interval_s=float(raw.get("forecast_refresh_min_interval_s", 10.0)),
         forecast_refresh_pacing=float(raw.get("forecast_refresh_pacing", 4.0)),
