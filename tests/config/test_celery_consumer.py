@@ -4,6 +4,7 @@ exits there (the cause, kept in view)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -62,6 +63,8 @@ def _outages_survived(
         "BROKER": server.url(0),
         "CONSUMER": consumer,
         "DJANGO_SETTINGS_MODULE": "config.settings",
+        # The suite's key (tests/conftest.py): a worker refuses the public default with DEBUG=0.
+        "SECRET_KEY": os.environ["SECRET_KEY"],
     }
     log_path = tmp_path / "worker.log"
     argv = [sys.executable, "-m", "celery", "-A", "outages_app", "worker", "--pool", "solo", "-l", "INFO"]
