@@ -5,6 +5,9 @@ import os
 import pytest
 from django.conf import settings
 
+# One chromium for the whole session, for every package with browser tests (tests/browser_support.py).
+from tests.browser_support import browser_page, chromium_browser  # noqa: F401
+
 # The service processes the end-to-end and fault tests start (gunicorn, Celery) inherit this: with
 # DEBUG=0 they refuse the repository's public default key (config/secret_key.py).
 os.environ.setdefault("SECRET_KEY", "attune-test-suite-only-secret-key-not-for-any-deployment")

@@ -195,6 +195,13 @@ def job_create(**fields: Any) -> Job:
     return Job.objects.create(state=JobState.PENDING, **fields)
 
 
+def jobs_create_bulk(rows: Sequence[dict[str, Any]]) -> list[Job]:
+    """Store many newly submitted jobs (an array's tasks after its first) in one statement, PENDING,
+    like job_create; their `submitted` events are the caller's."""
+    transition_check(NEW, JobState.PENDING)
+    return Job.objects.bulk_create([Job(state=JobState.PENDING, **row) for row in rows], batch_size=1000)
+
+
 def jobs_history_insert(histories: Sequence[tuple[Job, Sequence[tuple[str, datetime]]]]) -> list[Job]:
     """Store jobs that come with a past (a bench's synthetic cluster): each unsaved job with its way from
     NEW as (state, at) steps, e.g. [(PENDING, submitted), (RUNNING, started), (COMPLETED, finished)].

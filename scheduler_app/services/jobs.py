@@ -27,7 +27,7 @@ from scheduler_app.services.job_lifecycle import (
     job_create,
     job_event,
     job_events_record,
-    transition_check,
+    jobs_create_bulk,
     transition_event,
 )
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
@@ -414,14 +414,7 @@ def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
         # array has up to 1,000 tasks), refer to it.
         first.array_job, first.array_task_id = first, task_ids[0]
         first.save(update_fields=["array_job", "array_task_id"])
-        transition_check(NEW, JobState.PENDING)
-        jobs += Job.objects.bulk_create(
-            [
-                Job(state=JobState.PENDING, array_job=first, array_task_id=task_id, **fields)
-                for task_id in task_ids[1:]
-            ],
-            batch_size=1000,
-        )
+        jobs += jobs_create_bulk([dict(fields, array_job=first, array_task_id=t) for t in task_ids[1:]])
     # One statement each for the dependencies and the events of every task (an array has up to 1,000).
     through = Job.depends_on.through
     through.objects.bulk_create(

@@ -15,8 +15,7 @@ from config.auth_settings import sign_in_settings
 from tests.auth.ldap_server import GROUPS, PEOPLE, LabGroup, LabUser, Slapd, slapd_missing
 from tests.auth.oidc_server import OIDCProvider, ProviderUser, provider_missing
 
-# The browser tests use tests/browser's chromium and page fixtures.
-from tests.browser.conftest import browser_page, chromium_browser  # noqa: F401
+# The browser tests use the suite's chromium and page fixtures (tests/browser_support.py).
 
 LDAP_USERS = [
     LabUser("alice", "alice-ldap-pw", "Alice", "Liddell", 10001),

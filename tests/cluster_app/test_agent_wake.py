@@ -103,7 +103,7 @@ def rounds(settings, monkeypatch):
         "scheduler_app.services.round_requests.scheduling_round_request", lambda *, trigger: None
     )
     monkeypatch.setattr("notify_app.services.notifications_dispatch", lambda *, notification_ids: None)
-    monkeypatch.setattr("scheduler_app.services.admission._request_completion", lambda job_id: None)
+    monkeypatch.setattr("scheduler_app.services.admission.admission_forecast_request", lambda: None)
 
 
 def wake_callbacks(callbacks) -> list:
