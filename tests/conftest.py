@@ -11,6 +11,10 @@ from tests.browser_support import browser_page, chromium_browser  # noqa: F401
 # The service processes the end-to-end and fault tests start (gunicorn, Celery) inherit this: with
 # DEBUG=0 they refuse the repository's public default key (config/secret_key.py).
 os.environ.setdefault("SECRET_KEY", "attune-test-suite-only-secret-key-not-for-any-deployment")
+# pytest-django may have loaded the settings before this file (with the demo's default key): the test
+# process signs what those processes check (agent wait tickets, tokens), so it uses the same key.
+if settings.configured:
+    settings.SECRET_KEY = os.environ["SECRET_KEY"]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

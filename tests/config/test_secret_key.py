@@ -16,7 +16,10 @@ GOOD_KEY = "k3Qw-9fZ_u2nXbT7rLp0sVd4hJc8mYe1aGo6iNq5tRwUz"
 
 
 def _env(**values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+    # Not the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE either (tests/browser_support.py): a deployment
+    # has no such thing, and `check --deploy` says so (async.E001).
+    scrubbed = ("SECRET_KEY", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    env = {k: v for k, v in os.environ.items() if k not in scrubbed}
     return {**env, "DJANGO_SETTINGS_MODULE": "config.settings", **values}
 
 

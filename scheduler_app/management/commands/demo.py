@@ -96,6 +96,12 @@ class Command(BaseCommand):
         agent_dir = opts["agent_dir"] or Path(settings.VAR_DIR) / "agent"
         started_at = timezone.now()  # "ready": registered by this demo's agents, not a previous run's
         agents = {name: self._start_agent(name, url, opts["time_scale"], agent_dir) for name in AGENT_NAMES}
+        # `kill` (SIGTERM) stops the demo like Ctrl-C: through the finally below, agents and their jobs too
+        # (Python's default would end this process alone and leave the agents running). The agents'
+        # watcher stops it the same way (a SIGINT would do nothing where it is ignored, as in a job
+        # started in the background by a non-interactive shell).
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        self._failure = ""
         stop = threading.Event()
         threading.Thread(target=self._rounds, args=(stop, opts["round_s"]), daemon=True).start()
         threading.Thread(
@@ -109,10 +115,6 @@ class Command(BaseCommand):
             daemon=True,
         ).start()
         self.stdout.write(f"demo: starting the web server at {url}/ and three agents (logs in {agent_dir}/)")
-        # `kill` (SIGTERM) stops the demo like Ctrl-C: through the finally below, agents and their jobs too
-        # (Python's default would end this process alone and leave the agents running).
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        self._failure = ""
         try:
             call_command("runserver", opts["addr"], use_reloader=False)
         finally:
@@ -222,7 +224,8 @@ class Command(BaseCommand):
                     tail = log_tail(agent_dir / name / "agent.log")
                     self.stderr.write(f"demo: agent {name} exited (code {code}); its log ends:\n{tail}")
                 self._failure = "an agent stopped (see above); the demo stopped with it"
-                _thread.interrupt_main()  # runserver ends, the finally of handle() stops the other agents
+                # runserver ends, the finally of handle() stops the other agents
+                _thread.interrupt_main(signal.SIGTERM)
                 return
             if announced:
                 continue
