@@ -101,7 +101,8 @@ def guarded_plan(
         plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids, policy)
     else:
         plan = free_plan
-    if _restarted(plan, running, young_ids, policy):
+    restarted = _restarted(plan, running, young_ids, policy)
+    if restarted:
         kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids, policy)
         kept_value = plan_value(kept.placements(), ordered, now_s, policy, snapshot=snapshot)
         best, best_advantage = kept, 0.0
@@ -109,7 +110,8 @@ def guarded_plan(
         # The moving plan's restarts that gain their own jobs nothing (the same speed or less elsewhere,
         # or a preemption) pay only if they make room that others use: the same plan decided with
         # those jobs kept where they are is weighed too, and the better of the two wins.
-        selfless = [j for j in _restarted(plan, running, young_ids, policy) if not _gains(j, plan)]
+        placements = plan.placements()
+        selfless = [j for j in restarted if not _gains(j, placements.get(j.job_id))]
         if selfless:
             stay = young_ids | {j.job_id for j in selfless}
             pinned = [j for j in running if j.job_id in stay]  # policy order, as _pinned_plan wants
@@ -147,9 +149,8 @@ def _restarted(
     ]
 
 
-def _gains(job: JobView, plan: RoundPlan) -> bool:
-    """Whether `plan` runs the job faster than it runs now (a move or resize for its own sake)."""
-    placement = plan.placements().get(job.job_id)
+def _gains(job: JobView, placement: Placement | None) -> bool:
+    """Whether `placement` runs the job faster than it runs now (a move or resize for its own sake)."""
     assert job.current is not None
     return placement is not None and placement.speedup > job.current.speedup * (1.0 + 1e-9)
 

@@ -6,9 +6,10 @@ credit a plan that keeps every running job looks as if its waiting jobs never st
 that starts one of them at once (several restarts) looks worth it even when the same job would start
 a minute later anyway, when a running job ends. This estimates those later starts: each placed job
 releases its GPUs at its predicted finish; waiting jobs, in the policy's order, take the earliest time
-from which enough GPUs stay free (on one server for a job that fits on one, across servers otherwise)
-and hold them until they finish. An estimate for weighing plans, not a forecast: GPUs only (cores
-and memory follow them in proportion), and a waiting job runs at its proportional speed.
+from which enough GPUs of one server stay free and hold them until they finish. An estimate for
+weighing plans, not a forecast: GPUs only (cores and memory follow them in proportion), a waiting job
+runs at its proportional speed, and one that needs several servers gets no start (the plans compared
+are valued alike).
 """
 
 from __future__ import annotations

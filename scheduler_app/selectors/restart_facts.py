@@ -25,6 +25,12 @@ def lease_run_started_at(*, started_at: datetime, agent_started_at: datetime | N
     return agent_started_at or started_at
 
 
+def own_seconds(wall_s: float, time_scale: float | None) -> float:
+    """`wall_s` seconds of a lease's run in its job's own time, the clock of its profile and start-up:
+    a fake node (--time-scale 0.05) runs 20 of them each wall second; a real node, one."""
+    return wall_s / (time_scale or 1.0)
+
+
 def lease_lost_work_s(
     *,
     started_at: datetime,
@@ -37,7 +43,7 @@ def lease_lost_work_s(
     core.restarts.run_lost_s (the run since the last checkpoint, or all of it without checkpoints).
     In the job's own time, like its start-up and profile: a fake node's wall seconds over its scale."""
     start = lease_run_started_at(started_at=started_at, agent_started_at=agent_started_at)
-    run_s = max(0.0, (max(ended_at, started_at) - start).total_seconds()) / (time_scale or 1.0)
+    run_s = own_seconds(max(0.0, (max(ended_at, started_at) - start).total_seconds()), time_scale)
     return run_lost_s(run_s, checkpoint_every_s)
 
 

@@ -34,7 +34,7 @@ from scheduler_app.models import (
     Team,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases
-from scheduler_app.selectors.restart_facts import checkpoint_every_s_of
+from scheduler_app.selectors.restart_facts import checkpoint_every_s_of, own_seconds
 from scheduler_app.selectors.round_jobs import JobLike
 
 
@@ -137,7 +137,7 @@ def _restart_facts(
     else:
         startup_s = scheduler_conf().own_command_startup_s
     own_ages_s = [
-        max(0.0, now_s - lease.run_started_at.timestamp()) / (time_scales.get(lease.server_id) or 1.0)
+        own_seconds(max(0.0, now_s - lease.run_started_at.timestamp()), time_scales.get(lease.server_id))
         for lease in leases or ()
         if lease.run_started_at is not None
     ]

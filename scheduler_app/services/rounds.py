@@ -91,12 +91,12 @@ def _round(trigger: str) -> SchedulingRound:
     jobs = [job for job in jobs if job.pk not in held]
     profiling_runs_dispatch(now=now, genie=False)  # GENIE's runs gate no job: leftovers only, below
     inputs = round_inputs(servers=servers, jobs=jobs, now=now)
+    # Servers whose agents apply a change of cores or memory to running jobs in place; a job resized
+    # elsewhere is restarted (round_apply._resize_of), and the restart costs price it so.
+    resizable = frozenset(s.id for s in servers if s.live_resize)
     restarts = conf.restarts
     if restarts is not None:
-        # A resize on a server whose agent cannot make it live is a restart there (round_apply too).
-        restarts = dataclasses.replace(
-            restarts, static_servers=frozenset(s.id for s in servers if not s.live_resize)
-        )
+        restarts = dataclasses.replace(restarts, static_servers=frozenset(s.id for s in servers) - resizable)
     plan = schedule_round(
         inputs.snapshot,
         inputs.views,
@@ -108,9 +108,6 @@ def _round(trigger: str) -> SchedulingRound:
         restarts=restarts,
     )
     all_gpus = sum(s.num_gpus for s in servers)
-    # Servers whose agents apply a change of cores or memory to running jobs in place; a job resized
-    # elsewhere is restarted (round_apply._resize_of).
-    resizable = frozenset(s.id for s in servers if s.live_resize)
     skipped = round_plan_recheck(inputs, plan.decisions, all_gpus=all_gpus, resizable=resizable)
     started_at = now
     # The writes are dated once the round holds the rows it writes: a job that finished while the round
