@@ -7,6 +7,7 @@ foreground as a child process and waits until it answers; `add_lab()` loads the 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import ldap
 from ldap import modlist
+
+from tests.faults.stack import kill_group
 
 SLAPD = "/usr/sbin/slapd"
 SCHEMA_DIR = Path("/etc/ldap/schema")
@@ -77,7 +80,10 @@ class Slapd:
         log = (self.root / "slapd.log").open("wb")
         # -d 0: stay in the foreground (a child the fixture can stop), logging nothing but errors.
         self.process = subprocess.Popen(
-            [SLAPD, "-f", str(conf), "-h", f"{self.uri}/", "-d", "0"], stdout=log, stderr=subprocess.STDOUT
+            [SLAPD, "-f", str(conf), "-h", f"{self.uri}/", "-d", "0"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # stopped as a group (kill_group)
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -91,13 +97,7 @@ class Slapd:
         raise RuntimeError(f"slapd did not answer on {self.uri} in {timeout_s} s")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        kill_group(self.process, signal.SIGTERM)
         shutil.rmtree(self.root / "db", ignore_errors=True)
 
     def _admin(self) -> ldap.ldapobject.LDAPObject:

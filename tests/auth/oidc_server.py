@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.faults.stack import kill_group
 
 PROVIDER_DIR = Path(__file__).resolve().parent / "oidc_provider"
 
@@ -74,6 +77,7 @@ class OIDCProvider:
             cwd=PROVIDER_DIR,
             stdout=log_path.open("wb"),
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # stopped as a group (kill_group)
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -90,13 +94,7 @@ class OIDCProvider:
         raise RuntimeError(f"the OIDC provider did not answer on {self.issuer} in {timeout_s} s")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        kill_group(self.process, signal.SIGTERM)
 
     def environment(self) -> dict[str, str]:
         """Attune's ATTUNE_OIDC_* variables for this provider, read from its discovery document, as
