@@ -10,11 +10,12 @@ through `model_rows` (infra/raw_rows.py: raw()'s conversions, its per-query set-
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from uuid import UUID
 
 from django.db import connection
 
-from cluster_app.models import Server
+from cluster_app.models import NodeState, Server
 from infra.raw_rows import model_rows
 from infra.vendor import is_postgresql
 from profiles_app.models import Workload
@@ -151,3 +152,21 @@ def applier_backlog() -> tuple[int, int]:
         cursor.execute(sql)
         reports, job_ends = cursor.fetchone()
     return int(reports), int(job_ends)
+
+
+def silent_sibling_servers(*, allocation: Allocation, heard_since: datetime) -> list[str]:
+    """Names of the servers holding another live part of this lease's placement (same job, same
+    start) that are silent: NOT_RESPONDING or DOWN, or without a heartbeat since `heard_since` (the
+    liveness sweep may not have run yet). Read only when a part of a job on several servers fails."""
+    siblings = (
+        Allocation.objects.filter(job_id=allocation.job_id, started_at=allocation.started_at, ended_at=None)
+        .exclude(pk=allocation.pk)
+        .select_related("server", "server__heartbeat")
+    )
+    silent = []
+    for sibling in siblings:
+        server = sibling.server
+        heard_at = server.last_heartbeat_at or server.created_at
+        if server.state in (NodeState.NOT_RESPONDING, NodeState.DOWN) or heard_at < heard_since:
+            silent.append(server.name)
+    return sorted(silent)

@@ -202,17 +202,23 @@ def job_finish(
 
 @transaction.atomic
 def job_requeue(
-    *, job: Job, reason: str, now: datetime | None = None, lost_work_s: float | None = None
+    *,
+    job: Job,
+    reason: str,
+    now: datetime | None = None,
+    lost_work_s: float | None = None,
+    via: str | None = None,
 ) -> Job:
     """Send a running job back to the queue with its progress (jobs_requeue): its leases end (with the
     work they lose, `lost_work_s`: a restart), an early round. For stops that are nobody's fault (the
     agent shut down). The caller holds the job row locked and writes the progress it changed
-    (report_apply does)."""
+    (report_apply does). `via`: the passing state it goes through (NODE_FAIL: a server it ran on was
+    lost)."""
     now = now or timezone.now()
     transition_check(job.state, JobState.PENDING)  # refused before its leases end
     lost = {job.pk: lost_work_s} if lost_work_s is not None else None
     job_allocations_end(job_ids=[job.pk], reason=reason, now=now, lost_work_s=lost)
-    jobs_requeue(jobs=[job], reason=reason, now=now)
+    jobs_requeue(jobs=[job], reason=reason, now=now, via=via)
     scheduling_round_request_on_commit(trigger="requeue")
     return job
 

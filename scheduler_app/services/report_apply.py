@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from cluster_app.conf import node_conf
 from infra.bulk_sql import update_from_values
 from profiles_app.selectors import (
     workload_interference_factor,
@@ -33,7 +34,7 @@ from scheduler_app.models import (
     JobEvent,
     JobState,
 )
-from scheduler_app.selectors.agent_reports import leases_with_rank
+from scheduler_app.selectors.agent_reports import leases_with_rank, silent_sibling_servers
 from scheduler_app.selectors.restart_facts import checkpoint_every_s_of, lease_lost_work_s
 from scheduler_app.services.job_control import job_finish, job_requeue
 from scheduler_app.services.job_lifecycle import job_event, job_events_record
@@ -358,6 +359,26 @@ def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) 
         reason = str(stop) if str(stop).startswith("agent") else f"agent_{stop}"
         job_requeue(job=job, reason=reason, now=now, lost_work_s=_lost_work_s(job, allocation, now=now))
         return [event]
+    if allocation.num_servers > 1 and not oom and not (exit_code == 0 and all_done):
+        silent = silent_sibling_servers(
+            allocation=allocation,
+            heard_since=now - timedelta(seconds=node_conf().not_responding_after_s),
+        )
+        if silent:
+            # A part of a job on several servers fails when another part's server is lost: that part's
+            # fence stops it and the collective errors out here, often before the liveness sweep marks
+            # the server DOWN. The node failure is the cause, so the job goes back to the queue whole,
+            # as the sweep would send it (Slurm: NODE_FAIL), not FAILED. Its next start waits for every
+            # earlier lease's exit or fence (selectors/lease_starts.py): nothing runs twice.
+            event.data["silent_servers"] = silent
+            job_requeue(
+                job=job,
+                reason="node_down",
+                now=now,
+                lost_work_s=_lost_work_s(job, allocation, now=now),
+                via=JobState.NODE_FAIL,
+            )
+            return [event]
     if oom:
         job_finish(
             job=job, state=JobState.OUT_OF_MEMORY, now=now, exit_code=exit_code, reason="oom", data=info

@@ -243,6 +243,38 @@ def test_when_one_part_fails_every_part_is_stopped_and_the_job_fails_as_one(two_
     assert [c["kind"] for c in commands] == ["cancel"]
 
 
+@pytest.mark.parametrize("silence", ["no heartbeat lately", "marked NOT_RESPONDING"])
+def test_a_part_failing_while_another_parts_server_is_silent_requeues_the_job_as_a_node_failure(
+    two_servers, silence
+):
+    """The lost server's fence stops its part and the survivor's collective errors out, often before
+    the liveness sweep marks that server DOWN: the job is not FAILED but back in the queue, whole."""
+    from datetime import timedelta
+
+    from cluster_app.models import NodeState, ServerHeartbeat
+    from scheduler_app.models import JobEvent
+
+    job, rank0, rank1 = _two_node_job(two_servers)
+    _report(rank0, 1, "progress", done_iters=40, iters_per_s=3.0)
+    lost = rank1.server
+    if silence == "marked NOT_RESPONDING":
+        lost.state = NodeState.NOT_RESPONDING
+        lost.save(update_fields=["state"])
+    else:
+        ServerHeartbeat.objects.update_or_create(
+            server=lost, defaults={"at": timezone.now() - timedelta(hours=1)}
+        )
+    _report(rank0, 2, "exited", exit_code=1, signal=None, oom=False)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.done_iters == 40 and job.exit_code is None
+    assert active(job) == []
+    assert JobEvent.objects.filter(job=job, to_state=JobState.NODE_FAIL, reason="node_down").exists()
+    exited = JobEvent.objects.get(job=job, kind="lease_exited")
+    assert exited.data["silent_servers"] == [lost.name]
+    # The lost server's agent, back, is told to stop its orphaned part.
+    assert [c["kind"] for c in agent_commands(server=lost, running=[rank1.lease_id])] == ["cancel"]
+
+
 def test_a_script_named_by_nothing_is_named_after_its_file_and_a_relative_chdir_follows_submit_dir(
     two_servers,
 ):
