@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import sys
 import uuid
 from collections.abc import Callable
@@ -31,6 +33,15 @@ class CliError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.fields = fields or {}
+
+
+def _plain_text(response: httpx.Response) -> str:
+    """A body that is not JSON, as one short line: an HTML page's title, else its first 200 characters."""
+    text = response.text
+    if "html" in response.headers.get("content-type", ""):
+        title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        text = html.unescape(title.group(1)) if title else re.sub(r"<[^>]+>", " ", text)
+    return " ".join(text.split())[:200]
 
 
 def error_lines(body: Any) -> list[str]:
@@ -91,7 +102,13 @@ class Api:
         try:
             body = response.json() if response.content and not (text and response.is_success) else None
         except ValueError:
-            body = response.text[:500]
+            body = _plain_text(response)
+        if response.status_code >= 500 and not isinstance(body, dict):
+            # A crash page (HTML under DEBUG) or a proxy's: nothing the user can act on but where to look.
+            raise CliError(
+                f"the Attune service at {self.server} failed on {method} {path} (HTTP "
+                f"{response.status_code}); its log says why"
+            )
         if response.status_code == 403:
             # Logged in, but not allowed: the service says what (another user's job, staff only...).
             raise CliError("\n".join(error_lines(body)) if body else "not allowed (HTTP 403)")

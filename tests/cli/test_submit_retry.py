@@ -114,3 +114,31 @@ def test_a_403_shows_the_service_s_reason_and_a_401_asks_for_a_login(service, ca
     assert "login" not in err
     code, _, err = run(capsys, "--token", "wrong", "cancel", str(other.pk))
     assert code == 1 and "does not know you: run `python -m cli login`" in err
+
+
+def test_a_crash_page_is_reported_as_the_service_failing_not_printed(no_pauses):
+    """Django's debug page (or a proxy's) is HTML: the user gets one line saying where to look."""
+    page = (
+        "<!DOCTYPE html><html><head><title>IntegrityError at /api/v1/jobs/</title></head><body>" + "x" * 5000
+    )
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, text=page, headers={"content-type": "text/html; charset=utf-8"})
+
+    api = Api("http://attune.test", "t", transport=httpx.MockTransport(answer))
+    with pytest.raises(CliError) as raised:
+        api.request("GET", "/api/v1/jobs/")
+    message = str(raised.value)
+    assert message == (
+        "the Attune service at http://attune.test failed on GET /api/v1/jobs/ (HTTP 500); its log says why"
+    )
+
+
+def test_a_refusal_in_html_is_shown_by_its_title():
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = "<html><head><title>Bad Request (400)</title></head><body><h1>Bad Request</h1></body></html>"
+        return httpx.Response(400, text=body, headers={"content-type": "text/html"})
+
+    api = Api("http://attune.test", "t", transport=httpx.MockTransport(answer))
+    with pytest.raises(CliError, match=r"^Bad Request \(400\)$"):
+        api.request("GET", "/api/v1/jobs/")
