@@ -353,12 +353,18 @@ class SimRun:
     """The mutable state of one simulation: who is active and running, and the running totals.
 
     `in_place`: a change of cores or memory on the same GPUs continues the lease (no restart).
+    `progress_blind`: the rounds read neither progress nor the clock (a static order, an allocator
+    that does not read progress, no restart guard: what lets simulate() reuse a plan), so a job's
+    JobView is built again only when its placement changes, not after every round it runs.
     """
 
-    def __init__(self, *, round_s: float, round_end: bool, in_place: bool = False) -> None:
+    def __init__(
+        self, *, round_s: float, round_end: bool, in_place: bool = False, progress_blind: bool = False
+    ) -> None:
         self.round_s = round_s
         self.round_end = round_end
         self.in_place = in_place
+        self.progress_blind = progress_blind
         self.active: dict[int, SimJob] = {}  # arrived and unfinished, in arrival order
         self.running: dict[int, SimJob] = {}  # placed in the previous round, unfinished
         self.infeasible = 0
@@ -384,7 +390,7 @@ class SimRun:
         """Apply one round's plan for `interval_s` (default: a round); returns how many jobs were
         placed and those that finished."""
         active = self.active
-        round_end, in_place = self.round_end, self.in_place
+        round_end, in_place, blind = self.round_end, self.in_place, self.progress_blind
         round_s = self.round_s if interval_s is None else interval_s
         new_running: dict[int, SimJob] = {}
         done_now: list[SimJob] = []
@@ -420,7 +426,10 @@ class SimRun:
                 self.owner_gained_gpu_s[job.owner_id] += held_s * gpus
             job.current = placement
             job.has_run = True
-            job.view = None
+            if not (blind and same and placement.speedup == previous.speedup):  # type: ignore[union-attr]
+                # Its view's progress and placement are out of date (a blind round reads only the
+                # placement, and an equal one is as good as the one the view holds).
+                job.view = None
             sums[0] += gpus
             sums[1] += cpus
             sums[2] += mem_gb

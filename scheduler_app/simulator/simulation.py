@@ -193,7 +193,11 @@ def simulate(
 
     snapshot = cluster.snapshot()  # immutable: shared by every round
     in_place = restarts is not None and restarts.resize_in_place
-    run = SimRun(round_s=round_s, round_end=finish_at_round_end, in_place=in_place)
+    # Under a static order (FIFO) and an allocator blind to progress and the clock, with no restart
+    # guard (which reads lease ages and the clock), a round's plan depends only on which jobs are
+    # active and where each ran (see can_reuse below).
+    can_reuse = policy_obj.static_order and not allocator_obj.reads_progress and restarts is None
+    run = SimRun(round_s=round_s, round_end=finish_at_round_end, in_place=in_place, progress_blind=can_reuse)
     active = run.active
     num_jobs = len(sim_jobs)
     next_idx = 0  # next job of sim_jobs (sorted by arrival) to admit
@@ -201,12 +205,10 @@ def simulate(
     last_reported = -1
     stopped_early = False
 
-    # Under a static order (FIFO) and an allocator blind to progress and the clock, with no restart
-    # guard (which reads lease ages and the clock), a round's plan depends only on which jobs are
-    # active and where each ran: once a plan keeps every job where it was and no job arrives, finishes
-    # or is dropped, the next round's inputs are the same and so is its plan (engine.schedule_round is
-    # pure), so it is reused instead of decided again. Exact: every round is still applied one by one.
-    can_reuse = policy_obj.static_order and not allocator_obj.reads_progress and restarts is None
+    # When plans depend only on which jobs are active and where each ran (can_reuse), once a plan keeps
+    # every job where it was and no job arrives, finishes or is dropped, the next round's inputs are
+    # the same and so is its plan (engine.schedule_round is pure), so it is reused instead of decided
+    # again. Exact: every round is still applied one by one.
     steady_plan: RoundPlan | None = None
     decided = 0  # rounds decided by schedule_round (the others reused a steady plan)
 
