@@ -14,7 +14,6 @@ from typing import Any
 
 from agent.accounts import (
     TRAVERSE_ONLY_MODE,
-    Account,
     AccountError,
     JobIdentity,
 )
@@ -28,7 +27,8 @@ from agent.launcher import (
     classify_oom,
 )
 from agent.lease_output import logs_spool, output_offsets_at_launch, progress_spool
-from agent.lease_profiles import SAFE_LEASE_ID, ProfileRuns
+from agent.lease_profiles import ProfileRuns
+from agent.lease_spec import launch_spec_of
 from agent.lease_state import Lease, StartError, output_tail_lines, spec_from_record
 from agent.profiler import ProfileTask
 from agent.resize import lease_resize, resized_cpus
@@ -438,66 +438,15 @@ class LeaseManager(ProfileRuns):
         return tuple(sorted(by_use[: min(num_cpus, self.num_cpus)]))
 
     def _spec_for(self, lease_id: str, command: dict[str, Any], cpus: tuple[int, ...]) -> LaunchSpec:
-        if not SAFE_LEASE_ID.match(lease_id):
-            raise StartError(f"unsafe lease id {lease_id!r}")
-        script = command.get("script")
-        if script is not None and not isinstance(script, str):
-            raise StartError(f"script must be a string, not {type(script).__name__}")
-        argv = command.get("argv") or []
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not (argv or script):
-            raise StartError(f"argv must be a non-empty list of strings, not {command.get('argv')!r}")
-        gpu_uuids = tuple(command.get("gpu_uuids") or [])
-        unknown = [u for u in gpu_uuids if u not in self.gpu_uuids]
-        if unknown:
-            raise StartError(f"this node has no GPU {', '.join(unknown)}")
-        mem_gb = float(command.get("mem_gb") or 0)
-        if mem_gb <= 0:
-            raise StartError(f"mem_gb must be positive, not {command.get('mem_gb')!r}")
-        run_as = command.get("run_as") or None
-        if run_as is not None and not isinstance(run_as, str):
-            raise StartError(f"run_as must be an account name, not {run_as!r}")
-        account = self.identity.account_for(run_as)  # AccountError: no such account, root, not ours
-        job_id = command.get("job_id")
-        lease_dir = self.work_dir / "leases" / lease_id
-        # Per job, not per lease: a preempted job resumes from it on its next lease on this node. A
-        # directory of its own, the account's alone, so that no other job can read the checkpoint.
-        checkpoint_dir = f"job-{int(job_id)}" if job_id is not None else f"lease-{lease_id}"
-        env = {str(k): str(v) for k, v in (command.get("env") or {}).items()}
-        return LaunchSpec(
-            lease_id=lease_id,
-            job_id=int(job_id) if job_id is not None else None,
-            argv=tuple(argv) if script is None else (),
-            env=env,
-            gpu_uuids=gpu_uuids,
-            cpus=cpus,
-            mem_gb=mem_gb,
-            resume_iters=int(command.get("resume_iters") or 0),
-            lease_dir=lease_dir,
-            checkpoint_path=self.work_dir / "checkpoints" / checkpoint_dir / "checkpoint.json",
+        return launch_spec_of(
+            lease_id,
+            command,
+            cpus,
+            node_gpu_uuids=self.gpu_uuids,
+            work_dir=self.work_dir,
             time_scale=self.time_scale,
-            account=account,
-            workdir=self._workdir(command.get("workdir"), run_as, account),
-            script=script,
-            stdout_path=self._output_path(command, "stdout_path"),
-            stderr_path=self._output_path(command, "stderr_path"),
+            identity=self.identity,
         )
-
-    @staticmethod
-    def _workdir(workdir: Any, run_as: str | None, account: Account) -> str:
-        """The job's working directory: as asked (relative to the home), else the account's home; for a
-        catalog workload (run_as null) "" (its directory in the lease)."""
-        if workdir is not None and not isinstance(workdir, str):
-            raise StartError(f"workdir must be a string, not {workdir!r}")
-        if not workdir:
-            return account.home if run_as else ""
-        return str(Path(account.home) / workdir) if run_as else workdir
-
-    @staticmethod
-    def _output_path(command: dict[str, Any], key: str) -> str:
-        value = command.get(key) or ""
-        if not isinstance(value, str) or "\0" in value:
-            raise StartError(f"{key} must be a path, not {value!r}")
-        return value
 
     def _launch(self, lease_id: str, command: dict[str, Any], cpus: tuple[int, ...]) -> None:
         try:
