@@ -26,6 +26,10 @@ class Allocator(ABC):
     # True when decisions depend on jobs' progress or on the clock (QoS deadlines), not only on
     # which jobs there are and where they ran: a forecast cannot skip rounds for such an allocator.
     reads_progress: ClassVar[bool] = False
+    # True when a job that Synergy's GPU admission leaves out (placement.gpu_admission) is answered
+    # pending (`insufficient_gpus`) and changes no other job's decision: a simulator may then add
+    # such a job, arrived behind the others, to the round's plan without deciding it again.
+    waits_unadmitted: ClassVar[bool] = False
 
     @abstractmethod
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:

@@ -30,6 +30,8 @@ from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 class ProportionalAllocator(Allocator):
     """Admit by GPU count in policy order; place each admitted job at its GPU-proportional share."""
 
+    waits_unadmitted = True  # a job not admitted only gets its pending decision
+
     def __init__(self, placement: str | Score = FIRST_FIT) -> None:
         self.placement = score_named(placement)
 

@@ -391,6 +391,8 @@ class TuneAllocator(Allocator):
     """Synergy-TUNE (see the module docstring for the steps and where we differ from the reference)."""
 
     round_class: type[TuneRound] = TuneRound
+    # Only admitted jobs claim, are placed, count in a plan's throughput or its best case.
+    waits_unadmitted = True
 
     def __init__(
         self, placement: str | Score = PACKED, *, order: str = ORDER_GPUS, repack_gain: float | None = 0.05
