@@ -9,11 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 from profiles_app.catalog import load_catalog
+from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.placement import gpu_admission, infeasible_reasons
 from scheduler_app.core.policies import POLICIES, Policy
 from scheduler_app.core.restarts import RestartPolicy
-from scheduler_app.core.types import Outcome, RoundPlan, SensitivityProfile
+from scheduler_app.core.types import ClusterSnapshot, Decision, Outcome, RoundPlan, SensitivityProfile
 from scheduler_app.simulator.cluster import ClusterSpec
 from scheduler_app.simulator.metrics import ResourceTotals, SimulationResult, jct_stats
 from scheduler_app.simulator.restart_costs import RestartCosts
@@ -95,6 +97,34 @@ def _keeps_everyone(plan: RoundPlan, active: Mapping[int, SimJob]) -> bool:
         if placement is not job.current and placement != job.current:
             return False
     return True
+
+
+def _with_waiting(
+    plan: RoundPlan,
+    arrived: Sequence[SimJob],
+    run: SimRun,
+    snapshot: ClusterSnapshot,
+    policy: Policy,
+    now_s: float,
+) -> RoundPlan | None:
+    """`plan` (a steady plan of the jobs there before) with the jobs just `arrived` pending for want of
+    GPUs, when that is what deciding the round again would give (else None): the policy orders them
+    after every job of `plan`, GPU admission (Synergy's runnable set) leaves each of them out, and the
+    allocator answers such jobs pending without changing anyone else's decision (waits_unadmitted).
+    """
+    ordered = policy.order(run.views(), snapshot, now_s)
+    old = len(plan.decisions)
+    if len(ordered) != old + len(arrived):
+        return None
+    for decision, job in zip(plan.decisions, ordered, strict=False):
+        if decision.job_id != job.job_id:
+            return None  # an arrival goes ahead of a job of the plan (or the plan is not this order)
+    infeasible = infeasible_reasons(ordered, snapshot)
+    admitted = gpu_admission(ordered, infeasible, snapshot.free_gpu_count, snapshot)
+    if any(admitted[old:]) or any(why is not None for why in infeasible[old:]):
+        return None
+    waiting = tuple(Decision(job.job_id, Outcome.PENDING, reasons.INSUFFICIENT_GPUS) for job in ordered[old:])
+    return RoundPlan(plan.decisions + waiting)
 
 
 def simulate(
@@ -210,6 +240,7 @@ def simulate(
     # the same and so is its plan (engine.schedule_round is pure), so it is reused instead of decided
     # again. Exact: every round is still applied one by one.
     steady_plan: RoundPlan | None = None
+    waits_unadmitted = can_reuse and allocator_obj.waits_unadmitted
     decided = 0  # rounds decided by schedule_round (the others reused a steady plan)
 
     def next_round_after_arrival() -> int:
@@ -223,11 +254,18 @@ def simulate(
             stopped_early = True
             logger.warning("stopped at max_time_s=%s with %d jobs unfinished", max_time_s, len(active))
             break
+        first_new = next_idx
         while next_idx < num_jobs and sim_jobs[next_idx].arrival_s <= now_s:
             job = sim_jobs[next_idx]
             active[job.job_id] = job
             next_idx += 1
-            steady_plan = None
+        if next_idx > first_new and steady_plan is not None:
+            # Arrivals that only queue behind a full cluster leave the others' plan as it was.
+            steady_plan = (
+                _with_waiting(steady_plan, sim_jobs[first_new:next_idx], run, snapshot, policy_obj, now_s)
+                if waits_unadmitted
+                else None
+            )
         if not active:
             if next_idx >= num_jobs:
                 break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.allocators.tune import TuneAllocator
 from scheduler_app.simulator import ClusterSpec, philly_derived_trace, simulate
 from scheduler_app.simulator import simulation as simulation_module
@@ -56,3 +57,27 @@ def test_progress_ordered_policies_decide_every_round(monkeypatch: pytest.Monkey
     monkeypatch.setattr(simulation_module, "schedule_round", counting)
     result = _figures(policy="srtf", allocator="tune")
     assert calls["n"] == result["rounds"]
+
+
+@pytest.mark.parametrize("allocator", ["tune", "proportional"])
+def test_arrivals_queued_behind_a_full_cluster_keep_the_plan(
+    monkeypatch: pytest.MonkeyPatch, allocator: str
+) -> None:
+    """A steady plan takes arrivals that GPU admission leaves out as pending (waits_unadmitted):
+    fewer rounds decided, the same figures as deciding those rounds."""
+    calls = {"n": 0}
+    real = simulation_module.schedule_round
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(simulation_module, "schedule_round", counting)
+    extended = _figures(policy="fifo", allocator=allocator)
+    decided_extended = calls["n"]
+    calls["n"] = 0
+    cls = type(ALLOCATORS.get(allocator)())
+    monkeypatch.setattr(cls, "waits_unadmitted", False)
+    decided = _figures(policy="fifo", allocator=allocator)
+    assert calls["n"] - decided_extended >= 20  # the cluster is full for much of the trace
+    assert extended == decided
