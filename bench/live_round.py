@@ -91,7 +91,7 @@ def core_baseline(repeats: int) -> tuple[float, float, int]:
     now_s = time.time()
     core_s, _ = time_call(
         lambda: schedule_round(
-            inputs.snapshot, inputs.views, policy=conf.policy, allocator=conf.allocator, now_s=now_s
+            inputs.snapshot, inputs.views, policy=conf.policy_obj(), allocator=conf.allocator, now_s=now_s
         ),
         repeats=repeats,
     )

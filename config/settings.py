@@ -307,6 +307,13 @@ ATTUNE_SCHEDULER = {
     "forecast_refresh_pacing": env.float("ATTUNE_FORECAST_REFRESH_PACING", default=4.0),
     # Every user sees every job's summary in the queue (squeue); true: only their own (PrivateData=jobs).
     "private_jobs": env.bool("ATTUNE_PRIVATE_JOBS", default=False),
+    # ATTUNE_POLICY=swaf: a job promised no start (no QoS target, or late) that has waited longer than
+    # max(factor x its remaining execution time, floor) goes ahead of the shortest-first tails and
+    # starts at the next round (docs/genie.md, "Policies": Aging); a maximum wait caps that (0: none);
+    # factor 0: no aging, shortest first without a bound.
+    "aging_factor": env.float("ATTUNE_AGING_FACTOR", default=4.0),
+    "aging_floor_h": env.float("ATTUNE_AGING_FLOOR_H", default=1.0),
+    "aging_max_wait_h": env.float("ATTUNE_AGING_MAX_WAIT_H", default=0.0),
     # ATTUNE_POLICY=fairshare: a user's past GPU-seconds count half after this many hours.
     "fairshare_half_life_h": env.float("ATTUNE_FAIRSHARE_HALF_LIFE_H", default=168.0),
     # MASTER_PORT of multi-node jobs' rendezvous, chosen per placement in this range (torchrun: 29500).

@@ -4,6 +4,13 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from scheduler_app.core.policies import POLICIES, Policy
+from scheduler_app.core.policies.aging import (
+    DEFAULT_AGING,
+    DEFAULT_AGING_FACTOR,
+    DEFAULT_AGING_FLOOR_S,
+    Aging,
+)
 from scheduler_app.core.restarts import RestartPolicy
 
 
@@ -40,6 +47,12 @@ class SchedulerConf:
     redis_url: str
     restarts: RestartPolicy | None  # None: rounds re-decide every job freely (no restart costs)
     own_command_startup_s: float = 30.0  # an own command's start-up until one of its leases measured it
+    aging: Aging | None = DEFAULT_AGING  # the bound on a shortest-first wait (policies/aging.py); None: off
+
+    def policy_obj(self) -> Policy:
+        """The configured policy, with the aging rule where it takes one (Policy.ages)."""
+        cls = POLICIES.get(self.policy)
+        return cls(aging=self.aging) if cls.ages else cls()  # type: ignore[call-arg]
 
     @property
     def progress_deferred(self) -> bool:
@@ -103,4 +116,18 @@ def scheduler_conf() -> SchedulerConf:
         if raw.get("restart_costs", True)
         else None,
         own_command_startup_s=float(raw.get("own_command_startup_s", 30.0)),
+        aging=_aging(raw),
+    )
+
+
+def _aging(raw: dict) -> Aging | None:
+    """The aging rule from the settings: a factor of 0 turns it off, a maximum wait of 0 sets none."""
+    factor = float(raw.get("aging_factor", DEFAULT_AGING_FACTOR))
+    if factor <= 0:
+        return None
+    max_wait_h = float(raw.get("aging_max_wait_h", 0.0))
+    return Aging(
+        factor=factor,
+        floor_s=float(raw.get("aging_floor_h", DEFAULT_AGING_FLOOR_S / 3600.0)) * 3600.0,
+        max_wait_s=max_wait_h * 3600.0 if max_wait_h > 0 else None,
     )

@@ -36,8 +36,9 @@ def schedule_round(
     GPU goes back as soon as a job within quota needs it. Every placed job's speed-up then counts
     GENIE's interference from the communicating jobs it shares servers with (core/interference.py).
     `restarts`: weigh restarts (core/move_guard.py): running jobs stay where they are unless a change
-    pays for itself, and jobs that fit on one server run on one; None re-decides every job freely,
-    as the papers' simulators do.
+    pays for itself, and jobs that fit on one server run on one, except for the jobs the policy says
+    must not wait (an aging rule, Policy.must_not_wait); None re-decides every job freely, as the
+    papers' simulators do.
     Pure: same inputs, same plan.
     """
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
@@ -59,7 +60,10 @@ def schedule_round(
     if restarts is None:
         return decide(ordered, snapshot, {})
     held_back = within_team_quotas(ordered, team_quota_gpus)[1] if team_quota_gpus else set()
-    return guarded_plan(decide, ordered, snapshot, now_s, restarts, never_pinned=held_back)
+    aged = policy_obj.must_not_wait(ordered, snapshot, now_s)
+    return guarded_plan(
+        decide, ordered, snapshot, now_s, restarts, never_pinned=held_back, must_not_wait=aged
+    )
 
 
 def _decide(

@@ -12,7 +12,10 @@ all. What must not wait overrides the guard:
 - a job whose placement is gone (its server lost or drained) is never pinned;
 - a job over its team's quota (a borrower) is never pinned, so the quota's owner gets its GPUs back;
 - a job with a deadline that would be missed by waiting out the minimum run time (its slack is less
-  than that) gets the unguarded plan, if that plan starts it.
+  than that) gets the unguarded plan, if that plan starts it;
+- so does a job the policy says must not wait (`must_not_wait`: SWAF's aged jobs, policies/aging.py):
+  pinned jobs finishing one by one would otherwise let the smaller jobs after it take every GPU
+  freed, and its wait would have no bound.
 A cancel ends a job outside any round. Pure, like the rest of the core.
 """
 
@@ -62,10 +65,12 @@ def guarded_plan(
     policy: RestartPolicy,
     *,
     never_pinned: frozenset[int] | set[int] = frozenset(),
+    must_not_wait: frozenset[int] = frozenset(),
 ) -> RoundPlan:
     """The round's plan with running jobs kept in place unless moving them pays (module docstring).
 
     `never_pinned`: jobs that must give their resources up if the plan says so (borrowers over quota).
+    `must_not_wait`: pending jobs started as soon as the unguarded plan starts them (aged jobs).
     Where resizes are free, the allocator sees each running job as holding its GPUs at no more than
     their proportional cores and memory: its stickiness then keeps GPUs, not surplus cores, so a
     newcomer packs onto a server whose GPUs are free but whose cores a young 1-GPU job was given
@@ -123,7 +128,7 @@ def guarded_plan(
             if advantage > best_advantage:
                 best, best_advantage = candidate, advantage
         plan = best
-    urgent = _urgent_jobs(plan, free_plan, ordered, now_s, policy)
+    urgent = _urgent_jobs(plan, free_plan, ordered, now_s, policy, must_not_wait)
     if not urgent:
         return plan
     # What cannot wait gets its resources, and only those: the running jobs that hold none of the GPUs
@@ -281,21 +286,27 @@ def _regrow(
 
 
 def _urgent_jobs(
-    plan: RoundPlan, free_plan: RoundPlan, ordered: Sequence[JobView], now_s: float, policy: RestartPolicy
+    plan: RoundPlan,
+    free_plan: RoundPlan,
+    ordered: Sequence[JobView],
+    now_s: float,
+    policy: RestartPolicy,
+    must_not_wait: frozenset[int],
 ) -> set[int]:
     """The pending jobs with a deadline that cannot wait out the minimum run time (their slack is
-    less), which the unguarded plan starts and the guarded one does not."""
+    less), or that the policy says must not wait, which the unguarded plan starts and the guarded
+    one does not."""
     if plan is free_plan:
         return set()
     placed, free = plan.placements(), free_plan.placements()
     urgent = set()
     for job in ordered:
-        if (
-            job.deadline_s is None
-            or job.current is not None
-            or job.job_id in placed
-            or job.job_id not in free
-        ):
+        if job.current is not None or job.job_id in placed or job.job_id not in free:
+            continue
+        if job.job_id in must_not_wait:
+            urgent.add(job.job_id)
+            continue
+        if job.deadline_s is None:
             continue
         need_s = job.remaining_iters * job.profile.iter_time_s + job.startup_s
         if job.deadline_s - now_s - need_s < policy.min_run_s:

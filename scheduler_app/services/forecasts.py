@@ -33,7 +33,6 @@ from notify_app.services import notification_qos_at_risk
 from profiles_app.models import Workload
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.move_guard import one_server_views
-from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.types import JobView
 from scheduler_app.models import Job, JobForecast, JobState, PendingReason
 from scheduler_app.selectors import (
@@ -212,7 +211,7 @@ def live_forecast(
     predicted = forecast(
         inputs.snapshot,
         views,
-        policy=conf.policy,
+        policy=conf.policy_obj(),
         allocator=conf.allocator,
         first_round_s=_first_round_at(now, early_round).timestamp(),
         round_s=conf.round_s,
@@ -248,7 +247,7 @@ def _window(
     `window_jobs` pending ones in the policy's order) and the pending ones behind; and the views to
     play forward: under a static order without dependencies, those behind are left out (the forecast
     would leave them out itself, behind its last target), before anything copies them."""
-    policy = POLICIES.get(scheduler_conf().policy)()
+    policy = scheduler_conf().policy_obj()
     pending = [v.job_id for v in policy.order(views, inputs.snapshot, now.timestamp()) if v.current is None]
     if len(pending) <= window_jobs:
         return placeable, [], views
@@ -293,7 +292,7 @@ def queue_positions(queue: LiveQueue, *, now: datetime) -> dict[int, int]:
     round sorts them); jobs the round cannot consider (held, never starting, no schedulable server
     fits them) come last, in submission order."""
     pending = {j.pk: j for j in queue.jobs if j.state == JobState.PENDING}
-    policy = POLICIES.get(scheduler_conf().policy)()
+    policy = scheduler_conf().policy_obj()
     ordered = [
         view.job_id
         for view in policy.order(queue.inputs.views, queue.inputs.snapshot, now.timestamp())

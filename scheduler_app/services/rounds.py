@@ -100,7 +100,7 @@ def _round(trigger: str) -> SchedulingRound:
     plan = schedule_round(
         inputs.snapshot,
         inputs.views,
-        policy=conf.policy,
+        policy=conf.policy_obj(),
         allocator=conf.allocator,
         now_s=now.timestamp(),
         team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),

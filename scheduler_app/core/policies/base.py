@@ -25,6 +25,17 @@ class Policy(ABC):
     static_order: ClassVar[bool] = False
     # True when the order reads JobView.owner_usage_gpu_s, which the live service computes only then.
     reads_owner_usage: ClassVar[bool] = False
+    # True when the constructor takes `aging` (policies/aging.py), the bound on a shortest-first wait
+    # that the live service configures (scheduler_app/conf.py, ATTUNE_AGING_*).
+    ages: ClassVar[bool] = False
+
+    def must_not_wait(
+        self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> frozenset[int]:
+        """Ids of the jobs of `jobs` that have waited long enough (an aging rule, policies/aging.py):
+        the engine starts them as soon as the unguarded plan does, stopping the running jobs that
+        hold their GPUs even where restart costs would keep those in place (core/move_guard.py)."""
+        return frozenset()
 
     @abstractmethod
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:

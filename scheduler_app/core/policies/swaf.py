@@ -13,6 +13,12 @@ speed-up, consolidated). The order, after a higher `priority` (GENIE's "emergenc
 5. jobs without a QoS target, shortest remaining execution time (proportional point) first, as SJF
    orders them: Chronus (PAPERS §2.4) runs its best-effort jobs SRTF, and on a trace without QoS
    targets SWAF is then SJF (docs/reproduction.md, "One default for both papers").
+Aging (aging.py; docs/genie.md, "Policies"): a job of the tails 4-5 whose time in the queue passes
+max(k x its remaining proportional execution time, a floor), capped at a maximum wait when one is
+set, moves between 1 and 2, in arrival order among such jobs, and the engine starts it at the next
+round even where restart costs would keep running jobs in place (Policy.must_not_wait): the
+shortest-first tails then keep no job waiting without bound. Unguaranteed jobs (3) do not age:
+their allowance runs out and they become late (4) first.
 Ties everywhere: (arrival_s, job_id). Where jobs without a deadline go relative to the late QoS jobs
 is our choice (PAPERS says only "best-effort tail"): the late jobs were promised a latency, so they
 keep precedence over jobs that were promised none. Where minimum-rate jobs go is ours too (GENIE's
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.policies.execution import (
     best_execution_s,
@@ -36,7 +43,7 @@ from scheduler_app.core.policies.guarantees import DEFAULT_PLANNABLE_SHARE, ungu
 from scheduler_app.core.throughput import EPS, ServerShape
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
-FEASIBLE, MIN_RATE, UNGUARANTEED, LATE, NO_DEADLINE = 0, 1, 2, 3, 4
+FEASIBLE, AGED, MIN_RATE, UNGUARANTEED, LATE, NO_DEADLINE = 0, 1, 2, 3, 4, 5
 
 
 def waiting_allowance_s(job: JobView, now_s: float, shape: ServerShape | None) -> float | None:
@@ -53,12 +60,31 @@ class SwafPolicy(Policy):
 
     `plannable_share`: the share of the cluster's GPU capacity up to a deadline that guaranteed
     deadline jobs may plan for (guarantees.py); None guarantees every job that can still make it
-    (GENIE's SWAF as PAPERS §2.3 states it)."""
+    (GENIE's SWAF as PAPERS §2.3 states it).
+    `aging`: the bound on a tail job's wait (aging.py); None orders the tails shortest-first without
+    one (GENIE's SWAF, whose tail can starve a long job under a stream of short ones)."""
 
-    def __init__(self, plannable_share: float | None = DEFAULT_PLANNABLE_SHARE) -> None:
+    ages = True
+
+    def __init__(
+        self, plannable_share: float | None = DEFAULT_PLANNABLE_SHARE, aging: Aging | None = DEFAULT_AGING
+    ) -> None:
         if plannable_share is not None and not 0 < plannable_share <= 1:
             raise ValueError(f"plannable_share must be in (0, 1] or None, got {plannable_share!r}")
         self.plannable_share = plannable_share
+        self.aging = aging
+
+    def must_not_wait(
+        self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> frozenset[int]:
+        """The aged jobs (aging.py) among those promised no start: without a QoS target, or late."""
+        aging = self.aging
+        if aging is None:
+            return frozenset()
+        shape = snapshot_shape(snapshot)
+        return frozenset(
+            j.job_id for j in jobs if aging.is_aged(j, now_s) and _promised_no_start(j, now_s, shape)
+        )
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         shape = snapshot_shape(snapshot)
@@ -66,11 +92,14 @@ class SwafPolicy(Policy):
         if self.plannable_share is not None:
             # Jobs past their deadline or without one need no capacity there (deadline_need_gpu_s).
             unguaranteed = unguaranteed_jobs(jobs, snapshot, shape, now_s, self.plannable_share)
+        aged = self.must_not_wait(jobs, snapshot, now_s)
 
         def key(j: JobView) -> tuple[int, int, float, float, int]:
+            if j.job_id in aged:
+                return (-j.priority, AGED, 0.0, j.arrival_s, j.job_id)
             wa = waiting_allowance_s(j, now_s, shape)
             if wa is None and j.min_rate_iters_per_s is not None:
-                if best_rate_iters_per_s(j, shape) + EPS >= j.min_rate_iters_per_s:
+                if _rate_reachable(j, shape):
                     return (-j.priority, MIN_RATE, 0.0, j.arrival_s, j.job_id)
                 return (-j.priority, LATE, best_execution_s(j, shape), j.arrival_s, j.job_id)
             if wa is None:
@@ -82,3 +111,19 @@ class SwafPolicy(Policy):
             return (-j.priority, FEASIBLE, wa, j.arrival_s, j.job_id)
 
         return sorted(jobs, key=key)
+
+
+def _rate_reachable(job: JobView, shape: ServerShape | None) -> bool:
+    """Whether a minimum-rate job's best case reaches its rate."""
+    assert job.min_rate_iters_per_s is not None
+    return best_rate_iters_per_s(job, shape) + EPS >= job.min_rate_iters_per_s
+
+
+def _promised_no_start(job: JobView, now_s: float, shape: ServerShape | None) -> bool:
+    """The jobs that may age: without a QoS target, or late (a deadline its best case misses, a rate
+    above its best case). A deadline job that can still make it is ordered by its allowance, and
+    becomes late (so may age) when that runs out; a reachable rate is served by arrival."""
+    wa = waiting_allowance_s(job, now_s, shape)
+    if wa is not None:
+        return wa < 0
+    return job.min_rate_iters_per_s is None or not _rate_reachable(job, shape)

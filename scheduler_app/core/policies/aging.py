@@ -1,0 +1,62 @@
+"""Aging: a bound on how long a shortest-first order can keep a job waiting (docs/genie.md, "Policies").
+
+A shortest-first order (SWAF's tails) serves a stream of short jobs before a long one for as long
+as the stream lasts. The rule: a job whose time in the queue exceeds its threshold
+
+    wait_s(j)      = now - arrival_s - attained_service_gpu_s / num_gpus   (time not spent running)
+    threshold_s(j) = max(k x E_prop(j), floor_s), capped at max_wait_s when that is set
+
+(E_prop: its remaining execution time at the GPU-proportional point, execution.py) is *aged*: the
+policy moves it ahead of the shortest-first tails, in arrival order among the aged jobs, and the
+engine treats it as a job that must not wait (move_guard.py): running jobs holding the GPUs it needs
+are stopped for it, young ones too, as for a deadline that cannot wait out the minimum run time.
+Once aged a job stays aged while it runs (its wait no longer grows, its remaining work shrinks), so
+later arrivals cannot preempt it. `floor_s` keeps the shortest-first order among short jobs: a job
+of a few minutes is not promoted over the others after a few minutes of queueing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler_app.core.policies.execution import proportional_execution_s
+from scheduler_app.core.types import JobView
+
+DEFAULT_AGING_FACTOR = 4.0
+DEFAULT_AGING_FLOOR_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Aging:
+    """The aging rule's parameters (module docstring): `factor` k, `floor_s`, and `max_wait_s` (None:
+    no cap, the bound is k x the job's own remaining length or the floor)."""
+
+    factor: float = DEFAULT_AGING_FACTOR
+    floor_s: float = DEFAULT_AGING_FLOOR_S
+    max_wait_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.factor > 0:
+            raise ValueError(f"aging factor must be > 0, got {self.factor!r}")
+        if not self.floor_s >= 0:
+            raise ValueError(f"aging floor_s must be >= 0, got {self.floor_s!r}")
+        if self.max_wait_s is not None and not self.max_wait_s > 0:
+            raise ValueError(f"aging max_wait_s must be > 0 or None, got {self.max_wait_s!r}")
+
+    def threshold_s(self, job: JobView) -> float:
+        """How long `job` may wait before it is aged: max(k x E_prop, floor), capped at max_wait_s."""
+        threshold = max(self.factor * proportional_execution_s(job), self.floor_s)
+        return threshold if self.max_wait_s is None else min(threshold, self.max_wait_s)
+
+    def is_aged(self, job: JobView, now_s: float) -> bool:
+        """Whether `job` has waited longer than its threshold."""
+        return wait_s(job, now_s) > self.threshold_s(job)
+
+
+DEFAULT_AGING = Aging()
+
+
+def wait_s(job: JobView, now_s: float) -> float:
+    """Seconds since arrival not spent running (attained GPU-seconds over its GPUs: its run time)."""
+    ran_s = job.attained_service_gpu_s / job.num_gpus if job.num_gpus > 0 else 0.0
+    return max(0.0, now_s - job.arrival_s - ran_s)
