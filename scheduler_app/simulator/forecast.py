@@ -21,6 +21,7 @@ from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 from scheduler_app.simulator.sim_run import SimJob, SimRun
+from scheduler_app.simulator.simulation import _keeps_everyone as keeps_everyone  # one copy of the test
 from scheduler_app.simulator.simulation import resolve_run
 
 
@@ -52,6 +53,7 @@ def forecast(
     borrowing_teams: Collection[int] = (),
     after: Mapping[int, Iterable[int]] | None = None,
     restarts: RestartPolicy | None = None,
+    shortcuts: bool = True,
 ) -> dict[int, JobForecast]:
     """Run rounds from `first_round_s` on `snapshot` (the live round's input: every resource free that
     the round re-decides, anything held outside it subtracted) until every job of
@@ -69,6 +71,9 @@ def forecast(
     pays); with it the forecast also charges restarts as the simulator does, from each view's
     startup_s, checkpoint_every_s and lease_started_s (on the clock of `first_round_s`): a start waits
     its start-up, a restart loses the run since the last checkpoint. None: free restarts.
+    `shortcuts` (where repeated rounds are skipped): a plan that leaves every job as it was (no start,
+    no move, no drop) counts as repeated at once: the next round's inputs are the same but for the
+    clock, so it is not decided only to be found the same. False: that round decided by the core.
     """
     wall_start = time.perf_counter()
     if not round_s > 0:
@@ -119,7 +124,10 @@ def forecast(
             borrowing_teams=borrowing_teams,
             restarts=restarts,
         )
-        if can_skip and previous is not None and plan.decisions == previous.decisions:
+        steady = can_skip and previous is not None and plan.decisions == previous.decisions
+        if shortcuts and can_skip and not steady:
+            steady = keeps_everyone(plan, run.active)
+        if steady:
             k += _skip_steady_rounds(plan, run.active, round_s, max_rounds - 1 - k)
         placed, _ = run.apply(plan, first_round_s + k * round_s)
         released = _release(held, waits_for, sim_jobs)
