@@ -21,8 +21,7 @@ from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 from scheduler_app.simulator.sim_run import SimJob, SimRun
-from scheduler_app.simulator.simulation import _keeps_everyone as keeps_everyone  # one copy of the test
-from scheduler_app.simulator.simulation import resolve_run
+from scheduler_app.simulator.simulation import keeps_everyone, resolve_run
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,7 @@ def _load_jobs(trace: Sequence[TraceJob], profiles: Mapping[str, SensitivityProf
     return sim_jobs
 
 
-def _keeps_everyone(plan: RoundPlan, active: Mapping[int, SimJob]) -> bool:
+def keeps_everyone(plan: RoundPlan, active: Mapping[int, SimJob]) -> bool:
     """True when `plan` (not yet applied) leaves every job as it was: each running job on the same
     placement, speed-up included, each waiting job waiting, none dropped as infeasible."""
     if len(plan.decisions) != len(active):
@@ -288,7 +288,7 @@ def simulate(
                 restarts=restarts,
             )
             decided += 1
-            steady = can_reuse and _keeps_everyone(plan, active)
+            steady = can_reuse and keeps_everyone(plan, active)
         rounds += 1
         interval_s = None
         if events:
