@@ -1,19 +1,21 @@
 """What one agent sync costs the web tier: CPU per call and statements, against /healthz in the same run.
 
-Run: `python -m bench.sync_cost [--syncs 200]`. Creates a fresh PostgreSQL database with one server
-(8 GPUs) running 8 one-GPU jobs placed by a real round, then calls `POST /api/v1/agent/sync` through
-Django's full request handler in this process (middleware, authentication, validation, the service,
-the answer; no network, so the figure is the web process's own CPU, not the bench's or the socket's)
-with a usage sample of 8 GPUs, the 8 running leases and 0, 1 or 8 progress reports, and `GET /healthz`
-as the baseline; then the syncs with progress left to the worker's applier (ATTUNE_PROGRESS_APPLY_S,
-the default with workers) and the applier's own CPU per report, applying what they left pending.
-CPU time (`time.process_time`) is this process only; the database server's share is read from its
-backend process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as
-a mean over the calls, since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90,
-PostgreSQL CPU ms per call, statements per call, and the ratio to /healthz. CPU time moves
-much less than wall time with the machine's load, so the figure holds on a shared machine; the
-fleet's capacity is roughly two cores' worth of these, less the agents and the rounds
-(bench/agent_fleet.py measures that).
+Run: `python -m bench.sync_cost [--syncs 200] [--exits 100] [--db NAME] [--redis-url URL]`. Creates a
+fresh PostgreSQL database with one server (8 GPUs) running 8 one-GPU jobs placed by a real round, then
+calls `POST /api/v1/agent/sync` through Django's full request handler in this process (middleware,
+authentication, validation, the service, the answer; no network, so the figure is the web process's own
+CPU, not the bench's or the socket's) with a usage sample of 8 GPUs, the 8 running leases and 0, 1 or 8
+progress reports, and `GET /healthz` as the baseline; then the syncs with progress left to the worker's
+applier (ATTUNE_PROGRESS_APPLY_S, the default with workers) and the applier's own CPU per report,
+applying what they left pending; then a job's end call by call on a second server (JobEnds): the exit's
+sync, the woken sync that delivers the next job's `start` and the sync with its `started` report, and
+the applier's CPU per job end. `--db` and `--redis-url` keep a run off another's database and Redis. CPU
+time (`time.process_time`) is this process only; the database server's share is read from its backend
+process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as a mean over the calls,
+since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90, PostgreSQL CPU ms per call,
+statements per call, and the ratio to /healthz. CPU time moves much less than wall time with the
+machine's load, so the figure holds on a shared machine; the fleet's capacity is roughly two cores'
+worth of these, less the agents and the rounds (bench/agent_fleet.py measures that).
 """
 
 from __future__ import annotations
@@ -169,9 +171,12 @@ def _applier_row(pending: int, base: float) -> list:
 
 
 class JobEnds:
-    """Jobs run to their end on a second server of 8 GPUs: placed by a round, started, measured three
-    times at the profile's predicted speed (so that their ends have something to learn from), then
-    each lease's `exited` in a sync of its own: the call measured."""
+    """Jobs run to their end on a second server of 8 GPUs, one after another, as its agent sees them
+    under churn. Each cycle: a lease's `exited` in a sync of its own (`running` without it, as the
+    agent sends it), the round that places the next job on the GPU it freed (not measured), the woken
+    sync that carries that job's `start`, the agent's sync with its `started` report, then three
+    progress reports at the profile's predicted speed and the applier (not measured), so that every
+    job that ends has measured speeds to learn from."""
 
     def __init__(self, jobs: int) -> None:
         from django.contrib.auth import get_user_model
@@ -191,9 +196,11 @@ class JobEnds:
             request = JobRequest(name=f"end-{i}", num_gpus=1, total_iters=300, workload=workloads[i % 4])
             job_submit(owner=owner, request=request, admission=False)  # placed by the caller's round
         self.at = datetime.now(UTC)
-        self.exits: list[tuple[str, list[str]]] = []  # (lease, the leases running with it)
+        self.running: list[str] = []  # the leases the agent runs, oldest first
+        self.seq: dict[str, int] = {}  # lease -> its last report's sequence number
+        self.placed: list[str] = []  # leases whose start the last delivery carried
 
-    def _sync(self, reports: list[dict], running: list[str]) -> None:
+    def _sync(self, reports: list[dict], running: list[str]) -> dict:
         self.at = max(datetime.now(UTC), self.at + timedelta(milliseconds=1))
         sample = {
             "sampled_at": self.at.isoformat(),
@@ -203,67 +210,103 @@ class JobEnds:
         }
         for report in reports:
             report["at"] = self.at.isoformat()
+            self.seq[report["lease_id"]] = report["seq"] = self.seq.get(report["lease_id"], 0) + 1
         body = json.dumps({"sample": sample, "running": running, "reports": reports})
         response = self.client.post(SYNC, data=body, content_type="application/json")
         if response.status_code != 200 or response.json()["rejected"]:
             raise RuntimeError(f"sync answered {response.status_code}: {response.content[:500]!r}")
+        return response.json()
 
-    def place(self) -> int:
-        """A round, the new leases started and measured; returns how many exits are ready."""
-        from profiles_app.selectors import workload_iter_time_s
-        from scheduler_app.models import Allocation
-        from scheduler_app.services.report_ingest import agent_reports_apply_run
+    def fill(self) -> None:
+        """The first round: its 8 leases delivered, started and measured (none of it measured)."""
+        self.place()
+        self.deliver(expected=8)
+        self.started()
+
+    def exit(self) -> None:
+        """The oldest lease exits 0 with all its work done: the call measured as an exit."""
+        lease = self.running.pop(0)
+        data = {"exit_code": 0, "done_iters": 300}
+        self._sync([{"lease_id": lease, "kind": "exited", "data": data}], self.running)
+
+    def place(self) -> None:
         from scheduler_app.services.rounds import scheduling_round_run
 
         scheduling_round_run()
-        leases = list(
-            Allocation.objects.filter(server=self.server, ended_at__isnull=True).select_related(
-                "job__workload"
-            )
-        )
-        running = [str(a.lease_id) for a in leases]
-        self._sync(
-            [{"lease_id": lease, "seq": 1, "kind": "started", "data": {}} for lease in running], running
-        )
-        for seq in (2, 3, 4):
-            reports = []
-            for a in leases:
-                ips = a.speedup / workload_iter_time_s(a.job.workload, a.job.num_gpus)
-                data = {"done_iters": 100 * (seq - 1), "iters_per_s": ips}
-                reports.append({"lease_id": str(a.lease_id), "seq": seq, "kind": "progress", "data": data})
-            self._sync(reports, running)
-        agent_reports_apply_run()
-        self.exits = [(lease, running) for lease in running]
-        return len(self.exits)
 
-    def end_one(self) -> None:
-        if not self.exits and not self.place():
-            raise RuntimeError("no job left to end")
-        lease, running = self.exits.pop()
-        exited = {"lease_id": lease, "seq": 5, "kind": "exited", "data": {"exit_code": 0, "done_iters": 300}}
-        self._sync([exited], running)
+    def deliver(self, expected: int = 1) -> None:
+        """The woken sync after the round: no report, the `start` of what the round placed."""
+        commands = self._sync([], self.running)["commands"]
+        self.placed = [c["lease_id"] for c in commands if c["kind"] == "start"]
+        if len(self.placed) != expected or len(commands) != expected:
+            raise RuntimeError(f"expected {expected} start commands, got {commands}")
+
+    def started(self) -> None:
+        """The agent's sync right after it launched them: their `started` reports (applied within it)."""
+        self.running += self.placed
+        self._sync(
+            [{"lease_id": lease, "kind": "started", "data": {}} for lease in self.placed], self.running
+        )
+
+    def measure(self) -> None:
+        """Three progress reports of the new leases at the profile's speed, then the applier."""
+        from profiles_app.selectors import workload_iter_time_s
+        from scheduler_app.models import Allocation
+        from scheduler_app.services.report_ingest import agent_reports_apply_run
+
+        leases = Allocation.objects.filter(lease_id__in=self.placed).select_related("job__workload")
+        speeds = {
+            str(a.lease_id): a.speedup / workload_iter_time_s(a.job.workload, a.job.num_gpus) for a in leases
+        }
+        for done in (100, 200, 290):
+            reports = [
+                {"lease_id": lease, "kind": "progress", "data": {"done_iters": done, "iters_per_s": ips}}
+                for lease, ips in speeds.items()
+            ]
+            self._sync(reports, self.running)
+        agent_reports_apply_run()
 
 
 def _job_end_rows(count: int, base: float) -> list[list]:
-    """An exit's sync with its job's end followed up within it (no workers, or ATTUNE_PROGRESS_APPLY_S
-    0), then with the follow-ups left to the applier (the default with workers), and the applier's
-    CPU per job end. Each call's jobs are placed, started and measured outside the measured call."""
+    """A job's end, call by call: its exit's sync with the end followed up within it (no workers, or
+    ATTUNE_PROGRESS_APPLY_S 0), then with the follow-ups left to the applier (the default with
+    workers); with the latter, the woken sync that delivers the next job's start and the sync with its
+    `started` report; the applier's CPU per job end. A job's end asks for an early round: the request
+    (Redis, the bench's --redis-url) is counted in the exit; its task, at most one per debounce, waits
+    on that Redis for a worker this bench does not run. The rounds run here, outside the measured calls."""
     import psutil
     from django.conf import settings
     from django.db import connection
 
     from scheduler_app.models import JobEndPending
-    from scheduler_app.services import rounds
     from scheduler_app.services.job_end import job_end_followups_run
 
-    # A job's end asks for an early round: with rounds not inline that queues a task on the broker, which
-    # no worker of this bench consumes. The request is left out of both rows alike (it is one Redis SET
-    # and, at most every 2 s, one task); the rounds themselves run here, outside the measured calls.
-    rounds.scheduling_round_request_on_commit = lambda **kwargs: None
-    ends = JobEnds(2 * (count + 10))
+    ends = JobEnds(2 * (count + 10) + 8)
+    ends.fill()
+    ends.measure()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = psutil.Process(cursor.fetchone()[0])
+
+    def timed(call, cpu_ms: list[float], db_s: list[float]) -> None:
+        db_before = sum(backend.cpu_times()[:2])
+        start = time.process_time()
+        call()
+        cpu_ms.append((time.process_time() - start) * 1000)
+        db_s.append(sum(backend.cpu_times()[:2]) - db_before)
+
+    def row(label: str, cpu_ms: list[float], db_s: list[float]) -> list:
+        cpu_ms, db_s = cpu_ms[5:], db_s[5:]  # the first few warm the code path up
+        p50, db_ms = percentile(cpu_ms, 50), sum(db_s) * 1000 / len(db_s)
+        return [
+            label,
+            f"{p50:.2f}",
+            f"{percentile(cpu_ms, 90):.2f}",
+            f"{db_ms:.2f}",
+            "",
+            f"{p50 / base:.1f}x",
+        ]
+
     rows = []
     for label, apply_s in (
         ("exit, job end followed up in the sync", 0.0),
@@ -271,19 +314,18 @@ def _job_end_rows(count: int, base: float) -> list[list]:
     ):
         conf = {"inline_rounds": False, "progress_apply_s": apply_s}
         settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, **conf}
-        cpu_ms, db_ms = [], 0.0
-        for i in range(count + 5):
-            if not ends.exits:
-                ends.place()
-            db_before = sum(backend.cpu_times()[:2])
-            start = time.process_time()
-            ends.end_one()
-            if i >= 5:  # the first few warm the code path up
-                cpu_ms.append((time.process_time() - start) * 1000)
-                db_ms += sum(backend.cpu_times()[:2]) - db_before
-        p50 = percentile(cpu_ms, 50)
-        rows.append([label, f"{p50:.2f}", f"{percentile(cpu_ms, 90):.2f}", f"{db_ms * 1000 / count:.2f}", "",
-                     f"{p50 / base:.1f}x"])  # fmt: skip
+        samples: dict[str, tuple[list[float], list[float]]] = {
+            k: ([], []) for k in ("exit", "deliver", "started")
+        }
+        for _ in range(count + 5):
+            timed(ends.exit, *samples["exit"])
+            ends.place()
+            timed(ends.deliver, *samples["deliver"])
+            timed(ends.started, *samples["started"])
+            ends.measure()
+        rows.append(row(label, *samples["exit"]))
+    rows.append(row("start delivered (woken sync, 1 start)", *samples["deliver"]))
+    rows.append(row("sync, its `started` report (applied)", *samples["started"]))
     pending = JobEndPending.objects.count()
     db_before = sum(backend.cpu_times()[:2])
     start = time.process_time()
@@ -303,10 +345,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--syncs", type=int, default=200, help="measured calls per kind")
     parser.add_argument("--exits", type=int, default=100, help="measured exits (job ends) per kind")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--db", default="attune_bench_sync", help="the bench's database (created afresh)")
+    parser.add_argument(
+        "--redis-url",
+        default="redis://127.0.0.1:6379/14",
+        help="Redis for the few keys a sync sets (an exit's apply request); nothing is flushed",
+    )
     args = parser.parse_args(argv)
     logging_setup()
-    with bench_database("attune_bench_sync", keep=args.keep) as url:
-        django_setup(url, ATTUNE_AGENT_WAKE="0")
+    with bench_database(args.db, keep=args.keep) as url:
+        django_setup(url, ATTUNE_AGENT_WAKE="0", REDIS_URL=args.redis_url)
         client, leases, gpus = _setup()
         agent = Agent(client, leases, gpus)
         agent.sync(0)  # the leases' `started` reports
