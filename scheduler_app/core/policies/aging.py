@@ -10,13 +10,17 @@ as the stream lasts. The rule: a job whose time in the queue exceeds its thresho
 policy moves it ahead of the shortest-first tails, in arrival order among the aged jobs, and the
 engine treats it as a job that must not wait (move_guard.py): running jobs holding the GPUs it needs
 are stopped for it, young ones too, as for a deadline that cannot wait out the minimum run time.
-Once aged a job stays aged while it runs (its wait no longer grows, its remaining work shrinks), so
-later arrivals cannot preempt it. `floor_s` keeps the shortest-first order among short jobs: a job
-of a few minutes is not promoted over the others after a few minutes of queueing.
+SWAF ages the jobs promised no start (swaf.py); `sjf` and `srtf`, which ignore QoS targets, age every
+job when given a rule (the live service gives them the configured one; their constructors' default,
+None, keeps the papers' baselines as published). Once aged a job stays aged while it runs (its wait
+no longer grows, its remaining work shrinks), so later arrivals cannot preempt it. `floor_s` keeps
+the shortest-first order among short jobs: a job of a few minutes is not promoted over the others
+after a few minutes of queueing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler_app.core.policies.execution import proportional_execution_s
@@ -60,3 +64,11 @@ def wait_s(job: JobView, now_s: float) -> float:
     """Seconds since arrival not spent running (attained GPU-seconds over its GPUs: its run time)."""
     ran_s = job.attained_service_gpu_s / job.num_gpus if job.num_gpus > 0 else 0.0
     return max(0.0, now_s - job.arrival_s - ran_s)
+
+
+def aged_ids(jobs: Sequence[JobView], aging: Aging | None, now_s: float) -> frozenset[int]:
+    """The ids of the aged jobs of `jobs` (none without a rule): what sjf and srtf, which ignore QoS
+    targets, put first and the engine must not keep waiting."""
+    if aging is None:
+        return frozenset()
+    return frozenset(j.job_id for j in jobs if aging.is_aged(j, now_s))

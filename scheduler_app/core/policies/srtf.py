@@ -8,13 +8,16 @@ job object. We default to the proportional estimate so the order does not depend
 allocator or on last round's placement (every allocator then sees the same queue, which keeps
 comparisons between allocators fair); `speedup_aware=True` divides by the job's best-case
 speed-up on this cluster (capped as the reference caps it) to approximate the reference's Synergy
-mode. Higher `priority` first; ties: (arrival_s, job_id).
+mode. Higher `priority` first; ties: (arrival_s, job_id). With an aging rule (aging.py; None by
+default, the reference's behaviour; the live service passes its configured one) the jobs that have
+waited past their threshold go first, by arrival.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scheduler_app.core.policies.aging import Aging, aged_ids
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.throughput import ServerShape, best_case, cluster_shape
 from scheduler_app.core.types import ClusterSnapshot, JobView
@@ -37,9 +40,23 @@ def speedup_shape(snapshot: ClusterSnapshot, speedup_aware: bool) -> ServerShape
 class SrtfPolicy(Policy):
     """Shortest remaining time (at proportional speed, or best-case speed if asked) first."""
 
-    def __init__(self, speedup_aware: bool = False) -> None:
+    ages = True
+
+    def __init__(self, speedup_aware: bool = False, aging: Aging | None = None) -> None:
         self.speedup_aware = speedup_aware
+        self.aging = aging
+
+    def must_not_wait(
+        self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> frozenset[int]:
+        return aged_ids(jobs, self.aging, now_s)
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         shape = speedup_shape(snapshot, self.speedup_aware)
-        return sorted(jobs, key=lambda j: (-j.priority, remaining_time_s(j, shape), j.arrival_s, j.job_id))
+        aged = aged_ids(jobs, self.aging, now_s)
+
+        def key(j: JobView) -> tuple[int, bool, float, float, int]:
+            length_s = 0.0 if j.job_id in aged else remaining_time_s(j, shape)
+            return (-j.priority, j.job_id not in aged, length_s, j.arrival_s, j.job_id)
+
+        return sorted(jobs, key=key)

@@ -7,7 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler_app.core.policies import Policy
 from scheduler_app.core.policies.aging import Aging, wait_s
+from scheduler_app.core.policies.sjf import SjfPolicy
+from scheduler_app.core.policies.srtf import SrtfPolicy
 from scheduler_app.core.policies.swaf import SwafPolicy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import JobView
@@ -35,11 +38,13 @@ def adversarial_trace() -> list[TraceJob]:
     return [TraceJob(LONG_ID, "toy", 60.0, int(LONG_S), 4), *shorts]
 
 
-def long_wait_s(aging: Aging | None, allocator: str, restarts: RestartPolicy | None) -> float:
+def long_wait_s(
+    aging: Aging | None, allocator: str, restarts: RestartPolicy | None, policy: type[Policy] = SwafPolicy
+) -> float:
     result = simulate(
         adversarial_trace(),
         FOUR_GPUS,
-        policy=SwafPolicy(aging=aging),
+        policy=policy(aging=aging),  # type: ignore[call-arg]
         allocator=allocator,
         catalog=CATALOG,
         round_s=ROUND_S,
@@ -70,6 +75,13 @@ def test_the_long_job_waits_at_most_its_threshold_and_a_round(allocator, restart
 def test_without_aging_the_long_job_starves_past_the_bound(allocator, restarts):
     # The control: the same stream keeps it waiting until the stream ends (a day), far past 2 h.
     assert long_wait_s(None, allocator, restarts) > STREAM_H * 3600 - SHORT_S
+
+
+@pytest.mark.parametrize("policy", [SjfPolicy, SrtfPolicy])
+def test_sjf_and_srtf_given_the_rule_bound_the_wait_too(policy):
+    assert long_wait_s(AGING, "tune", RestartPolicy(), policy) <= AGING.factor * LONG_S + ROUND_S
+    # Without it (their default: the papers' baselines) they starve it like SWAF without aging.
+    assert long_wait_s(None, "tune", RestartPolicy(), policy) > STREAM_H * 3600 - SHORT_S
 
 
 def test_a_configured_maximum_wait_caps_the_multiple():
