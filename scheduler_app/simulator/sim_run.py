@@ -365,6 +365,7 @@ class SimRun:
         self.round_end = round_end
         self.in_place = in_place
         self.progress_blind = progress_blind
+        self.kept = False  # the last plan applied left every job as it was (see apply)
         self.active: dict[int, SimJob] = {}  # arrived and unfinished, in arrival order
         self.running: dict[int, SimJob] = {}  # placed in the previous round, unfinished
         self.infeasible = 0
@@ -388,7 +389,8 @@ class SimRun:
         self, plan: RoundPlan, now_s: float, interval_s: float | None = None
     ) -> tuple[int, list[SimJob]]:
         """Apply one round's plan for `interval_s` (default: a round); returns how many jobs were
-        placed and those that finished."""
+        placed and those that finished. Sets `kept`: whether the plan left every job as it was
+        (keeps_everyone, found on the way)."""
         active = self.active
         round_end, in_place, blind = self.round_end, self.in_place, self.progress_blind
         round_s = self.round_s if interval_s is None else interval_s
@@ -396,40 +398,58 @@ class SimRun:
         done_now: list[SimJob] = []
         sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # this round's GPUs, cores, GB, useful cores, useful GB
         totals = self.totals
+        owner_gained = self.owner_gained_gpu_s
+        kept = len(plan.decisions) == len(active)
         for decision in plan.decisions:
             placement = decision.placement
             if placement is None:
                 if decision.outcome is Outcome.INFEASIBLE:
+                    kept = False
                     self._drop(decision.job_id, decision.reason)
+                elif kept and active[decision.job_id].current is not None:
+                    kept = False  # paused
                 continue
             job = active[decision.job_id]
             previous = job.current
-            # A reused plan holds the very Placement applied last round: no need to compare shares.
-            same = placement is previous or (previous is not None and placement.shares == previous.shares)
-            lease = Lease.CONTINUES if same else job.lease_of(placement, in_place)
-            if lease is not Lease.CONTINUES:
-                if previous is not None:  # the scheduler ends its lease: moved or restarted to resize
-                    job.preemptions += 1
-                    if change_of(previous, placement) is Change.MOVED:
-                        job.moves += 1
-                    job.end_lease()
-                job.begin_lease(lease, now_s)
-            if job.start_s is None:
-                job.start_s = now_s
-            held_s = _advance(job, placement, now_s, round_s, round_end)
-            if not same or job.resources is None:
-                job.resources = _resources(placement, job.profile)
-            gpus, cpus, mem_gb, cpus_used, mem_used = job.resources
+            if placement is previous:
+                # A reused plan holds the very Placement applied last round: the lease continues.
+                if job.start_s is None:
+                    job.start_s = now_s  # a live job's first simulated round (the forecast)
+                held_s = _advance(job, placement, now_s, round_s, round_end)
+                resources = job.resources
+                if resources is None:
+                    resources = job.resources = _resources(placement, job.profile)
+                if not blind:
+                    job.view = None  # its progress is out of date
+            else:
+                same = previous is not None and placement.shares == previous.shares
+                if not same or placement.speedup != previous.speedup:  # type: ignore[union-attr]
+                    kept = False
+                lease = Lease.CONTINUES if same else job.lease_of(placement, in_place)
+                if lease is not Lease.CONTINUES:
+                    if previous is not None:  # the scheduler ends its lease: moved or restarted to resize
+                        job.preemptions += 1
+                        if change_of(previous, placement) is Change.MOVED:
+                            job.moves += 1
+                        job.end_lease()
+                    job.begin_lease(lease, now_s)
+                if job.start_s is None:
+                    job.start_s = now_s
+                held_s = _advance(job, placement, now_s, round_s, round_end)
+                resources = job.resources
+                if not same or resources is None:
+                    resources = job.resources = _resources(placement, job.profile)
+                job.current = placement
+                job.has_run = True
+                if not (blind and same and placement.speedup == previous.speedup):  # type: ignore[union-attr]
+                    # Its view's progress and placement are out of date (a blind round reads only
+                    # the placement, and an equal one is as good as the one the view holds).
+                    job.view = None
+            gpus, cpus, mem_gb, cpus_used, mem_used = resources  # type: ignore[misc]
             # The GPUs it holds (a job with GPU choices may run on fewer or more than it asked for).
             job.attained_gpu_s += held_s * gpus
             if job.owner_id is not None:
-                self.owner_gained_gpu_s[job.owner_id] += held_s * gpus
-            job.current = placement
-            job.has_run = True
-            if not (blind and same and placement.speedup == previous.speedup):  # type: ignore[union-attr]
-                # Its view's progress and placement are out of date (a blind round reads only the
-                # placement, and an equal one is as good as the one the view holds).
-                job.view = None
+                owner_gained[job.owner_id] += held_s * gpus
             sums[0] += gpus
             sums[1] += cpus
             sums[2] += mem_gb
@@ -453,6 +473,7 @@ class SimRun:
                 job.current = None
                 job.view = None
         self.running = new_running
+        self.kept = kept
         placed = len(new_running) + len(done_now)
         self.series.append(now_s, int(sums[0]), *sums[1:], placed, len(active) - placed)
         for job in done_now:

@@ -288,7 +288,7 @@ def simulate(
                 restarts=restarts,
             )
             decided += 1
-            steady = can_reuse and keeps_everyone(plan, active)
+            steady = can_reuse  # and the plan keeps everyone: run.kept, once applied
         rounds += 1
         interval_s = None
         if events:
@@ -297,7 +297,7 @@ def simulate(
             interval_s = min(next_arrival_s, first_s, now_s + round_s) - now_s
             event_now_s = now_s + interval_s
         placed, done_now = run.apply(plan, now_s, interval_s)
-        steady_plan = plan if steady and not done_now else None
+        steady_plan = plan if steady and run.kept and not done_now else None
         finished += len(done_now)
         measured_left -= sum(1 for job in done_now if job.job_id in measured_ids)
         if progress is not None and done_now and (100 * finished) // num_jobs != last_reported:
