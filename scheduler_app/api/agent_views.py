@@ -14,6 +14,7 @@ from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import NodeConf, node_conf
 from cluster_app.services import GpuConflictError, ServerNotRegisteredError
 from infra.prepared_sql import prepared_statements
+from scheduler_app.api.agent_checks import reports_check_fast, sync_body_check
 from scheduler_app.api.parsers import AGENT_MAX_BODY_BYTES, BoundedJSONParser
 from scheduler_app.api.serializers.agents import (
     AgentHeartbeatSerializer,
@@ -24,7 +25,6 @@ from scheduler_app.api.serializers.agents import (
     AgentSyncResponseSerializer,
     AgentSyncSerializer,
     GpuConflictSerializer,
-    reports_check,
 )
 from scheduler_app.services.agent_sync import SyncRequest, agent_sync
 from scheduler_app.services.agents import agent_register
@@ -88,13 +88,16 @@ class AgentSyncView(AgentView):
     )
     def post(self, request: Request) -> Response:
         count_agent_call("sync")
-        # A malformed sync is refused whole (400, as is_valid(raise_exception=True) answers).
-        try:
-            body = SYNC_CHECKER.run_validation(request.data)
-        except ValidationError as exc:  # as field errors, even for a body that is not an object
-            raise ValidationError(as_serializer_error(exc)) from None
+        # A malformed sync is refused whole (400, as is_valid(raise_exception=True) answers). A
+        # well-formed one is checked by hand (agent_checks.py), with the serializer's result.
+        body = sync_body_check(request.data, SYNC_CHECKER)
+        if body is None:
+            try:
+                body = SYNC_CHECKER.run_validation(request.data)
+            except ValidationError as exc:  # as field errors, even for a body that is not an object
+                raise ValidationError(as_serializer_error(exc)) from None
         # A malformed report is rejected alone, not the batch.
-        checked, rejected = reports_check(body["reports"], checker=REPORT_CHECKER)
+        checked, rejected = reports_check_fast(body["reports"], checker=REPORT_CHECKER)
         valid = [LeaseReport(**report) for report in checked]
         usage = AgentHeartbeatSerializer.usage_of(body["sample"])
         running = body["running"]

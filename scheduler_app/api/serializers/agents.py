@@ -272,10 +272,11 @@ def _flatten(errors: Any) -> str:
 
 
 def _is_number(value: Any) -> bool:
-    """A finite number >= 0 (not a bool)."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-    )
+    """A finite number >= 0 (not a bool). An integer is finite whatever its size (math.isfinite raises
+    OverflowError on one beyond a float's range: a 500 for a report's 400-digit done_iters)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (isinstance(value, int) or math.isfinite(value)) and value >= 0
 
 
 def _is_int(value: Any) -> bool:
