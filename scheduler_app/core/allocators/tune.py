@@ -75,8 +75,8 @@ from scheduler_app.core.placement import (
     score_named,
 )
 from scheduler_app.core.placement.setup import RoundSetup
-from scheduler_app.core.throughput import OperatingPoint, needs_downgrade
-from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.core.throughput import OperatingPoint, needs_downgrade, with_penalty
+from scheduler_app.core.types import ClusterSnapshot, JobView, Placement, RoundPlan
 
 ORDER_GPUS = "gpus"  # GPU demand, descending; ties keep policy order (the reference's code)
 ORDER_DEMAND = "demand"  # then best-case CPU and memory per GPU, descending (the paper's text)
@@ -122,8 +122,32 @@ class TuneRound(RoundSetup):
         for *_, pos in runnable:
             self.place_job(pos)
         for h in self.held:
-            self.placed(h.pos, h.shares, h.speed, h.reason)
+            current = h.job.current
+            if current is not None and self.as_before(h, current):
+                self.builder.kept(h.pos, current, h.reason)
+            else:
+                self.placed(h.pos, h.shares, h.speed, h.reason)
         return self.builder.build()
+
+    def as_before(self, held: HeldJob, current: Placement) -> bool:
+        """True when `placed` would build a Placement equal to `current` (same servers, GPU indices,
+        whole cores, memory and speed): the job then gets `current` itself, which spares building
+        it again for most jobs of a steady round and lets the simulator see the lease continue."""
+        job, shares = held.job, held.shares
+        if len(shares) != len(current.shares) or current.job_id != job.job_id:
+            return False
+        if with_penalty(held.speed, job.profile, len(shares), job.num_gpus) != current.speedup:
+            return False
+        ids = self.state.server_ids
+        for share, before in zip(shares, current.shares, strict=True):
+            if (
+                ids[share.server_pos] != before.server_id
+                or share.gpu_indices != before.gpu_indices
+                or int(share.cpus + EPS) != before.num_cpus
+                or share.mem_gb != before.mem_gb
+            ):
+                return False
+        return True
 
     def best_case_throughput(self) -> float:
         """After `run`: an upper bound on the throughput of any tune plan for the same round, every
@@ -149,9 +173,9 @@ class TuneRound(RoundSetup):
             self.make_room_and_place(pos, dc, dm, None, speed, reasons.FIXED_DEMAND)
             return
         best = self.demands.best(job)
-        bc, bm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
         if self.keep_homes and self.keep_home(pos, job, best):
             return
+        bc, bm = state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu)
         if self.try_place(pos, bc, bm, best, best.speed, reasons.BEST_CASE):
             return
         if self.try_intermediate(pos, job, best):
@@ -184,16 +208,21 @@ class TuneRound(RoundSetup):
         after step 5 took surplus back from peers on those servers.
         """
         state = self.state
-        home = state.home_servers(job.job_id)
-        if home is None:
-            return False
+        job_id = job.job_id
+        if job.current is None:
+            return False  # no home (the common case of a new job: no lookups)
+        # home_plan is None wherever home_servers is (no home, or its GPUs claimed by others), so the
+        # homes are looked up only once the strict tries failed (in a steady round most jobs stay).
         for point in self.home_points(job, best):
             dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
-            plan = state.home_plan(job.job_id, dc, dm, strict=True)
+            plan = state.home_plan(job_id, dc, dm, strict=True)
             if plan is not None:
                 reason = reasons.BEST_CASE if point is best else reasons.INTERMEDIATE
                 self.hold(pos, plan, dc, dm, point, point.speed, reason)
                 return True
+        home = state.home_servers(job_id)
+        if home is None:
+            return False
         dc, dm, point, speed, reason = self.fallback_demand(best)
         plan = state.home_plan(job.job_id, dc, dm, strict=False)
         if plan is None:

@@ -74,6 +74,10 @@ class PlanBuilder:
         job_id = self._jobs[pos].job_id
         self._decisions[pos] = Decision(job_id, Outcome.PLACED, reason, Placement(job_id, shares, speedup))
 
+    def kept(self, pos: int, placement: Placement, reason: str) -> None:
+        """Placed on `placement` itself: the job's current one, equal to what `placed` would build."""
+        self._decisions[pos] = Decision(self._jobs[pos].job_id, Outcome.PLACED, reason, placement)
+
     def pending(self, pos: int, reason: str) -> None:
         self._decisions[pos] = Decision(self._jobs[pos].job_id, Outcome.PENDING, reason)
 

@@ -265,3 +265,22 @@ def test_same_plan_for_the_same_inputs_with_current_placements():
     later = [*again(jobs, first)[2:], make_job(9, "m5", gpus=2)]
     assert TuneAllocator().allocate(later, cluster) == TuneAllocator().allocate(list(later), cluster)
     assert reasons.BEST_CASE in {d.reason for d in first.decisions}
+
+
+def test_tune_gives_a_job_kept_as_it_ran_its_current_placement_itself():
+    # A job kept on the same GPUs, cores, memory and speed gets its current Placement object back
+    # (equal to a new one, cheaper, and the simulator sees its lease continue at once); a job whose
+    # cores change gets a new one.
+    allocator = TuneAllocator()
+    cluster = make_cluster(1)
+    jobs = [make_job(1, "alexnet"), make_job(2, "alexnet"), make_job(3, "res18")]
+    kept = again(jobs, allocator.allocate(jobs, cluster))
+    plan = allocator.allocate(kept, cluster)
+    same = [job.job_id for job in kept if plan.decision_for(job.job_id).placement is job.current]
+    assert same == [1, 2]
+    # res18 ran at proportional beside two alexnets; now its best case fits: more cores, same GPU.
+    assert plan.decision_for(3).placement != kept[2].current
+    assert shares(plan.decision_for(3)) == [(0, (2,), 9, 62.5)]
+    steady = again(kept, plan)
+    again_plan = allocator.allocate(steady, cluster)
+    assert all(again_plan.decision_for(j.job_id).placement is j.current for j in steady)
