@@ -141,6 +141,23 @@ def reports_mark_applied(*, report_ids: Iterable[int]) -> None:
         cursor.execute(sql, ids)
 
 
+def waiting_lease_servers(*, job_ids: Iterable[int], except_server_id: int | None) -> set[int]:
+    """The servers of these jobs' active leases whose agent has not reported them started, but
+    `except_server_id`'s: hand-written, as every exit a sync applies asks it (the ORM's query cost
+    several times what PostgreSQL takes to run it)."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return set()
+    sql = (
+        f"SELECT DISTINCT server_id FROM {quoted_table(Allocation)}"
+        f" WHERE job_id IN ({', '.join(['%s'] * len(ids))}) AND ended_at IS NULL"
+        f" AND agent_started_at IS NULL AND server_id <> %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*ids, -1 if except_server_id is None else except_server_id])
+        return {row[0] for row in cursor.fetchall()}
+
+
 def applier_backlog() -> tuple[int, int]:
     """(reports stored and not applied yet, ended jobs whose follow-ups have not run yet): the worker's
     applier's work list, in one statement (a /metrics scrape's query count stays flat)."""

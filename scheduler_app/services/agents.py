@@ -9,8 +9,9 @@ import re
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster_app.models import Server
@@ -26,6 +27,7 @@ from cluster_app.services import (
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import AgentReport, Allocation
 from scheduler_app.selectors import server_busy_gpu_count
+from scheduler_app.selectors.agent_reports import lease_params, quoted_table
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
@@ -58,12 +60,20 @@ def clean_text(value: Any) -> Any:
 
 
 def allocations_start_sent(*, lease_ids: list[str], now: datetime | None = None) -> None:
-    """Record that a sync answer carries these leases' `start` (the first time only): one statement, and
-    none for the syncs that start nothing, which are most of them."""
-    if lease_ids:
-        Allocation.objects.filter(lease_id__in=lease_ids, start_sent_at__isnull=True).update(
-            start_sent_at=now or timezone.now()
-        )
+    """Record that a sync answer carries these leases' `start` (the first time only): one hand-written
+    statement (the ORM's update cost 0.4 ms of CPU, every start delivered), and none for the syncs that
+    start nothing, which are most of them."""
+    marks, params = lease_params(UUID(str(lease)) for lease in lease_ids)
+    if not params:
+        return
+    field = Allocation._meta.get_field("start_sent_at")
+    sent_at = field.get_db_prep_value(now or timezone.now(), connection)
+    sql = (
+        f"UPDATE {quoted_table(Allocation)} SET start_sent_at = %s"
+        f" WHERE lease_id IN ({marks}) AND start_sent_at IS NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [sent_at, *params])
 
 
 def agent_register(*, server: Server, inventory: NodeInventory) -> Server:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from notify_app.models import NotificationSettings
 from notify_app.services import notification_job_ended, notification_settings_of
@@ -27,12 +27,23 @@ FOLLOWUPS_PER_BATCH = 200  # job ends per transaction of the applier
 def job_end_followups(*, job: Job, state: str, reason: str = "", data: dict[str, Any] | None = None) -> None:
     """Run a job's end follow-ups now, or leave them to the applier (in the caller's transaction)."""
     if scheduler_conf().progress_deferred:
-        JobEndPending.objects.bulk_create(
-            [JobEndPending(job_id=job.pk, state=state, reason=reason, data=data or {})], ignore_conflicts=True
-        )
+        _pending_insert(job_id=job.pk, state=state, reason=reason, data=data or {})
         return
     _jobs_learn([job])
     _job_tell(job=job, state=state, reason=reason, data=data)
+
+
+def _pending_insert(*, job_id: int, state: str, reason: str, data: dict[str, Any]) -> None:
+    """The applier's row for a job's end, once (a second end of the same job is ignored): one
+    hand-written statement, as every exit's sync writes one (the ORM's bulk_create cost 0.2 ms of CPU)."""
+    prep = JobEndPending._meta.get_field("data").get_db_prep_value(data, connection)
+    table = connection.ops.quote_name(JobEndPending._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (job_id, state, reason, data) VALUES (%s, %s, %s, %s)"
+        f" ON CONFLICT (job_id) DO NOTHING"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [job_id, state, reason, prep])
 
 
 def _jobs_learn(jobs: list[Job]) -> None:

@@ -29,6 +29,7 @@ from scheduler_app.selectors.agent_reports import (
     pending_report_job_ids,
     pending_reports,
     reports_mark_applied,
+    waiting_lease_servers,
 )
 from scheduler_app.services.agents import AGENT_CLOCK_SKEW, clean_text
 from scheduler_app.services.job_batches import job_batches_run
@@ -276,9 +277,4 @@ def _next_leases_wake(*, job_ids: set[int], reporting_server_id: int | None) -> 
     own commands are computed after its reports, in its sync."""
     if not job_ids or not wake_enabled():
         return
-    waiting = Allocation.objects.filter(
-        job_id__in=job_ids, ended_at__isnull=True, agent_started_at__isnull=True
-    )
-    if reporting_server_id is not None:
-        waiting = waiting.exclude(server_id=reporting_server_id)
-    agents_wake_on_commit(waiting.values_list("server_id", flat=True))
+    agents_wake_on_commit(waiting_lease_servers(job_ids=job_ids, except_server_id=reporting_server_id))
