@@ -22,7 +22,6 @@ from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.placement import FIRST_FIT, Score, has_fixed_demand, score_named
 from scheduler_app.core.placement.setup import RoundSetup
-from scheduler_app.core.throughput import with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
@@ -62,7 +61,5 @@ class ProportionalAllocator(Allocator):
                 state.release(job.job_id)
                 builder.pending(pos, state.node_pending_reason(job) or reasons.FRAGMENTED)
                 continue
-            held = state.take(plan, dc, dm, job.job_id)
-            speed = with_penalty(speed, job.profile, len(held), job.num_gpus)
-            builder.placed(pos, state.server_shares(held), speed, reason)
+            round_.placed(pos, state.take(plan, dc, dm, job.job_id), speed, reason)
         return builder.build()

@@ -75,8 +75,8 @@ from scheduler_app.core.placement import (
     score_named,
 )
 from scheduler_app.core.placement.setup import RoundSetup
-from scheduler_app.core.throughput import OperatingPoint, needs_downgrade, with_penalty
-from scheduler_app.core.types import ClusterSnapshot, JobView, Placement, RoundPlan
+from scheduler_app.core.throughput import OperatingPoint, needs_downgrade
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 ORDER_GPUS = "gpus"  # GPU demand, descending; ties keep policy order (the reference's code)
 ORDER_DEMAND = "demand"  # then best-case CPU and memory per GPU, descending (the paper's text)
@@ -122,32 +122,8 @@ class TuneRound(RoundSetup):
         for *_, pos in runnable:
             self.place_job(pos)
         for h in self.held:
-            current = h.job.current
-            if current is not None and self.as_before(h, current):
-                self.builder.kept(h.pos, current, h.reason)
-            else:
-                self.placed(h.pos, h.shares, h.speed, h.reason)
+            self.placed(h.pos, h.shares, h.speed, h.reason)
         return self.builder.build()
-
-    def as_before(self, held: HeldJob, current: Placement) -> bool:
-        """True when `placed` would build a Placement equal to `current` (same servers, GPU indices,
-        whole cores, memory and speed): the job then gets `current` itself, which spares building
-        it again for most jobs of a steady round and lets the simulator see the lease continue."""
-        job, shares = held.job, held.shares
-        if len(shares) != len(current.shares) or current.job_id != job.job_id:
-            return False
-        if with_penalty(held.speed, job.profile, len(shares), job.num_gpus) != current.speedup:
-            return False
-        ids = self.state.server_ids
-        for share, before in zip(shares, current.shares, strict=True):
-            if (
-                ids[share.server_pos] != before.server_id
-                or share.gpu_indices != before.gpu_indices
-                or int(share.cpus + EPS) != before.num_cpus
-                or share.mem_gb != before.mem_gb
-            ):
-                return False
-        return True
 
     def best_case_throughput(self) -> float:
         """After `run`: an upper bound on the throughput of any tune plan for the same round, every

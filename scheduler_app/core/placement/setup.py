@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core.placement.feasibility import gpu_admission, infeasible_reasons
-from scheduler_app.core.placement.plan import DemandCache, HeldShare, PlanBuilder
+from scheduler_app.core.placement.plan import EPS, DemandCache, HeldShare, PlanBuilder
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.reasons import INSUFFICIENT_GPUS
 from scheduler_app.core.throughput import cluster_shape, with_penalty
-from scheduler_app.core.types import ClusterSnapshot, JobView
+from scheduler_app.core.types import ClusterSnapshot, JobView, Placement
 
 
 class RoundSetup:
@@ -62,7 +62,29 @@ class RoundSetup:
         speed = with_penalty(speed, job.profile, len(shares), job.num_gpus)
         if scale != 1.0:
             speed *= scale
-        self.builder.placed(pos, self.state.server_shares(shares), speed, reason)
+        current = job.current
+        if current is not None and self.is_current(current, job.job_id, shares, speed):
+            # Kept as it ran: its own Placement, not an equal new one (most jobs of a steady round;
+            # cheaper, and a simulator sees the lease continue at once).
+            self.builder.kept(pos, current, reason)
+        else:
+            self.builder.placed(pos, self.state.server_shares(shares), speed, reason)
+
+    def is_current(self, current: Placement, job_id: int, shares: Sequence[HeldShare], speed: float) -> bool:
+        """True when the Placement `placed` would build for `shares` at `speed` equals `current`
+        (same servers, GPU indices, whole cores, memory and speed-up)."""
+        if current.speedup != speed or current.job_id != job_id or len(current.shares) != len(shares):
+            return False
+        ids = self.state.server_ids
+        for share, before in zip(shares, current.shares, strict=True):
+            if (
+                ids[share.server_pos] != before.server_id
+                or share.gpu_indices != before.gpu_indices
+                or int(share.cpus + EPS) != before.num_cpus
+                or share.mem_gb != before.mem_gb
+            ):
+                return False
+        return True
 
     def shortfall(self, i: int, k: int, dc: Sequence[float], dm: Sequence[float]) -> tuple[float, float]:
         """Cores and GB server i lacks for k GPUs at per-GPU demand (dc, dm) (negative: to spare);
