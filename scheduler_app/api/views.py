@@ -45,6 +45,8 @@ from scheduler_app.selectors import (
     job_list,
     job_manageable,
     job_queue,
+    job_queue_of,
+    job_submitted_detail,
     jobs_with_restarts,
 )
 from scheduler_app.services.admission import admission_answer_wait
@@ -147,18 +149,21 @@ class JobViewSet(
     def _submit(self, request: Request) -> IdempotentAnswer:
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
+        job_request = serializer.to_request()
         try:
-            jobs = job_submit(owner=request.user, request=serializer.to_request())
+            jobs = job_submit(owner=request.user, request=job_request)
         except DjangoValidationError as exc:
             raise ValidationError(
                 exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
             ) from exc
         # A quick admission forecast makes the answer; a deep queue's follows on the job page.
         admission_answer_wait(job_ids=[jobs[0].pk])
-        job = job_detail_queryset(user=request.user).prefetch_related("depends_on").get(pk=jobs[0].pk)
+        job = job_submitted_detail(
+            user=request.user, job_id=jobs[0].pk, dependencies=bool(job_request.depends_on)
+        )
         context = self.get_serializer_context()
-        # Its own place in the queue only: not a read of every pending job's per submission.
-        context["queue"] = cache(lambda: job_queue(job_ids=[job.pk]))
+        # Its own place in the queue only, from its row as read: not a read of every pending job's.
+        context["queue"] = cache(lambda: job_queue_of(job))
         context["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
         # As JSON data, exactly as rendered (DRF's encoder: dates, decimals...): what a replay returns.
         body = json.loads(JSONRenderer().render(JobSubmittedSerializer(job, context=context).data))

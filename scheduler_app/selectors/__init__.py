@@ -37,9 +37,10 @@ from scheduler_app.selectors.jobs import (
     job_log_tail,
     job_manageable,
     job_queue_page_queryset,
+    job_submitted_detail,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpu_count, server_busy_gpus
-from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue
+from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue, job_queue_of
 from scheduler_app.selectors.restarts import (
     JobRestarts,
     RestartLossDay,
@@ -104,8 +105,10 @@ __all__ = [
     "job_num_nodes",
     "job_parts",
     "job_queue",
+    "job_queue_of",
     "job_queue_page_queryset",
     "job_restarts",
+    "job_submitted_detail",
     "jobs_with_restarts",
     "next_round_at",
     "own_command_iter_time_s",

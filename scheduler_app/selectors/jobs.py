@@ -7,7 +7,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Case, Count, IntegerField, Prefetch, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    Model,
+    Prefetch,
+    QuerySet,
+    Value,
+    When,
+    prefetch_related_objects,
+)
 
 from profiles_app.selectors import speed_observations_by_allocation, workload_iter_time_s
 from scheduler_app.conf import scheduler_conf
@@ -19,7 +29,10 @@ from scheduler_app.models import (
     JobState,
     PendingReason,
 )
-from scheduler_app.selectors.restarts import jobs_with_restarts
+from scheduler_app.selectors.restarts import job_restarts_none, jobs_with_restarts
+
+# The kind of a job's first event (services/job_lifecycle.py's NEW -> PENDING): no restart.
+SUBMITTED_KIND = "submitted"
 
 
 def job_counts_by_state() -> dict[str, int]:
@@ -80,16 +93,54 @@ def dependency_pending_reason(dependency_states: Iterable[str]) -> str:
 def job_detail_queryset(*, user: AbstractBaseUser) -> QuerySet[Job]:
     """job_list with each job's allocations (server, GPUs) and events prefetched, and its restarts
     (selectors/restarts.py: moves, preemptions, GPU time lost) in the job's own query."""
+    return jobs_with_restarts(
+        job_list(user=user)
+        .select_related("admission_prediction")
+        .prefetch_related(Prefetch("allocations", queryset=_job_allocations()), "events")
+    )
+
+
+def job_submitted_detail(*, user: AbstractBaseUser, job_id: int, dependencies: bool) -> Job:
+    """A job just submitted, as job_detail_queryset reads it with its dependencies: the submission's
+    answer, at a third of the CPU (bench.submit_cost). What its row and its submission say is not read
+    again: a job never started has no lease (a round inserts a job's leases in the transaction that
+    sets its start), one submitted with no dependencies has none (only its submission writes them),
+    and one with neither a lease nor any event but `submitted` has no restart (job_restarts_none:
+    no correlated subqueries to build). `dependencies`: whether the submission named any."""
+    job = job_list(user=user).select_related("admission_prediction").get(pk=job_id)
+    never_started = job.started_at is None
+    lookups: list[str | Prefetch] = ["events"]
+    if never_started:
+        _known_empty(job, "allocations", Allocation)
+    else:
+        lookups.append(Prefetch("allocations", queryset=_job_allocations()))
+    if dependencies:
+        lookups.append(Prefetch("depends_on", queryset=Job.objects.only("pk")))
+    else:
+        _known_empty(job, "depends_on", Job)
+    prefetch_related_objects([job], *lookups)
+    if never_started and all(event.kind == SUBMITTED_KIND for event in job.events.all()):
+        job_restarts_none(job)
+    return job
+
+
+def _known_empty(job: Job, relation: str, model: type[Model]) -> None:
+    """Give `job` its `relation` as prefetched and empty, as prefetch_related_objects stores one that
+    found nothing: the prefetch machinery costs more CPU than the rest of an empty relation's read."""
+    rows = model.objects.none()
+    rows._result_cache, rows._prefetch_done = [], True
+    if not hasattr(job, "_prefetched_objects_cache"):
+        job._prefetched_objects_cache = {}
+    job._prefetched_objects_cache[relation] = rows
+
+
+def _job_allocations() -> QuerySet[Allocation]:
+    """A job's leases as its details show them: in start order, each with its server and GPUs."""
     holds = AllocationGpu.objects.select_related("gpu").order_by("gpu__index")
-    allocations = (
+    return (
         Allocation.objects.select_related("server")
         .prefetch_related(Prefetch("gpu_holds", queryset=holds))
         .order_by("started_at", "id")
-    )
-    return (
-        jobs_with_restarts(job_list(user=user))
-        .select_related("admission_prediction")
-        .prefetch_related(Prefetch("allocations", queryset=allocations), "events")
     )
 
 

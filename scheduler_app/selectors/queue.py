@@ -39,6 +39,18 @@ def job_queue(*, job_ids: Iterable[int] | None = None) -> dict[int, QueueEntry]:
     }
 
 
+def job_queue_of(job: Job) -> dict[int, QueueEntry]:
+    """job_queue(job_ids=[job.pk]) from the job as read with its forecast (job_list's select_related):
+    the same row's state and forecast, no query of its own."""
+    if job.state != JobState.PENDING:
+        return {}
+    try:
+        forecast = job.forecast
+    except JobForecast.DoesNotExist:
+        return {}
+    return {job.pk: QueueEntry(forecast.position, forecast.start_at, forecast.finish_at)}
+
+
 def job_estimate(job: Job) -> JobForecast:
     """The job's stored forecast, or an empty one (not forecast yet, or the job has ended)."""
     try:

@@ -118,6 +118,14 @@ def jobs_with_restarts(jobs: QuerySet[Job]) -> QuerySet[Job]:
     return jobs.annotate(**annotations)
 
 
+def job_restarts_none(job: Job) -> None:
+    """Give `job` jobs_with_restarts' annotations, all none, without their query: for a job its caller
+    knows has never had a lease nor a restart event (each count is of such events, the loss of leases)."""
+    for name in _COUNTS:
+        setattr(job, name, 0)
+    job.restart_gpu_s_lost = 0.0
+
+
 def job_restarts(job: Job) -> JobRestarts:
     """The job's restarts, from jobs_with_restarts' annotations (read for this job alone when its row
     came without them)."""
