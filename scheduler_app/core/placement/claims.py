@@ -75,6 +75,11 @@ class Claims:
         free_sets: list[set[int]] | None = None
         homes, home_plans, claimants = self._home, self._home_plan, self._claimants
         claimed, nodes = self._claimed, self._nodes
+        # Bound once claims start (_start_claims makes these lists).
+        reserved_cpus: list[float] = []
+        reserved_mem_gb: list[float] = []
+        unreserved_cpus: list[float] = []
+        unreserved_mem_gb: list[float] = []
         for job in jobs:
             cur = job.current
             if cur is None:
@@ -86,6 +91,8 @@ class Claims:
                 free_sets = [set(x) for x in self.free_idx]
                 self._start_claims()
                 claimed = self._claimed
+                reserved_cpus, reserved_mem_gb = self.reserved_cpus, self.reserved_mem_gb
+                unreserved_cpus, unreserved_mem_gb = self.unreserved_cpus, self.unreserved_mem_gb
             assert claimed is not None
             home: Home = []
             num_gpus = 0
@@ -93,7 +100,7 @@ class Claims:
             for share in cur.shares:
                 i = pos_of.get(share.server_id)
                 idx = share.gpu_indices
-                if i is None or not idx or any(h[0] == i for h in home):
+                if i is None or not idx or (home and any(h[0] == i for h in home)):
                     valid = False
                     break
                 free, on = free_sets[i], claimed[i]
@@ -119,10 +126,10 @@ class Claims:
                 on = claimed[i]
                 for g in idx:
                     on[g] = job_id
-                self.reserved_cpus[i] += cpus
-                self.reserved_mem_gb[i] += mem_gb
-                self.unreserved_cpus[i] -= cpus
-                self.unreserved_mem_gb[i] -= mem_gb
+                reserved_cpus[i] += cpus
+                reserved_mem_gb[i] += mem_gb
+                unreserved_cpus[i] -= cpus
+                unreserved_mem_gb[i] -= mem_gb
         if claim and claimed is not None:
             # Bucketed once here rather than per claim: a round claims for most of its jobs.
             self.num_unclaimed = [n - len(on) for n, on in zip(self.num_free, claimed, strict=True)]
@@ -231,6 +238,8 @@ class Claims:
         assert claimed is not None
         free_cpus, free_mem, free_idx = self.free_cpus, self.free_mem_gb, self.free_idx
         buckets, num_free = self._buckets, self.num_free
+        reserved_cpus, reserved_mem_gb = self.reserved_cpus, self.reserved_mem_gb
+        unreserved_cpus, unreserved_mem_gb = self.unreserved_cpus, self.unreserved_mem_gb
         shares = []
         for i, idx, held_cpus, held_mem_gb in home:
             on, free = claimed[i], free_idx[i]
@@ -244,10 +253,10 @@ class Claims:
             free_mem[i] -= mem_gb
             self.total_free_cpus -= cpus
             self.total_free_mem_gb -= mem_gb
-            self.reserved_cpus[i] -= held_cpus
-            self.reserved_mem_gb[i] -= held_mem_gb
-            self.unreserved_cpus[i] += held_cpus - cpus
-            self.unreserved_mem_gb[i] += held_mem_gb - mem_gb
+            reserved_cpus[i] -= held_cpus
+            reserved_mem_gb[i] -= held_mem_gb
+            unreserved_cpus[i] += held_cpus - cpus
+            unreserved_mem_gb[i] += held_mem_gb - mem_gb
             old = num_free[i]
             buckets[old].remove(i)
             insort(buckets[old - k], i)
