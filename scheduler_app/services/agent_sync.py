@@ -11,6 +11,7 @@ from uuid import UUID
 from cluster_app.agent_wake import wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
+from scheduler_app.models import AgentReportKind
 from scheduler_app.selectors import agent_commands
 from scheduler_app.services.agents import agent_heartbeat, allocations_start_sent
 from scheduler_app.services.report_apply import LeaseReport
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 # little, so that this sync's commands see them, and the applier runs as soon as the round ends.
 REPORTS_LOCK_WAIT_MS = 100
 PROGRESS_LOCK_WAIT_MS = 5
+WAITING_KINDS = URGENT_KINDS | {AgentReportKind.STARTED}  # the kinds that wait REPORTS_LOCK_WAIT_MS
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     server = agent_heartbeat(server=server, usage=request.usage)
     outcome = ReportsOutcome()
     if request.reports:
-        urgent = any(r.kind in URGENT_KINDS for r in request.reports)
+        urgent = any(r.kind in WAITING_KINDS for r in request.reports)
         try:
             outcome = agent_reports_ingest(
                 server=server,

@@ -51,7 +51,12 @@ APPLY_REQUEST_DEBOUNCE_S = 1
 REDIS_TIMEOUT_S = 0.5
 # Reports applied within their sync even when progress is left to the applier: the commands depend on
 # them (a moved job's next lease waits for its old one's exit; a job's end frees its GPUs for a round).
-URGENT_KINDS = frozenset({AgentReportKind.STARTED, AgentReportKind.EXITED})
+# A start is not one: the answer that carried its `start` marked the lease (start_sent_at), which
+# already holds a moved job's next lease back (selectors/lease_starts.py), no command reads the
+# agent's start, and its GPU time is credited from the report's own date whenever it is applied. It
+# waits for the applier with progress: applied within its sync it cost 1.5 ms of the web tier's CPU
+# and a transaction on the job's row, every job start (bench.sync_cost, 2026-11-29).
+URGENT_KINDS = frozenset({AgentReportKind.EXITED})
 
 
 @dataclass
@@ -68,7 +73,7 @@ class ReportsOutcome:
 class _Stored:
     outcome: ReportsOutcome
     job_ids: set[int]  # the jobs of the reports stored for the first time
-    urgent: bool  # one of those is a start or an exit (URGENT_KINDS)
+    urgent: bool  # one of those is an exit (URGENT_KINDS)
 
 
 def _within_lease_life(r: LeaseReport, allocation: Allocation, *, now: datetime) -> LeaseReport:
@@ -99,8 +104,8 @@ def agent_reports_ingest(
     A batch of progress and log lines alone is not applied here when `defer_progress` (default: the
     scheduler's `progress_deferred`): the worker's applier applies every server's within seconds, in
     one transaction, instead of every sync locking its jobs. Progress is cumulative and no command
-    depends on it or on the log; a job prints all the time, so were log lines urgent, nearly every
-    sync would be. A start or an exit (URGENT_KINDS) is applied here, so that this sync's commands
+    depends on it, on the log or on a start; a job prints all the time, so were log lines urgent,
+    nearly every sync would be. An exit (URGENT_KINDS) is applied here, so that this sync's commands
     see it.
     When the jobs' rows stay locked longer than `lock_wait_ms` (PostgreSQL; a scheduling round holds
     them) or applying fails, the reports stay pending and the applier applies them: after the round,

@@ -47,10 +47,25 @@ def pending_count() -> int:
     return AgentReportPending.objects.count()
 
 
+def test_a_start_is_stored_acknowledged_and_left_to_the_applier_like_progress(deferred):
+    """No command depends on the agent's start (the answer that carried it marked the lease)."""
+    lease = running_lease()
+    started = LeaseReport(lease.lease_id, 1, "started", lease.started_at, {"pid": 1})
+    outcome = agent_reports_ingest(server=lease.server, reports=[started])
+    assert outcome.acked == [(str(lease.lease_id), 1)] and outcome.applied == 0 and pending_count() == 1
+    lease.refresh_from_db()
+    assert lease.agent_started_at is None
+    assert agent_reports_apply_run() == 1
+    lease.refresh_from_db()
+    assert lease.agent_started_at == started.at and lease.accounted_until == started.at
+    assert pending_count() == 0
+
+
 def test_progress_alone_is_stored_acknowledged_and_left_to_the_applier(deferred):
     lease = running_lease()
     started = LeaseReport(lease.lease_id, 1, "started", lease.started_at, {"pid": 1})
-    agent_reports_ingest(server=lease.server, reports=[started])  # a start is applied in its sync
+    agent_reports_ingest(server=lease.server, reports=[started])
+    assert agent_reports_apply_run() == 1  # the start, left to the applier
     report = progress(lease, 2, 100, seconds_ago=60)
     outcome = agent_reports_ingest(server=lease.server, reports=[report])
     assert outcome.acked == [(str(lease.lease_id), 2)] and outcome.applied == 0
@@ -94,22 +109,23 @@ def test_inline_mode_never_defers_there_is_no_worker(settings):
 
 
 def test_an_exit_is_applied_in_its_sync_after_the_progress_left_pending_before_it(deferred):
-    """The exit's batch applies the lease's earlier progress first, in seq order: the speed it measured
-    and the GPU time up to it are credited before the exit's own figures."""
+    """The exit's batch applies the lease's earlier start and progress first, in seq order: the speed
+    it measured and the GPU time up to it are credited before the exit's own figures."""
     lease = running_lease(minutes_ago=10)
     started = LeaseReport(lease.lease_id, 1, "started", lease.started_at, {"pid": 1})
     agent_reports_ingest(server=lease.server, reports=[started])
     agent_reports_ingest(
         server=lease.server, reports=[progress(lease, 2, 400, seconds_ago=120, iters_per_s=2.0)]
     )
-    assert pending_count() == 1
+    assert pending_count() == 2
     exited = LeaseReport(lease.lease_id, 3, "exited", timezone.now(), {"exit_code": 0, "done_iters": 1000})
     outcome = agent_reports_ingest(server=lease.server, reports=[exited])
-    assert outcome.applied == 2 and pending_count() == 0
+    assert outcome.applied == 3 and pending_count() == 0
     job = Job.objects.get(pk=lease.job_id)
     assert job.state == JobState.COMPLETED and job.done_iters == 1000
     lease.refresh_from_db()
     assert lease.iters_per_s == 2.0 and lease.exited_at is not None
+    assert lease.agent_started_at == started.at
     # GPU time from the lease's start to the exit, once: nothing counted twice or skipped between.
     assert lease.num_gpus == 2
     expected_s = 2 * (exited.at - lease.started_at).total_seconds()
