@@ -1,0 +1,20 @@
+"""bench.forecast_refresh's own arithmetic: the comparison of two refreshes' estimates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from bench.forecast_refresh import differences
+from scheduler_app.services.forecasts import Estimate
+
+T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+T1 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+def test_two_refreshes_differ_by_each_job_whose_start_finish_or_detail_differs() -> None:
+    a = {1: Estimate(T0, T1), 2: Estimate(T0, None, "not finished"), 3: Estimate(None, None, "held")}
+    assert differences(a, dict(a)) == 0
+    b = {**a, 1: Estimate(T0, T0), 2: Estimate(T0, None, "other")}
+    assert differences(a, b) == 2
+    assert differences(a, {1: a[1], 2: a[2]}) == 1  # a job one of them left out
+    assert differences(a, {**a, 3: Estimate(None, None, "held", cut_short=True)}) == 0  # not shown
