@@ -307,7 +307,7 @@ ATTUNE_SCHEDULER = {
     "forecast_refresh_pacing": env.float("ATTUNE_FORECAST_REFRESH_PACING", default=4.0),
     # Every user sees every job's summary in the queue (squeue); true: only their own (PrivateData=jobs).
     "private_jobs": env.bool("ATTUNE_PRIVATE_JOBS", default=False),
-    # ATTUNE_POLICY=swaf: a job promised no start (no QoS target, or late) that has waited longer than
+    # ATTUNE_POLICY=swaf (sjf, srtf): a job without a QoS target that has waited longer than
     # max(factor x its remaining execution time, floor) goes ahead of the shortest-first tails and
     # starts at the next round (docs/genie.md, "Policies": Aging); a maximum wait caps that (0: none);
     # factor 0: no aging, shortest first without a bound.

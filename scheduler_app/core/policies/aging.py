@@ -8,14 +8,16 @@ as the stream lasts. The rule: a job whose time in the queue exceeds its thresho
 
 (E_prop: its remaining execution time at the GPU-proportional point, execution.py) is *aged*: the
 policy moves it ahead of the shortest-first tails, in arrival order among the aged jobs, and the
-engine treats it as a job that must not wait (move_guard.py): running jobs holding the GPUs it needs
-are stopped for it, young ones too, as for a deadline that cannot wait out the minimum run time.
-SWAF ages the jobs promised no start (swaf.py); `sjf` and `srtf`, which ignore QoS targets, age every
-job when given a rule (the live service gives them the configured one; their constructors' default,
-None, keeps the papers' baselines as published). Once aged a job stays aged while it runs (its wait
-no longer grows, its remaining work shrinks), so later arrivals cannot preempt it. `floor_s` keeps
-the shortest-first order among short jobs: a job of a few minutes is not promoted over the others
-after a few minutes of queueing.
+engine treats it as a job that must not wait (move_guard.py): running jobs holding the GPUs it
+needs are stopped for it, young ones too, as for a deadline that cannot wait out the minimum run
+time. Once aged a job stays aged while it runs (its wait no longer grows, its remaining work
+shrinks), so no later arrival stops it; only an aged job that arrived before it can. Running aged
+jobs do not go first: under overload short jobs age too, and a chain of them would then take every
+GPU freed before a wide aged job fits. `floor_s` keeps the shortest-first order among short jobs: a
+job of a few minutes is not promoted over the others after a few minutes of queueing.
+SWAF ages the jobs without a QoS target (swaf.py); `sjf` and `srtf`, which ignore QoS targets, age
+every job when given a rule (the live service gives them the configured one; their constructors'
+default, None, keeps the papers' baselines as published).
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ speed-up, consolidated). The order, after a higher `priority` (GENIE's "emergenc
 5. jobs without a QoS target, shortest remaining execution time (proportional point) first, as SJF
    orders them: Chronus (PAPERS §2.4) runs its best-effort jobs SRTF, and on a trace without QoS
    targets SWAF is then SJF (docs/reproduction.md, "One default for both papers").
-Aging (aging.py; docs/genie.md, "Policies"): a job of the tails 4-5 whose time in the queue passes
+Aging (aging.py; docs/genie.md, "Policies"): a job of the tail 5 whose time in the queue passes
 max(k x its remaining proportional execution time, a floor), capped at a maximum wait when one is
 set, moves between 1 and 2, in arrival order among such jobs, and the engine starts it at the next
-round even where restart costs would keep running jobs in place (Policy.must_not_wait): the
-shortest-first tails then keep no job waiting without bound. Unguaranteed jobs (3) do not age:
-their allowance runs out and they become late (4) first.
+round even where restart costs would keep running jobs in place (Policy.must_not_wait):
+jobs without a QoS target then wait a bounded time. QoS jobs do not age (measured: aging the late ones cost
+GENIE's workload average JCT and makespan and met no more deadlines).
 Ties everywhere: (arrival_s, job_id). Where jobs without a deadline go relative to the late QoS jobs
 is our choice (PAPERS says only "best-effort tail"): the late jobs were promised a latency, so they
 keep precedence over jobs that were promised none. Where minimum-rate jobs go is ours too (GENIE's
@@ -77,14 +77,11 @@ class SwafPolicy(Policy):
     def must_not_wait(
         self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
     ) -> frozenset[int]:
-        """The aged jobs (aging.py) among those promised no start: without a QoS target, or late."""
+        """The aged jobs (aging.py) among those without a QoS target."""
         aging = self.aging
         if aging is None:
             return frozenset()
-        shape = snapshot_shape(snapshot)
-        return frozenset(
-            j.job_id for j in jobs if aging.is_aged(j, now_s) and _promised_no_start(j, now_s, shape)
-        )
+        return frozenset(j.job_id for j in jobs if _without_qos_target(j) and aging.is_aged(j, now_s))
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         shape = snapshot_shape(snapshot)
@@ -119,11 +116,7 @@ def _rate_reachable(job: JobView, shape: ServerShape | None) -> bool:
     return best_rate_iters_per_s(job, shape) + EPS >= job.min_rate_iters_per_s
 
 
-def _promised_no_start(job: JobView, now_s: float, shape: ServerShape | None) -> bool:
-    """The jobs that may age: without a QoS target, or late (a deadline its best case misses, a rate
-    above its best case). A deadline job that can still make it is ordered by its allowance, and
-    becomes late (so may age) when that runs out; a reachable rate is served by arrival."""
-    wa = waiting_allowance_s(job, now_s, shape)
-    if wa is not None:
-        return wa < 0
-    return job.min_rate_iters_per_s is None or not _rate_reachable(job, shape)
+def _without_qos_target(job: JobView) -> bool:
+    """The jobs that may age: those without a QoS target (docs/genie.md, "Policies": Aging, for why
+    late QoS jobs do not)."""
+    return job.deadline_s is None and job.min_rate_iters_per_s is None

@@ -127,12 +127,13 @@ def test_an_aged_long_job_goes_ahead_of_shorter_ones_but_behind_a_deadline_it_ca
     assert SwafPolicy(aging=None).must_not_wait([long, short, due], CLUSTER, 2001.0) == set()
 
 
-def test_a_deadline_job_that_can_still_make_it_does_not_age():
+def test_qos_jobs_do_not_age_late_or_not():
     aging = Aging(factor=1.0, floor_s=0.0)
     due = job(1, arrival_s=0.0, total_iters=10, deadline_s=10_000.0)
-    assert SwafPolicy(aging=aging).must_not_wait([due], CLUSTER, now_s=5000.0) == set()
     late = job(2, arrival_s=0.0, total_iters=10, deadline_s=100.0)
-    assert SwafPolicy(aging=aging).must_not_wait([late], CLUSTER, now_s=5000.0) == {2}
+    rate = job(3, arrival_s=0.0, total_iters=10, min_rate_iters_per_s=0.5)
+    free = job(4, arrival_s=0.0, total_iters=10)
+    assert SwafPolicy(aging=aging).must_not_wait([due, late, rate, free], CLUSTER, now_s=5000.0) == {4}
 
 
 @settings(max_examples=60, deadline=None)
