@@ -253,9 +253,9 @@ SPECTACULAR_SETTINGS = {
 # Every scheduler knob lives here and is read only by scheduler_app/conf.py.
 ATTUNE_SCHEDULER = {
     # swaf + genie measures within 5 % of the best specialised scheduler on both papers' benchmarks
-    # but is not the default: its jobs without a deadline run shortest remaining first, which can
-    # starve a lab's long runs (no aging yet), and genie's live round costs more than tune's
-    # (docs/reproduction.md, "One default for both papers").
+    # but is not the default: genie's live round costs more than tune's and the full suite has not run
+    # with it (docs/reproduction.md, "One default for both papers"); its shortest-first order of jobs
+    # without a deadline is bounded by aging (ATTUNE_AGING_* below).
     "policy": env("ATTUNE_POLICY", default="fifo"),
     "allocator": env("ATTUNE_ALLOCATOR", default="tune"),
     "round_s": env.int("ATTUNE_ROUND_S", default=60),
