@@ -242,7 +242,7 @@ class JobEnds:
             raise RuntimeError(f"expected {expected} start commands, got {commands}")
 
     def started(self) -> None:
-        """The agent's sync right after it launched them: their `started` reports (applied within it)."""
+        """The agent's sync right after it launched them: their `started` reports."""
         self.running += self.placed
         self._sync(
             [{"lease_id": lease, "kind": "started", "data": {}} for lease in self.placed], self.running
@@ -325,7 +325,7 @@ def _job_end_rows(count: int, base: float) -> list[list]:
             ends.measure()
         rows.append(row(label, *samples["exit"]))
     rows.append(row("start delivered (woken sync, 1 start)", *samples["deliver"]))
-    rows.append(row("sync, its `started` report (applied)", *samples["started"]))
+    rows.append(row("sync, its `started` report", *samples["started"]))
     pending = JobEndPending.objects.count()
     db_before = sum(backend.cpu_times()[:2])
     start = time.process_time()
@@ -354,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging_setup()
     with bench_database(args.db, keep=args.keep) as url:
-        django_setup(url, ATTUNE_AGENT_WAKE="0", REDIS_URL=args.redis_url)
+        # Agents' wakes on, as the service runs with workers: a sync reads its server's wake generation
+        # and signs a wait ticket, an exit wakes the agents of its job's next leases (Redis).
+        django_setup(url, ATTUNE_AGENT_WAKE="1", REDIS_URL=args.redis_url)
         client, leases, gpus = _setup()
         agent = Agent(client, leases, gpus)
         agent.sync(0)  # the leases' `started` reports
