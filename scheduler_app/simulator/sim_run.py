@@ -335,7 +335,12 @@ def _advance(job: SimJob, placement: Placement, now_s: float, round_s: float, ro
         # The reference credits floor(round / effective iteration time) whole iterations per round
         # and finishes the job when its lease ends.
         if run_s > 0:
-            job.progress(run_s, math.floor(run_s / (job.iter_time_s / speedup)), rate, whole=True)
+            iters = math.floor(run_s / (job.iter_time_s / speedup))
+            if job.checkpoint_every_s:
+                job.progress(run_s, iters, rate, whole=True)
+            else:  # progress() without checkpoints, inlined: this runs for every job every round
+                job.done_iters += iters
+                job.since_ckpt_s += run_s
         if job.done_iters >= job.total_iters:
             job.done_iters = job.total_iters
             job.finish_s = now_s + round_s
@@ -345,7 +350,11 @@ def _advance(job: SimJob, placement: Placement, now_s: float, round_s: float, ro
         job.done_iters = job.total_iters
         job.finish_s = now_s + overhead_s + need_s
         return overhead_s + need_s
-    job.progress(run_s, run_s * rate, rate, whole=False)
+    if job.checkpoint_every_s:
+        job.progress(run_s, run_s * rate, rate, whole=False)
+    else:
+        job.done_iters += run_s * rate
+        job.since_ckpt_s += run_s
     return round_s
 
 
