@@ -170,12 +170,13 @@ def _predict(targets: list[Target], now: datetime) -> None:
 
 
 def _short_queue(most_jobs: int) -> bool:
-    """Whether at most `most_jobs` jobs are live, these just submitted included (a count that stops
-    at most_jobs + 1 rows, whatever the queue's length)."""
+    """Whether at most `most_jobs` jobs are live, these just submitted included: whether there is no
+    live row past the first most_jobs (a read that stops there, whatever the queue's length; cheaper to
+    build than a count over a limited subquery)."""
     if most_jobs <= 0:
         return False
-    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).order_by().values("pk")
-    return live[: most_jobs + 1].count() <= most_jobs
+    live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).order_by()
+    return not live.values_list("pk", flat=True)[most_jobs : most_jobs + 1]
 
 
 def _settle(targets: list[Target], undecided: set[int]) -> None:

@@ -15,6 +15,7 @@ from scheduler_app.api.fields import (
     StrictIntegerField,
     StrictSlugRelatedField,
 )
+from scheduler_app.api.serializers.fields_once import FieldsOnceModelSerializer
 from scheduler_app.api.serializers.restarts import JobRestartsSerializer
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.job_paths import default_output_pattern, output_path_expand
@@ -228,7 +229,7 @@ class JobSubmitSerializer(serializers.Serializer):
 HIDDEN_FROM_OTHERS = ("command", "script", "run_as", "work_dir", "output_path", "error_path")
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(FieldsOnceModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     team = serializers.CharField(source="team.name", read_only=True, allow_null=True, default=None)
     workload = serializers.CharField(source="workload.name", read_only=True, allow_null=True, default=None)
@@ -360,7 +361,7 @@ class JobSerializer(serializers.ModelSerializer):
         return data
 
 
-class AllocationSerializer(serializers.ModelSerializer):
+class AllocationSerializer(FieldsOnceModelSerializer):
     server = serializers.CharField(source="server.name")
     gpu_indices = serializers.SerializerMethodField()
     gpu_uuids = serializers.SerializerMethodField()
@@ -390,14 +391,14 @@ class AllocationSerializer(serializers.ModelSerializer):
         return [h.gpu.uuid for h in allocation.gpu_holds.all()]
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(FieldsOnceModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["at", "kind", "from_state", "to_state", "reason", "message", "data"]
         read_only_fields = fields
 
 
-class AdmissionSerializer(serializers.ModelSerializer):
+class AdmissionSerializer(FieldsOnceModelSerializer):
     finish_error_s = serializers.FloatField(
         read_only=True, allow_null=True, help_text="Actual minus predicted finish, once the job has ended"
     )
