@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import redis
 from django.conf import settings
@@ -40,8 +42,26 @@ TICKET_SALT = "attune.agent-wait"
 REDIS_TIMEOUT_S = 0.5
 
 
+# The server whose agent's sync runs in this context (`syncing_server`): what the sync changes is not
+# woken there, as its commands follow in that sync's answer.
+_syncing_server: ContextVar[int | None] = ContextVar("attune_syncing_server", default=None)
+
+
 def wake_enabled() -> bool:
     return bool(settings.ATTUNE_AGENT_WAKE)
+
+
+@contextmanager
+def syncing_server(server_id: int) -> Iterator[None]:
+    """Within it, `agents_wake_on_commit` leaves out `server_id`: its agent's sync is running, and the
+    commands it computes after its reports already answer what they changed (an exit ends its lease).
+    Woken, the agent's long-poll in flight during the sync would answer at once: one more sync for
+    nothing per job end."""
+    token = _syncing_server.set(server_id)
+    try:
+        yield
+    finally:
+        _syncing_server.reset(token)
 
 
 def _redis(url: str) -> redis.Redis:
@@ -103,8 +123,10 @@ def agents_wake(server_ids: Iterable[int]) -> None:
 
 
 def agents_wake_on_commit(server_ids: Iterable[int]) -> None:
-    """Wake the servers' agents once the current transaction commits (at once outside one)."""
+    """Wake the servers' agents once the current transaction commits (at once outside one), but the
+    one whose sync is running here (`syncing_server`)."""
     ids = set(server_ids)
+    ids.discard(_syncing_server.get())
     if ids and wake_enabled():
         transaction.on_commit(lambda: agents_wake(ids))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from cluster_app.agent_wake import wake_generation
+from cluster_app.agent_wake import syncing_server, wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
 from scheduler_app.models import AgentReportKind
@@ -63,19 +63,24 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     The wake generation is read after the reports' transaction and before the commands: a change
     committed after that read wakes the agent again, so none is missed; and what this sync's own
     reports changed (an exit ends its job's leases, which wakes their agents) does not wake this agent
-    a second time for commands it gets in this answer. Read before the reports, as it was until
-    2026-11-27, every job end cost its agent one more sync.
+    a second time for commands it gets in this answer: neither its next wait (the generation is read
+    after that commit; read before, as until 2026-11-27, every job end cost its agent one more sync)
+    nor the wait it holds during this sync (its server is left out of the wake: `syncing_server`;
+    until 2026-11-29 that wait answered at once, one more sync per job end again).
     """
     server = agent_heartbeat(server=server, usage=request.usage)
     outcome = ReportsOutcome()
     if request.reports:
         urgent = any(r.kind in WAITING_KINDS for r in request.reports)
         try:
-            outcome = agent_reports_ingest(
-                server=server,
-                reports=request.reports,
-                lock_wait_ms=REPORTS_LOCK_WAIT_MS if urgent else PROGRESS_LOCK_WAIT_MS,
-            )
+            # What the reports change on this server (an exit ends its lease) does not wake this agent:
+            # the commands below answer it (cluster_app/agent_wake.py, `syncing_server`).
+            with syncing_server(server.pk):
+                outcome = agent_reports_ingest(
+                    server=server,
+                    reports=request.reports,
+                    lock_wait_ms=REPORTS_LOCK_WAIT_MS if urgent else PROGRESS_LOCK_WAIT_MS,
+                )
         except Exception:  # not even stored: unacknowledged, the agent sends them again
             logger.exception(
                 "server %s: %d reports could not be stored; left for the agent to resend",

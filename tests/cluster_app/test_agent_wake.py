@@ -201,11 +201,11 @@ def test_the_exit_of_a_moved_jobs_old_process_wakes_the_agent_of_its_next_lease(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_job_end_an_agent_reports_does_not_wake_that_agent_again(wake, rounds, user):
-    """The exit ends the job's lease, which wakes its server's agent once committed (a lease ended by
-    anyone else must be stopped there); the agent that reported it gets its commands in the same answer,
-    whose generation is read after that commit: its next wait must not answer at once (a second sync
-    for nothing, once per job end)."""
+def test_a_job_end_an_agent_reports_does_not_wake_that_agent_again(wake, rounds, user, published):
+    """The exit ends the job's lease, which would wake its server's agent once committed (a lease ended
+    by anyone else must be stopped there); the agent that reported it gets its commands in the same
+    answer, so its server is left out of the wake: neither the wait it holds during the sync nor its
+    next one may answer at once (a second sync for nothing, once per job end)."""
     from django.utils import timezone
 
     from tests.api.helpers import agent_client, synced
@@ -219,14 +219,16 @@ def test_a_job_end_an_agent_reports_does_not_wake_that_agent_again(wake, rounds,
     started = {"lease_id": lease, "seq": 1, "kind": "started", "at": at, "data": {}}
     assert synced(client, running=[lease], reports=[started])["rejected"] == []
     before = generation(wake, server.pk)
+    published()  # what the round woke, read off before the exit
     done = {"exit_code": 0, "done_iters": 100}
     exited = {"lease_id": lease, "seq": 2, "kind": "exited", "at": timezone.now().isoformat(), "data": done}
     answer = synced(client, running=[], reports=[exited])
     assert answer["rejected"] == []
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
-    assert generation(wake, server.pk) == before + 1  # the lease's end woke its server, after commit
-    assert answer["wait"]["generation"] == before + 1  # read after that: the next wait waits
+    assert generation(wake, server.pk) == before  # the lease's end did not wake its own reporter
+    assert not any(server.pk in ids for ids in published())
+    assert answer["wait"]["generation"] == before  # the next wait waits
 
 
 @pytest.mark.django_db
