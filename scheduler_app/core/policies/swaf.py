@@ -61,8 +61,9 @@ class SwafPolicy(Policy):
     `plannable_share`: the share of the cluster's GPU capacity up to a deadline that guaranteed
     deadline jobs may plan for (guarantees.py); None guarantees every job that can still make it
     (GENIE's SWAF as PAPERS §2.3 states it).
-    `aging`: the bound on a tail job's wait (aging.py); None orders the tails shortest-first without
-    one (GENIE's SWAF, whose tail can starve a long job under a stream of short ones)."""
+    `aging`: the bound on the wait of a job without a QoS target (aging.py); None orders them
+    shortest-first without one (GENIE's SWAF, which can starve a long job under a stream of short
+    ones)."""
 
     ages = True
 
