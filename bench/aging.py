@@ -25,13 +25,12 @@ from typing import Any
 from bench import restart_axis
 from bench.common import add_workers_argument, parallel_map
 from bench.reproduce_genie import CLUSTER as GENIE_CLUSTER
-from bench.reproduce_genie import _trace as genie_trace_cached
 from bench.reproduce_synergy import BIG_CLUSTER, SPLITS, Workload, md_table, trace_for, window_jct
 from profiles_app.catalog import load_catalog
 from scheduler_app.core.policies.aging import DEFAULT_AGING
 from scheduler_app.core.policies.swaf import SwafPolicy
 from scheduler_app.core.restarts import RestartPolicy
-from scheduler_app.simulator import SimulationResult, TraceJob, simulate
+from scheduler_app.simulator import SimulationResult, TraceJob, genie_trace, simulate
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def run_one(run: Run) -> dict[str, Any]:
         figures = {"jct_h": window_jct(result, [run.grid.window])[run.grid.window]}
         figures.update(waits_h(result, trace, run.grid.window))
     else:
-        trace = genie_trace_cached(run.grid.genie_jobs, GENIE_LOAD, run.seed, (), False)
+        trace = genie_trace(run.grid.genie_jobs, jobs_per_hour=GENIE_LOAD, seed=run.seed)
         result = simulate(trace, GENIE_CLUSTER, policy=policy, allocator="genie", **restarts)
         figures = {"qos_pct": result.qos.met_pct, "makespan_h": result.makespan_h, "jct_h": result.avg_jct_h}
         figures.update(waits_h(result, trace, None))
