@@ -21,10 +21,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import restart_axis
 from bench.common import add_workers_argument
 from bench.reproduce_genie import CLUSTER as GENIE_CLUSTER
 from bench.reproduce_genie import Scheduler, mean_of, run_all
 from bench.reproduce_synergy import BIG_CLUSTER, SPLITS, Workload, log, md_table, prefetch, run_windows
+from scheduler_app.core.restarts import RestartPolicy
 
 GAP_LIMIT = 0.05  # "within 5 % of the best specialised scheduler"
 
@@ -110,9 +112,9 @@ class Row:
         return f"{value:.1f} ({self.best - value:+.1f} pt, {100 * self.gap(value):+.1f} %)"
 
 
-def synergy_rows(grid: Grid, workers: int = 1) -> list[Row]:
+def synergy_rows(grid: Grid, workers: int = 1, restart_cost_s: float = 0.0) -> list[Row]:
     """FIFO and SRTF sweep rows for every (single/multi-GPU, load) workload of the grid; the runs are
-    made first, `workers` at a time."""
+    made first, `workers` at a time; every scheduler pays `restart_cost_s` per restart (0: free)."""
     rows: list[Row] = []
     workloads = [(False, load) for load in grid.single_loads] + [(True, load) for load in grid.multi_loads]
     pairs = [*CANDIDATES, *SYNERGY_SPECIALISED.values()]
@@ -123,6 +125,7 @@ def synergy_rows(grid: Grid, workers: int = 1) -> list[Row]:
                 p.policy,
                 p.allocator,
                 (grid.window,),
+                float(restart_cost_s),
             )
             for multi, load in workloads
             for p in pairs
@@ -133,7 +136,7 @@ def synergy_rows(grid: Grid, workers: int = 1) -> list[Row]:
         w = Workload(grid.jobs, load, SPLITS[grid.split], multi, grid.seed)
 
         def jct(pair: Pair, w: Workload = w) -> float:
-            return run_windows(w, pair.policy, pair.allocator, [grid.window])[grid.window]
+            return run_windows(w, pair.policy, pair.allocator, [grid.window], restart_cost_s)[grid.window]
 
         figures = {p.label: jct(p) for p in CANDIDATES}
         kind = "multi-GPU" if multi else "1 GPU"
@@ -150,12 +153,21 @@ def synergy_rows(grid: Grid, workers: int = 1) -> list[Row]:
     return rows
 
 
-def genie_rows(grid: Grid, workers: int = 1) -> tuple[list[Row], list[dict[str, Any]]]:
-    """One row per arrival rate: mean QoS-guarantee rate over the seeds (the raw runs too)."""
+def genie_rows(
+    grid: Grid, workers: int = 1, restart_cost_s: float = 0.0
+) -> tuple[list[Row], list[dict[str, Any]]]:
+    """One row per arrival rate: mean QoS-guarantee rate over the seeds (the raw runs too); every
+    scheduler pays `restart_cost_s` per restart (0: free)."""
+    restarts = restart_axis.simulate_kwargs(restart_cost_s, RestartPolicy()) if restart_cost_s else None
     pairs = list(CANDIDATES) + ([GENIE_SPECIALISED] if GENIE_SPECIALISED not in CANDIDATES else [])
     schedulers = tuple(Scheduler(p.label, p.policy, p.allocator) for p in pairs)
     runs = run_all(
-        grid.genie_jobs, list(grid.genie_loads), list(grid.genie_seeds), schedulers, workers=workers
+        grid.genie_jobs,
+        list(grid.genie_loads),
+        list(grid.genie_seeds),
+        schedulers,
+        restarts=restarts,
+        workers=workers,
     )
     rows = [
         Row(
@@ -180,8 +192,17 @@ def verdicts(rows: list[Row]) -> dict[str, tuple[float, str, bool]]:
     return out
 
 
-def print_report(grid: Grid, command: str, rows: list[Row]) -> dict[str, tuple[float, str, bool]]:
+def print_report(
+    grid: Grid, command: str, rows: list[Row], restart_cost_s: float = 0.0
+) -> dict[str, tuple[float, str, bool]]:
     seeds = ",".join(str(s) for s in grid.genie_seeds)
+    restarts = (
+        f"every restart costs {restart_cost_s:g} s of start-up and the work since the last checkpoint "
+        f"(every {restart_axis.CHECKPOINT_EVERY_S:g} s), the live move guard weighing it "
+        "(bench/restart_axis.py)"
+        if restart_cost_s
+        else "restarts are free (the papers' setting)"
+    )
     print(
         f"### One default for both papers: candidates against the best specialised scheduler\n\n"
         f"Command: `{command}`\n\n"
@@ -194,6 +215,7 @@ def print_report(grid: Grid, command: str, rows: list[Row]) -> dict[str, tuple[f
         f"- GENIE: genie_trace, {grid.genie_jobs} jobs, {GENIE_CLUSTER.servers} x "
         f"{GENIE_CLUSTER.gpus_per_server} GPUs, seeds {seeds} (mean), QoS-guarantee rate (%). "
         f"Specialised: swaf+genie. Cell: rate (best - candidate in points, relative).\n"
+        f"- Restarts: {restarts}.\n"
         f"- A positive gap is worse than the specialised scheduler; within 5 % means every gap <= +5 %.\n"
     )
     labels = [p.label for p in CANDIDATES]
@@ -214,23 +236,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small grid (a few minutes)")
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument(
+        "--restart-cost",
+        type=float,
+        default=0.0,
+        help="seconds of start-up per restart for every scheduler, with the live move guard (0: free)",
+    )
     add_workers_argument(parser)
     args = parser.parse_args()
+    if args.restart_cost < 0:
+        parser.error(f"--restart-cost must be >= 0 s, got {args.restart_cost:g}")
     logging.getLogger("scheduler_app").setLevel(logging.WARNING)
     grid = QUICK if args.quick else FULL
     command = "python -m bench.default_pair" + (" --quick" if args.quick else "")
+    command += f" --restart-cost {args.restart_cost:g}" if args.restart_cost else ""
     started = time.perf_counter()
-    rows = synergy_rows(grid, args.workers)
+    rows = synergy_rows(grid, args.workers, args.restart_cost)
     log(f"[synergy: {time.perf_counter() - started:.0f} s]")
     t0 = time.perf_counter()
-    g_rows, genie_runs = genie_rows(grid, args.workers)
+    g_rows, genie_runs = genie_rows(grid, args.workers, args.restart_cost)
     log(f"[genie: {time.perf_counter() - t0:.0f} s]")
     rows += g_rows
-    result = print_report(grid, command, rows)
+    result = print_report(grid, command, rows, args.restart_cost)
     print(f"\n(total wall time {time.perf_counter() - started:.0f} s)")
     if args.json:
         payload = {
             "grid": asdict(grid),
+            "restart_cost_s": args.restart_cost,
             "rows": [
                 {
                     **asdict(r),

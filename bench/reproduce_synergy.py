@@ -26,6 +26,7 @@ from scheduler_app.core.allocators.tune import TuneAllocator, TuneRound
 from scheduler_app.core.placement import FIRST_FIT, gpu_admission, infeasible_reasons
 from scheduler_app.core.policies.base import Policy
 from scheduler_app.core.policies.srtf import SrtfPolicy
+from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.throughput import ServerShape, best_case, relative_speed, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 from scheduler_app.simulator import (
@@ -157,26 +158,33 @@ def window_jct(result: SimulationResult, windows: Sequence[tuple[int, int]]) -> 
 
 
 def run_windows(
-    w: Workload, policy: str, label: str, windows: Sequence[tuple[int, int]]
+    w: Workload,
+    policy: str,
+    label: str,
+    windows: Sequence[tuple[int, int]],
+    restart_cost_s: float = 0.0,
 ) -> dict[tuple[int, int], float]:
     """Simulate once (round-end convention, stop once every window has finished); mean JCT per window.
 
     One run serves several windows only under FIFO with single-GPU jobs, where a job is never affected
     by later arrivals; otherwise pass one window, which is then measured exactly as the reference does.
-    Runs already made by `prefetch` (or read by `preload`) are not repeated.
+    Runs already made by `prefetch` (or read by `preload`) are not repeated. `restart_cost_s`: seconds
+    of start-up per restart with the live move guard (bench/restart_axis.py); 0, the paper's free
+    restarts.
     """
-    key = (w, policy, label, tuple(windows))
+    key = (w, policy, label, tuple(windows), float(restart_cost_s))
     if key not in _RUNS:
         _record(key, _simulate_windows(key))
     return _RUNS[key]
 
 
-RunKey = tuple[Workload, str, str, tuple[tuple[int, int], ...]]
+# (workload, policy, allocator, windows, restart cost in seconds: 0 for the paper's free restarts)
+RunKey = tuple[Workload, str, str, tuple[tuple[int, int], ...], float]
 
 
 def _simulate_windows(key: RunKey) -> tuple[dict[tuple[int, int], float], float, int]:
     """One run of run_windows (a worker process's task): mean JCT per window, wall seconds, rounds."""
-    w, policy, label, windows = key
+    w, policy, label, windows, restart_cost_s = key
     lo, hi = min(win[0] for win in windows), max(win[1] for win in windows)
     result = simulate(
         trace_for(w),
@@ -186,16 +194,18 @@ def _simulate_windows(key: RunKey) -> tuple[dict[tuple[int, int], float], float,
         finish_at_round_end=True,
         measured_job_ids=(lo, hi),
         stop_when_measured=True,
+        **restart_axis.simulate_kwargs(restart_cost_s, RestartPolicy()),
     )
     return window_jct(result, windows), result.wall_s, result.rounds
 
 
 def _record(key: RunKey, outcome: tuple[dict[tuple[int, int], float], float, int]) -> None:
-    w, policy, label, _ = key
+    w, policy, label, _, restart_cost_s = key
     jcts, wall_s, rounds = outcome
     _RUNS[key] = jcts
+    cost = f" restart cost {restart_cost_s:g} s" if restart_cost_s else ""
     log(
-        f"  {policy}/{label} load {w.load} split {w.split} multi {w.multi_gpu} seed {w.seed}: "
+        f"  {policy}/{label} load {w.load} split {w.split} multi {w.multi_gpu} seed {w.seed}{cost}: "
         f"{wall_s:.1f} s, {rounds} rounds"
     )
     entry = {
@@ -205,6 +215,8 @@ def _record(key: RunKey, outcome: tuple[dict[tuple[int, int], float], float, int
         "windows": {f"{a}:{b}": v for (a, b), v in jcts.items()},
         "wall_s": wall_s,
     }
+    if restart_cost_s:
+        entry["restart_cost_s"] = restart_cost_s
     _RAW.append(entry)
     if _PROGRESS_FILE is not None:  # one JSON line a run, so a long sweep can be resumed
         with _PROGRESS_FILE.open("a") as f:
@@ -230,7 +242,14 @@ def preload(path: Path) -> None:
         wd = entry["workload"]
         w = Workload(wd["jobs"], wd["load"], tuple(wd["split"]), wd["multi_gpu"], wd["seed"])
         windows = {tuple(int(x) for x in k.split(":")): v for k, v in entry["windows"].items()}
-        _RUNS[(w, entry["policy"], entry["allocator"], tuple(windows))] = windows
+        key = (
+            w,
+            entry["policy"],
+            entry["allocator"],
+            tuple(windows),
+            float(entry.get("restart_cost_s", 0.0)),
+        )
+        _RUNS[key] = windows
         _RAW.append(entry)
 
 
@@ -783,13 +802,13 @@ def sweep_keys(cfg: Config, sections: set[str]) -> list[RunKey]:
         for load in s.loads:
             for seed in s.seeds:
                 w = Workload(cfg.jobs, load, SPLITS[s.split], s.multi_gpu, seed)
-                keys += [(w, s.policy, a, windows_of(s)) for a in s.allocators]
+                keys += [(w, s.policy, a, windows_of(s), 0.0) for a in s.allocators]
     if "load" in sections and cfg.position_sweep is not None:
         s = cfg.position_sweep
         for load in s.loads:
             for seed in s.seeds:
                 w = Workload(cfg.jobs, load, SPLITS[s.split], s.multi_gpu, seed)
-                keys += [(w, s.policy, a, tuple(cfg.position_windows)) for a in ("proportional", "tune")]
+                keys += [(w, s.policy, a, tuple(cfg.position_windows), 0.0) for a in ("proportional", "tune")]
     return keys
 
 
@@ -806,7 +825,7 @@ def load_section(cfg: Config, command: str) -> None:
                 for load in s.loads:
                     w = Workload(cfg.jobs, load, SPLITS[s.split], False, seed)
                     for a in s.allocators:
-                        _RUNS[(w, s.policy, a, (cfg.window,))] = {
+                        _RUNS[(w, s.policy, a, (cfg.window,), 0.0)] = {
                             cfg.window: run_windows(w, s.policy, a, cfg.position_windows)[cfg.window]
                         }
         sweep_table(s, cfg.jobs, cfg.window)
