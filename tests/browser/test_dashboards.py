@@ -9,6 +9,7 @@ from django.core.cache import cache
 from django.urls import reverse
 from playwright.sync_api import expect
 
+from scheduler_app.conf import scheduler_conf
 from scheduler_app.durations import format_duration, format_iter_time
 from scheduler_app.models import SimulationRun, SimulationStatus
 from tests.dashboards.test_views import seed_a_little
@@ -116,9 +117,10 @@ def test_a_what_if_run_shows_its_progress_and_result_charts(
 ):
     page = login(browser_page, live_server, staff_user)
     page.goto(f"{live_server.url}{reverse('dashboards:whatif')}")
-    expect(page.get_by_label("fifo", exact=True)).to_be_checked()
+    shipped = scheduler_conf()  # the page offers the shipped scheduler against proportional
+    expect(page.get_by_label(shipped.policy, exact=True)).to_be_checked()
     expect(page.get_by_label("proportional", exact=True)).to_be_checked()
-    expect(page.get_by_label("tune", exact=True)).to_be_checked()
+    expect(page.get_by_label(shipped.allocator, exact=True)).to_be_checked()
     page.locator("#id_num_jobs").fill("20")
     page.locator("#id_servers").fill("2")
     page.get_by_role("button", name="Run simulation").click()
@@ -128,7 +130,7 @@ def test_a_what_if_run_shows_its_progress_and_result_charts(
         "() => [...document.querySelectorAll('.whatif-chart')].every(el => el.querySelector('.main-svg'))"
     )
     expect(page.locator("#whatif-table-body tr")).to_have_count(2)
-    expect(page.locator("#whatif-table-body")).to_contain_text("fifo/tune")
+    expect(page.locator("#whatif-table-body")).to_contain_text(f"{shipped.policy}/{shipped.allocator}")
     # Durations in readable units; the philly trace has no QoS target, and the page says what that means.
     cells = page.locator("#whatif-table-body tr").first.locator("td").all_inner_texts()
     assert all(re.fullmatch(r"-?[0-9.]+ (s|min|h|d)", c) for c in cells[1:5]), cells
