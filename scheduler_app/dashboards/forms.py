@@ -41,8 +41,9 @@ class WhatIfForm(forms.Form):
     workload = forms.ChoiceField(
         choices=[(w, w) for w in WORKLOADS],
         initial="philly",
-        # Without deadlines the deadline policies order by arrival like fifo, and no QoS rate exists.
-        help_text="philly: Synergy's mix, no job has a QoS target (edf and swaf then match fifo); "
+        # Without deadlines edf orders by arrival like fifo, swaf shortest first like sjf (aged jobs first),
+        # and no QoS rate exists.
+        help_text="philly: Synergy's mix, no job has a QoS target (edf then orders as fifo, swaf as sjf); "
         "genie: GENIE's QoS workload, every job has a deadline",
     )
     num_jobs = forms.IntegerField(
