@@ -4,8 +4,8 @@ Run: `python -m bench.whatif_week [--jobs-per-hour 9] [--days 7] [--repeats 3]`.
 
 A what-if run of the recorded history (dashboards/services.py `whatif_run_execute`) replays the
 completed jobs through `simulation_compare` under the page's default grid: the shipped policy
-against proportional and the shipped allocator (swaf x (proportional, genie); `--policy` and
-`--allocator` time another grid, e.g. fifo and tune). This bench builds the same shape without a
+against proportional and the shipped allocator (fifo x (proportional, tune); `--policy` and
+`--allocator` time another grid, e.g. swaf and genie). This bench builds the same shape without a
 database: a week of Philly-derived arrivals at the Synergy load for 128 GPUs (9 jobs an hour, about
 1,500 jobs), 16 servers x 8 GPUs, 300 s rounds, and times `simulation_compare` on it: wall and CPU,
 best and median of the repeats. The database part of the page (reading the jobs, saving progress
@@ -23,7 +23,7 @@ from scheduler_app.simulator.compare import SimulationRequest, simulation_compar
 TARGET_S = 2.0
 # The what-if form's default grid: config/settings.py's ATTUNE_POLICY and ATTUNE_ALLOCATOR defaults (this
 # bench runs without Django).
-SHIPPED_POLICY, SHIPPED_ALLOCATOR = "swaf", "genie"
+SHIPPED_POLICY, SHIPPED_ALLOCATOR = "fifo", "tune"
 
 
 def main() -> None:

@@ -252,12 +252,12 @@ SPECTACULAR_SETTINGS = {
 
 # Every scheduler knob lives here and is read only by scheduler_app/conf.py.
 ATTUNE_SCHEDULER = {
-    # swaf + genie: within 5 % of the best specialised scheduler on both papers' benchmarks, with
-    # restart costs on (docs/reproduction.md, "One default for both papers"); its shortest-first order
-    # of jobs without a deadline is bounded by aging (ATTUNE_AGING_* below). fifo + tune is Synergy's
-    # own setting, for a lab that wants arrival order.
-    "policy": env("ATTUNE_POLICY", default="swaf"),
-    "allocator": env("ATTUNE_ALLOCATOR", default="genie"),
+    # swaf + genie measures within 5 % of the best specialised scheduler on both papers' benchmarks,
+    # with restart costs too, and the suite passes with it, but is not the default yet: its forecast
+    # reuses no round (swaf reads progress and the clock), so on a short queue a submission's admission
+    # forecast spends its whole 2 s budget (docs/reproduction.md, "One default for both papers").
+    "policy": env("ATTUNE_POLICY", default="fifo"),
+    "allocator": env("ATTUNE_ALLOCATOR", default="tune"),
     "round_s": env.int("ATTUNE_ROUND_S", default=60),
     # A submission or a job's end asks for an early round this many seconds later (debounced).
     "early_round_delay_s": env.float("ATTUNE_EARLY_ROUND_DELAY_S", default=2.0),

@@ -51,9 +51,8 @@ AFTER = [("shufflenet", 2), ("res18", 4)]
 @pytest.fixture
 def worker(e2e_ready, live_settings, tmp_path):
     """The conftest's worker with restart costs on and this test's minimum run time, under FIFO + tune:
-    the scenario is one where tune alone moves the big job. The default, swaf + genie, keeps it in
-    place by itself (genie's stickiness: every round `best_case`), so the guard would have nothing to
-    weigh there."""
+    the scenario is one where tune alone moves the big job. swaf + genie keeps it in place by itself
+    (genie's stickiness: every round `best_case`), so the guard would have nothing to weigh there."""
     w = CeleryWorker(
         tmp_path,
         **WORKER_ENV,
