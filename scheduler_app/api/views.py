@@ -49,7 +49,7 @@ from scheduler_app.selectors import (
     job_submitted_detail,
     jobs_with_restarts,
 )
-from scheduler_app.services.admission import admission_answer_wait
+from scheduler_app.services.admission import admission_answer_wait, admission_pending
 from scheduler_app.services.idempotency import (
     IDEMPOTENCY_KEY_PATTERN,
     IdempotencyKeyError,
@@ -156,8 +156,10 @@ class JobViewSet(
             raise ValidationError(
                 exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
             ) from exc
-        # A quick admission forecast makes the answer; a deep queue's follows on the job page.
-        admission_answer_wait(job_ids=[jobs[0].pk])
+        # A quick admission forecast makes the answer; a deep queue's follows on the job page (one
+        # answered in the request, e.g. behind the forecast's window, has nothing to wait for).
+        if admission_pending(jobs[0]):
+            admission_answer_wait(job_ids=[jobs[0].pk])
         job = job_submitted_detail(
             user=request.user, job_id=jobs[0].pk, dependencies=bool(job_request.depends_on)
         )

@@ -2,12 +2,15 @@
 forward, those behind are told so; the refresh writes only the estimates that changed."""
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import TestCase
 from django.utils.html import escape
 
 from scheduler_app.models import AdmissionPrediction, JobForecast
 from scheduler_app.services import admission, forecasts
 from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
+from scheduler_app.services.job_control import job_cancel, job_hold
 from scheduler_app.services.jobs import JobRequest, job_submit
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import submit, workload
@@ -63,16 +66,17 @@ def test_a_refresh_writes_only_the_estimates_that_changed(settings, queue, monke
     assert JobForecast.objects.get(job=running).detail == "moved"
 
 
-def test_a_submission_behind_the_window_is_answered_without_playing_anything_forward(
+def test_the_worker_answers_a_job_behind_the_window_without_playing_anything_forward(
     settings, queue, user, live_redis, monkeypatch
 ):
-    window(settings, 2, admission_in_request_max_jobs=0)
+    window(settings, 10, admission_in_request_max_jobs=0)
     live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
     monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: None)
-    job_forecasts_refresh_estimates()  # the last refresh: the window's estimates are stored
     request = JobRequest(name="late", num_gpus=4, total_iters=1000, workload=workload("res18"))
-    (job,) = job_submit(owner=user, request=request)
+    (job,) = job_submit(owner=user, request=request)  # inside a window of 10: the worker's
     assert AdmissionPrediction.objects.get(job=job).detail == FORECAST_PENDING
+    window(settings, 2)
+    job_forecasts_refresh_estimates()  # the last refresh: the window's estimates are stored
 
     def not_here(*args, **kwargs):
         raise AssertionError("a job behind the window was played forward")
@@ -85,6 +89,96 @@ def test_a_submission_behind_the_window_is_answered_without_playing_anything_for
         "queued behind the 2 jobs the forecast plays forward (the last of them"
     )
     live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+
+
+@pytest.fixture
+def worker_asked(settings, live_redis, monkeypatch):
+    """A service with a worker, a deep queue's settings; the admission forecasts asked of it."""
+    window(settings, 2, admission_in_request_max_jobs=0)
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
+    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    asked = []
+    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: asked.append(name))
+    admission.window_last_start_forget()
+    yield asked
+    admission.window_last_start_forget()
+    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+
+
+def submit_late(user, **more):
+    request = JobRequest(name="late", num_gpus=4, total_iters=1000, workload=workload("res18"), **more)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return job_submit(owner=user, request=request)
+
+
+def test_a_submission_behind_the_window_is_answered_in_its_request_as_the_worker_would(
+    queue, user, worker_asked, monkeypatch
+):
+    estimates = job_forecasts_refresh_estimates()  # the last refresh: the window's estimates are stored
+    (job,) = submit_late(user)
+    assert worker_asked == []  # nothing asked of the worker, nothing to wait for
+    prediction = AdmissionPrediction.objects.get(job=job)
+    assert prediction.detail != FORECAST_PENDING and admission.admission_pending(job) is False
+    assert prediction.predicted_start_at is None and prediction.attainable is None
+    last_start = max(e.start_at for e in estimates.values() if e.start_at is not None)
+    stored = JobForecast.objects.get(job=job)
+    assert stored.detail == prediction.detail and stored.start_at is None and stored.position is None
+    # What the worker's forecast says of the same job, word for word.
+    prediction.detail = FORECAST_PENDING
+    prediction.save()
+    monkeypatch.setattr(forecasts, "forecast", lambda *a, **k: pytest.fail("played forward"))
+    assert admission_forecasts_run() == 1
+    assert AdmissionPrediction.objects.get(job=job).detail == stored.detail
+    assert f"{forecasts.timezone.localtime(last_start):%Y-%m-%d %H:%M}" in stored.detail
+
+
+def test_an_array_behind_the_window_is_answered_task_by_task_in_its_request(queue, user, worker_asked):
+    job_forecasts_refresh_estimates()
+    jobs = submit_late(user, array="0-2")
+    assert worker_asked == []
+    details = set(AdmissionPrediction.objects.filter(job__in=jobs).values_list("detail", flat=True))
+    assert len(details) == 1 and details.pop().startswith("queued behind the 2 jobs")
+
+
+@pytest.mark.parametrize(
+    "case", ["inside the window", "held", "a dependency to wait for", "ahead by priority"]
+)
+def test_a_submission_that_may_be_inside_the_window_is_the_workers(settings, queue, user, worker_asked, case):
+    _, waiting = queue
+    more: dict = {}
+    owner = user
+    if case == "inside the window":
+        window(settings, 10)
+    elif case == "held":
+        more["hold"] = True
+    elif case == "a dependency to wait for":
+        more["depends_on"] = (waiting[0].pk,)
+    else:  # one job ahead of it: the others come after a higher priority
+        owner = get_user_model().objects.create_user("boss", is_staff=True)
+        more["priority"] = 10
+        waiting[0].priority = 20
+        waiting[0].save(update_fields=["priority"])
+    (job,) = submit_late(owner, **more)
+    assert AdmissionPrediction.objects.get(job=job).detail == FORECAST_PENDING
+    assert worker_asked and admission.admission_pending(job)
+
+
+def test_jobs_that_the_forecast_leaves_out_are_not_counted_ahead(queue, user, worker_asked, live_redis):
+    """Ahead of a new job: two held, one cancelled, one after the cancelled one (never starts), one the
+    forecast orders; in a window of 2 it is inside, so the worker's."""
+    _, waiting = queue
+    after = submit_late(user, depends_on=(waiting[0].pk,))[0]
+    worker_asked.clear()
+    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY)
+    for job in waiting[1:3]:
+        job_hold(job=job, by=user)
+    job_cancel(job=waiting[0], by=user)
+    assert admission._pending_ahead_at_least(after, 1)  # waiting[3]
+    assert not admission._pending_ahead_at_least(after, 2)
+    (job,) = submit_late(user)
+    assert not admission._pending_ahead_at_least(job, 2)  # `after` never starts: not in the window
+    assert AdmissionPrediction.objects.get(job=job).detail == FORECAST_PENDING
+    assert worker_asked
 
 
 def test_the_job_page_says_a_pending_forecast_is_coming_and_its_target_not_known_yet(
