@@ -46,6 +46,7 @@ from scheduler_app.selectors import (
     job_manageable,
     job_queue,
     job_queue_of,
+    job_submitted_as_stored,
     job_submitted_detail,
     jobs_with_restarts,
 )
@@ -160,8 +161,9 @@ class JobViewSet(
         # answered in the request, e.g. behind the forecast's window, has nothing to wait for).
         if admission_pending(jobs[0]):
             admission_answer_wait(job_ids=[jobs[0].pk])
-        job = job_submitted_detail(
-            user=request.user, job_id=jobs[0].pk, dependencies=bool(job_request.depends_on)
+        dependencies = bool(job_request.depends_on)
+        job = job_submitted_as_stored(job=jobs[0], dependencies=dependencies) or job_submitted_detail(
+            user=request.user, job_id=jobs[0].pk, dependencies=dependencies
         )
         context = self.get_serializer_context()
         # Its own place in the queue only, from its row as read: not a read of every pending job's.

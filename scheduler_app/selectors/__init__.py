@@ -37,6 +37,8 @@ from scheduler_app.selectors.jobs import (
     job_log_tail,
     job_manageable,
     job_queue_page_queryset,
+    job_relation_known,
+    job_submitted_as_stored,
     job_submitted_detail,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpu_count, server_busy_gpus
@@ -107,7 +109,9 @@ __all__ = [
     "job_queue",
     "job_queue_of",
     "job_queue_page_queryset",
+    "job_relation_known",
     "job_restarts",
+    "job_submitted_as_stored",
     "job_submitted_detail",
     "jobs_with_restarts",
     "next_round_at",

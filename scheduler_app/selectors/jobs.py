@@ -124,6 +124,38 @@ def job_submitted_detail(*, user: AbstractBaseUser, job_id: int, dependencies: b
     return job
 
 
+def job_submitted_as_stored(*, job: Job, dependencies: bool) -> Job | None:
+    """A job just submitted, as its submission stored it, when the request holds every part of the
+    answer (job_submitted_detail's read, no query): the job as created (its owner, team and workload
+    as validated), its `submitted` event (services/jobs.py keeps it as the job's events), its
+    admission prediction and its current estimate as stored in the request (a job answered behind
+    the forecast's window: services/admission.py). None otherwise (an estimate stored by a forecast,
+    a prediction the worker may be filling, dependencies): read it with job_submitted_detail. A job
+    never started has no lease nor restart, and one without dependencies none; the answer is the job
+    as committed (a round that places it a moment later shows on its page)."""
+    if dependencies or not (Job.forecast.is_cached(job) and Job.admission_prediction.is_cached(job)):
+        return None
+    if Job.forecast.related.get_cached_value(job) is None:
+        return None  # known to have none: a forecast may store one (not in hand) meanwhile
+    if "events" not in getattr(job, "_prefetched_objects_cache", {}):
+        return None
+    _known_empty(job, "allocations", Allocation)
+    _known_empty(job, "depends_on", Job)
+    job_restarts_none(job)
+    return job
+
+
+def job_relation_known(job: Model, relation: str, rows: list[Model]) -> None:
+    """Give `job` its `relation` as prefetched with `rows`, as prefetch_related_objects stores it: what
+    the caller has just stored, not read again."""
+    model = job._meta.get_field(relation).related_model
+    cached = model.objects.none()
+    cached._result_cache, cached._prefetch_done = list(rows), True
+    if not hasattr(job, "_prefetched_objects_cache"):
+        job._prefetched_objects_cache = {}
+    job._prefetched_objects_cache[relation] = cached
+
+
 def _known_empty(job: Job, relation: str, model: type[Model]) -> None:
     """Give `job` its `relation` as prefetched and empty, as prefetch_related_objects stores one that
     found nothing: the prefetch machinery costs more CPU than the rest of an empty relation's read."""

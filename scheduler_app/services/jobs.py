@@ -20,7 +20,13 @@ from profiles_app.models import Workload
 from scheduler_app.job_accounts import run_as_problem
 from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState, PendingReason, Team
-from scheduler_app.selectors import JobLike, dependency_pending_reason, dependency_waits, job_manageable
+from scheduler_app.selectors import (
+    JobLike,
+    dependency_pending_reason,
+    dependency_waits,
+    job_manageable,
+    job_relation_known,
+)
 from scheduler_app.services.admission import admission_predict_all
 from scheduler_app.services.job_lifecycle import (
     NEW,
@@ -431,6 +437,8 @@ def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
             data["held"] = True
         events.append(transition_event(job, NEW, JobState.PENDING, data=data, at=job.submitted_at))
     job_events_record(events)
+    # The answer's job (the first) keeps its history as stored: no read of it again.
+    job_relation_known(first, "events", events[:1])
     return jobs
 
 

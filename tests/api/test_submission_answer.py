@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from scheduler_app.api.serializers.jobs import JobSubmittedSerializer
 from scheduler_app.models import Job, JobState
 from scheduler_app.selectors import job_detail_queryset, job_queue, job_queue_of, job_submitted_detail
+from scheduler_app.services import admission as admission_module
 from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, submit, workload
@@ -129,3 +130,48 @@ def test_a_fresh_jobs_answer_is_two_queries(user):
     # The job's row (owner, team, workload, forecast, prediction) and its events: no leases, no
     # dependencies, no restarts' subqueries, no queue read.
     assert len(queries.captured_queries) == 2, [q["sql"][:80] for q in queries.captured_queries]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "one"},
+        {"name": "sweep", "array": "0-4"},
+        {"name": "own", "workload": None, "command": "python train.py", "output": "out-%j.log"},
+        {"name": "late", "qos_max_latency_s": 3600},
+    ],
+    ids=["single", "array", "own-command", "qos"],
+)
+def test_a_submission_behind_the_forecasts_window_is_answered_as_stored_as_its_detail_reads_it(
+    client, user, body, fifo_tune, settings, live_redis, monkeypatch
+):
+    """Queued behind the forecast's window, a job's answer is what its request stored (no read): the
+    same, field for field, as the detail's read after it."""
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "forecast_window_jobs": 2,
+        "admission_in_request_max_jobs": 0,
+        "reject_unattainable_qos": False,
+    }
+    monkeypatch.setattr("scheduler_app.services.admission.task_send", lambda name, **kwargs: None)
+    monkeypatch.setattr("scheduler_app.services.round_requests.task_send", lambda name, **kwargs: None)
+    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    workload("res18")
+    for n in range(4):
+        submit(user, gpus=4, iters=20_000, name=f"ahead{n}")
+    scheduling_round_run()
+    job_forecasts_refresh()
+    admission_module.window_last_start_forget()
+
+    def read(**kwargs):
+        raise AssertionError("the answer read the job again")
+
+    monkeypatch.setattr("scheduler_app.api.views.job_submitted_detail", read)
+    base = {"workload": "res18", "num_gpus": 1, "total_iters": 1000}
+    response = client.post(JOBS, {**base, **body}, format="json")
+    admission_module.window_last_start_forget()
+    assert response.status_code == 201, response.content
+    answer = response.json()
+    assert answer["admission"]["detail"].startswith("queued behind the 2 jobs the forecast plays forward")
+    assert answer["estimate_detail"] == answer["admission"]["detail"]
+    assert answer == as_detail_reads_it(answer["id"], user, answer["array_job_ids"])
