@@ -36,6 +36,7 @@ from scheduler_app.api.serializers.jobs import (
     JobSerializer,
     JobSubmitSerializer,
     JobSubmittedSerializer,
+    job_request_plain,
 )
 from scheduler_app.models import Allocation, Job
 from scheduler_app.models.idempotency import MAX_IDEMPOTENCY_KEY_CHARS
@@ -148,9 +149,11 @@ class JobViewSet(
         return _response(answer)
 
     def _submit(self, request: Request) -> IdempotentAnswer:
-        serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
-        serializer.is_valid(raise_exception=True)
-        job_request = serializer.to_request()
+        job_request = job_request_plain(request.data)
+        if job_request is None:
+            serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
+            serializer.is_valid(raise_exception=True)
+            job_request = serializer.to_request()
         try:
             jobs = job_submit(owner=request.user, request=job_request)
         except DjangoValidationError as exc:

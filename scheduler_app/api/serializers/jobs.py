@@ -225,6 +225,52 @@ class JobSubmitSerializer(serializers.Serializer):
         return JobRequest(**{**data, "depends_on": tuple(data["depends_on"])})
 
 
+# The fields a common submission (a catalog job: `sbatch` in a sweep's loop) gives, checked by hand
+# (job_request_plain) as the serializer checks them: its fields cost more CPU to build for each request
+# than the rest of the check.
+PLAIN_FIELDS = frozenset({"name", "workload", "num_gpus", "total_iters", "priority", "hold"})
+MAX_NAME_CHARS = 200
+MAX_NUM_GPUS = 32767
+
+
+def _whole(value: Any, least: int, most: int) -> bool:
+    return type(value) is int and least <= value <= most
+
+
+def job_request_plain(data: Any) -> JobRequest | None:
+    """A JSON submission of a catalog job with only PLAIN_FIELDS, each well-formed, as the JobRequest
+    JobSubmitSerializer(data=data).to_request() gives; None for anything else (another field, a form,
+    a value the serializer might refuse or read otherwise, an unknown workload, a priority above 0
+    that only staff may give): the serializer then checks it and says what is wrong. The same request
+    either way (tests/api/test_submission_plain.py)."""
+    if type(data) is not dict or not data.keys() <= PLAIN_FIELDS:
+        return None
+    name, workload = data.get("name"), data.get("workload")
+    # What CharField would refuse or change besides trimming (NUL, surrogates, line breaks) goes to it.
+    if type(name) is not str or len(name) > MAX_NAME_CHARS or not name.isprintable() or not name.strip():
+        return None
+    if type(workload) is not str or not workload or not workload.isprintable():
+        return None
+    num_gpus, total_iters = data.get("num_gpus", 1), data.get("total_iters")
+    priority, hold = data.get("priority", 0), data.get("hold", False)
+    if not _whole(num_gpus, 1, MAX_NUM_GPUS) or not _whole(priority, -100, 0) or type(hold) is not bool:
+        return None
+    if total_iters is not None and not _whole(total_iters, 1, MAX_TOTAL_ITERS):
+        return None
+    try:
+        found = Workload.objects.get(name=workload)  # as the serializer's StrictSlugRelatedField reads it
+    except Workload.DoesNotExist:
+        return None
+    return JobRequest(
+        name=name.strip(),
+        workload=found,
+        num_gpus=num_gpus,
+        total_iters=total_iters,
+        priority=priority,
+        hold=hold,
+    )
+
+
 # What another user's job does not show: what it runs and where it writes (its owner's business).
 HIDDEN_FROM_OTHERS = ("command", "script", "run_as", "work_dir", "output_path", "error_path")
 
