@@ -78,12 +78,7 @@ def guarded_plan(
     """
     if policy.resize_in_place:
         servers = {s.server_id: s for s in snapshot.servers}
-        views = {
-            j.job_id: replace(j, current=_proportional_floor(j, servers))
-            if j.current is not None and resizes_live(j.current, policy)
-            else j
-            for j in ordered
-        }
+        views = {j.job_id: _floor_view(j, servers) if resizes_live(j.current, policy) else j for j in ordered}
         raw_decide = decide
 
         def decide(jobs: Sequence[JobView], snap: ClusterSnapshot, used: Mapping[int, int]) -> RoundPlan:
@@ -232,6 +227,15 @@ def _pinned_plan(
     return RoundPlan(tuple(by_id[j.job_id] for j in ordered))
 
 
+def _floor_view(job: JobView, servers: Mapping[int, ServerView]) -> JobView:
+    """The job as the allocator sees it where resizes are free: holding its `_proportional_floor`
+    (the view itself when that is what it holds, or it does not run)."""
+    if job.current is None:
+        return job
+    floor = _proportional_floor(job, servers)
+    return job if floor is job.current else replace(job, current=floor)
+
+
 def _proportional_floor(job: JobView, servers: Mapping[int, ServerView]) -> Placement | None:
     """`job.current` with each share's cores and memory cut to the GPU-proportional share of its
     server (never raised); a job with a fixed demand keeps what it has."""
@@ -241,15 +245,20 @@ def _proportional_floor(job: JobView, servers: Mapping[int, ServerView]) -> Plac
     if any(share.server_id not in servers for share in current.shares):
         return current  # its server is gone: the allocator ignores the stale placement anyway
     shares = []
+    cut = False
     for share in current.shares:
         server = servers[share.server_id]
         n = len(share.gpu_indices)
         prop_cpus = int(server.num_cpus / server.num_gpus * n + 1e-9)
         prop_mem_gb = server.mem_gb / server.num_gpus * n
-        shares.append(
-            replace(share, num_cpus=min(share.num_cpus, prop_cpus), mem_gb=min(share.mem_gb, prop_mem_gb))
-        )
-    return replace(current, shares=tuple(shares))
+        if prop_cpus < share.num_cpus or prop_mem_gb < share.mem_gb:
+            cut = True
+            share = replace(
+                share, num_cpus=min(share.num_cpus, prop_cpus), mem_gb=min(share.mem_gb, prop_mem_gb)
+            )
+        shares.append(share)
+    # Nothing above proportional (most running jobs of a busy cluster): the placement itself, as is.
+    return replace(current, shares=tuple(shares)) if cut else current
 
 
 def _regrow(

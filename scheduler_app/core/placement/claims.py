@@ -53,6 +53,8 @@ class Claims:
     unreserved_mem_gb: list[float]
     _ubuckets: list[list[int]]
     _nodes: dict[int, tuple[int, int]]
+    _grown: list[int]
+    _unfit: dict[tuple[int, ...], tuple[object, ...]]
 
     def claim_current(self, jobs: Iterable[JobView]) -> None:
         """Let each job's `current` placement claim its GPUs and reserve the cores and memory it held.
@@ -136,6 +138,7 @@ class Claims:
             self._ubuckets = [[] for _ in self._buckets]
             for i, n in enumerate(self.num_unclaimed):
                 self._ubuckets[n].append(i)
+            self._unfit.clear()  # the unclaimed counts are a new list, reservations changed
 
     def release(self, job_id: int) -> None:
         """Drop a job's claims and reservations: it was placed, left pending, or lost a GPU."""
@@ -203,8 +206,11 @@ class Claims:
         self.unreserved_cpus = list(self.free_cpus)
         self.unreserved_mem_gb = list(self.free_mem_gb)
         self._ubuckets = [list(b) for b in self._buckets]
+        self._unfit.clear()
 
     def _reserve(self, i: int, cpus: float, mem_gb: float) -> None:
+        if cpus < 0 or mem_gb < 0:
+            self._grown.append(i)  # a reservation dropped: more unreserved room there
         self.reserved_cpus[i] += cpus
         self.reserved_mem_gb[i] += mem_gb
         self.unreserved_cpus[i] -= cpus
@@ -215,6 +221,8 @@ class Claims:
         new = self.num_free[i] - len(self._claimed[i])
         old = self.num_unclaimed[i]
         if new != old:
+            if new > old:
+                self._grown.append(i)
             self._ubuckets[old].remove(i)
             insort(self._ubuckets[new], i)
             self.num_unclaimed[i] = new
@@ -257,6 +265,8 @@ class Claims:
             reserved_mem_gb[i] -= held_mem_gb
             unreserved_cpus[i] += held_cpus - cpus
             unreserved_mem_gb[i] += held_mem_gb - mem_gb
+            if held_cpus > cpus or held_mem_gb > mem_gb:
+                self._grown.append(i)  # it reserved more than it takes: unreserved room grew
             old = num_free[i]
             buckets[old].remove(i)
             insort(buckets[old - k], i)

@@ -13,6 +13,7 @@ themselves (opt's balanced choice, room-making) ask `node_shape` / `node_servers
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain, filterfalse, islice
 
 from scheduler_app.core import reasons
 from scheduler_app.core.placement.claims import Claims, has_shape
@@ -62,6 +63,16 @@ class NodeCounts(Claims):
         nodes, per_node = shape
         if per_node < 1:
             return None
+        # The state's own counts are bucketed already (bucket n: the servers with n, lowest first),
+        # so the fewest-first order is the buckets' from per_node up, read only as far as needed.
+        buckets = None
+        if counts is self.num_free:
+            buckets = self._buckets
+        elif self._claimed is not None and counts is self.num_unclaimed:
+            buckets = self._ubuckets
+        if buckets is not None:
+            first = list(islice(chain.from_iterable(buckets[per_node:]), nodes))
+            return sorted((i, per_node) for i in first) if len(first) == nodes else None
         fitting = sorted((n, i) for i, n in enumerate(counts) if n >= per_node)
         if len(fitting) < nodes:
             return None
@@ -102,11 +113,36 @@ class NodeCounts(Claims):
             return None  # too few servers with k free GPUs: no stage below can succeed
 
         def phase(view: View, num_gpus: int, dc: Sequence[float], dm: Sequence[float]) -> Plan | None:
-            return nodes_stage(score, view, nodes, per_node, dc, dm)
+            unfit = None if allowed is not None else self._unfit_servers(view, per_node, dc, dm)
+            return nodes_stage(score, view, nodes, per_node, dc, dm, unfit)
 
         if self._claimed is None and allowed is None:
             return phase(self.view(ANYWHERE), num_gpus, dc, dm)
         return self.walk(owner, num_gpus, dc, dm, (phase,), allowed)
+
+    def _unfit_servers(self, view: View, per_node: int, dc: Sequence[float], dm: Sequence[float]) -> set[int]:
+        """The servers known not to hold `per_node` GPUs at (dc, dm) in `view` (a stage's lists), for
+        `nodes_stage` to skip and add to.
+
+        Exact: within a round a server's usable GPUs, cores and memory only shrink in every view,
+        except where `_grown` records that they grew (a share given back, a claim or reservation
+        dropped); those servers are taken out of every set before it is read. Kept per view lists
+        and demand vectors (held here, so their ids stay theirs), forgotten when claims replace the
+        lists. A deep queue asks the same few demands again and again of servers long full.
+        """
+        key = (id(view.counts), id(view.cpus), id(view.mem_gb), id(dc), id(dm), per_node)
+        memo = self._unfit.get(key)
+        grown = self._grown
+        if memo is None:
+            unfit: set[int] = set()
+            self._unfit[key] = (view.counts, view.cpus, view.mem_gb, dc, dm, unfit, len(grown))
+            return unfit
+        unfit, seen = memo[5], memo[6]
+        assert isinstance(unfit, set) and isinstance(seen, int)
+        if seen < len(grown):
+            unfit.difference_update(grown[seen:])
+            self._unfit[key] = (*memo[:6], len(grown))
+        return unfit
 
     def _find_uniform_nodes(
         self, score: Score | str, num_gpus: int, c: float, m: float, owner: int
@@ -128,23 +164,45 @@ class NodeCounts(Claims):
 
 
 def nodes_stage(
-    score: Score, view: View, nodes: int, per_node: int, dc: Sequence[float], dm: Sequence[float]
+    score: Score,
+    view: View,
+    nodes: int,
+    per_node: int,
+    dc: Sequence[float],
+    dm: Sequence[float],
+    unfit: set[int] | None = None,
 ) -> Plan | None:
     """The first `nodes` servers, in the score's order, each with `per_node` usable GPUs and their
     cores/memory at the demand. With `view.prefer` (ANYWHERE while claims stand), the servers where
     the fewest claimed GPUs must be taken come first (score order within ties): a claimant that
-    loses one GPU has to move whole."""
+    loses one GPU has to move whole. `unfit`: servers known not to fit (skipped); those found not
+    to fit are added (RoundState's `_unfit_servers`)."""
     counts, free_cpus, free_mem, prefer = view.counts, view.cpus, view.mem_gb, view.prefer
     chosen: list[int] = []
-    for i in score.order(view, per_node):
-        if (
-            counts[i] >= per_node
-            and free_cpus[i] + EPS >= per_node * dc[i]
-            and free_mem[i] + EPS >= per_node * dm[i]
-        ):
-            chosen.append(i)
-            if prefer is None and len(chosen) == nodes:
-                break
+    order = score.order(view, per_node)
+    if unfit is None:
+        for i in order:
+            if (
+                counts[i] >= per_node
+                and free_cpus[i] + EPS >= per_node * dc[i]
+                and free_mem[i] + EPS >= per_node * dm[i]
+            ):
+                chosen.append(i)
+                if prefer is None and len(chosen) == nodes:
+                    break
+    else:
+        # The same scan, skipping (at C speed) the servers known not to fit and noting new ones.
+        for i in filterfalse(unfit.__contains__, order) if unfit else order:
+            if (
+                counts[i] >= per_node
+                and free_cpus[i] + EPS >= per_node * dc[i]
+                and free_mem[i] + EPS >= per_node * dm[i]
+            ):
+                chosen.append(i)
+                if prefer is None and len(chosen) == nodes:
+                    break
+            else:
+                unfit.add(i)
     if len(chosen) < nodes:
         return None
     if prefer is not None:

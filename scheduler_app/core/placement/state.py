@@ -73,6 +73,10 @@ class RoundState(NodeCounts):
         self._uniform: dict[float, list[float]] = {}
         self._failed: dict[tuple[float, float], int] = {}  # (c, m) -> fewest GPUs that did not fit
         self._failed_nodes: dict[tuple[float, float, int], int] = {}  # (c, m, k) -> fewest servers
+        # Servers whose usable GPUs, cores or memory grew in some view (a freed share, a dropped claim
+        # or reservation), in order: everything else only shrinks within a round (nodes.py `_unfit`).
+        self._grown: list[int] = []
+        self._unfit: dict[tuple[int, ...], tuple[object, ...]] = {}
         # Stickiness, set up by claim_current (until then `_claimed` is None and every choice is the
         # plain rule). `_home`: job id -> its valid current placement as (server position, GPU
         # indices, cores, GB) per share; `_claimants`: the jobs whose claims still stand.
@@ -319,6 +323,7 @@ class RoundState(NodeCounts):
             self.unreserved_cpus[i] += share.cpus - cpus
             self.unreserved_mem_gb[i] += share.mem_gb - mem_gb
         if cpus < share.cpus or mem_gb < share.mem_gb:
+            self._grown.append(i)
             self._failed.clear()  # something was freed: remembered failures may fit now
             self._failed_nodes.clear()
         share.cpus = cpus
