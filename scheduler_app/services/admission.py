@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
 from config.redis_pool import redis_client as _redis
 from infra.task_send import task_send
+from infra.vendor import is_postgresql
 from profiles_app.selectors import measured_iters_per_s_by_job
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
@@ -213,20 +214,33 @@ def _behind_window(jobs: list[Job], conf) -> str | None:
 def _pending_ahead_at_least(job: Job, count: int) -> bool:
     """Whether at least `count` pending jobs come before `job` in FIFO's order (higher priority, or
     the same and submitted before it) among those a forecast orders: not held, and none waiting for
-    a dependency that ended without completing (selectors.dependency_pending_reason)."""
+    a dependency that ended without completing (selectors.dependency_pending_reason). One statement
+    that stops at the count-th; on PostgreSQL written out, since the ORM's building of it cost more
+    CPU than the database's reading of a thousand rows."""
     never = [state for state in TERMINAL_JOB_STATES if state != JobState.COMPLETED]
-    same = Q(priority=job.priority)
-    ahead = (
-        Job.objects.filter(state=JobState.PENDING, held=False)
-        .filter(
-            Q(priority__gt=job.priority)
-            | same & Q(submitted_at__lt=job.submitted_at)
-            | same & Q(submitted_at=job.submitted_at, pk__lt=job.pk)
+    if not is_postgresql():
+        same = Q(priority=job.priority)
+        ahead = (
+            Job.objects.filter(state=JobState.PENDING, held=False)
+            .filter(
+                Q(priority__gt=job.priority)
+                | same & Q(submitted_at__lt=job.submitted_at)
+                | same & Q(submitted_at=job.submitted_at, pk__lt=job.pk)
+            )
+            .exclude(depends_on__state__in=never)
+            .order_by()
         )
-        .exclude(depends_on__state__in=never)
-        .order_by()
-    )
-    return bool(ahead.values_list("pk", flat=True)[count - 1 : count])
+        return bool(ahead.values_list("pk", flat=True)[count - 1 : count])
+    jobs, after = Job._meta.db_table, Job.depends_on.through._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {jobs} j WHERE j.state = %s AND NOT j.held "
+            "AND (j.priority > %s OR (j.priority = %s AND (j.submitted_at, j.id) < (%s, %s))) "
+            f"AND NOT EXISTS (SELECT 1 FROM {after} a JOIN {jobs} d ON d.id = a.to_job_id "
+            "WHERE a.from_job_id = j.id AND d.state = ANY(%s)) OFFSET %s LIMIT 1",
+            [JobState.PENDING, job.priority, job.priority, job.submitted_at, job.pk, never, count - 1],
+        )
+        return cursor.fetchone() is not None
 
 
 def behind_window_detail(window: int, last_start: datetime | None) -> str:

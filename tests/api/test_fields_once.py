@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rest_framework import serializers
 
 from scheduler_app.api.serializers.jobs import (
@@ -21,3 +22,32 @@ def test_the_fields_are_those_drf_builds_and_each_instance_gets_its_own() -> Non
             assert one[name].read_only == field.read_only
             assert one[name].parent is not two[name].parent
         assert one[next(iter(one))].root.context == {"a": 1}
+
+
+@pytest.mark.django_db
+def test_copied_fields_render_as_drfs_own_and_leave_the_template_unbound(user, monkeypatch) -> None:
+    """A job with leases, events and restarts renders the same from the copies as from the fields DRF
+    builds for each instance; the class's template is never bound to an instance."""
+    import json
+    from types import SimpleNamespace
+
+    from rest_framework.renderers import JSONRenderer
+
+    from scheduler_app.api.serializers import fields_once
+    from scheduler_app.selectors import job_detail_queryset
+    from tests.scheduler_app.test_restarts_selectors import moved_twice_and_preempted
+
+    job = job_detail_queryset(user=user).prefetch_related("depends_on").get(pk=moved_twice_and_preempted().pk)
+    context = {"request": SimpleNamespace(user=user), "queue": dict, "array_job_ids": None}
+
+    def rendered() -> dict:
+        return json.loads(JSONRenderer().render(JobSubmittedSerializer(job, context=context).data))
+
+    copied = [rendered(), rendered()]
+    for template in fields_once._TEMPLATES.values():
+        assert all(field.parent is None and field.field_name is None for field in template.values())
+    monkeypatch.setattr(
+        fields_once.FieldsOnceModelSerializer, "get_fields", serializers.ModelSerializer.get_fields
+    )
+    assert copied[0] == copied[1] == rendered()
+    assert copied[0]["allocations"] and copied[0]["events"] and copied[0]["restarts"]["restarts"] == 3

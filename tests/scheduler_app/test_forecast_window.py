@@ -163,9 +163,14 @@ def test_a_submission_that_may_be_inside_the_window_is_the_workers(settings, que
     assert worker_asked and admission.admission_pending(job)
 
 
-def test_jobs_that_the_forecast_leaves_out_are_not_counted_ahead(queue, user, worker_asked, live_redis):
+@pytest.mark.parametrize("postgresql", [True, False], ids=["postgresql", "portable (the ORM's)"])
+def test_jobs_that_the_forecast_leaves_out_are_not_counted_ahead(
+    queue, user, worker_asked, live_redis, monkeypatch, postgresql
+):
     """Ahead of a new job: two held, one cancelled, one after the cancelled one (never starts), one the
     forecast orders; in a window of 2 it is inside, so the worker's."""
+    if not postgresql:
+        monkeypatch.setattr(admission, "is_postgresql", lambda: False)
     _, waiting = queue
     after = submit_late(user, depends_on=(waiting[0].pk,))[0]
     worker_asked.clear()
