@@ -329,7 +329,7 @@ def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
     import redis
 
     redis.Redis.from_url(args.redis_url).flushdb()
-    with bench_database("attune_bench_fleet", keep=args.keep) as url:
+    with bench_database(args.db, keep=args.keep) as url:
         django_setup(url)
         tokens = seed(num_agents, tuple(args.job_minutes))
         env = service_env(url, args.redis_url, args.interval)
@@ -448,6 +448,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="start commands' p99 from their round's commit that holds",
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--db", default="attune_bench_fleet", help="the bench's database (created afresh)")
     parser.add_argument(
         "--timeline", action="store_true", help="print each second's syncs, p50/p99 and rounds started"
     )

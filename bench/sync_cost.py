@@ -1,21 +1,22 @@
 """What one agent sync costs the web tier: CPU per call and statements, against /healthz in the same run.
 
-Run: `python -m bench.sync_cost [--syncs 200] [--exits 100] [--db NAME] [--redis-url URL]`. Creates a
-fresh PostgreSQL database with one server (8 GPUs) running 8 one-GPU jobs placed by a real round, then
-calls `POST /api/v1/agent/sync` through Django's full request handler in this process (middleware,
-authentication, validation, the service, the answer; no network, so the figure is the web process's own
-CPU, not the bench's or the socket's) with a usage sample of 8 GPUs, the 8 running leases and 0, 1 or 8
-progress reports, and `GET /healthz` as the baseline; then the syncs with progress left to the worker's
-applier (ATTUNE_PROGRESS_APPLY_S, the default with workers) and the applier's own CPU per report,
-applying what they left pending; then a job's end call by call on a second server (JobEnds): the exit's
-sync, the woken sync that delivers the next job's `start` and the sync with its `started` report, and
-the applier's CPU per job end. `--db` and `--redis-url` keep a run off another's database and Redis. CPU
-time (`time.process_time`) is this process only; the database server's share is read from its backend
-process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as a mean over the calls,
-since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90, PostgreSQL CPU ms per call,
-statements per call, and the ratio to /healthz. CPU time moves much less than wall time with the
-machine's load, so the figure holds on a shared machine; the fleet's capacity is roughly two cores'
-worth of these, less the agents and the rounds (bench/agent_fleet.py measures that).
+Run: `python -m bench.sync_cost [--syncs 200] [--exits 100] [--db NAME] [--redis-url URL] [--profile
+KIND]`. Creates a fresh PostgreSQL database with one server (8 GPUs) running 8 one-GPU jobs placed by a
+real round, then calls `POST /api/v1/agent/sync` through Django's full request handler in this process
+(middleware, authentication, validation, the service, the answer; no network, so the figure is the web
+process's own CPU, not the bench's or the socket's) with a usage sample of 8 GPUs, the 8 running leases
+and 0, 1 or 8 progress reports, and `GET /healthz` as the baseline; then the syncs with progress left
+to the worker's applier (ATTUNE_PROGRESS_APPLY_S, the default with workers) and the applier's own CPU
+per report, applying what they left pending; then a job's end call by call on a second server
+(JobEnds): the exit's sync, the woken sync that delivers the next job's `start` and the sync with its
+`started` report, and the applier's CPU per job end. `--db` and `--redis-url` keep a run off another's
+database and Redis. CPU time (`time.process_time`) is this process only; the database server's share is
+read from its backend process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as a
+mean over the calls, since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90,
+PostgreSQL CPU ms per call, statements per call, and the ratio to /healthz; with `--profile KIND`,
+cProfile's view of that kind's calls. CPU time moves much less than wall time with the machine's load,
+so the figure holds on a shared machine; the fleet's capacity is roughly two cores' worth of these,
+less the agents and the rounds (bench/agent_fleet.py measures that).
 """
 
 from __future__ import annotations
@@ -267,7 +268,45 @@ class JobEnds:
         agent_reports_apply_run()
 
 
-def _job_end_rows(count: int, base: float) -> list[list]:
+class Profile:
+    """cProfile around the measured calls of one kind (`--profile KIND`), printed at the end: where a
+    call's CPU goes, by function."""
+
+    def __init__(self, kind: str | None) -> None:
+        import cProfile
+
+        self.kind = kind
+        self.profiler = cProfile.Profile() if kind else None
+
+    def around(self, kind: str, call):
+        if self.profiler is None or kind != self.kind:
+            return call
+
+        def profiled():
+            self.profiler.enable()
+            try:
+                return call()
+            finally:
+                self.profiler.disable()
+
+        return profiled
+
+    def print(self, lines: int = 40) -> None:
+        if self.profiler is None:
+            return
+        import pstats
+
+        stats = pstats.Stats(self.profiler).strip_dirs()
+        print(f"\nprofile of `{self.kind}` calls, by own time:")
+        stats.sort_stats("tottime").print_stats(lines)
+        print(f"profile of `{self.kind}` calls, by cumulative time:")
+        stats.sort_stats("cumulative").print_stats(lines)
+
+
+PROFILE_KINDS = ("sync0", "sync4", "exit", "deliver", "started")
+
+
+def _job_end_rows(count: int, base: float, profile: Profile | None = None) -> list[list]:
     """A job's end, call by call: its exit's sync with the end followed up within it (no workers, or
     ATTUNE_PROGRESS_APPLY_S 0), then with the follow-ups left to the applier (the default with
     workers); with the latter, the woken sync that delivers the next job's start and the sync with its
@@ -307,6 +346,7 @@ def _job_end_rows(count: int, base: float) -> list[list]:
             f"{p50 / base:.1f}x",
         ]
 
+    profile = profile or Profile(None)
     rows = []
     for label, apply_s in (
         ("exit, job end followed up in the sync", 0.0),
@@ -318,10 +358,11 @@ def _job_end_rows(count: int, base: float) -> list[list]:
             k: ([], []) for k in ("exit", "deliver", "started")
         }
         for _ in range(count + 5):
-            timed(ends.exit, *samples["exit"])
+            # Profiled only with the follow-ups left to the applier, as the service runs with workers.
+            timed(profile.around("exit" if apply_s else "", ends.exit), *samples["exit"])
             ends.place()
-            timed(ends.deliver, *samples["deliver"])
-            timed(ends.started, *samples["started"])
+            timed(profile.around("deliver" if apply_s else "", ends.deliver), *samples["deliver"])
+            timed(profile.around("started" if apply_s else "", ends.started), *samples["started"])
             ends.measure()
         rows.append(row(label, *samples["exit"]))
     rows.append(row("start delivered (woken sync, 1 start)", *samples["deliver"]))
@@ -351,8 +392,17 @@ def main(argv: list[str] | None = None) -> int:
         default="redis://127.0.0.1:6379/14",
         help="Redis for the few keys a sync sets (an exit's apply request); nothing is flushed",
     )
+    parser.add_argument(
+        "--profile",
+        choices=PROFILE_KINDS,
+        default=None,
+        help="cProfile one kind of call (sync0, sync4: a sync with 0 or 4 progress reports left to the"
+        " applier; exit, deliver, started: a job's end's calls) and print where its CPU goes (that kind's"
+        " figures then carry the profiler's own overhead)",
+    )
     args = parser.parse_args(argv)
     logging_setup()
+    profile = Profile(args.profile)
     with bench_database(args.db, keep=args.keep) as url:
         # Agents' wakes on, as the service runs with workers: a sync reads its server's wake generation
         # and signs a wait ticket, an exit wakes the agents of its job's next leases (Redis).
@@ -385,9 +435,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append([f"sync, {reports} reports, applier", f"{p50:.2f}", f"{percentile(cpu, 90):.2f}",
                          f"{db_ms:.2f}", statements, f"{p50 / base:.1f}x"])  # fmt: skip
         rows.append(_applier_row(AgentReportPending.objects.count(), base))
-        rows += _job_end_rows(args.exits, base)
+        if args.profile in ("sync0", "sync4"):
+            reports = 0 if args.profile == "sync0" else 4
+            _measure(profile.around(args.profile, lambda: agent.sync(reports)), args.syncs)
+        rows += _job_end_rows(args.exits, base, profile)
         logger.info("%d calls per kind measured", args.syncs)
         print_table(["call", "cpu ms p50", "cpu ms p90", "postgres cpu ms", "statements", "x healthz"], rows)
+        profile.print()
     return 0
 
 
