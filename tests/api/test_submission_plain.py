@@ -100,3 +100,16 @@ def test_bad_input_gets_the_serializers_errors_through_the_api(user):
     assert set(response.json()) == {"name", "num_gpus"}
     response = client.post(JOBS, {"name": "x", "workload": "nope"}, format="json")
     assert response.status_code == 400 and "Unknown" in response.json()["workload"][0]
+
+
+def test_the_capacity_a_submission_checks_is_the_clusters(db):
+    from cluster_app.selectors import cluster_capacity
+    from scheduler_app.services.jobs import cluster_gpus_capacity
+    from tests.api.helpers import make_server
+
+    wanted = ("servers", "gpus", "largest_server_gpus")
+    assert cluster_gpus_capacity() == {k: cluster_capacity()[k] for k in wanted} == dict.fromkeys(wanted, 0)
+    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    make_server("gpu02", gpus=8, cpus=12, mem_gb=250)
+    assert cluster_gpus_capacity() == {k: cluster_capacity()[k] for k in wanted}
+    assert cluster_gpus_capacity() == {"servers": 2, "gpus": 12, "largest_server_gpus": 8}
