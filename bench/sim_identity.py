@@ -9,7 +9,8 @@ Each run's `SimulationResult.to_dict()` is kept whole (every job's record, the u
 with its resource totals, wall time removed; the runs cover the reference traces under FIFO with
 and without the round-end convention, progress-ordered policies, multi-GPU overload under every
 allocator, restart costs, the move guard, a measured window, GENIE's workload and event mode, and
-the what-if page's default grid (`simulation_compare`).
+the what-if page's default grid (`simulation_compare`), and orders by progress and the clock (swaf
+with aging, sjf with aging) whose plans simulator/reuse.py reuses round by round.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scheduler_app.core.policies.aging import Aging
+from scheduler_app.core.policies.sjf import SjfPolicy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.simulator import ClusterSpec, read_trace, simulate
 from scheduler_app.simulator.compare import SimulationRequest, simulation_compare, simulation_trace_build
@@ -87,6 +90,22 @@ def runs() -> dict[str, Callable[[], SimulationResult]]:
             genie, SMALL, policy="fifo", allocator="tune", mode="events"
         ),
         "genie_sjf_prop": lambda: simulate(genie, SMALL, policy="sjf", allocator="proportional"),
+        # Orders by progress and the clock, whose plans are reused round by round (simulator/reuse.py):
+        # swaf's aging and shortest-first tail on a trace without QoS targets, with genie, with and
+        # without the guard; GENIE's workload (deadlines) under the guard; sjf with aging under tune.
+        "multi_swaf_genie": lambda: simulate(multi, SMALL, policy="swaf", allocator="genie"),
+        "multi_swaf_genie_guard": lambda: simulate(
+            multi, SMALL, policy="swaf", allocator="genie", restarts=RestartPolicy(), restart_costs=costs
+        ),
+        "multi_swaf_genie_events": lambda: simulate(
+            multi, SMALL, policy="swaf", allocator="genie", mode="events"
+        ),
+        "genie_swaf_genie_guard": lambda: simulate(
+            genie, SMALL, policy="swaf", allocator="genie", restarts=RestartPolicy(), restart_costs=costs
+        ),
+        "heavy_sjf_aging_tune": lambda: simulate(
+            heavy, BIG, policy=SjfPolicy(aging=Aging(factor=2.0, floor_s=0.0)), allocator="tune"
+        ),
     }
 
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from scheduler_app.core.allocators import Allocator
 from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.move_guard import one_server_views
 from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.simulator.reuse import ReusingAllocator, holds, reusable
 from scheduler_app.simulator.sim_run import SimJob, SimRun
 from scheduler_app.simulator.simulation import keeps_everyone, resolve_run
 
@@ -73,6 +75,11 @@ def forecast(
     `shortcuts` (where repeated rounds are skipped): a plan that leaves every job as it was (no start,
     no move, no drop) counts as repeated at once: the next round's inputs are the same but for the
     clock, so it is not decided only to be found the same. False: that round decided by the core.
+    Under other orders (by progress or the clock: swaf, sjf, srtf), or where the allocator may read
+    progress, a plan that kept everyone is reused, round by round, while the policy orders the jobs as
+    it did and the plan was decided from the order and the placements alone (simulator/reuse.py): each
+    such round costs an order instead of an allocation and gives what deciding it would. False: every
+    such round decided.
     """
     wall_start = time.perf_counter()
     if not round_s > 0:
@@ -80,6 +87,10 @@ def forecast(
     policy_obj, allocator_obj, _, _ = resolve_run(policy, allocator)
     started_s = started_s or {}
     views = list(jobs)
+    if restarts is not None and restarts.one_server:
+        # What the engine does to every round's views, done once (it then leaves them as they are), so
+        # that the order reuse.py checks is the order of the views the engine decides.
+        views = one_server_views(views, snapshot)
     targets = {v.job_id for v in views} if until_finished is None else set(until_finished)
     waits_for = {job_id: set(deps) for job_id, deps in (after or {}).items() if deps}
     # Cutting the queue behind the last target would drop a dependency ordered after it.
@@ -93,6 +104,8 @@ def forecast(
     # With a static order and an allocator that ignores progress, a plan that repeats keeps
     # repeating until a job finishes: those rounds are skipped in one step.
     can_skip = policy_obj.static_order and not allocator_obj.reads_progress
+    recheck = shortcuts and not can_skip
+    allocator_obj = ReusingAllocator(allocator_obj) if shortcuts else allocator_obj
     costs = restarts is not None
     run = SimRun(round_s=round_s, round_end=False, in_place=costs and restarts.resize_in_place)
     sim_jobs: dict[int, SimJob] = {}
@@ -109,27 +122,47 @@ def forecast(
             run.running[view.job_id] = job
     waiting_for = targets & set(sim_jobs)
     previous: RoundPlan | None = None
+    reuse: RoundPlan | None = None  # a plan reuse.py's conditions let the next round reuse (recheck)
+    reuse_key: object = None  # its progress key
     k = 0
     while k < max_rounds and waiting_for and run.active:
         if time_budget_s is not None and time.perf_counter() - wall_start > time_budget_s:
             break
-        plan = schedule_round(
-            snapshot,
-            run.views(),
-            policy=policy_obj,
-            allocator=allocator_obj,
-            now_s=first_round_s + k * round_s,
-            team_quota_gpus=team_quota_gpus,
-            borrowing_teams=borrowing_teams,
-            restarts=restarts,
-        )
+        now_s = first_round_s + k * round_s
+        views = run.views()
+        if reuse is not None and holds(reuse, reuse_key, views, policy_obj, allocator_obj, snapshot, now_s):
+            plan, decided = reuse, False
+        else:
+            if shortcuts:
+                allocator_obj.begin_round()
+            plan, decided = (
+                schedule_round(
+                    snapshot,
+                    views,
+                    policy=policy_obj,
+                    allocator=allocator_obj,
+                    now_s=now_s,
+                    team_quota_gpus=team_quota_gpus,
+                    borrowing_teams=borrowing_teams,
+                    restarts=restarts,
+                ),
+                True,
+            )
         steady = can_skip and previous is not None and plan.decisions == previous.decisions
         if shortcuts and can_skip and not steady:
             steady = keeps_everyone(plan, run.active)
         if steady:
             k += _skip_steady_rounds(plan, run.active, round_s, max_rounds - 1 - k)
-        placed, _ = run.apply(plan, first_round_s + k * round_s)
+        placed, done_now = run.apply(plan, first_round_s + k * round_s)
         released = _release(held, waits_for, sim_jobs)
+        if recheck:
+            # Reused next round while nothing arrives, finishes or is dropped and the order holds.
+            kept = run.kept and not done_now and not released
+            if not kept:
+                reuse = None
+            elif decided:
+                reuse_key = reusable(plan, allocator_obj, restarts)
+                reuse = plan if reuse_key is not None else None
         for job_id in released:
             run.active[job_id] = held.pop(job_id)
         # Finished or dropped as infeasible: done; a held job is still to come.

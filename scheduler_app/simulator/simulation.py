@@ -12,6 +12,7 @@ from profiles_app.catalog import load_catalog
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.move_guard import one_server_views
 from scheduler_app.core.placement import gpu_admission, infeasible_reasons
 from scheduler_app.core.policies import POLICIES, Policy
 from scheduler_app.core.restarts import RestartPolicy
@@ -19,6 +20,7 @@ from scheduler_app.core.types import ClusterSnapshot, Decision, Outcome, RoundPl
 from scheduler_app.simulator.cluster import ClusterSpec
 from scheduler_app.simulator.metrics import ResourceTotals, SimulationResult, jct_stats
 from scheduler_app.simulator.restart_costs import RestartCosts
+from scheduler_app.simulator.reuse import ReusingAllocator, holds, reusable
 from scheduler_app.simulator.sim_run import SimJob, SimRun, first_finish_s
 from scheduler_app.simulator.trace import TraceError, TraceJob
 
@@ -222,11 +224,25 @@ def simulate(
         t0 = float(first_round_s)
 
     snapshot = cluster.snapshot()  # immutable: shared by every round
+    if restarts is not None and restarts.one_server:
+        # What the engine does to every round's views, done once: jobs that fit on one server ask for
+        # one (the engine then leaves them as they are), and the order that reuse.py checks is the
+        # order of the views the engine decides.
+        views = one_server_views([j.job_view() for j in sim_jobs], snapshot)
+        for job, view in zip(sim_jobs, views, strict=True):
+            job.num_nodes = view.num_nodes
+            job.view = None
     in_place = restarts is not None and restarts.resize_in_place
     # Under a static order (FIFO) and an allocator blind to progress and the clock, with no restart
     # guard (which reads lease ages and the clock), a round's plan depends only on which jobs are
     # active and where each ran (see can_reuse below).
     can_reuse = policy_obj.static_order and not allocator_obj.reads_progress and restarts is None
+    # Otherwise (an order by progress or the clock, an allocator that may read them, the guard) a plan
+    # that kept everyone is reused round by round while reuse.py's conditions hold, checked each round,
+    # and an allocation equal to one decided before is answered from memory (reuse.py).
+    recheck = not can_reuse
+    allocator_obj = ReusingAllocator(allocator_obj)
+    reuse_key: object = None  # the steady plan's progress key (recheck)
     run = SimRun(round_s=round_s, round_end=finish_at_round_end, in_place=in_place, progress_blind=can_reuse)
     active = run.active
     num_jobs = len(sim_jobs)
@@ -275,20 +291,32 @@ def simulate(
                 k = next_round_after_arrival()  # idle cluster
             continue
 
+        if (
+            steady_plan is not None
+            and recheck
+            and not holds(steady_plan, reuse_key, run.views(), policy_obj, allocator_obj, snapshot, now_s)
+        ):
+            steady_plan = None  # the order or a QoS need changed: decided again
         if steady_plan is not None:
             plan = steady_plan  # applied to the state it left: it keeps everyone again
             steady = True
         else:
+            views = run.views()
+            allocator_obj.begin_round()
             plan = schedule_round(
                 snapshot,
-                run.views(),
+                views,
                 policy=policy_obj,
                 allocator=allocator_obj,
                 now_s=now_s,
                 restarts=restarts,
             )
             decided += 1
-            steady = can_reuse  # and the plan keeps everyone: run.kept, once applied
+            # And the plan keeps everyone: run.kept, once applied.
+            steady = can_reuse
+            if recheck:
+                reuse_key = reusable(plan, allocator_obj, restarts)
+                steady = reuse_key is not None
         rounds += 1
         interval_s = None
         if events:
@@ -318,7 +346,12 @@ def simulate(
             break
 
     wall_s = time.perf_counter() - wall_start
-    logger.debug("%d of %d rounds decided, the others reused a steady plan", decided, rounds)
+    logger.debug(
+        "%d of %d rounds decided, the others reused a steady plan; %d allocations made",
+        decided,
+        rounds,
+        allocator_obj.decided,
+    )
     finish_times = [j.finish_s for j in sim_jobs if j.finish_s is not None]
     makespan_s = max(finish_times) - min(j.arrival_s for j in sim_jobs[:next_idx]) if finish_times else 0.0
     result = SimulationResult(

@@ -69,7 +69,9 @@ from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.throughput import (
     EPS,
     OperatingPoint,
+    ServerShape,
     best_case,
+    cluster_shape,
     with_penalty,
 )
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
@@ -99,6 +101,9 @@ class GenieRound(RoundSetup):
         self.later_gpus = 0  # GPUs of the jobs after this one that GPU admission expects to place
         self.spread_too_slow = False  # the job being decided found servers, too many for its QoS
         self.interference_blocked = False  # ... or only next to communicating jobs, too slow for a QoS
+        # Whether every decision read progress and the clock only through `need_key` (what a
+        # simulator may reuse the plan under; GenieAllocator.allocate_keyed).
+        self.keyed = True
 
     def run(self) -> RoundPlan:
         jobs, infeasible, likely = self.jobs, self.infeasible, self.admitted
@@ -198,6 +203,8 @@ class GenieRound(RoundSetup):
         variants = [gpu_variant(job, k) for k in counts]
         if job.deadline_s is None and job.min_rate_iters_per_s is None:
             return [(v, scale, None) for v, scale in variants]
+        if job.deadline_s is not None:
+            self.keyed = False  # its variants' needs are not in need_key
         feasible = [(v, scale, self.required_speed(v)) for v, scale in variants]
         return [t for t in feasible if t[2] is not None] or [(job, 1.0, None)]
 
@@ -232,29 +239,9 @@ class GenieRound(RoundSetup):
 
     def required_speed(self, job: JobView) -> float | None:
         """The speed (x proportional, after the placement's slowdown) that meets the job's QoS target,
-        or None: no target, or not attainable even at the best case on the fewest servers (a job given
-        both kinds needs both, and is late when either is out of reach)."""
-        if job.deadline_s is None and job.min_rate_iters_per_s is None:
-            return None
-        best = self.best_speed(job)
-        need = 0.0
-        if job.deadline_s is not None:
-            window_s = job.deadline_s - self.now_s
-            work_s = job.remaining_iters * job.profile.iter_time_s
-            if window_s <= 0 or work_s > best * window_s + EPS:
-                return None
-            # The slack is a margin taken where the best case allows it: a job that meets its
-            # deadline only without it (an urgent one) needs its best case, not best effort.
-            need = work_s / (window_s * self.slack)
-            if need > best + EPS:
-                need = work_s / window_s
-        if job.min_rate_iters_per_s is not None:
-            # The rate holds while it runs, on the servers it spans (the slowdown is in `best`).
-            rate_need = job.min_rate_iters_per_s * job.profile.iter_time_s
-            if rate_need > best + EPS:
-                return None
-            need = max(need, rate_need)
-        return need
+        or None (required_speed below)."""
+        assert self.shape is not None
+        return required_speed(job, self.shape, self.now_s, self.slack)
 
     def best_effort_options(self, job: JobView) -> list[tuple[OperatingPoint, str]]:
         """A best-effort job's points: its best case, then the GPU-proportional share, then cheaper
@@ -310,6 +297,13 @@ class GenieRound(RoundSetup):
             far = state.find(PACKED, job.num_gpus, *self.avoiding_comm(dc, dm), owner)
             if far is not None:
                 plan, speed = far, self.speed_on(job, point, far)
+        if need is not None and job.deadline_s is not None and self.keyed:
+            # need_key holds which points meet the need at the point's own speed on the fewest
+            # servers: a comparison of the need with another speed (a spread, interference, a fixed
+            # demand's point, a GPU-count variant's) is not in it.
+            base = with_penalty(point.speed, job.profile, self.min_servers(job), job.num_gpus)
+            if speed != base or not own_count or has_fixed_demand(job):
+                self.keyed = False
         if not self.acceptable(job, plan, speed, need):
             if need is not None and with_penalty(point.speed, job.profile, len(plan), job.num_gpus) < need:
                 self.spread_too_slow = True
@@ -378,6 +372,8 @@ class GenieRound(RoundSetup):
         for h in self.comm_neighbours(job, plan):
             if h.need is None or h.job.profile.interference_kappa <= 0:
                 continue
+            if h.job.deadline_s is not None:
+                self.keyed = False  # a neighbour's deadline need against a speed need_key lacks
             x = len(self.comm_neighbours(h.job, [(s.server_pos, 0) for s in h.shares]))
             base = with_penalty(h.point.speed, h.job.profile, len(h.shares), h.job.num_gpus)
             if base / interference_factor(h.job.profile, h.job.num_gpus, x + 1) < h.need - EPS:
@@ -394,6 +390,7 @@ class GenieRound(RoundSetup):
 
     def reserve(self, job: JobView) -> None:
         """Reserve for `job`: the earliest time the jobs placed so far free enough GPUs for it."""
+        self.keyed = False  # from the placed jobs' predicted finishes: progress and the clock
         free = self.state.free_gpu_count
         start_s = self.now_s
         for finish_s, gpus in sorted(self.releases):
@@ -414,6 +411,69 @@ class GenieRound(RoundSetup):
         return work_s <= best * (job.deadline_s - start_s) * self.slack + EPS
 
 
+def required_speed(job: JobView, shape: ServerShape, now_s: float, slack: float) -> float | None:
+    """The speed (x proportional, after the placement's slowdown) that meets the job's QoS target, or
+    None: no target, or not attainable even at the best case on the fewest servers (a job given both
+    kinds needs both, and is late when either is out of reach)."""
+    if job.deadline_s is None and job.min_rate_iters_per_s is None:
+        return None
+    servers = job.num_nodes or -(-job.num_gpus // shape.num_gpus)
+    best = with_penalty(best_case(job.profile, job.num_gpus, shape).speed, job.profile, servers, job.num_gpus)
+    need = 0.0
+    if job.deadline_s is not None:
+        window_s = job.deadline_s - now_s
+        work_s = job.remaining_iters * job.profile.iter_time_s
+        if window_s <= 0 or work_s > best * window_s + EPS:
+            return None
+        # The slack is a margin taken where the best case allows it: a job that meets its deadline
+        # only without it (an urgent one) needs its best case, not best effort.
+        need = work_s / (window_s * slack)
+        if need > best + EPS:
+            need = work_s / window_s
+    if job.min_rate_iters_per_s is not None:
+        # The rate holds while it runs, on the servers it spans (the slowdown is in `best`).
+        rate_need = job.min_rate_iters_per_s * job.profile.iter_time_s
+        if rate_need > best + EPS:
+            return None
+        need = max(need, rate_need)
+    return need
+
+
+def need_key(
+    jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float, slack: float
+) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
+    """What a round reads of the deadline jobs' progress and of the clock, when it reads them only
+    through their needs: for each job with a deadline, in order, None when its deadline is out of reach
+    (best effort), else which of its points (points_by_cost, by position) meet its need at their speed
+    on the fewest servers: the points `options` tries and the outcome of every comparison of its need
+    with such a speed. Two rounds with equal keys, in which GenieRound.keyed stayed True, compared
+    every need alike."""
+    shape = cluster_shape(snapshot)
+    if shape is None:
+        return ()
+    out = []
+    for job in jobs:
+        if job.deadline_s is None:
+            continue
+        need = required_speed(job, shape, now_s, slack)
+        if need is None:
+            out.append((job.job_id, None))
+            continue
+        servers = job.num_nodes or -(-job.num_gpus // shape.num_gpus)
+        points = points_by_cost(job.profile, job.num_gpus, shape)
+        out.append(
+            (
+                job.job_id,
+                tuple(
+                    i
+                    for i, p in enumerate(points)
+                    if with_penalty(p.speed, job.profile, servers, job.num_gpus) >= need - EPS
+                ),
+            )
+        )
+    return tuple(out)
+
+
 @register_allocator("genie")
 class GenieAllocator(Allocator):
     """QoS-aware placement: the fewest cores and memory per GPU that meet each QoS target (see above)."""
@@ -425,6 +485,26 @@ class GenieAllocator(Allocator):
             raise ValueError(f"slack must be in (0, 1], got {slack!r}")
         self.slack = slack
         self.work_conserving = work_conserving
+
+    def progress_key(
+        self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
+        """need_key for this allocator's slack: see allocate_keyed."""
+        return need_key(ordered_jobs, snapshot, now_s, self.slack)
+
+    def allocate_keyed(
+        self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> tuple[RoundPlan, bool]:
+        """allocate_at's plan, and whether it was decided from the order, the jobs' fixed attributes,
+        last round's placements and `progress_key` alone (what lets a simulator reuse it for the same
+        inputs at another time, with other progress: simulator/reuse.py). GENIE reads progress and
+        the clock only through QoS needs: a deadline's (remaining work over the time left), whose
+        effect progress_key holds while each need is compared only with its points' own speeds, and
+        the EASY reservation that an unplaced QoS job makes (its start is when the placed jobs
+        finish), which the key does not hold (False then). A minimum rate's need is a constant."""
+        genie_round = GenieRound(ordered_jobs, snapshot, now_s, self.slack, self.work_conserving)
+        plan = genie_round.run()
+        return plan, genie_round.keyed
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         """Without a clock every deadline is measured from time 0; the engine calls allocate_at."""

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from scheduler_app.core.allocators.genie import GenieAllocator, GenieRound
 from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.policies.aging import Aging
+from scheduler_app.core.policies.swaf import SwafPolicy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.simulator.forecast import forecast
+from scheduler_app.simulator.reuse import holds
 from tests.builders import make_cluster, make_job
 
 
@@ -43,3 +49,66 @@ def test_shortcuts_give_the_same_forecast_with_fewer_rounds(allocator, restarts,
     assert {j: (f.start_s, pytest.approx(f.finish_s)) for j, f in fast.items()} == {
         j: (f.start_s, f.finish_s) for j, f in slow.items()
     }
+
+
+class GenieDecidingEveryRound(GenieAllocator):
+    """genie without its keyed allocations: every allocation decided afresh."""
+
+    allocate_keyed = None  # type: ignore[assignment]
+
+
+def qos_queue(n: int) -> list:
+    """deep_queue with a deadline on every fourth job (made longer) and a
+    long 4-GPU job that the short ones would keep waiting without aging."""
+    jobs = deep_queue(n)
+    out = []
+    for job in jobs:
+        if job.job_id % 4 == 0:  # long runs, with from a few hours to a few minutes to spare
+            job = replace(job, total_iters=job.total_iters * 8, deadline_s=3000.0 * (1 + job.job_id % 9))
+        out.append(job)
+    out.append(make_job(n + 1, "res50", gpus=4, arrival_s=0.5, total_iters=4000.0))
+    return out
+
+
+@pytest.mark.parametrize("restarts", [None, RestartPolicy()], ids=["free restarts", "restart costs"])
+@pytest.mark.parametrize("aging", [Aging(factor=1.0, floor_s=0.0), None], ids=["aging", "no aging"])
+def test_swaf_genie_reuse_gives_the_same_forecast_with_fewer_allocations(restarts, aging, monkeypatch):
+    """swaf + genie (an order by progress and the clock, deadlines read against the clock): rounds and
+    allocations reused only where deciding gives the same plan (simulator/reuse.py); estimates identical
+    to deciding every round, to the last bit (every round is applied one by one)."""
+    calls: list[float] = []
+    allocations = {"n": 0}
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["now_s"])
+        return schedule_round(*args, **kwargs)
+
+    real_run = GenieRound.run
+
+    def counted_run(self):
+        allocations["n"] += 1
+        return real_run(self)
+
+    keyed_reuses = {"n": 0}  # rounds reused while a deadline job's need was in the key
+
+    def counted_holds(plan, progress, *args):
+        held = holds(plan, progress, *args)
+        keyed_reuses["n"] += held and progress != ()
+        return held
+
+    monkeypatch.setattr("scheduler_app.simulator.forecast.schedule_round", counted)
+    monkeypatch.setattr("scheduler_app.simulator.forecast.holds", counted_holds)
+    monkeypatch.setattr(GenieRound, "run", counted_run)
+    cluster = make_cluster(3, gpus=4, cpus=12, mem_gb=250.0)
+    jobs = qos_queue(40)
+    kwargs = dict(policy=SwafPolicy(aging=aging), first_round_s=0.0, round_s=60.0, restarts=restarts)
+    fast = forecast(cluster, jobs, allocator=GenieAllocator(), **kwargs)
+    fast_rounds, fast_allocations = len(calls), allocations["n"]
+    calls.clear()
+    allocations["n"] = 0
+    slow = forecast(cluster, jobs, allocator=GenieDecidingEveryRound(), **kwargs, shortcuts=False)
+    assert all(f.finish_s is not None for f in slow.values())  # a whole forecast, not cut short
+    assert fast == slow
+    assert fast_rounds < len(calls)  # rounds reused
+    assert fast_allocations < 0.8 * allocations["n"]  # and allocations
+    assert keyed_reuses["n"] > 0  # some while deadline jobs were running

@@ -160,6 +160,8 @@ def test_views_carry_the_costs_and_the_lease_start_on_the_sim_clock() -> None:
     seen: list[JobView] = []
 
     class Spy(StickyProportionalAllocator):
+        reads_progress = True  # it keeps what it sees: every round decided, none answered from memory
+
         def allocate(self, ordered_jobs, snapshot):
             seen.extend(ordered_jobs)
             return super().allocate(ordered_jobs, snapshot)

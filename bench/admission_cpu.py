@@ -1,0 +1,124 @@
+"""The in-request admission forecast's CPU on a short queue, under the configured policy and allocator.
+
+Run: `ATTUNE_POLICY=swaf ATTUNE_ALLOCATOR=genie python -m bench.admission_cpu [--jobs 45] [--servers 4]
+[--repeats 5]`. bench.admission's queue (its `populate`, one live round), then, `--repeats` times, a job
+submitted through `job_submit` with the forecast in the request (no worker: the embedded demo, and any
+queue of at most `admission_in_request_max_jobs` live jobs), rolled back: a QoS job (bench.admission's,
+1 GPU, a 6 h latency target) and a job without a QoS target. Prints the median CPU time of the
+submission (`time.process_time`: the machine is shared, wall time says little), how many rounds the
+forecast decided and how many it played (schedule_round calls against rounds), and whether it predicted
+the job's finish within its time budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import timedelta
+from unittest import mock
+
+from bench.common import print_table
+from bench.live_common import bench_database, django_setup, logging_setup
+from bench.live_round import populate
+
+
+class Rollback(Exception):
+    """Raised to undo one timed submission."""
+
+
+def timed(qos: bool) -> tuple[float, int, bool]:
+    """One submission with the forecast in the request, rolled back: its CPU seconds, the rounds its
+    forecast decided, and whether it predicted the finish."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from profiles_app.models import Workload
+    from scheduler_app.services.jobs import JobRequest, job_submit
+    from scheduler_app.simulator import forecast as forecast_module
+
+    owner = get_user_model().objects.get(username="bench")
+    request = JobRequest(
+        name="bench-qos" if qos else "bench-plain",
+        num_gpus=1,
+        total_iters=20_000,
+        workload=Workload.objects.get(name="res18"),
+        qos_max_latency_s=timedelta(hours=6).total_seconds() if qos else None,
+    )
+    saved = settings.ATTUNE_SCHEDULER
+    settings.ATTUNE_SCHEDULER = {**saved, "inline_rounds": True, "admission_in_request_max_jobs": 0}
+    decided = [0]
+    real = forecast_module.schedule_round
+
+    def counted(*args, **kwargs):
+        decided[0] += 1
+        return real(*args, **kwargs)
+
+    finished = False
+    cpu = 0.0
+    try:
+        with (
+            transaction.atomic(),
+            mock.patch("scheduler_app.services.round_requests.scheduling_round_request"),
+            mock.patch("scheduler_app.services.admission.task_send"),
+            mock.patch.object(forecast_module, "schedule_round", counted),
+        ):
+            start = time.process_time()
+            (job,) = job_submit(owner=owner, request=request, admission=True)
+            cpu = time.process_time() - start
+            job.admission_prediction.refresh_from_db()
+            finished = job.admission_prediction.predicted_finish_at is not None
+            raise Rollback
+    except Rollback:
+        pass
+    finally:
+        settings.ATTUNE_SCHEDULER = saved
+    return cpu, decided[0], finished
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=4)
+    parser.add_argument("--jobs", type=int, default=45, help="jobs in the queue before the timed one")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--db", default="attune_bench_admission_cpu", help="database to create and drop")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
+    args = parser.parse_args()
+    logging_setup()
+    rows = []
+    with bench_database(args.db) as url:
+        django_setup(url, REDIS_URL=args.redis_url)
+        from scheduler_app.conf import scheduler_conf
+        from scheduler_app.models import Job, JobState
+        from scheduler_app.services.rounds import scheduling_round_run
+
+        populate(args.servers, args.jobs, args.seed)
+        scheduling_round_run(trigger="bench")
+        running = Job.objects.filter(state=JobState.RUNNING).count()
+        conf = scheduler_conf()
+        for qos in (True, False):
+            runs = [timed(qos) for _ in range(args.repeats)]
+            rows.append(
+                [
+                    "QoS job (6 h latency)" if qos else "job without a QoS target",
+                    f"{1000 * statistics.median(c for c, _, _ in runs):.0f}",
+                    f"{statistics.median(d for _, d, _ in runs):.0f}",
+                    "yes" if all(f for _, _, f in runs) else "no",
+                ]
+            )
+    print(
+        f"\n{conf.policy} + {conf.allocator}, {args.jobs} jobs queued ({running} running) on {args.servers} "
+        f"servers x 8 GPUs, rounds of {conf.round_s:g} s, median of {args.repeats}\n"
+    )
+    print_table(
+        ["submission (forecast in the request)", "CPU ms", "rounds decided", "finish predicted"], rows
+    )
+    print(f"budget: {conf.forecast_time_budget_s:g} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
