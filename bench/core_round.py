@@ -1,21 +1,29 @@
 """One scheduling round on a large cluster: each allocator against proportional, in the same process.
 
-Run: `python -m bench.core_round [--servers 64] [--jobs 1000] [--repeats 20] [--sticky]`. Prints the
+Run: `python -m bench.core_round [--servers 64] [--jobs 1000] [--repeats 20] [--sticky] [--restarts]
+[--clock wall|cpu]`. Prints the
 median and best wall time of `schedule_round` per allocator (FIFO order) and its ratio to
 proportional's. Target (issue 3): tune under 20 ms for 512 GPUs and 1,000 runnable jobs on the
 2-core dev machine. `--sticky` times a steady-state round instead of a first one: every job the
 allocator placed in a first round holds that placement (`current`), and every tenth of them has
 finished, so queued jobs are admitted around the others (the claim path of core/placement).
+`--restarts` decides under the move guard with the default RestartPolicy (core/move_guard.py), as
+the live rounds and the forecast do: every job that fits a server on one server (a node count of
+1), and in a steady-state round the jobs placed hold leases started ten minutes before, past their
+minimum run time. `--clock cpu` times by the process's CPU time (steadier on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
+import time
 
 from bench.common import peak_memory_mb, print_table, time_call
 from profiles_app.catalog import load_catalog
 from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, ServerView
 from scheduler_app.simulator import philly_derived_trace
 
@@ -55,11 +63,34 @@ def build_round(num_servers: int, num_jobs: int, seed: int) -> tuple[ClusterSnap
     return empty_cluster(num_servers), jobs
 
 
-def next_round(snapshot: ClusterSnapshot, jobs: list[JobView], allocator: str) -> list[JobView]:
-    """The jobs one round later: placed ones hold their placement, every tenth placed one is done."""
-    placements = schedule_round(snapshot, jobs, policy="fifo", allocator=allocator, now_s=0.0).placements()
+def next_round(
+    snapshot: ClusterSnapshot, jobs: list[JobView], allocator: str, restarts: RestartPolicy | None = None
+) -> list[JobView]:
+    """The jobs one round later: placed ones hold their placement (a lease started ten minutes
+    before), every tenth placed one is done."""
+    placements = schedule_round(
+        snapshot, jobs, policy="fifo", allocator=allocator, now_s=0.0, restarts=restarts
+    ).placements()
     done = set(sorted(placements)[::10])
-    return [dataclasses.replace(j, current=placements.get(j.job_id)) for j in jobs if j.job_id not in done]
+    return [
+        dataclasses.replace(
+            j,
+            current=placements.get(j.job_id),
+            lease_started_s=-600.0 if j.job_id in placements else None,
+        )
+        for j in jobs
+        if j.job_id not in done
+    ]
+
+
+def cpu_times(call, repeats: int) -> tuple[float, float]:
+    """Median and best CPU seconds of `repeats` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        call()
+        times.append(time.process_time() - start)
+    return statistics.median(times), min(times)
 
 
 def main() -> None:
@@ -70,22 +101,31 @@ def main() -> None:
     parser.add_argument("--allocators", default="proportional,greedy,tune,tune_matrix,opt")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sticky", action="store_true", help="time a steady-state round (see above)")
+    parser.add_argument(
+        "--restarts", action="store_true", help="decide under the move guard (default RestartPolicy)"
+    )
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
 
     snapshot, first_jobs = build_round(args.servers, args.jobs, args.seed)
+    restarts = RestartPolicy() if args.restarts else None
     kind = "steady-state round" if args.sticky else "one round"
-    print(f"{kind}: {snapshot.total_gpus} GPUs, {len(first_jobs)} jobs, FIFO, {args.repeats} repeats")
+    guard = ", move guard" if restarts else ""
+    print(
+        f"{kind}: {snapshot.total_gpus} GPUs, {len(first_jobs)} jobs, FIFO{guard}, {args.repeats} repeats, "
+        f"{args.clock} clock"
+    )
+    timer = cpu_times if args.clock == "cpu" else time_call
     rows, baseline = [], None
     for name in args.allocators.split(","):
-        jobs = next_round(snapshot, first_jobs, name) if args.sticky else first_jobs
+        jobs = next_round(snapshot, first_jobs, name, restarts) if args.sticky else first_jobs
         repeats = max(3, args.repeats // 5) if name == "opt" else args.repeats
-        median_s, best_s = time_call(
-            lambda n=name, j=jobs: schedule_round(snapshot, j, policy="fifo", allocator=n, now_s=0.0),
-            repeats=repeats,
-        )
-        plan, peak_mb = peak_memory_mb(
-            lambda n=name, j=jobs: schedule_round(snapshot, j, policy="fifo", allocator=n, now_s=0.0)
-        )
+
+        def decide(n: str = name, j: list[JobView] = jobs):
+            return schedule_round(snapshot, j, policy="fifo", allocator=n, now_s=0.0, restarts=restarts)
+
+        median_s, best_s = timer(decide, repeats=repeats)
+        plan, peak_mb = peak_memory_mb(decide)
         placed = sum(1 for d in plan.decisions if d.placement is not None)
         if baseline is None:
             baseline = median_s

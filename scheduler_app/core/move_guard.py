@@ -34,6 +34,7 @@ from scheduler_app.core.types import (
     Outcome,
     Placement,
     RoundPlan,
+    ServerShare,
     ServerView,
 )
 
@@ -76,9 +77,14 @@ def guarded_plan(
     newcomer packs onto a server whose GPUs are free but whose cores a young 1-GPU job was given
     (tune gives such a job up to a whole server's), instead of taking a server of its own.
     """
+    # Each running job's proportional floor, worked out once for the round's every decision.
+    floors: dict[int, Placement | None] = {}
     if policy.resize_in_place:
         servers = {s.server_id: s for s in snapshot.servers}
-        views = {j.job_id: _floor_view(j, servers) if resizes_live(j.current, policy) else j for j in ordered}
+        views = {
+            j.job_id: _floor_view(j, servers, floors) if resizes_live(j.current, policy) else j
+            for j in ordered
+        }
         raw_decide = decide
 
         def decide(jobs: Sequence[JobView], snap: ClusterSnapshot, used: Mapping[int, int]) -> RoundPlan:
@@ -98,12 +104,12 @@ def guarded_plan(
     young_ids = {j.job_id for j in young}
     free_decisions = {d.job_id: d for d in free_plan.decisions}
     if any(j.job_id in young_ids for j in changed):
-        plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids, policy)
+        plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids, policy, floors)
     else:
         plan = free_plan
     restarted = _restarted(plan, running, young_ids, policy)
     if restarted:
-        kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids, policy)
+        kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids, policy, floors)
         kept_value = plan_value(kept.placements(), ordered, now_s, policy, snapshot=snapshot)
         best, best_advantage = kept, 0.0
         candidates = [plan]
@@ -116,7 +122,7 @@ def guarded_plan(
             stay = young_ids | {j.job_id for j in selfless}
             pinned = [j for j in running if j.job_id in stay]  # policy order, as _pinned_plan wants
             candidates.append(
-                _pinned_plan(decide, ordered, snapshot, pinned, free_decisions, young_ids, policy)
+                _pinned_plan(decide, ordered, snapshot, pinned, free_decisions, young_ids, policy, floors)
             )
         for candidate in candidates:
             advantage = _advantage(candidate, kept_value, ordered, now_s, policy, snapshot)
@@ -131,7 +137,7 @@ def guarded_plan(
     # whole unguarded plan only where that does not start every urgent job.
     needed = {g for job_id in urgent for g in _gpu_keys(free[job_id])}
     stay = [j for j in running if not needed & set(_gpu_keys(j.current))]
-    narrow = _pinned_plan(decide, ordered, snapshot, stay, free_decisions, young_ids, policy)
+    narrow = _pinned_plan(decide, ordered, snapshot, stay, free_decisions, young_ids, policy, floors)
     return narrow if urgent <= narrow.placements().keys() else free_plan
 
 
@@ -179,6 +185,7 @@ def _pinned_plan(
     free_decisions: Mapping[int, Decision],
     young_ids: set[int],
     policy: RestartPolicy,
+    floor_memo: dict[int, Placement | None] | None = None,
 ) -> RoundPlan:
     """Decide the others around `pinned`, which keep their GPUs.
 
@@ -193,8 +200,9 @@ def _pinned_plan(
         if job.team_id is not None:
             team_used[job.team_id] = team_used.get(job.team_id, 0) + job.num_gpus
     servers = {s.server_id: s for s in snapshot.servers}
+    memo = {} if floor_memo is None else floor_memo  # job id -> floor (of the same snapshot, views)
     floors = {
-        j.job_id: _proportional_floor(j, servers) if resizes_live(j.current, policy) else j.current
+        j.job_id: _memo_floor(j, servers, memo) if resizes_live(j.current, policy) else j.current
         for j in pinned
     }
     reduced = _without(snapshot, [p for p in floors.values() if p is not None])
@@ -227,13 +235,25 @@ def _pinned_plan(
     return RoundPlan(tuple(by_id[j.job_id] for j in ordered))
 
 
-def _floor_view(job: JobView, servers: Mapping[int, ServerView]) -> JobView:
+def _floor_view(
+    job: JobView, servers: Mapping[int, ServerView], memo: dict[int, Placement | None]
+) -> JobView:
     """The job as the allocator sees it where resizes are free: holding its `_proportional_floor`
     (the view itself when that is what it holds, or it does not run)."""
     if job.current is None:
         return job
-    floor = _proportional_floor(job, servers)
+    floor = _memo_floor(job, servers, memo)
     return job if floor is job.current else replace(job, current=floor)
+
+
+def _memo_floor(
+    job: JobView, servers: Mapping[int, ServerView], memo: dict[int, Placement | None]
+) -> Placement | None:
+    """`_proportional_floor`, once per job of one round (`memo`: job id -> floor)."""
+    if job.job_id in memo:
+        return memo[job.job_id]
+    floor = memo[job.job_id] = _proportional_floor(job, servers)
+    return floor
 
 
 def _proportional_floor(job: JobView, servers: Mapping[int, ServerView]) -> Placement | None:
@@ -253,12 +273,15 @@ def _proportional_floor(job: JobView, servers: Mapping[int, ServerView]) -> Plac
         prop_mem_gb = server.mem_gb / server.num_gpus * n
         if prop_cpus < share.num_cpus or prop_mem_gb < share.mem_gb:
             cut = True
-            share = replace(
-                share, num_cpus=min(share.num_cpus, prop_cpus), mem_gb=min(share.mem_gb, prop_mem_gb)
+            share = ServerShare(
+                share.server_id,
+                share.gpu_indices,
+                min(share.num_cpus, prop_cpus),
+                min(share.mem_gb, prop_mem_gb),
             )
         shares.append(share)
     # Nothing above proportional (most running jobs of a busy cluster): the placement itself, as is.
-    return replace(current, shares=tuple(shares)) if cut else current
+    return Placement(current.job_id, tuple(shares), current.speedup) if cut else current
 
 
 def _regrow(

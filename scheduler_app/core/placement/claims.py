@@ -24,7 +24,11 @@ Home = list[tuple[int, tuple[int, ...], float, float]]  # (server position, GPU 
 def has_shape(home: Sequence[tuple[int, tuple[int, ...], float, float]], shape: tuple[int, int]) -> bool:
     """True when a home (one entry per server) spans exactly `shape` = (servers, GPUs on each)."""
     nodes, per_node = shape
-    return len(home) == nodes and all(len(idx) == per_node for _, idx, _, _ in home)
+    if len(home) != nodes:
+        return False
+    if nodes == 1:  # every job of a round under the move guard that fits a server: no generator
+        return len(home[0][1]) == per_node
+    return all(len(idx) == per_node for _, idx, _, _ in home)
 
 
 class Claims:

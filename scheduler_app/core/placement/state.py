@@ -342,4 +342,7 @@ class RoundState(NodeCounts):
     def server_shares(self, held: Sequence[HeldShare]) -> tuple[ServerShare, ...]:
         """Frozen shares for a Placement (integer cores: floor of the float cores held)."""
         ids = self.server_ids
+        if len(held) == 1:  # a job on one server (most of them): no generator
+            h = held[0]
+            return (ServerShare(ids[h.server_pos], h.gpu_indices, int(h.cpus + EPS), h.mem_gb),)
         return tuple(ServerShare(ids[h.server_pos], h.gpu_indices, int(h.cpus + EPS), h.mem_gb) for h in held)
