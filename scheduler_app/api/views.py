@@ -33,6 +33,7 @@ from scheduler_app.api.serializers.cluster import (
     ServerDrainSerializer,
     ServerStateSerializer,
 )
+from scheduler_app.api.serializers.fields_once import serializer_render
 from scheduler_app.api.serializers.jobs import (
     JobDetailSerializer,
     JobSerializer,
@@ -181,7 +182,7 @@ class JobViewSet(
         context["queue"] = cache(lambda: job_queue_of(job))
         context["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
         # As JSON data, exactly as rendered (DRF's encoder: dates, decimals...): what a replay returns.
-        body = json.loads(JSONRenderer().render(JobSubmittedSerializer(job, context=context).data))
+        body = json.loads(JSONRenderer().render(serializer_render(JobSubmittedSerializer, job, context)))
         return IdempotentAnswer(status_code=status.HTTP_201_CREATED, body=body, job_id=job.pk)
 
     @extend_schema(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 from rest_framework import relations, serializers
@@ -38,3 +39,27 @@ class FieldsOnceModelSerializer(serializers.ModelSerializer):
             # Two threads may build it at once: the same fields either way, one kept.
             template = _TEMPLATES.setdefault(type(self), super().get_fields())
         return {name: _copy(field) for name, field in template.items()}
+
+
+# Per thread: serializer class -> one instance whose fields are bound once and kept (serializer_render).
+_BOUND = threading.local()
+
+
+def serializer_render(cls: type[serializers.BaseSerializer], instance: Any, context: dict) -> dict:
+    """What `cls(instance, context=context).data` holds, from one serializer of `cls` per thread whose
+    fields were built and bound once: a serializer's fields keep nothing of what they render (the
+    instance is passed to them, the context read from their root), so only the context and the
+    instance change between calls. A call nested in another of the same class gets its own instance."""
+    kept = getattr(_BOUND, "serializers", None)
+    if kept is None:
+        kept = _BOUND.serializers = {}
+    serializer = kept.pop(cls, None)  # taken while it renders: a nested call builds its own
+    if serializer is None:
+        serializer = cls(context={})
+        serializer.fields  # noqa: B018 - built and bound here, once
+    serializer._context, serializer.instance = context, instance
+    try:
+        return serializer.to_representation(instance)
+    finally:
+        serializer._context, serializer.instance = {}, None  # nothing of this request kept
+        kept[cls] = serializer

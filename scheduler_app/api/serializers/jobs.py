@@ -16,7 +16,7 @@ from scheduler_app.api.fields import (
     StrictIntegerField,
     StrictSlugRelatedField,
 )
-from scheduler_app.api.serializers.fields_once import FieldsOnceModelSerializer
+from scheduler_app.api.serializers.fields_once import FieldsOnceModelSerializer, serializer_render
 from scheduler_app.api.serializers.restarts import JobRestartsSerializer
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.job_paths import default_output_pattern, output_path_expand
@@ -365,7 +365,7 @@ class JobSerializer(FieldsOnceModelSerializer):
 
     @extend_schema_field(JobRestartsSerializer)
     def get_restarts(self, job: Job) -> dict[str, Any]:
-        return JobRestartsSerializer(job_restarts(job)).data
+        return serializer_render(JobRestartsSerializer, job_restarts(job), {})
 
     def get_nodes(self, job: Job) -> list[str]:
         # The prefetched leases, oldest first: the live ones, else those of the last start (one round).
@@ -504,7 +504,7 @@ class JobDetailSerializer(JobSerializer):
             prediction = job.admission_prediction
         except AdmissionPrediction.DoesNotExist:
             return None
-        return AdmissionSerializer(prediction).data
+        return serializer_render(AdmissionSerializer, prediction, {})
 
     def _file(self, job: Job, pattern: str) -> str:
         if job.workload_id is not None or not pattern:
