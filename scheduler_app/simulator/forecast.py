@@ -105,7 +105,9 @@ def forecast(
     # repeating until a job finishes: those rounds are skipped in one step.
     can_skip = policy_obj.static_order and not allocator_obj.reads_progress
     recheck = shortcuts and not can_skip
-    allocator_obj = ReusingAllocator(allocator_obj) if shortcuts else allocator_obj
+    if shortcuts:
+        # Without the guard an allocation repeats only in a round reused whole: nothing to remember.
+        allocator_obj = ReusingAllocator(allocator_obj, remember=restarts is not None)
     costs = restarts is not None
     run = SimRun(round_s=round_s, round_end=False, in_place=costs and restarts.resize_in_place)
     sim_jobs: dict[int, SimJob] = {}

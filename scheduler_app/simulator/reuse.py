@@ -79,10 +79,14 @@ def _fixed(job: JobView) -> tuple:
 
 class ReusingAllocator(Allocator):
     """One simulation's allocator: answers an allocation equal to one it decided from its key with the
-    plan it gave then (module docstring); everything else goes to `inner`."""
+    plan it gave then (module docstring); everything else goes to `inner`. `remember` False: it only
+    says whether each allocation was decided from its key, and under which progress key (a run
+    without the guard repeats an allocation only in a round it does not decide, and the memo's keys
+    would cost their hashing for nothing)."""
 
-    def __init__(self, inner: Allocator) -> None:
+    def __init__(self, inner: Allocator, *, remember: bool = True) -> None:
         self.inner = inner
+        self.remember = remember
         self.name = getattr(inner, "name", type(inner).__name__)  # type: ignore[misc]
         self.reads_progress = inner.reads_progress  # type: ignore[misc]
         self.waits_unadmitted = inner.waits_unadmitted  # type: ignore[misc]
@@ -114,11 +118,16 @@ class ReusingAllocator(Allocator):
         if self._keyed is None and self.inner.reads_progress:
             self.decided += 1
             return self.inner.allocate_at(ordered_jobs, snapshot, now_s)
-        key = (
-            snapshot,
-            tuple(_fixed(j) for j in ordered_jobs),
-            self.progress_key(ordered_jobs, snapshot, now_s),
-        )
+        progress = self.progress_key(ordered_jobs, snapshot, now_s)
+        if not self.remember:
+            self.decided += 1
+            if self._keyed is None:
+                plan, keyed = self.inner.allocate_at(ordered_jobs, snapshot, now_s), True
+            else:
+                plan, keyed = self._keyed(ordered_jobs, snapshot, now_s)
+            self.last_key = (None, None, progress) if keyed else None
+            return plan
+        key = (snapshot, tuple(_fixed(j) for j in ordered_jobs), progress)
         hit = self._memo.get(key)
         if hit is not None:
             self.last_key = key

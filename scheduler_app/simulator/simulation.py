@@ -241,7 +241,8 @@ def simulate(
     # that kept everyone is reused round by round while reuse.py's conditions hold, checked each round,
     # and an allocation equal to one decided before is answered from memory (reuse.py).
     recheck = not can_reuse
-    allocator_obj = ReusingAllocator(allocator_obj)
+    # Without the guard an allocation repeats only in a round that is reused whole: nothing to remember.
+    allocator_obj = ReusingAllocator(allocator_obj, remember=restarts is not None)
     reuse_key: object = None  # the steady plan's progress key (recheck)
     run = SimRun(round_s=round_s, round_end=finish_at_round_end, in_place=in_place, progress_blind=can_reuse)
     active = run.active
