@@ -24,6 +24,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from config.redis_pool import redis_client as _redis
+from infra.bulk_sql import model_rows_insert
 from infra.task_send import task_send
 from infra.vendor import is_postgresql
 from profiles_app.selectors import measured_iters_per_s_by_job
@@ -151,7 +152,11 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
     for prediction, job in targets:
         if prediction.attainable is False and conf.reject_unattainable_qos:
             raise _unattainable(prediction, job)
-    AdmissionPrediction.objects.bulk_create([prediction for prediction, _ in targets])
+    # One statement without the ORM's preparing of each row (infra/bulk_sql.py), as bulk_create stores.
+    ids = model_rows_insert(AdmissionPrediction, [vars(prediction) for prediction, _ in targets])
+    for (prediction, _), pk in zip(targets, ids, strict=True):
+        prediction.pk = pk
+        prediction._state.adding, prediction._state.db = False, "default"
     for prediction, job in targets:
         logger.info(
             "job %s admission: start %s finish %s attainable %s %s",
@@ -180,9 +185,8 @@ def _predict(targets: list[Target], now: datetime) -> None:
                 _judge(prediction, job)
             # Their current estimate too, as the worker's forecast would store it (the job page, the
             # API); their queue position is the next refresh's, as for any job since the last round.
-            JobForecast.objects.bulk_create(
-                [JobForecast(job=job, detail=detail, computed_at=now) for _, job in targets]
-            )
+            forecasts = [JobForecast(job=job, detail=detail, computed_at=now) for _, job in targets]
+            model_rows_insert(JobForecast, [vars(forecast) for forecast in forecasts])
             return
     if conf.inline_rounds or refusing or _short_queue(conf.admission_in_request_max_jobs):
         _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))

@@ -260,10 +260,15 @@ def job_request_plain(data: Any) -> JobRequest | None:
         return None
     # The row the serializer's StrictSlugRelatedField reads (name is unique), written out: cheaper to
     # build than the ORM's query.
-    table = connection.ops.quote_name(Workload._meta.db_table)
-    found = next(iter(Workload.objects.raw(f"SELECT * FROM {table} WHERE name = %s", [workload])), None)
-    if found is None:
+    fields = [f.attname for f in Workload._meta.concrete_fields]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in Workload._meta.concrete_fields)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM {quote(Workload._meta.db_table)} WHERE name = %s", [workload])
+        row = cursor.fetchone()
+    if row is None:
         return None
+    found = Workload.from_db(connection.alias, fields, row)
     return JobRequest(
         name=name.strip(),
         workload=found,
