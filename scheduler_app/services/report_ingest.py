@@ -22,7 +22,7 @@ from infra.task_send import task_send
 from infra.vendor import is_postgresql
 from profiles_app.selectors import profiling_runs_of_server
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import AgentReportKind, Allocation
+from scheduler_app.models import TERMINAL_JOB_STATES, AgentReportKind, Allocation
 from scheduler_app.selectors.agent_reports import (
     jobs_lock,
     leases_of_server,
@@ -238,7 +238,10 @@ def agent_reports_apply_pending(
         jobs=jobs,
     )
     reports_mark_applied(report_ids=[r.pk for r in ordered])
-    _next_leases_wake(job_ids=exited_jobs, reporting_server_id=reporting_server_id)
+    # A job that the exit ended (job_finish ends all its leases) has no lease left to wake: most exits
+    # under churn, one statement fewer each. A moved job's old process exiting leaves it RUNNING.
+    moved = {job_id for job_id in exited_jobs if jobs[job_id].state not in TERMINAL_JOB_STATES}
+    _next_leases_wake(job_ids=moved, reporting_server_id=reporting_server_id)
     return len(ordered)
 
 

@@ -196,6 +196,24 @@ def test_a_sync_that_starts_8_leases_costs_as_much_as_one_that_starts_1(
     print(f"sync queries: 1 start -> {len(one.captured_queries)}, 8 starts -> {len(eight.captured_queries)}")
 
 
+def test_an_exit_that_ends_its_job_looks_for_no_lease_to_wake(user, server, settings):
+    """A job its exit ended has no lease left (job_finish ends them all), so the exit's sync does not ask
+    which agents wait for it; a moved job's old process exiting still does (tests/cluster_app/
+    test_agent_wake.py)."""
+    settings.ATTUNE_DB_PREPARED_STATEMENTS = False  # the statements' text captured, not EXECUTE names
+    (job,) = placed(submit(user, gpus=2, iters=100))
+    lease = lease_of(job).lease_id
+    client = agent_client(server)
+    synced(client, running=[lease], reports=[report(lease, 1, "started")])
+    with CaptureQueriesContext(connection) as queries:
+        answer = synced(client, running=[], reports=[report(lease, 2, "exited", exit_code=0, done_iters=100)])
+    job.refresh_from_db()
+    assert answer["acked"] == [[str(lease), 2]] and job.state == JobState.COMPLETED
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert any("UPDATE" in sql and "scheduler_app_job" in sql for sql in statements)  # the end applied
+    assert not [sql for sql in statements if "agent_started_at IS NULL AND server_id" in sql]
+
+
 # --- (c) a batch that cannot be stored is not acknowledged, one that cannot be applied is kept ------
 
 
