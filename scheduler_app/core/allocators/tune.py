@@ -95,8 +95,9 @@ class TuneRound(RoundSetup):
         order: str = ORDER_GPUS,
         sticky: bool = True,
         keep_homes: bool = True,
+        like: RoundSetup | None = None,
     ) -> None:
-        super().__init__(ordered_jobs, snapshot)
+        super().__init__(ordered_jobs, snapshot, like)
         self.placement = score_named(placement)
         self.order = order
         self.sticky = sticky
@@ -422,11 +423,14 @@ class TuneAllocator(Allocator):
         threshold = sticky.throughput() * (1.0 + self.repack_gain)
         if sticky_round.best_case_throughput() <= threshold:
             return sticky  # not even every admitted job at its best case would be enough faster
-        fresh = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order, sticky=False).run()
+        # The second and third plans share the first's set-up (the same jobs on the same snapshot).
+        fresh = self.round_class(
+            ordered_jobs, snapshot, self.placement, order=self.order, sticky=False, like=sticky_round
+        ).run()
         if fresh.throughput() <= threshold:
             return sticky
         loose = self.round_class(
-            ordered_jobs, snapshot, self.placement, order=self.order, keep_homes=False
+            ordered_jobs, snapshot, self.placement, order=self.order, keep_homes=False, like=sticky_round
         ).run()
         if loose.throughput() * (1.0 + self.repack_gain) >= fresh.throughput():
             return loose

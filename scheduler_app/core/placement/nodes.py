@@ -46,6 +46,12 @@ class NodeCounts(Claims):
                 self.release(job.job_id)
                 del self._home[job.job_id], self._home_plan[job.job_id]
 
+    def share_nodes(self, other: NodeCounts) -> None:
+        """Take the node counts another state of the same jobs learnt (`require_nodes`), before any
+        claim: a fresh state for a second plan of the same round."""
+        assert not self._home, "share_nodes comes before claim_current"
+        self._nodes = dict(other._nodes)
+
     def node_shape(self, owner: int | None) -> tuple[int, int] | None:
         """(servers, GPUs on each) that `owner` must be placed on, or None: any split will do."""
         if not self._nodes or owner is None:

@@ -19,13 +19,24 @@ class RoundSetup:
     admission in policy order (allocators without an admission step use it as "likely to run").
     """
 
-    def __init__(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> None:
+    def __init__(
+        self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, like: RoundSetup | None = None
+    ) -> None:
+        """`like`: an earlier set-up of the same call on the same jobs and snapshot (a second plan of
+        one round): what depends only on those (feasibility, admission, node counts, best cases) is
+        taken from it instead of worked out again; the state itself is fresh."""
         self.jobs = ordered_jobs
         self.snapshot = snapshot
+        self.builder = PlanBuilder(ordered_jobs)
+        if like is not None and like.jobs is ordered_jobs and like.snapshot is snapshot:
+            self.state = RoundState(snapshot)
+            self.state.share_nodes(like.state)
+            self.shape, self.demands = like.shape, like.demands
+            self.infeasible, self.admitted = like.infeasible, like.admitted
+            return
         self.state = RoundState(snapshot, ordered_jobs)
         self.shape = cluster_shape(snapshot)
         self.demands = DemandCache(self.shape)
-        self.builder = PlanBuilder(ordered_jobs)
         self.infeasible = infeasible_reasons(ordered_jobs, snapshot)
         self.admitted = gpu_admission(ordered_jobs, self.infeasible, self.state.free_gpu_count, snapshot)
 
