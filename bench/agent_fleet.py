@@ -336,7 +336,7 @@ def measure(num_agents: int, args: argparse.Namespace) -> FleetResult:
         with processes(env, workers=args.workers) as (base_url, pids):
             rate = num_agents / args.interval
             base, base_errors = asyncio.run(healthz_baseline(base_url, rate, args.baseline_seconds))
-            shares = CpuShares(pids)
+            shares = CpuShares(pids, database=args.db)  # other databases' sessions left out
             try:
                 stats = asyncio.run(run_fleet(tokens, base_url, args))
             finally:

@@ -3,7 +3,9 @@
 A thread samples every part's cumulative CPU time (user + system, psutil) once a second; `cores()`
 gives each part's average cores between two wall-clock instants from the samples nearest inside them.
 Latency under saturation is queueing and moves by seconds between runs; CPU per call is what a change
-to the service's own code moves, and it is steady where percentiles are not.
+to the service's own code moves, and it is steady where percentiles are not. PostgreSQL and Redis are
+read by process name; PostgreSQL's sessions of other databases are left out when the bench names its
+own (`database`).
 """
 
 from __future__ import annotations
@@ -45,14 +47,39 @@ def _named_cpu_s(name: str) -> float:
     return total
 
 
+def postgres_counts(title: str, database: str | None) -> bool:
+    """Whether a PostgreSQL process (by its title, `ps`'s args) counts as the bench's: with `database`,
+    its sessions and autovacuum workers on that database and the server's own background processes
+    (WAL writer, checkpointer...: they write what every session commits), not other databases'
+    sessions; every process without one."""
+    if database is None:
+        return True
+    session = "(" in title or "[local]" in title or "autovacuum worker" in title
+    return not session or database in title.split()
+
+
+def _postgres_cpu_s(database: str | None) -> float:
+    """CPU seconds of the PostgreSQL processes that count for `database` (postgres_counts)."""
+    total = 0.0
+    for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        if proc.info["name"] != "postgres" or proc.info["cpu_times"] is None:
+            continue
+        if postgres_counts(" ".join(proc.info["cmdline"] or ()), database):
+            total += proc.info["cpu_times"].user + proc.info["cpu_times"].system
+    return total
+
+
 class CpuShares:
     """Samples the parts' cumulative CPU seconds on a thread of its own until `stop()`."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(self, pids: dict[str, int], *, database: str | None = None) -> None:
+        """`pids`: part -> the root process of that part; `database`: PostgreSQL's share counts that
+        database's sessions and the server's background processes only (postgres_counts), so that
+        other work on a shared server stays out of it; without it, every PostgreSQL process."""
         self._pids = pids
         self._parts: dict[str, Callable[[], float]] = {
             **{part: (lambda pid=pid: _tree_cpu_s(pid)) for part, pid in pids.items()},
-            "postgres": lambda: _named_cpu_s("postgres"),
+            "postgres": lambda: _postgres_cpu_s(database),
             "redis": lambda: _named_cpu_s("redis-server"),
         }
         self._samples: list[tuple[float, dict[str, float]]] = []
