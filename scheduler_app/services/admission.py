@@ -169,10 +169,11 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
     return [prediction for prediction, _ in targets]
 
 
-def _predict(targets: list[Target], now: datetime) -> None:
+def _predict(targets: list[Target], now: datetime, *, fresh: bool = True) -> None:
     """Forecast in the request where it must (no worker; a target that may refuse) or where it is
     small (a short queue); answer at once a job queued behind the forecast's window (the worker's
-    forecast would play nothing forward for it); else leave the predictions pending for the worker."""
+    forecast would play nothing forward for it); else leave the predictions pending for the worker.
+    `fresh`: the jobs were just submitted (not a held job released)."""
     conf = scheduler_conf()
     refusing = conf.reject_unattainable_qos and any(
         job.deadline_at is not None or job.qos_min_rate_iters_per_s is not None for _, job in targets
@@ -184,9 +185,14 @@ def _predict(targets: list[Target], now: datetime) -> None:
                 prediction.detail = detail
                 _judge(prediction, job)
             # Their current estimate too, as the worker's forecast would store it (the job page, the
-            # API); their queue position is the next refresh's, as for any job since the last round.
-            forecasts = [JobForecast(job=job, detail=detail, computed_at=now) for _, job in targets]
-            model_rows_insert(JobForecast, [vars(forecast) for forecast in forecasts])
+            # API): over a stored one (a held job released), whose queue position it keeps; a new
+            # job's position is the next refresh's, as for any job since the last round.
+            if fresh:  # new rows, in one INSERT; the answer's job holds them as stored (no read)
+                rows = [JobForecast(job=job, detail=detail, computed_at=now) for _, job in targets]
+                model_rows_insert(JobForecast, [vars(row) for row in rows])
+            else:
+                estimates = {job.pk: Estimate(None, None, detail) for _, job in targets}
+                job_forecasts_store(estimates, now=now, prune=False)
             return
     if conf.inline_rounds or refusing or _short_queue(conf.admission_in_request_max_jobs):
         _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))
@@ -500,7 +506,7 @@ def admission_predict_released(*, job: Job, now: datetime | None = None) -> Admi
         return None
     prediction.created_at = now
     prediction.predicted_start_at = prediction.predicted_finish_at = prediction.attainable = None
-    _predict([(prediction, job)], now)
+    _predict([(prediction, job)], now, fresh=False)
     prediction.save()
     return prediction
 

@@ -10,7 +10,7 @@ from scheduler_app.models import AdmissionPrediction, JobForecast
 from scheduler_app.services import admission, forecasts
 from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
-from scheduler_app.services.job_control import job_cancel, job_hold
+from scheduler_app.services.job_control import job_cancel, job_hold, job_release
 from scheduler_app.services.jobs import JobRequest, job_submit
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import submit, workload
@@ -206,3 +206,23 @@ def test_the_job_page_says_a_pending_forecast_is_coming_and_its_target_not_known
         escape(FORECAST_PENDING) not in html and '<dd id="qos-attainable"><span class="ok">attainable' in html
     )
     live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+
+
+def test_a_held_job_released_behind_the_window_is_answered_over_its_stored_estimate(
+    queue, user, worker_asked
+):
+    """Submitted held, its estimate stored by a refresh; released behind the window, it is told so in
+    the release's request, its stored estimate replaced and its queue position kept."""
+    (job,) = submit_late(user, hold=True)
+    admission_forecasts_run()  # the worker's answer: held
+    assert AdmissionPrediction.objects.get(job=job).detail == forecasts.HELD
+    job_forecasts_refresh_estimates()
+    stored = JobForecast.objects.get(job=job)
+    assert stored.detail == forecasts.HELD and stored.position is not None
+    worker_asked.clear()
+    job_release(job=job, by=user)
+    prediction = AdmissionPrediction.objects.get(job=job)
+    assert prediction.detail.startswith("queued behind the 2 jobs the forecast plays forward")
+    after = JobForecast.objects.get(job=job)
+    assert after.detail == prediction.detail and after.position == stored.position
+    assert worker_asked == []
