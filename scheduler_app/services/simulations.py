@@ -46,12 +46,15 @@ def simulation_run_execute(
     request = SimulationRequest(**params)
     SimulationRun.objects.filter(pk=run.pk).update(status=SimulationStatus.RUNNING, started_at=timezone.now())
     combos = len(request.policies) * len(request.allocators)
-    order = [(p, a) for p in request.policies for a in request.allocators]
+    # Each run's fraction: the runs may run at once (simulation_compare's worker processes), so the
+    # whole is their sum, not the finished runs plus the current one's.
+    fractions: dict[tuple[str, str], float] = {}
     last_saved = [0.0]
 
     def on_progress(policy: str, allocator: str, fraction: float) -> None:
-        overall = min(1.0, (order.index((policy, allocator)) + fraction) / combos)
-        # Called once per finished job: save only every whole percent to spare the database.
+        fractions[(policy, allocator)] = fraction
+        overall = min(1.0, sum(fractions.values()) / combos)
+        # Called up to once per finished job: save only every whole percent to spare the database.
         if overall - last_saved[0] >= 0.01:
             last_saved[0] = overall
             SimulationRun.objects.filter(pk=run.pk).update(progress=overall)

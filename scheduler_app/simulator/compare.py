@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from scheduler_app.core.policies import POLICIES
 from scheduler_app.core.throughput import ServerShape
 from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.simulator.cluster import ClusterSpec
+from scheduler_app.simulator.parallel import run_parallel
 from scheduler_app.simulator.simulation import MODES, simulate
 from scheduler_app.simulator.trace import TraceJob, read_trace
 from scheduler_app.simulator.workloads import genie_trace, philly_derived_trace
@@ -157,40 +159,58 @@ def simulation_compare(
     trace: list[TraceJob] | None = None,
     catalog: Mapping[str, SensitivityProfile] | None = None,
     progress: Callable[[str, str, float], None] | None = None,
+    workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Simulate every (policy, allocator) pair on one trace; summaries in grid order. `catalog`: the
     profiles of the trace's models (default: the shipped catalog).
 
     Each summary gains `speedup_vs_proportional` (the proportional run's average JCT divided by this
-    run's, same policy) when the grid includes proportional. `progress(policy, allocator, fraction)`.
+    run's, same policy) when the grid includes proportional. `progress(policy, allocator, fraction)`,
+    always called on the caller's thread: in-process, once per finished job; with worker processes,
+    each run's fraction at every whole percent and at its end (runs interleave).
+
+    `workers`: processes running the grid's independent simulations at once (simulator/parallel.py,
+    'forkserver' or 'spawn' processes, never a fork of the caller); default min(runs, cores); 1 runs
+    them one after the other in this process. Same summaries, same order, whatever the workers; a
+    run's exception is raised here as it was raised in the run (the first failing run's in grid order).
     """
     simulation_request_validate(request)
     jobs = trace if trace is not None else simulation_trace_build(request)
-    runs: list[dict[str, Any]] = []
-    for policy in request.policies:
-        for allocator in request.allocators:
-            on_progress = None
-            if progress is not None:
+    grid = [(policy, allocator) for policy in request.policies for allocator in request.allocators]
+    if workers is None:
+        workers = min(len(grid), os.cpu_count() or 1)
+    args = [(jobs, request, policy, allocator, catalog) for policy, allocator in grid]
+    on_progress = None
+    if progress is not None:
 
-                def on_progress(fraction: float, _p: str = policy, _a: str = allocator) -> None:
-                    progress(_p, _a, fraction)
+        def on_progress(index: int, fraction: float) -> None:
+            progress(grid[index][0], grid[index][1], fraction)
 
-            result = simulate(
-                jobs,
-                request.cluster,
-                policy=policy,
-                allocator=allocator,
-                round_s=request.round_s,
-                finish_at_round_end=request.finish_at_round_end,
-                restart_overhead_s=request.restart_overhead_s,
-                measured_job_ids=request.measured_job_ids,
-                progress=on_progress,
-                mode=request.mode,
-                catalog=catalog,
-            )
-            runs.append(result.summary())
+    runs = run_parallel(_run_one, args, workers=workers, progress=on_progress)
     _add_speedups(runs)
     return runs
+
+
+def _run_one(
+    args: tuple[list[TraceJob], SimulationRequest, str, str, Mapping[str, SensitivityProfile] | None],
+    progress: Callable[[float], None] | None = None,
+) -> dict[str, Any]:
+    """One cell of the grid: its summary (module-level, so that a worker process can run it)."""
+    jobs, request, policy, allocator, catalog = args
+    result = simulate(
+        jobs,
+        request.cluster,
+        policy=policy,
+        allocator=allocator,
+        round_s=request.round_s,
+        finish_at_round_end=request.finish_at_round_end,
+        restart_overhead_s=request.restart_overhead_s,
+        measured_job_ids=request.measured_job_ids,
+        progress=progress,
+        mode=request.mode,
+        catalog=catalog,
+    )
+    return result.summary()
 
 
 def _add_speedups(runs: list[dict[str, Any]]) -> None:
