@@ -92,3 +92,19 @@ def test_workers_are_fresh_processes_without_django() -> None:
     states = run_parallel(_worker_state, [0, 1], workers=2)
     assert all(pid != os.getpid() for pid, _ in states)
     assert not any(django for _, django in states)
+
+
+def _compare_in_a_daemonic_process(workers: int) -> tuple[bool, list[dict]]:
+    import multiprocessing
+
+    small = dataclasses.replace(REQUEST, num_jobs=10, policies=("fifo",))
+    return multiprocessing.current_process().daemon, _without_wall(simulation_compare(small, workers=workers))
+
+
+def test_a_daemonic_process_runs_the_grid_in_process() -> None:
+    # A Celery prefork child is daemonic and may not start processes: the runs run there, in order.
+    billiard = pytest.importorskip("billiard")
+    with billiard.Pool(1) as pool:
+        daemonic, runs = pool.apply(_compare_in_a_daemonic_process, (2,))
+    assert daemonic
+    assert runs == _compare_in_a_daemonic_process(1)[1]
