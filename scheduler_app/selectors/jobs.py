@@ -148,22 +148,24 @@ def job_submitted_as_stored(*, job: Job, dependencies: bool) -> Job | None:
 def job_relation_known(job: Model, relation: str, rows: list[Model]) -> None:
     """Give `job` its `relation` as prefetched with `rows`, as prefetch_related_objects stores it: what
     the caller has just stored, not read again."""
-    model = job._meta.get_field(relation).related_model
-    cached = model.objects.none()
-    cached._result_cache, cached._prefetch_done = list(rows), True
-    if not hasattr(job, "_prefetched_objects_cache"):
-        job._prefetched_objects_cache = {}
-    job._prefetched_objects_cache[relation] = cached
+    _prefetched_as(job, relation, list(rows))
 
 
 def _known_empty(job: Job, relation: str, model: type[Model]) -> None:
     """Give `job` its `relation` as prefetched and empty, as prefetch_related_objects stores one that
     found nothing: the prefetch machinery costs more CPU than the rest of an empty relation's read."""
-    rows = model.objects.none()
-    rows._result_cache, rows._prefetch_done = [], True
-    if not hasattr(job, "_prefetched_objects_cache"):
-        job._prefetched_objects_cache = {}
-    job._prefetched_objects_cache[relation] = rows
+    _prefetched_as(job, relation, [])
+
+
+def _prefetched_as(job: Model, relation: str, rows: list[Model]) -> None:
+    # The relation's own queryset (the job's related manager), as prefetch_related keeps it: `all()`
+    # gives `rows`, and a filter on it (`job.events.get(kind=...)` after a change) reads the database
+    # like any prefetched relation's, rather than filtering an empty none() to nothing.
+    cache = job.__dict__.setdefault("_prefetched_objects_cache", {})
+    cache.pop(relation, None)  # else the manager hands back the cached queryset
+    queryset = getattr(job, relation).all()
+    queryset._result_cache, queryset._prefetch_done = rows, True
+    cache[relation] = queryset
 
 
 def _job_allocations() -> QuerySet[Allocation]:

@@ -11,7 +11,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
 from scheduler_app.api.serializers.jobs import JobSubmittedSerializer
-from scheduler_app.models import Job, JobState
+from scheduler_app.models import Job, JobEvent, JobState
 from scheduler_app.selectors import job_detail_queryset, job_queue, job_queue_of, job_submitted_detail
 from scheduler_app.services import admission as admission_module
 from scheduler_app.services.forecasts import job_forecasts_refresh
@@ -175,3 +175,20 @@ def test_a_submission_behind_the_forecasts_window_is_answered_as_stored_as_its_d
     assert answer["admission"]["detail"].startswith("queued behind the 2 jobs the forecast plays forward")
     assert answer["estimate_detail"] == answer["admission"]["detail"]
     assert answer == as_detail_reads_it(answer["id"], user, answer["array_job_ids"])
+
+
+def test_relations_known_from_the_submission_still_read_the_database_when_filtered(user):
+    """job_submit hands back its job with its events, leases and dependencies as prefetched (what it
+    stored): a filter on them reads the database, as on any prefetched relation, so a later change
+    (a cancel) is found."""
+    workload("res18")
+    job = submit(user)
+    detail = job_submitted_detail(user=user, job_id=job.pk, dependencies=False)
+    for each in (job, detail):
+        assert [e.kind for e in each.events.all()] == ["submitted"]  # as stored, no query
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)
+    JobEvent.objects.create(job_id=job.pk, kind="cancelled", data={})  # not through job.events
+    for each in (job, detail):
+        assert each.events.filter(kind="cancelled").count() == 1
+        assert not each.allocations.filter(ended_at__isnull=True).exists()
+        assert each.depends_on.filter(pk=job.pk).count() == 0
