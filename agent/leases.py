@@ -375,7 +375,9 @@ class LeaseManager(ProfileRuns):
 
     def _ship_logs(self, lease: Lease, *, final: bool) -> None:
         if logs_spool(lease, self.spool, final=final):
-            self.on_report(urgent=final)  # lines go with the next sync; a lease's last ones with its exit
+            # Lines go with the next sync; a lease's last ones with its exit, whose own notice (urgent)
+            # follows: an urgent one here sent them in a sync of their own just before the exit's.
+            self.on_report(urgent=False)
             # After the report: a crash in between re-ships these lines, it never loses them.
             self.spool.lease_update(lease.lease_id, lease.record())
 
@@ -494,7 +496,11 @@ class LeaseManager(ProfileRuns):
             list(spec.gpu_uuids),
             facts["isolation"],
         )
-        self.on_report()
+        # Its `started` goes with the next sync (at the interval, or sooner with an exit): no command
+        # waits for it (the answer that carried the start already holds a moved job's next lease back,
+        # and its GPU time counts from the report's own date), and a sync of its own after every start
+        # doubled the syncs that follow each round's wakes (docs/agent-protocol.md).
+        self.on_report(urgent=False)
 
     # -- shutdown ------------------------------------------------------------------------------
 

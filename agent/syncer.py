@@ -67,7 +67,8 @@ class Syncer:
         self._threads: list[threading.Thread] = []
 
     def notify(self, urgent: bool = True) -> None:
-        """A report was spooled: an urgent one (a start, an exit) is sent now, others at the next sync."""
+        """A report was spooled: an urgent one (an exit, a failed start, a profiling point) is sent now,
+        others (a start, progress, logs) at the next sync."""
         if urgent:
             self._wake.set()
 

@@ -138,8 +138,8 @@ class FleetAgent:
                 lease = Lease(lease_id, total, float(command.get("resume_iters") or 0), now)
                 self.leases[lease_id] = lease
                 self.stats.starts_received.setdefault(lease_id, time.time())
+                # As the agent: its `started` goes with the next sync, not one of its own.
                 self._report(lease, "started", {"pid": 4242, "isolation": "bench", "cpus": []}, now)
-                self.wake.set()
             elif kind in ("preempt", "cancel") and lease_id in self.leases:
                 lease = self.leases.pop(lease_id)
                 data = {"exit_code": None, "signal": 15, "oom": False, "done_iters": int(lease.done_iters)}

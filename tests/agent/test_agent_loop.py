@@ -104,12 +104,17 @@ def test_a_wake_brings_commands_at_once_and_urgent_reports_beat_the_interval(ser
     wait_for(lambda: len(service.syncs) == 1 and service.waiting == 1)
     woken_s = time.monotonic()
     service.wake(commands=[start_cmd("lease-1", gpu_uuids=[agent.gpus[0].uuid], iters=60)])
-    # The wake's sync fetches the start; the `started` report is urgent, so its own sync follows.
-    wait_for(lambda: service.reports_for("lease-1", "started"), timeout_s=3)
-    assert time.monotonic() - woken_s < 2.0
-    # Progress and log lines wait for the next sync; the exit is urgent and takes them along.
+    # The wake's sync fetches the start at once.
+    wait_for(lambda: len(service.syncs) == 2, timeout_s=2)
+    assert service.sync_times()[1] - woken_s < 1.0
+    # The `started` report, progress and log lines wait for the next sync; the exit is urgent and takes
+    # them along: no sync of its own for the start.
     exited = wait_for(lambda: service.exited("lease-1"), timeout_s=4)
     assert exited["data"]["exit_code"] == 0 and time.monotonic() - woken_s < 4.0  # within one interval
+    started = service.reports_for("lease-1", "started")[0]
+    carrying = [s for s in service.syncs if ("lease-1", started["seq"]) in s["reports"]]
+    assert ("lease-1", exited["seq"]) in carrying[0]["reports"]
+    assert len(service.syncs) == 3  # the first, the wake's, the exit's: its last lines came along too
     progress = service.reports_for("lease-1", "progress")
     assert progress and progress[-1]["data"]["done_iters"] == 60
     assert len(service.syncs) <= 6  # no sync per progress report (one every 0.1 s)

@@ -394,8 +394,8 @@ def test_an_urgent_report_is_synced_at_once_and_others_wait_for_the_interval(tmp
     assert recorder.times[1] - first_s < 1.5  # well before the interval (at least 1.8 s)
     assert recorder.batches[1] == [("a", 1), ("a", 2)]  # the waiting progress report came along
 
-    spool.append("b", "started", {})
-    syncer.notify()  # urgent unless said otherwise: starts, exits, profiling points
+    spool.append("b", "exited", {})
+    syncer.notify()  # urgent unless said otherwise: exits, failed starts, profiling points
     wait_for(lambda: recorder.calls == 3, timeout_s=1)
 
 
