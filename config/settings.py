@@ -252,12 +252,11 @@ SPECTACULAR_SETTINGS = {
 
 # Every scheduler knob lives here and is read only by scheduler_app/conf.py.
 ATTUNE_SCHEDULER = {
-    # swaf + genie measures within 5 % of the best specialised scheduler on both papers' benchmarks,
-    # with restart costs too, and the suite passes with it, but is not the default yet: its forecast
-    # reuses no round (swaf reads progress and the clock), so on a short queue a submission's admission
-    # forecast spends its whole 2 s budget (docs/reproduction.md, "One default for both papers").
-    "policy": env("ATTUNE_POLICY", default="fifo"),
-    "allocator": env("ATTUNE_ALLOCATOR", default="tune"),
+    # swaf + genie: within 5 % of the best specialised scheduler on both papers' benchmarks, with restart
+    # costs too, jobs without a deadline aged (no starvation) (docs/reproduction.md, "One default for
+    # both papers"). ATTUNE_POLICY=fifo ATTUNE_ALLOCATOR=tune: the default before, FIFO with Synergy's tune.
+    "policy": env("ATTUNE_POLICY", default="swaf"),
+    "allocator": env("ATTUNE_ALLOCATOR", default="genie"),
     "round_s": env.int("ATTUNE_ROUND_S", default=60),
     # A submission or a job's end asks for an early round this many seconds later (debounced).
     "early_round_delay_s": env.float("ATTUNE_EARLY_ROUND_DELAY_S", default=2.0),
@@ -290,7 +289,7 @@ ATTUNE_SCHEDULER = {
     "forecast_horizon_h": env.float("ATTUNE_FORECAST_HORIZON_H", default=168.0),
     "forecast_time_budget_s": env.float("ATTUNE_FORECAST_TIME_BUDGET_S", default=2.0),
     "forecast_window_jobs": env.int("ATTUNE_FORECAST_WINDOW_JOBS", default=1000),
-    "admission_in_request_max_jobs": env.int("ATTUNE_ADMISSION_IN_REQUEST_MAX_JOBS", default=50),
+    "admission_in_request_max_jobs": env.int("ATTUNE_ADMISSION_IN_REQUEST_MAX_JOBS", default=0),
     "admission_answer_wait_s": env.float("ATTUNE_ADMISSION_ANSWER_WAIT_S", default=0.5),
     "admission_forecast_min_interval_s": env.float("ATTUNE_ADMISSION_FORECAST_MIN_INTERVAL_S", default=0.25),
     # After a round every live job is re-forecast (the times the pages show) within this budget, by a

@@ -37,6 +37,16 @@ def progress_applied_in_sync(settings):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "progress_apply_s": 0.0}
 
 
+@pytest.fixture(autouse=True)
+def admission_forecast_in_request(settings):
+    """In-process tests call no forecasts worker either, so a submission on a short queue (at most 50
+    live jobs) forecasts in its request and its answer has the prediction. The shipped default (0:
+    every submission's forecast goes to the worker) is the path of the tests that set
+    `admission_in_request_max_jobs` 0 (tests/api/test_submission_answer.py,
+    tests/cli/test_submit_admission_wait.py ...) and of the end-to-end tests' real worker."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "admission_in_request_max_jobs": 50}
+
+
 @pytest.fixture
 def user(db):
     from tests.factories import UserFactory

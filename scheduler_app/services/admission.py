@@ -4,11 +4,12 @@ The prediction plays the live queue forward with the simulator's forecast (sched
 forecast.py: the same core, policy and allocator as the live rounds, no future arrivals), stores it
 as an AdmissionPrediction, and fills in what really happened when the job ends.
 
-With a worker and more than `admission_in_request_max_jobs` live jobs, the request does not forecast:
-it stores the prediction as pending and asks for one coalesced forecast on the `forecasts` queue (a
-burst of submissions, one forecast), which fills every pending prediction; the answer waits for it
-only a moment (admission_answer_wait). Without a worker (the embedded demo), or with a short queue, the
-forecast runs in the request, within `forecast_time_budget_s`.
+With a worker the request does not forecast (unless the queue has at most `admission_in_request_max_jobs`
+live jobs, 0 by default: a forecast's cost follows the policy as well as the queue): it stores the
+prediction as pending and asks for one coalesced forecast on the `forecasts` queue (a burst of
+submissions, one forecast), which fills every pending prediction; the answer waits for it only a moment
+(admission_answer_wait). Without a worker (the embedded demo), or when a QoS target may refuse the
+submission, the forecast runs in the request, within `forecast_time_budget_s`.
 """
 
 from __future__ import annotations
@@ -125,11 +126,12 @@ def _judge(prediction: AdmissionPrediction, job: Job) -> None:
 def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> list[AdmissionPrediction]:
     """Store a prediction for just-submitted jobs (one, or the tasks of an array) and return them.
 
-    With a worker and a queue past `admission_in_request_max_jobs` the prediction is stored pending
-    (FORECAST_PENDING) and one coalesced forecast is asked for after commit (admission_forecasts_run
-    fills it): the request's work does not grow with the queue. Without a worker, with a short queue,
-    or when a QoS target may refuse the submission (`reject_unattainable_qos`), the queue is forecast
-    here with `forecast_time_budget_s`, the tasks of an array together. Raises QosUnattainableError,
+    With a worker (and a queue past `admission_in_request_max_jobs`, 0 by default) the prediction is
+    stored pending (FORECAST_PENDING) and one coalesced forecast is asked for after commit
+    (admission_forecasts_run fills it): the request's work grows with neither the queue nor the policy's
+    cost. Without a worker, on a queue that short, or when a QoS target may refuse the submission
+    (`reject_unattainable_qos`), the queue is forecast here with `forecast_time_budget_s`, the tasks of
+    an array together. Raises QosUnattainableError,
     before storing anything, when a target is predicted to be missed and `reject_unattainable_qos` is
     set; the caller's transaction then drops the submission (only a finished forecast can refuse).
     """
@@ -171,8 +173,9 @@ def admission_predict_all(*, jobs: list[Job], now: datetime | None = None) -> li
 
 def _predict(targets: list[Target], now: datetime, *, fresh: bool = True) -> None:
     """Forecast in the request where it must (no worker; a target that may refuse) or where it is
-    small (a short queue); answer at once a job queued behind the forecast's window (the worker's
-    forecast would play nothing forward for it); else leave the predictions pending for the worker.
+    configured to (a queue of at most `admission_in_request_max_jobs`); answer at once a job queued
+    behind the forecast's window (the worker's forecast would play nothing forward for it); else leave
+    the predictions pending for the worker.
     `fresh`: the jobs were just submitted (not a held job released)."""
     conf = scheduler_conf()
     refusing = conf.reject_unattainable_qos and any(
