@@ -22,6 +22,7 @@ less the agents and the rounds (bench/agent_fleet.py measures that).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -224,11 +225,17 @@ class JobEnds:
         self.deliver(expected=8)
         self.started()
 
-    def exit(self) -> None:
-        """The oldest lease exits 0 with all its work done: the call measured as an exit."""
+    def exit(self, *, with_progress: bool = False) -> None:
+        """The oldest lease exits 0 with all its work done: the call measured as an exit; `with_progress`:
+        with the other leases' progress since the last sync, as an agent's exit sync carries it."""
         lease = self.running.pop(0)
         data = {"exit_code": 0, "done_iters": 300}
-        self._sync([{"lease_id": lease, "kind": "exited", "data": data}], self.running)
+        reports = [{"lease_id": lease, "kind": "exited", "data": data}]
+        if with_progress:
+            reports += [
+                {"lease_id": other, "kind": "progress", "data": {"done_iters": 290}} for other in self.running
+            ]
+        self._sync(reports, self.running)
 
     def place(self) -> None:
         from scheduler_app.services.rounds import scheduling_round_run
@@ -320,7 +327,7 @@ def _job_end_rows(count: int, base: float, profile: Profile | None = None) -> li
     from scheduler_app.models import JobEndPending
     from scheduler_app.services.job_end import job_end_followups_run
 
-    ends = JobEnds(2 * (count + 10) + 8)
+    ends = JobEnds(3 * (count + 10) + 8)
     ends.fill()
     ends.measure()
     with connection.cursor() as cursor:
@@ -348,9 +355,10 @@ def _job_end_rows(count: int, base: float, profile: Profile | None = None) -> li
 
     profile = profile or Profile(None)
     rows = []
-    for label, apply_s in (
-        ("exit, job end followed up in the sync", 0.0),
-        ("exit, follow-ups left to the applier", 2.0),
+    for label, apply_s, with_progress in (
+        ("exit, job end followed up in the sync", 0.0, False),
+        ("exit, 7 leases' progress, applier", 2.0, True),
+        ("exit, follow-ups left to the applier", 2.0, False),
     ):
         conf = {"inline_rounds": False, "progress_apply_s": apply_s}
         settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, **conf}
@@ -359,7 +367,9 @@ def _job_end_rows(count: int, base: float, profile: Profile | None = None) -> li
         }
         for _ in range(count + 5):
             # Profiled only with the follow-ups left to the applier, as the service runs with workers.
-            timed(profile.around("exit" if apply_s else "", ends.exit), *samples["exit"])
+            exit_call = functools.partial(ends.exit, with_progress=with_progress)
+            profiled = "exit" if apply_s and not with_progress else ""
+            timed(profile.around(profiled, exit_call), *samples["exit"])
             ends.place()
             timed(profile.around("deliver" if apply_s else "", ends.deliver), *samples["deliver"])
             timed(profile.around("started" if apply_s else "", ends.started), *samples["started"])

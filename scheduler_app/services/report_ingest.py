@@ -73,7 +73,7 @@ class ReportsOutcome:
 class _Stored:
     outcome: ReportsOutcome
     job_ids: set[int]  # the jobs of the reports stored for the first time
-    urgent: bool  # one of those is an exit (URGENT_KINDS)
+    urgent_job_ids: set[int]  # those of them with an exit (URGENT_KINDS)
 
 
 def _within_lease_life(r: LeaseReport, allocation: Allocation, *, now: datetime) -> LeaseReport:
@@ -106,7 +106,8 @@ def agent_reports_ingest(
     one transaction, instead of every sync locking its jobs. Progress is cumulative and no command
     depends on it, on the log or on a start; a job prints all the time, so were log lines urgent,
     nearly every sync would be. An exit (URGENT_KINDS) is applied here, so that this sync's commands
-    see it.
+    see it: its job's reports only, the batch's others (the other leases' progress that an exit's sync
+    carries) left to the applier too.
     When the jobs' rows stay locked longer than `lock_wait_ms` (PostgreSQL; a scheduling round holds
     them) or applying fails, the reports stay pending and the applier applies them: after the round,
     or (a bug) on each of its runs, logged, as the agent's resends were before.
@@ -116,11 +117,16 @@ def agent_reports_ingest(
         return stored.outcome
     if defer_progress is None:
         defer_progress = scheduler_conf().progress_deferred
-    if defer_progress and not stored.urgent:
-        return stored.outcome
+    job_ids = stored.job_ids
+    if defer_progress:
+        # Locking and applying the other jobs' progress here cost the exit's sync a row lock and an
+        # update per job for nothing that its commands read; the applier does it in bulk.
+        job_ids = stored.urgent_job_ids
+        if not job_ids:
+            return stored.outcome
     try:
         stored.outcome.applied = agent_reports_apply_pending(
-            job_ids=stored.job_ids, lock_wait_ms=lock_wait_ms, reporting_server_id=server.pk
+            job_ids=job_ids, lock_wait_ms=lock_wait_ms, reporting_server_id=server.pk
         )
     except OperationalError as exc:
         if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
@@ -172,7 +178,7 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _S
         else:
             known.setdefault((r.lease_id, r.seq), _within_lease_life(r, allocations[r.lease_id], now=now))
     if not known:
-        return _Stored(outcome, set(), False)
+        return _Stored(outcome, set(), set())
     # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
     # Strings cleaned once, before they are stored (PostgreSQL refuses NUL).
     ordered = [
@@ -202,7 +208,7 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _S
     return _Stored(
         outcome,
         job_ids={allocations[r.lease_id].job_id for r in new},
-        urgent=any(r.kind in URGENT_KINDS for r in new),
+        urgent_job_ids={allocations[r.lease_id].job_id for r in new if r.kind in URGENT_KINDS},
     )
 
 

@@ -34,7 +34,7 @@ def running_lease(server=None, *, minutes_ago: float = 5.0) -> Allocation:
     started = timezone.now() - timedelta(minutes=minutes_ago)
     job = JobFactory(state=JobState.RUNNING, total_iters=1000, started_at=started)
     lease = AllocationFactory(job=job, server=server or ServerFactory(), started_at=started)
-    hold_gpus(lease, *lease.server.gpus.order_by("index")[:2])
+    hold_gpus(lease, *lease.server.gpus.filter(holds__isnull=True).order_by("index")[:2])
     return lease
 
 
@@ -130,6 +130,32 @@ def test_an_exit_is_applied_in_its_sync_after_the_progress_left_pending_before_i
     assert lease.num_gpus == 2
     expected_s = 2 * (exited.at - lease.started_at).total_seconds()
     assert job.attained_service_gpu_s == pytest.approx(expected_s)
+
+
+def test_an_exits_sync_applies_its_own_job_and_leaves_the_other_leases_reports_to_the_applier(deferred):
+    """What the commands read is the exit; the other leases' progress and starts that its sync carries
+    wait for the applier, as they would in a sync without the exit."""
+    ending = running_lease(minutes_ago=10)
+    other = running_lease(ending.server)
+    started = LeaseReport(other.lease_id, 1, "started", other.started_at, {"pid": 2})
+    exited = LeaseReport(ending.lease_id, 1, "exited", timezone.now(), {"exit_code": 0, "done_iters": 1000})
+    outcome = agent_reports_ingest(server=ending.server, reports=[progress(other, 2, 300), started, exited])
+    assert outcome.applied == 1 and len(outcome.acked) == 3 and pending_count() == 2
+    assert Job.objects.get(pk=ending.job_id).state == JobState.COMPLETED
+    assert Job.objects.get(pk=other.job_id).done_iters == 0
+    assert agent_reports_apply_run() == 2
+    other.refresh_from_db()
+    assert other.agent_started_at == started.at and Job.objects.get(pk=other.job_id).done_iters == 300
+
+
+def test_with_the_applier_off_an_exits_sync_applies_the_whole_batch(settings):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False, "progress_apply_s": 0}
+    ending = running_lease(minutes_ago=10)
+    other = running_lease(ending.server)
+    exited = LeaseReport(ending.lease_id, 1, "exited", timezone.now(), {"exit_code": 0, "done_iters": 1000})
+    outcome = agent_reports_ingest(server=ending.server, reports=[progress(other, 1, 300), exited])
+    assert outcome.applied == 2 and pending_count() == 0
+    assert Job.objects.get(pk=other.job_id).done_iters == 300
 
 
 def test_log_lines_go_with_progress_and_an_exit_brings_them_in_first(deferred):
