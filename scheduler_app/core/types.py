@@ -205,9 +205,18 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class RoundPlan:
-    """Every job's decision for one round, in the policy's order."""
+    """Every job's decision for one round, in the policy's order.
+
+    `stable` (the allocator's word; False promises nothing): deciding the same jobs again, in the same
+    order on the same snapshot, each job's `current` being its placement here (None where it has
+    none), gives this plan again; and where every decision is a placement, deciding only some of
+    these jobs (the others gone, the order kept) gives each of them its decision here. Only an
+    allocator that reads neither progress nor the clock says so (tune: `TuneRound.settled`); a
+    simulator then need not decide such rounds (simulation.py).
+    """
 
     decisions: tuple[Decision, ...]
+    stable: bool = field(default=False, compare=False)
 
     def placements(self) -> dict[int, Placement]:
         """Job id -> placement, for the jobs placed this round."""

@@ -126,7 +126,24 @@ def _with_waiting(
     if any(admitted[old:]) or any(why is not None for why in infeasible[old:]):
         return None
     waiting = tuple(Decision(job.job_id, Outcome.PENDING, reasons.INSUFFICIENT_GPUS) for job in ordered[old:])
-    return RoundPlan(plan.decisions + waiting)
+    # Still stable: the jobs added are left out by admission, as they will be while the others stay.
+    return RoundPlan(plan.decisions + waiting, plan.stable)
+
+
+def _next_steady(plan: RoundPlan, run: SimRun, done_now: Sequence[SimJob]) -> RoundPlan | None:
+    """The plan of the next round, if it is known without deciding it (can_reuse's conditions), once
+    `plan` was applied: `plan` itself when it kept everyone, or is stable (RoundPlan.stable) and left
+    every job active; with jobs finished, a stable plan that placed everyone, less their decisions."""
+    if not done_now:
+        if run.kept:
+            return plan
+        return plan if plan.stable and len(plan.decisions) == len(run.active) else None
+    if not plan.stable or len(plan.decisions) != len(run.active) + len(done_now):
+        return None
+    if any(decision.placement is None for decision in plan.decisions):
+        return None  # a job left waiting might now be admitted
+    done_ids = {job.job_id for job in done_now}
+    return RoundPlan(tuple(d for d in plan.decisions if d.job_id not in done_ids), True)
 
 
 def simulate(
@@ -326,7 +343,10 @@ def simulate(
             interval_s = min(next_arrival_s, first_s, now_s + round_s) - now_s
             event_now_s = now_s + interval_s
         placed, done_now = run.apply(plan, now_s, interval_s)
-        steady_plan = plan if steady and run.kept and not done_now else None
+        if can_reuse:
+            steady_plan = _next_steady(plan, run, done_now)
+        else:
+            steady_plan = plan if steady and run.kept and not done_now else None
         finished += len(done_now)
         measured_left -= sum(1 for job in done_now if job.job_id in measured_ids)
         if progress is not None and done_now and (100 * finished) // num_jobs != last_reported:

@@ -74,7 +74,7 @@ from scheduler_app.core.throughput import (
     cluster_shape,
     with_penalty,
 )
-from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan, SensitivityProfile
 
 __all__ = ["GenieAllocator", "GenieRound", "gpu_variant", "points_by_cost"]
 
@@ -104,6 +104,20 @@ class GenieRound(RoundSetup):
         # Whether every decision read progress and the clock only through `need_key` (what a
         # simulator may reuse the plan under; GenieAllocator.allocate_keyed).
         self.keyed = True
+        # Per-call memos of each workload's points, by (id(profile), num_gpus), each kept with its
+        # profile (alive, so its id is not reused): an lru_cache lookup hashes the whole profile.
+        self._points: dict[tuple[int, int], tuple[SensitivityProfile, tuple[OperatingPoint, ...]]] = {}
+        self._options: dict[tuple[int, int], tuple[SensitivityProfile, list[tuple[OperatingPoint, str]]]] = {}
+
+    def points(self, job: JobView) -> tuple[OperatingPoint, ...]:
+        """points_by_cost for the job's workload and GPU count on the cluster shape (memo)."""
+        assert self.shape is not None
+        profile = job.profile
+        key = (id(profile), job.num_gpus)
+        hit = self._points.get(key)
+        if hit is None or hit[0] is not profile:
+            hit = self._points[key] = (profile, points_by_cost(profile, job.num_gpus, self.shape))
+        return hit[1]
 
     def run(self) -> RoundPlan:
         jobs, infeasible, likely = self.jobs, self.infeasible, self.admitted
@@ -134,7 +148,7 @@ class GenieRound(RoundSetup):
             if h.fixed:
                 continue
             current = h.point
-            for point in points_by_cost(h.job.profile, h.job.num_gpus, self.shape)[::-1]:
+            for point in self.points(h.job)[::-1]:
                 if point.speed <= current.speed + EPS:
                     continue
                 if all(
@@ -189,7 +203,7 @@ class GenieRound(RoundSetup):
         servers = self.min_servers(job)
         return [
             (p, reasons.QOS_FIT)
-            for p in points_by_cost(job.profile, job.num_gpus, self.shape)
+            for p in self.points(job)
             if with_penalty(p.speed, job.profile, servers, job.num_gpus) >= need - EPS
         ]
 
@@ -248,16 +262,23 @@ class GenieRound(RoundSetup):
         points, fastest first. A best case above the share is taken only when it leaves the jobs
         after it that GPU admission expects to place their proportional share (`starves_gpus`), so
         that no job waits beside free GPUs because an earlier one took their cores (Synergy's
-        guarantee, as tune keeps it); such a job may still grow to it in the leftover pass."""
+        guarantee, as tune keeps it); such a job may still grow to it in the leftover pass.
+        The list is shared by the jobs of one workload and GPU count (a memo): not to be changed."""
         assert self.shape is not None
+        profile = job.profile
+        key = (id(profile), job.num_gpus)
+        hit = self._options.get(key)
+        if hit is not None and hit[0] is profile:
+            return hit[1]
         best = self.demands.best(job)
         shape = self.shape
         options = [(best, reasons.BEST_CASE)]
         prop = OperatingPoint(shape.cpus_per_gpu, shape.mem_gb_per_gpu, 1.0)
         if best.cpus_per_gpu > prop.cpus_per_gpu + EPS or best.mem_gb_per_gpu > prop.mem_gb_per_gpu + EPS:
             options.append((prop, reasons.PROPORTIONAL))
-        cheaper = [p for p in points_by_cost(job.profile, job.num_gpus, shape) if p.speed < best.speed - EPS]
+        cheaper = [p for p in self.points(job) if p.speed < best.speed - EPS]
         options += [(p, reasons.INTERMEDIATE) for p in sorted(cheaper, key=lambda p: -p.speed)]
+        self._options[key] = (profile, options)
         return options
 
     def place(
@@ -360,6 +381,8 @@ class GenieRound(RoundSetup):
         """The job's speed at `point` on the servers of `plan`: the spread's slowdown and GENIE's
         interference from the communicating jobs placed there so far."""
         speed = with_penalty(point.speed, job.profile, len(plan), job.num_gpus)
+        if job.profile.interference_kappa <= 0 or not communicates(job.num_gpus):
+            return speed  # a factor of 1.0 whatever its neighbours (interference_factor)
         return speed / interference_factor(job.profile, job.num_gpus, len(self.comm_neighbours(job, plan)))
 
     def acceptable(self, job: JobView, plan: Plan, speed: float, need: float | None) -> bool:

@@ -64,6 +64,7 @@ from collections.abc import Iterator, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
+from scheduler_app.core.allocators.tune_steady import SteadyRound
 from scheduler_app.core.placement import (
     EPS,
     PACKED,
@@ -83,7 +84,7 @@ ORDER_DEMAND = "demand"  # then best-case CPU and memory per GPU, descending (th
 ORDERS = (ORDER_GPUS, ORDER_DEMAND)
 
 
-class TuneRound(RoundSetup):
+class TuneRound(SteadyRound, RoundSetup):
     """One call of the tune allocator: the round's state and the steps of the algorithm."""
 
     def __init__(
@@ -105,6 +106,8 @@ class TuneRound(RoundSetup):
         self.held: list[HeldJob] = []
         self.left_out: list[int] = []  # admitted, but left pending by step 5 (positions)
         self.on_server: list[list[HeldJob]] = [[] for _ in range(self.state.num_servers)]
+        # Whether the plan repeats (RoundPlan.stable), kept up to date as jobs are held (`hold`).
+        self.settled = True
 
     def run(self) -> RoundPlan:
         jobs = self.jobs
@@ -116,15 +119,19 @@ class TuneRound(RoundSetup):
                 runnable.append((-job.num_gpus, -point.cpus_per_gpu, -point.mem_gb_per_gpu, pos))
             else:
                 runnable.append((-job.num_gpus, 0.0, 0.0, pos))
-        if self.sticky:
-            self.claim_admitted(remember_others=False)
         # Per-GPU and total CPU/memory order alike within one GPU count; pos keeps policy order.
         runnable.sort()
-        for *_, pos in runnable:
+        order = [pos for *_, pos in runnable]
+        start = 0
+        if self.sticky:
+            start = self.hold_current(order) if self.keep_homes else 0
+            if not start:
+                self.claim_admitted(remember_others=False)
+        for pos in order[start:]:
             self.place_job(pos)
         for h in self.held:
             self.placed(h.pos, h.shares, h.speed, h.reason)
-        return self.builder.build()
+        return self.builder.build(stable=self.settled and not self.left_out)
 
     def best_case_throughput(self) -> float:
         """After `run`: an upper bound on the throughput of any tune plan for the same round, every
@@ -195,7 +202,7 @@ class TuneRound(RoundSetup):
             plan = state.home_plan(job_id, dc, dm, strict=True)
             if plan is not None:
                 reason = reasons.BEST_CASE if point is best else reasons.INTERMEDIATE
-                self.hold(pos, plan, dc, dm, point, point.speed, reason)
+                self.hold(pos, plan, dc, dm, point, point.speed, reason, at_home=True)
                 return True
         home = state.home_servers(job_id)
         if home is None:
@@ -312,8 +319,13 @@ class TuneRound(RoundSetup):
         point: OperatingPoint | None,
         speed: float,
         reason: str,
+        *,
+        at_home: bool = False,
     ) -> None:
-        """Commit `plan` for the job at `pos` at this demand, operating point and reason."""
+        """Commit `plan` for the job at `pos` at this demand, operating point and reason (`at_home`:
+        keep_home's first try found it, strictly, on its GPUs of last round)."""
+        if self.settled:
+            self.settled = self.settles(pos, plan, dc, dm, speed, reason, at_home)
         shares = self.state.take(plan, dc, dm, self.jobs[pos].job_id)
         revertible = point is not None and reason != reasons.FIXED_DEMAND
         held = HeldJob(self.jobs[pos], pos, len(self.held), shares, point, speed, reason, revertible)
@@ -352,6 +364,7 @@ class TuneRound(RoundSetup):
             for peer in sorted(self.on_server[i], key=HeldJob.peer_key):
                 if not peer.revertible:
                     continue
+                self.settled = False  # a peer may leave its best case
                 share = next(s for s in peer.shares if s.server_pos == i)
                 freed_cpus, freed_mem_gb = self.shrink_peer(peer, share, need_cpus, need_mem_gb)
                 need_cpus -= freed_cpus

@@ -16,7 +16,7 @@ from bisect import insort
 from collections.abc import Iterable, Sequence
 
 from scheduler_app.core.placement.plan import EPS, HeldShare, Plan
-from scheduler_app.core.types import JobView, ServerView
+from scheduler_app.core.types import JobView, Placement, ServerView
 
 Home = list[tuple[int, tuple[int, ...], float, float]]  # (server position, GPU indices, cores, GB)
 
@@ -59,6 +59,7 @@ class Claims:
     _nodes: dict[int, tuple[int, int]]
     _grown: list[int]
     _unfit: dict[tuple[int, ...], tuple[object, ...]]
+    _pos_of: dict[int, int] | None
 
     def claim_current(self, jobs: Iterable[JobView]) -> None:
         """Let each job's `current` placement claim its GPUs and reserve the cores and memory it held.
@@ -271,6 +272,67 @@ class Claims:
             unreserved_mem_gb[i] += held_mem_gb - mem_gb
             if held_cpus > cpus or held_mem_gb > mem_gb:
                 self._grown.append(i)  # it reserved more than it takes: unreserved room grew
+            old = num_free[i]
+            buckets[old].remove(i)
+            insort(buckets[old - k], i)
+            num_free[i] = old - k
+            self.free_gpu_count -= k
+            shares.append(HeldShare(i, idx, cpus, mem_gb))
+        return shares
+
+    def take_current(self, cur: Placement, num_gpus: int, c: float, m: float) -> list[HeldShare] | None:
+        """Before any claim: take the GPUs of `cur` at per-GPU demand (c, m), as `_take_home` would for
+        a claimant whose strict home try holds it there; None (nothing taken) where that try might not.
+
+        It holds it when, as `_register` and `home_plan` judge it: `cur` names known servers once each
+        and `num_gpus` GPUs free here, and on each server the demand fits what is free and asks no more
+        than the share holds (so the reservations beside it do not matter). A round whose jobs with a
+        placement all come first in its order, each held this way, then leaves no claim standing, and
+        the state is the one claiming and keeping them would leave (tune's `hold_current`).
+        """
+        assert self._claimed is None, "take_current comes before any claim"
+        pos_of = self._pos_of
+        if pos_of is None:
+            pos_of = self._pos_of = {sid: i for i, sid in enumerate(self.server_ids)}
+        free_cpus, free_mem, free_idx = self.free_cpus, self.free_mem_gb, self.free_idx
+        taken: list[tuple[int, tuple[int, ...], float, float]] = []
+        servers: set[int] = set()
+        total = 0
+        # Plain loops and local names: this runs for every running job of most rounds.
+        for share in cur.shares:
+            i = pos_of.get(share.server_id)
+            idx = share.gpu_indices
+            if i is None or not idx or i in servers:
+                return None
+            servers.add(i)
+            k = len(idx)
+            cpus = k * c
+            mem_gb = k * m
+            if cpus > free_cpus[i] + EPS or mem_gb > free_mem[i] + EPS:
+                return None
+            if int(cpus + EPS) > float(share.num_cpus) or mem_gb > float(share.mem_gb) + EPS:
+                return None  # asks more than it held: the reservations beside it would count
+            free = free_idx[i]
+            if k == 1:
+                if idx[0] not in free:
+                    return None
+            elif len(set(idx)) != k or not set(idx).issubset(free):
+                return None
+            total += k
+            taken.append((i, idx, cpus, mem_gb))
+        if total != num_gpus:
+            return None
+        buckets, num_free = self._buckets, self.num_free
+        shares = []
+        for i, idx, cpus, mem_gb in taken:
+            free = free_idx[i]
+            for g in idx:
+                free.remove(g)
+            k = len(idx)
+            free_cpus[i] -= cpus
+            free_mem[i] -= mem_gb
+            self.total_free_cpus -= cpus
+            self.total_free_mem_gb -= mem_gb
             old = num_free[i]
             buckets[old].remove(i)
             insort(buckets[old - k], i)

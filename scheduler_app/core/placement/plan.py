@@ -87,11 +87,12 @@ class PlanBuilder:
     def is_decided(self, pos: int) -> bool:
         return self._decisions[pos] is not None
 
-    def build(self) -> RoundPlan:
+    def build(self, *, stable: bool = False) -> RoundPlan:
+        """The plan; `stable` is the allocator's word that it repeats (RoundPlan.stable)."""
         missing = [self._jobs[p].job_id for p, d in enumerate(self._decisions) if d is None]
         if missing:
             raise RuntimeError(f"allocator left jobs without a decision: {missing}")
-        return RoundPlan(tuple(self._decisions))  # type: ignore[arg-type]
+        return RoundPlan(tuple(self._decisions), stable)  # type: ignore[arg-type]
 
 
 class DemandCache:

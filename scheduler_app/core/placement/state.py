@@ -90,12 +90,18 @@ class RoundState(NodeCounts):
         self.unreserved_cpus: list[float] = []  # free minus reserved, kept up to date for the hot loops
         self.unreserved_mem_gb: list[float] = []
         self._ubuckets: list[list[int]] = []
+        self._pos_of: dict[int, int] | None = None  # server id -> position, once asked (take_current)
         # The plain rule's view: these lists are only ever changed in place, so it stays current.
         self._free_view = View(self._buckets, self.num_free, self.free_cpus, self.free_mem_gb, None)
         # Node counts: job id -> (servers, GPUs on each) for the jobs with `num_nodes` (usually none,
         # so the hot paths test one empty dict).
         self._nodes: dict[int, tuple[int, int]] = {}
         self.require_nodes(jobs)
+
+    @property
+    def has_node_counts(self) -> bool:
+        """True when some job of the round has a node count (`require_nodes`)."""
+        return bool(self._nodes)
 
     # -- demand vectors ------------------------------------------------------------------------
     def uniform(self, value: float) -> list[float]:

@@ -1,0 +1,88 @@
+"""Tune's stable plans repeat, and its cheap hold of the running jobs gives the plan of the full walk."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import pytest
+
+from scheduler_app.core.allocators.tune import TuneAllocator, TuneRound
+from scheduler_app.core.allocators.tune_matrix import TuneMatrixAllocator
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.simulator import ClusterSpec, philly_derived_trace, simulate
+
+CLUSTER = ClusterSpec(servers=4, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0)
+
+
+def _full_walk(
+    base: type[TuneAllocator], allocator: TuneAllocator, jobs: Sequence[JobView], snapshot: ClusterSnapshot
+) -> RoundPlan:
+    """`base`'s plan with `hold_current` off: every job claimed and walked one by one."""
+    real = TuneRound.hold_current
+    TuneRound.hold_current = lambda self, order: 0  # type: ignore[method-assign]
+    try:
+        return base.allocate(allocator, jobs, snapshot)
+    finally:
+        TuneRound.hold_current = real  # type: ignore[method-assign]
+
+
+def _checking(base: type[TuneAllocator]) -> TuneAllocator:
+    class Checking(base):  # type: ignore[valid-type, misc]
+        """Checks, at every allocation of a simulation, the two claims the simulator relies on."""
+
+        stable = 0
+        removals = 0
+
+        def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
+            plan = super().allocate(ordered_jobs, snapshot)
+            assert plan == _full_walk(base, self, ordered_jobs, snapshot)
+            if plan.stable:
+                type(self).stable += 1
+                where = plan.placements()
+                again = [dataclasses.replace(j, current=where.get(j.job_id)) for j in ordered_jobs]
+                assert super().allocate(again, snapshot) == plan
+                if all(d.placement is not None for d in plan.decisions) and len(again) > 1:
+                    type(self).removals += 1
+                    some = again[::2]
+                    kept = {j.job_id for j in some}
+                    left = super().allocate(some, snapshot)
+                    assert left.decisions == tuple(d for d in plan.decisions if d.job_id in kept)
+            return plan
+
+    return Checking()
+
+
+@pytest.mark.parametrize("base", [TuneAllocator, TuneMatrixAllocator])
+@pytest.mark.parametrize("multi_gpu", [False, True])
+def test_stable_plans_repeat_and_holding_the_running_jobs_changes_nothing(
+    base: type[TuneAllocator], multi_gpu: bool
+) -> None:
+    allocator = _checking(base)
+    simulate(
+        philly_derived_trace(120, jobs_per_hour=10.0, multi_gpu=multi_gpu, seed=11),
+        CLUSTER,
+        policy="fifo",
+        allocator=allocator,
+        finish_at_round_end=True,
+    )
+    assert type(allocator).stable > 0 and type(allocator).removals > 0
+
+
+def test_stable_plans_spare_rounds() -> None:
+    """On the reference trace's kind of load most rounds end as a stable plan: few are decided."""
+    calls = {"n": 0}
+
+    class Counting(TuneAllocator):
+        def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
+            calls["n"] += 1
+            return super().allocate(ordered_jobs, snapshot)
+
+    result = simulate(
+        philly_derived_trace(200, jobs_per_hour=9.0, seed=3),
+        ClusterSpec(servers=16, gpus_per_server=8, cpus_per_server=24, mem_gb_per_server=500.0),
+        policy="fifo",
+        allocator=Counting(),
+        finish_at_round_end=True,
+    )
+    assert calls["n"] < result.rounds / 3
