@@ -4,14 +4,16 @@ costs Django and DRF (middleware, authentication, validation, storing, the answe
 Run: `python -m bench.submit_cost [--queued 10000] [--servers 500] [--requests 300] [--profile 20]`.
 
 A fresh PostgreSQL database with `--servers` servers of 8 GPUs, the catalog, one user with an API
-token and `--queued` jobs queued (arrays of up to 1,000, stored as job_submit stores them), the
-settings of the service with a worker (ATTUNE_INLINE_ROUNDS=0, on `--redis-url`, flushed first: the
-submissions' forecast and round requests are queued there and nobody consumes them). The last
-admission forecast is recorded as taking `--forecast-s` (a deep queue's: the answer does not wait
-for it, as on bench.submit_rate's 500 servers). Then `--requests` single catalog jobs are POSTed
-through Django's test client (the whole middleware stack, the token's authentication, the JSON
-parser and renderer; not the ASGI server): printed are each request's CPU seconds (median, p90,
-mean) and its database queries; with `--profile N`, cProfile's N costliest functions over them.
+token and `--queued` jobs queued (arrays of up to 1,000, stored as job_submit stores them, then
+ANALYZEd as autovacuum would), the settings of the service with a worker (ATTUNE_INLINE_ROUNDS=0,
+on `--redis-url`, flushed first: the submissions' forecast and round requests are queued there and
+nobody consumes them). The last admission forecast is recorded as taking `--forecast-s` (a deep
+queue's: the answer does not wait for it, as on bench.submit_rate's 500 servers). Then `--requests`
+single catalog jobs are POSTed through Django's test client (the whole middleware stack, the token's
+authentication, the JSON parser and renderer; not the ASGI server): printed are each request's CPU
+seconds (median, p90, mean), the PostgreSQL backend's CPU per submission (its process's user +
+system time over them, read with psutil: PostgreSQL must run on this machine), and one submission's
+database statements and Redis commands; with `--profile N`, cProfile's N costliest functions over them.
 """
 
 from __future__ import annotations
@@ -80,17 +82,42 @@ def submit_all(client, token: str, batch: list[dict]) -> list[float]:
     return cpu_s
 
 
-def queries_of(client, token: str, body: dict) -> list[str]:
+def queries_of(client, token: str, body: dict) -> tuple[list[str], list[str]]:
+    """One submission's SQL statements and the names of its Redis commands."""
+    from unittest import mock
+
+    import redis
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    with CaptureQueriesContext(connection) as captured:
+    commands: list[str] = []
+    execute = redis.Redis.execute_command
+
+    def counted(self, *args, **options):
+        commands.append(str(args[0]))
+        return execute(self, *args, **options)
+
+    with (
+        CaptureQueriesContext(connection) as captured,
+        mock.patch.object(redis.Redis, "execute_command", counted),
+    ):
         response = client.post(
             API_JOBS, body, content_type="application/json", HTTP_AUTHORIZATION=f"Token {token}"
         )
     if response.status_code != 201:
         raise RuntimeError(f"a submission was refused: {response.status_code}")
-    return [q["sql"] for q in captured.captured_queries]
+    return [q["sql"] for q in captured.captured_queries], commands
+
+
+def backend_cpu_s() -> float:
+    """This connection's PostgreSQL backend's CPU seconds so far (user + system)."""
+    import psutil
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        times = psutil.Process(cursor.fetchone()[0]).cpu_times()
+    return times.user + times.system
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -133,18 +160,25 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         fill(args.queued, workloads, random.Random(args.seed))
         logger.info("%d jobs queued in %.1f s", args.queued, time.perf_counter() - start)
+        # The planner's statistics of the queue, as autovacuum gathers them within a minute of such a
+        # fill in the service (bench.submit_rate's run): without them the check of a job behind the
+        # forecast's window costs PostgreSQL several times what it costs in the service.
+        with connections["default"].cursor() as cursor:
+            cursor.execute("ANALYZE")
         redis.Redis.from_url(args.redis_url).set(SECONDS_KEY, f"{args.forecast_s:.3f}")
         client = Client()
         batch = bodies(workloads, args.warmup + args.requests + 1, args.seed)
         submit_all(client, token, batch[: args.warmup])
-        queries = queries_of(client, token, batch[args.warmup])
+        queries, commands = queries_of(client, token, batch[args.warmup])
         measured = batch[args.warmup + 1 :]
         profiler = cProfile.Profile(time.process_time) if args.profile else None
+        backend_before_s = backend_cpu_s()
         if profiler:
             profiler.enable()
         cpu_s = submit_all(client, token, measured)
         if profiler:
             profiler.disable()
+        backend_s = backend_cpu_s() - backend_before_s
         connections.close_all()
     print(
         f"\n{args.queued} queued on {args.servers} x 8 GPUs; {len(cpu_s)} single-job submissions in-process"
@@ -154,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         f"p90 {1000 * percentile(cpu_s, 90):.2f} ms, mean {1000 * statistics.mean(cpu_s):.2f} ms"
         + (" (under cProfile)" if profiler else "")
     )
-    print(f"queries per submission: {len(queries)}")
+    print(f"PostgreSQL backend's CPU per submission: {1000 * backend_s / len(cpu_s):.2f} ms")
+    print(f"queries per submission: {len(queries)}; Redis commands: {len(commands)} ({' '.join(commands)})")
     if args.show_queries:
         for sql in queries:
             print("  ", sql[:300])

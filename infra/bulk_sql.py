@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from django.db import connection, models
@@ -90,27 +91,121 @@ def model_rows_insert(model: type[models.Model], rows: Sequence[Mapping[str, Any
     """Insert rows of `model` given as field attname -> value (a missing field gets its default; an
     auto primary key is left to the database); returns their ids in the rows' order.
 
-    A row may be an unsaved instance's vars(): what __init__ stored. On PostgreSQL one INSERT ...
-    SELECT FROM unnest(one array per column) RETURNING id, whose ids come back in the rows' order as
-    Django's own bulk_create relies on; values go as they are (aware datetimes, numbers, strings,
-    UUIDs; JSON dumped), without building a model instance or preparing each value in Python. Fields
-    that set themselves on save (auto_now) are not supported. Elsewhere the ORM's bulk_create.
+    A row may be an unsaved instance's vars(): what __init__ stored. On PostgreSQL one statement,
+    RETURNING id, whose ids come back in the rows' order as Django's own bulk_create relies on: one
+    row as INSERT ... VALUES, more as INSERT ... SELECT FROM unnest(one array per column), a statement
+    whose text does not grow with the rows (PostgreSQL parses one row's array literals and casts for
+    more CPU than its VALUES: bench.submit_cost). Values go as they are (aware datetimes, numbers,
+    strings, UUIDs; JSON dumped), without building a model instance or preparing each value in Python.
+    Fields that set themselves on save (auto_now) are not supported. Elsewhere the ORM's bulk_create.
     """
     if not rows:
         return []
-    meta = model._meta
-    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
     if not is_postgresql():
-        names = {f.attname for f in fields}
-        objs = [model(**{k: v for k, v in row.items() if k in names}) for row in rows]
-        return [obj.pk for obj in model.objects.bulk_create(objs, batch_size=1000)]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in fields)
-    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+        return _bulk_create(model, rows)
+    if len(rows) == 1:
+        sql, fields = _insert_values_statement(model)
+        params = _values(fields, rows[0])
+    else:
+        sql, fields = _insert_unnest_statement(model)
+        params = [_column(f, rows) for f in fields]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT * FROM unnest({arrays})"
-            f" RETURNING {quote(meta.pk.column)}",
-            [_column(f, rows) for f in fields],
-        )
+        cursor.execute(sql, params)
         return [pk for (pk,) in cursor.fetchall()]
+
+
+def model_row_insert_with(
+    model: type[models.Model],
+    row: Mapping[str, Any],
+    child_model: type[models.Model],
+    child_row: Mapping[str, Any],
+    fk: str,
+) -> tuple[int, int]:
+    """Insert one row of `model` and one of `child_model` that refers to it by its field `fk` (an
+    attname, e.g. "job_id"; the child's own value for it is ignored), rows given as in
+    model_rows_insert; returns their ids.
+
+    On PostgreSQL one statement, the child's INSERT fed the row's id by a data-modifying WITH: one
+    round trip where two cost each side a statement (a submission and its first event). The foreign
+    key must be deferred, as Django's are on PostgreSQL: the statement's two parts do not see each
+    other's rows, and it is checked at commit. Elsewhere two statements.
+    """
+    if not is_postgresql():
+        (pk,) = model_rows_insert(model, [row])
+        (child_pk,) = model_rows_insert(child_model, [{**child_row, fk: pk}])
+        return pk, child_pk
+    sql, fields, child_fields = _insert_with_statement(model, child_model, fk)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _values(fields, row) + _values(child_fields, child_row))
+        pk, child_pk = cursor.fetchone()
+    return pk, child_pk
+
+
+def _bulk_create(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    names = {f.attname for f in _inserted_fields(model)}
+    objs = [model(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    return [obj.pk for obj in model.objects.bulk_create(objs, batch_size=1000)]
+
+
+def _inserted_fields(model: type[models.Model]) -> list[models.Field]:
+    meta = model._meta
+    return [f for f in meta.concrete_fields if f is not meta.auto_field]
+
+
+def _values(fields: Sequence[models.Field], row: Mapping[str, Any]) -> list[Any]:
+    """One row's values in the fields' order, as _column gives a column's."""
+    values = []
+    for field in fields:
+        value = row[field.attname] if field.attname in row else field.get_default()
+        if value is not None and isinstance(field, models.JSONField):
+            value = json.dumps(value, cls=field.encoder)
+        values.append(value)
+    return values
+
+
+# The statements are built once per model (PostgreSQL only): each column's type took more CPU to look
+# up than the database took to insert a submission's row (bench.submit_cost).
+@cache
+def _insert_values_statement(model: type[models.Model]) -> tuple[str, list[models.Field]]:
+    """INSERT ... VALUES (%s, ...) RETURNING id for one row, and its fields in order."""
+    fields = _inserted_fields(model)
+    return f"{_insert_into(model, fields)} VALUES ({_placeholders(fields)}) {_returning(model)}", fields
+
+
+@cache
+def _insert_unnest_statement(model: type[models.Model]) -> tuple[str, list[models.Field]]:
+    """INSERT ... SELECT * FROM unnest(%s::type[], ...) RETURNING id, and its fields in order."""
+    fields = _inserted_fields(model)
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+    return f"{_insert_into(model, fields)} SELECT * FROM unnest({arrays}) {_returning(model)}", fields
+
+
+@cache
+def _insert_with_statement(
+    model: type[models.Model], child_model: type[models.Model], fk: str
+) -> tuple[str, list[models.Field], list[models.Field]]:
+    """model_row_insert_with's statement, the row's fields and the child's (without `fk`)."""
+    parent, fields = _insert_values_statement(model)
+    fk_field = child_model._meta.get_field(fk)
+    child_fields = [f for f in _inserted_fields(child_model) if f is not fk_field]
+    quote = connection.ops.quote_name
+    pk, child_pk = quote(model._meta.pk.column), quote(child_model._meta.pk.column)
+    sql = (
+        f"WITH p AS ({parent}) {_insert_into(child_model, [fk_field, *child_fields])}"
+        f" VALUES ((SELECT {pk} FROM p), {_placeholders(child_fields)})"
+        f" RETURNING {quote(fk_field.column)}, {child_pk}"
+    )
+    return sql, fields, child_fields
+
+
+def _insert_into(model: type[models.Model], fields: Sequence[models.Field]) -> str:
+    quote = connection.ops.quote_name
+    return f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"
+
+
+def _placeholders(fields: Sequence[models.Field]) -> str:
+    return ", ".join(["%s"] * len(fields))
+
+
+def _returning(model: type[models.Model]) -> str:
+    return f"RETURNING {connection.ops.quote_name(model._meta.pk.column)}"

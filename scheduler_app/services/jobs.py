@@ -32,6 +32,7 @@ from scheduler_app.services.admission import admission_predict_all
 from scheduler_app.services.job_lifecycle import (
     NEW,
     job_create,
+    job_create_with_event,
     job_event,
     job_events_record,
     jobs_create_bulk,
@@ -424,33 +425,46 @@ def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
         held=request.hold,
         pending_reason=reason,
     )
-    first = job_create(**fields)
-    jobs: list[Job] = [first]
-    if task_ids[0] is not None:
+    if task_ids[0] is None:
+        # A single job and its event in one statement (the common submission: one round trip).
+        first, event = job_create_with_event(data=_submitted_data(fields, None, depends_on), **fields)
+        jobs, events = [first], [event]
+    else:
         # The first task is its array's id: it refers to itself; the others, in one statement (an
         # array has up to 1,000 tasks), refer to it.
+        first = job_create(**fields)
         first.array_job, first.array_task_id = first, task_ids[0]
         first.save(update_fields=["array_job", "array_task_id"])
+        jobs = [first]
         jobs += jobs_create_bulk([dict(fields, array_job=first, array_task_id=t) for t in task_ids[1:]])
-    # One statement each for the dependencies and the events of every task (an array has up to 1,000).
-    through = Job.depends_on.through
-    through.objects.bulk_create(
-        [through(from_job_id=job.pk, to_job_id=dep) for job in jobs for dep in depends_on]
-    )
-    events = []
-    for job in jobs:
-        data: dict[str, Any] = {}
-        if job.array_job_id is not None:
-            data.update(array_job=job.array_job_id, array_task_id=job.array_task_id)
-        if depends_on:
-            data["depends_on"] = depends_on
-        if job.held:
-            data["held"] = True
-        events.append(transition_event(job, NEW, JobState.PENDING, data=data, at=job.submitted_at))
-    job_events_record(events)
+        # One statement for the events of every task (an array has up to 1,000).
+        events = [
+            transition_event(
+                job, NEW, JobState.PENDING, data=_submitted_data(fields, job, depends_on), at=job.submitted_at
+            )
+            for job in jobs
+        ]
+        job_events_record(events)
+    if depends_on:  # one statement for every task's
+        through = Job.depends_on.through
+        through.objects.bulk_create(
+            [through(from_job_id=job.pk, to_job_id=dep) for job in jobs for dep in depends_on]
+        )
     # The answer's job (the first) keeps its history as stored: no read of it again.
     job_relation_known(first, "events", events[:1])
     return jobs
+
+
+def _submitted_data(fields: dict[str, Any], task: Job | None, depends_on: list[int]) -> dict[str, Any]:
+    """A `submitted` event's data: its array and task (`task`, an array's), dependencies, hold."""
+    data: dict[str, Any] = {}
+    if task is not None:
+        data.update(array_job=task.array_job_id, array_task_id=task.array_task_id)
+    if depends_on:
+        data["depends_on"] = depends_on
+    if fields["held"]:
+        data["held"] = True
+    return data
 
 
 def job_dependencies_hold(*, jobs: Sequence[JobLike], now: datetime) -> set[int]:

@@ -61,3 +61,26 @@ def debounced_send(
         return False
     send()
     return True
+
+
+def debounced_send_after_pace(
+    client: redis.Redis,
+    *,
+    key: str,
+    value: str,
+    pace_key: str,
+    min_countdown_s: float,
+    slack_s: int,
+    send: Callable[[float], None],
+) -> bool:
+    """debounced_send of a run that waits `min_countdown_s`, or until the pace `pace_key` ends if that
+    is later: `send(countdown_s)` queues it. The pace is read by the request that takes the key only,
+    so the others of a burst (every submission's but the first) cost Redis one command, not two; the
+    key then lives `slack_s` past the countdown, as debounced_send's."""
+    if not client.set(key, value, nx=True, ex=max(1, math.ceil(min_countdown_s) + slack_s)):
+        return False
+    countdown_s = max(min_countdown_s, pace_left_s(client, pace_key))
+    if math.ceil(countdown_s) > math.ceil(min_countdown_s):
+        client.set(key, value, ex=math.ceil(countdown_s) + slack_s)  # ours: it outlives the longer wait
+    send(countdown_s)
+    return True

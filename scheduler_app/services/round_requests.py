@@ -11,7 +11,7 @@ from django.db import transaction
 from config.redis_pool import redis_client as _redis
 from infra.task_send import task_send
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s, put_off_for_pace
+from scheduler_app.services.pacing import debounced_send_after_pace, pace_extend, put_off_for_pace
 from scheduler_app.task_names import SCHEDULING_ROUND_TASK
 
 logger = logging.getLogger(__name__)
@@ -51,15 +51,16 @@ def scheduling_round_request(*, trigger: str) -> None:
         _inline_round(trigger)
         return
     try:
-        client = _redis(conf.redis_url)
-        delay_s = max(conf.early_round_delay_s, pace_left_s(client, ROUND_PACE_KEY))
-        debounced_send(
-            client,
+        debounced_send_after_pace(
+            _redis(conf.redis_url),
             key=EARLY_ROUND_KEY,
             value=trigger,
-            countdown_s=delay_s,
+            pace_key=ROUND_PACE_KEY,
+            min_countdown_s=conf.early_round_delay_s,
             slack_s=EARLY_ROUND_SLACK_S,
-            send=lambda: task_send(SCHEDULING_ROUND_TASK, kwargs={"trigger": trigger}, countdown_s=delay_s),
+            send=lambda delay_s: task_send(
+                SCHEDULING_ROUND_TASK, kwargs={"trigger": trigger}, countdown_s=delay_s
+            ),
         )
     except Exception:  # a broker outage must not fail the request that asked for the round
         logger.warning(

@@ -16,9 +16,10 @@ from django.db import connection
 
 from cluster_app.models import ClusterUsageMinute, NodeState, Server
 from cluster_app.usage_minutes import SUM_FIELDS
-from infra.bulk_sql import insert_new, model_rows_insert, update_from_values
+from infra.bulk_sql import insert_new, model_row_insert_with, model_rows_insert, update_from_values
 from infra.vendor import is_postgresql
-from tests.factories import ServerFactory
+from scheduler_app.models import Job, JobEvent
+from tests.factories import ServerFactory, UserFactory, WorkloadFactory
 from tests.standalone import ROOT
 
 pytestmark = pytest.mark.django_db
@@ -93,6 +94,29 @@ def test_model_rows_insert_returns_the_ids_in_the_rows_order_and_fills_defaults(
     assert model_rows_insert(ClusterUsageMinute, []) == []
 
 
+def test_model_rows_insert_of_one_row_stores_its_values_and_defaults(django_assert_num_queries):
+    with django_assert_num_queries(1):
+        (pk,) = model_rows_insert(ClusterUsageMinute, [{"minute": MINUTE, "gpu_samples": 7}])
+    stored = ClusterUsageMinute.objects.get(pk=pk)
+    assert (stored.minute, stored.gpu_samples, stored.servers_sampled) == (MINUTE, 7, 0)
+
+
+def test_model_row_insert_with_stores_a_row_and_its_child_that_refers_to_it(django_assert_num_queries):
+    owner, workload = UserFactory(), WorkloadFactory()
+    job = Job(owner=owner, name="parent", workload=workload, num_gpus=1, total_iters=10)
+    event = JobEvent(kind="submitted", to_state="PENDING", data={"held": True, "n": [1, 2]}, at=MINUTE)
+    with django_assert_num_queries(1 if is_postgresql() else 2):
+        pk, event_pk = model_row_insert_with(Job, vars(job), JobEvent, vars(event), "job_id")
+    assert Job.objects.get(pk=pk).name == "parent"
+    stored = JobEvent.objects.get(pk=event_pk)
+    assert (stored.job_id, stored.kind, stored.data, stored.at) == (
+        pk,
+        "submitted",
+        {"held": True, "n": [1, 2]},
+        MINUTE,
+    )
+
+
 def _minute_row(minute: datetime, servers_sampled: int) -> dict:
     """Every column: insert_new writes what it is given, not the model's Python-side defaults."""
     return {"minute": minute, **dict.fromkeys(SUM_FIELDS, 0), "servers_sampled": servers_sampled}
@@ -117,4 +141,4 @@ def test_the_same_tests_pass_on_sqlite(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "6 passed, 1 skipped" in result.stdout
+    assert "8 passed, 1 skipped" in result.stdout

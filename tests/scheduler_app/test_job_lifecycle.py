@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduler_app.models import Job, JobEvent, JobState, PendingReason
@@ -17,6 +17,7 @@ from scheduler_app.services.job_lifecycle import (
     TRANSITIONS,
     JobTransitionError,
     job_create,
+    job_create_with_event,
     job_interruption_events,
     job_transition,
     jobs_history_insert,
@@ -82,6 +83,29 @@ def test_each_transition_of_the_table_is_taken_on_a_job_row(user, from_state, to
         to_state,
         "test",
     )
+
+
+def test_a_job_created_with_its_event_is_stored_as_the_orm_would_store_it(user, django_assert_num_queries):
+    workload = WorkloadFactory()
+    fields = dict(owner=user, name="new", workload=workload, num_gpus=2, total_iters=10, held=True)
+    with django_assert_num_queries(1 if connection.vendor == "postgresql" else 2):
+        job, event = job_create_with_event(data={"held": True}, **fields)
+    created = job_create(**fields)
+    assert not job._state.adding and job.owner is user and job.workload is workload
+    columns = [f.attname for f in Job._meta.concrete_fields if f.attname not in ("id", "submitted_at")]
+    stored, orm = (Job.objects.filter(pk=pk).values(*columns).get() for pk in (job.pk, created.pk))
+    assert stored == orm and stored["state"] == JobState.PENDING
+    assert Job.objects.get(pk=job.pk).submitted_at == job.submitted_at
+    assert (event.pk, event.job_id) == (JobEvent.objects.get(job=job).pk, job.pk)
+    assert JobEvent.objects.filter(pk=event.pk).values(
+        "kind", "from_state", "to_state", "at", "data"
+    ).get() == {
+        "kind": "submitted",
+        "from_state": NEW,
+        "to_state": JobState.PENDING,
+        "at": job.submitted_at,
+        "data": {"held": True},
+    }
 
 
 @pytest.mark.parametrize(("from_state", "to_state"), [t for t in TRANSITIONS if t[0] != NEW], ids="->".join)

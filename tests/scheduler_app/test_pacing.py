@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_app.services.pacing import debounced_send
+from scheduler_app.services.pacing import debounced_send, debounced_send_after_pace, pace_extend
 from tests.fake_redis import FakeRedis
 
 
@@ -33,3 +33,37 @@ def test_a_send_that_fails_leaves_the_key_and_raises_to_the_caller():
     with pytest.raises(ConnectionError):
         debounced_send(client, key="k", value="v", countdown_s=0, slack_s=5, send=down)
     assert client.pttl("k") == 5_000
+
+
+class CountingRedis(FakeRedis):
+    """FakeRedis that counts its commands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands = 0
+
+    def set(self, *args, **kwargs):
+        self.commands += 1
+        return super().set(*args, **kwargs)
+
+    def pttl(self, key) -> int:
+        self.commands += 1
+        return super().pttl(key)
+
+
+def test_a_paced_debounce_waits_for_the_pace_and_costs_the_rest_of_a_burst_one_command():
+    client, sent = CountingRedis(), []
+
+    def ask(i: int) -> bool:
+        return debounced_send_after_pace(
+            client, key="k", value=f"r{i}", pace_key="pace", min_countdown_s=2.0, slack_s=60, send=sent.append
+        )
+
+    assert ask(0) and sent == [2.0] and client.pttl("k") == 62_000  # no pace: the minimum
+    client.commands = 0
+    assert not any(ask(i) for i in range(1, 5))
+    assert sent == [2.0] and client.commands == 4  # one SET NX each
+    client.delete("k")
+    pace_extend(client, "pace", 7.5)
+    assert ask(5) and sent == [2.0, 7.5]
+    assert client.pttl("k") == 68_000  # the key outlives the pace's end by the slack
