@@ -1,5 +1,6 @@
 """User endpoints: jobs (submit, list, detail, cancel), the cluster overview, server drain/resume."""
 
+import dataclasses
 import json
 from functools import cache
 from typing import Any
@@ -149,7 +150,7 @@ class JobViewSet(
                 owner=request.user,
                 key=idempotency_key_parse(value=value),
                 request_digest=idempotency_request_digest(data=_plain(request.data)),
-                execute=lambda: self._submit(request),
+                execute=lambda: _as_json_data(self._submit(request)),
             )
         except IdempotencyKeyInvalid as exc:
             raise ValidationError({IDEMPOTENCY_KEY_HEADER: [str(exc)]}) from exc
@@ -181,8 +182,7 @@ class JobViewSet(
         # Its own place in the queue only, from its row as read: not a read of every pending job's.
         context["queue"] = cache(lambda: job_queue_of(job))
         context["array_job_ids"] = [j.pk for j in jobs] if job.array_job_id is not None else None
-        # As JSON data, exactly as rendered (DRF's encoder: dates, decimals...): what a replay returns.
-        body = json.loads(JSONRenderer().render(serializer_render(JobSubmittedSerializer, job, context)))
+        body = serializer_render(JobSubmittedSerializer, job, context)
         return IdempotentAnswer(status_code=status.HTTP_201_CREATED, body=body, job_id=job.pk)
 
     @extend_schema(
@@ -237,6 +237,12 @@ def _response(answer: IdempotentAnswer) -> Response:
     """A submission's answer; a replay of a key's first one says so (Stripe's Idempotent-Replayed)."""
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
     return Response(answer.body, status=answer.status_code, headers=headers)
+
+
+def _as_json_data(answer: IdempotentAnswer) -> IdempotentAnswer:
+    """The answer's body as JSON data, exactly as rendered (DRF's encoder: dates, decimals...): what
+    its key stores and a replay returns. An answer without a key is rendered once, by its Response."""
+    return dataclasses.replace(answer, body=json.loads(JSONRenderer().render(answer.body)))
 
 
 def _plain(data: Any) -> Any:
