@@ -431,7 +431,11 @@ class TuneAllocator(Allocator):
         point gains (stickiness without `keep_home`); else the plan without claims."""
         sticky_round = self.round_class(ordered_jobs, snapshot, self.placement, order=self.order)
         sticky = sticky_round.run()
-        if self.repack_gain is None or not any(job.current is not None for job in ordered_jobs):
+        if self.repack_gain is None or sticky.stable:
+            # A stable plan has every job at its best case: its throughput is the bound below, summed
+            # in the same order, so the repack test would keep it (SteadyRound.settles).
+            return sticky
+        if not any(job.current is not None for job in ordered_jobs):
             return sticky
         threshold = sticky.throughput() * (1.0 + self.repack_gain)
         if sticky_round.best_case_throughput() <= threshold:
