@@ -24,7 +24,10 @@ from tests.standalone import ROOT, standalone_env
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 # No checkpoint: every start begins at step 1 and appends to the same file (the shim opens it O_APPEND).
-STEPS = 'for i in $(seq 1 12); do echo "step $i of $ATTUNE_LEASE_ID"; sleep 0.3; done'
+# Long enough that the first run is still going when the stop reaches it: its lines reach the service
+# with the agent's next sync (log lines are not urgent), then the stop with the one after.
+STEP_COUNT = 20
+STEPS = f'for i in $(seq 1 {STEP_COUNT}); do echo "step $i of $ATTUNE_LEASE_ID"; sleep 0.3; done'
 
 
 def cli(live_server, env: dict[str, str], cwd: Path, *argv: str) -> str:
@@ -72,7 +75,8 @@ def test_the_log_of_a_job_stopped_and_started_again_equals_its_output_file(
 
     output = (workdir / "moved.out").read_text().splitlines()
     runs = [[line for line in output if line.endswith(str(lease.lease_id))] for lease in leases]
-    assert 4 <= len(runs[0]) < 12 and len(runs[1]) == 12 and runs[0] + runs[1] == output, output
+    assert 4 <= len(runs[0]) < STEP_COUNT and len(runs[1]) == STEP_COUNT, output
+    assert runs[0] + runs[1] == output, output
     assert runs[0][0].startswith("step 1 ") and runs[1][0].startswith("step 1 ")  # it really began again
     # The page's and `cli log`'s tail (the API's) are the file, the first run's lines once.
     assert job_log_tail(job=job) == output
