@@ -18,6 +18,7 @@ from enum import Enum
 from scheduler_app.core.restarts import Change, change_of
 from scheduler_app.core.throughput import job_profile
 from scheduler_app.core.types import JobView, Outcome, Placement, RoundPlan, SensitivityProfile
+from scheduler_app.simulator import reapply
 from scheduler_app.simulator.metrics import JobRecord, UtilisationSeries
 from scheduler_app.simulator.trace import TraceJob
 
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 # Relative slack when deciding that a job finishes inside a round (exact mode), against float residue
 # such as 1e-12 iterations left over, which would otherwise cost a whole extra round.
-_FINISH_REL_TOL = 1e-9
+_FINISH_REL_TOL = reapply.FINISH_REL_TOL
 
 
 class Lease(Enum):
@@ -383,6 +384,9 @@ class SimRun:
         self.series = UtilisationSeries()
         # GPU-seconds each owner's jobs attained in this run (fair share; no decay within a run).
         self.owner_gained_gpu_s: dict[int, float] = defaultdict(float)
+        self._last_plan: RoundPlan | None = None  # the plan applied last
+        self._template: reapply.Template | None = None  # its template, once applied again (reapply.py)
+        self._template_plan: RoundPlan | None = None  # the plan _template was built for (None: none fits)
 
     def views(self) -> list[JobView]:
         views = []
@@ -401,6 +405,13 @@ class SimRun:
         placed and those that finished. Sets `kept`: whether the plan left every job as it was
         (keeps_everyone, found on the way)."""
         active = self.active
+        if plan is self._last_plan and interval_s is None:
+            if self._template_plan is not plan:
+                self._template_plan = plan
+                self._template = reapply.build(plan, active, self.round_s, self.round_end)
+            if self._template is not None:
+                return self._reapply(self._template, now_s)
+        self._last_plan = self._template_plan = self._template = None
         round_end, in_place, blind = self.round_end, self.in_place, self.progress_blind
         round_s = self.round_s if interval_s is None else interval_s
         new_running: dict[int, SimJob] = {}
@@ -510,6 +521,22 @@ class SimRun:
         for job in done_now:
             del active[job.job_id]
             job.current = None
+        self._last_plan = plan
+        return placed, done_now
+
+    def _reapply(self, template: reapply.Template, now_s: float) -> tuple[int, list[SimJob]]:
+        """apply() of the plan applied last, again, from its template: every placed job continues (so
+        none is paused: `running` holds them all) and the round's sums are the template's."""
+        done_now = reapply.run(template, now_s, self.totals, self.owner_gained_gpu_s, self.progress_blind)
+        self.kept = True
+        placed, sums = template.placed, template.sums
+        self.series.append(now_s, int(sums[0]), *sums[1:], placed, len(self.active) - placed)
+        if done_now:
+            self._last_plan = self._template_plan = self._template = None
+            for job in done_now:
+                del self.active[job.job_id]
+                del self.running[job.job_id]
+                job.current = None
         return placed, done_now
 
     def _drop(self, job_id: int, reason: str) -> None:

@@ -1,0 +1,143 @@
+"""Applying a reused round's plan again from a per-plan template: the same additions, worked out once."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from scheduler_app.core.types import Outcome, RoundPlan
+
+# Must equal sim_run's (a job finishes inside a round within this relative slack); sim_run imports it.
+FINISH_REL_TOL = 1e-9
+
+
+class Template:
+    """What applying `plan` again adds, per placed job in the plan's order and per round, when the plan
+    is applied again to the state it left (simulate()'s steady plan): every placed job continues its
+    lease on the very Placement it holds, with no start-up left and no checkpoints, and every waiting
+    job stays waiting, so `SimRun.apply` would take its inlined continue path for each job, with the
+    same round length. The per-job products (GPUs x round, cores x round ...) and the round's sums are
+    the ones apply computes, and `run` adds them in the same order: every float is the same.
+    """
+
+    __slots__ = ("placed", "plan", "round_end", "round_s", "rows", "sums")
+
+    def __init__(self, plan: RoundPlan, rows: list[tuple], sums: tuple, round_s: float, round_end: bool):
+        self.plan = plan
+        self.rows = rows
+        self.sums = sums
+        self.placed = len(rows)
+        self.round_s = round_s
+        self.round_end = round_end
+
+
+def build(plan: RoundPlan, active: Mapping, round_s: float, round_end: bool) -> Template | None:
+    """The template of `plan` for the jobs `active` now, or None when apply would take another path
+    for some job (a new or moved lease, a start-up, checkpoints, a pause, a drop, a finished job)."""
+    if not round_s > 0 or len(plan.decisions) != len(active):
+        return None
+    rows: list[tuple] = []
+    sums = [0.0, 0.0, 0.0, 0.0, 0.0]
+    for decision in plan.decisions:
+        job = active.get(decision.job_id)
+        if job is None:
+            return None
+        placement = decision.placement
+        if placement is None:
+            if job.current is not None or decision.outcome is Outcome.INFEASIBLE:
+                return None
+            continue
+        resources = job.resources
+        if (
+            placement is not job.current
+            or job.startup_left_s
+            or job.checkpoint_every_s
+            or job.start_s is None
+            or job.finish_s is not None
+            or resources is None
+        ):
+            return None
+        gpus, cpus, mem_gb, cpus_used, mem_used = resources
+        if round_end:
+            step = math.floor(round_s / (job.iter_time_s / placement.speedup))
+            rate = 0.0
+        else:
+            rate = placement.speedup / job.iter_time_s
+            step = round_s * rate
+        rows.append(
+            (
+                job,
+                step,
+                rate,
+                round_s * gpus,
+                gpus * round_s,
+                cpus * round_s,
+                mem_gb * round_s,
+                cpus_used * round_s,
+                mem_used * round_s,
+                job.owner_id,
+            )
+        )
+        sums[0] += gpus
+        sums[1] += cpus
+        sums[2] += mem_gb
+        sums[3] += cpus_used
+        sums[4] += mem_used
+    return Template(plan, rows, tuple(sums), round_s, round_end)
+
+
+def run(template: Template, now_s: float, totals: list[float], owner_gained: dict, blind: bool) -> list:
+    """Apply `template`'s plan once more at `now_s` (SimRun.apply's continue path for every placed job,
+    the same operations in the same order); returns the jobs that finished."""
+    round_s = template.round_s
+    done_now = []
+    if template.round_end:
+        for job, step, _rate, held_gpu_s, g, c, m, cu, mu, owner in template.rows:
+            job.done_iters += step
+            job.since_ckpt_s += round_s
+            if job.done_iters >= job.total_iters:
+                job.done_iters = job.total_iters
+                job.finish_s = now_s + round_s
+                done_now.append(job)
+            if not blind:
+                job.view = None
+            job.attained_gpu_s += held_gpu_s
+            if owner is not None:
+                owner_gained[owner] += held_gpu_s
+            totals[0] += g
+            totals[1] += c
+            totals[2] += m
+            totals[3] += cu
+            totals[4] += mu
+        return done_now
+    limit_s = round_s * (1.0 + FINISH_REL_TOL)
+    for job, step, rate, held_gpu_s, g, c, m, cu, mu, owner in template.rows:
+        need_s = (job.total_iters - job.done_iters) / rate
+        if not blind:
+            job.view = None
+        if need_s <= limit_s:
+            job.done_iters = job.total_iters
+            job.finish_s = now_s + 0.0 + need_s
+            held_s = 0.0 + need_s
+            done_now.append(job)
+            gpus, cpus, mem_gb, cpus_used, mem_used = job.resources
+            job.attained_gpu_s += held_s * gpus
+            if owner is not None:
+                owner_gained[owner] += held_s * gpus
+            totals[0] += gpus * held_s
+            totals[1] += cpus * held_s
+            totals[2] += mem_gb * held_s
+            totals[3] += cpus_used * held_s
+            totals[4] += mem_used * held_s
+            continue
+        job.done_iters += step
+        job.since_ckpt_s += round_s
+        job.attained_gpu_s += held_gpu_s
+        if owner is not None:
+            owner_gained[owner] += held_gpu_s
+        totals[0] += g
+        totals[1] += c
+        totals[2] += m
+        totals[3] += cu
+        totals[4] += mu
+    return done_now
