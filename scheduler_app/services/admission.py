@@ -20,14 +20,12 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db import transaction
 from django.utils import timezone
 
 from config.redis_pool import redis_client as _redis
 from infra.bulk_sql import model_rows_insert
 from infra.task_send import task_send
-from infra.vendor import is_postgresql
 from profiles_app.selectors import measured_iters_per_s_by_job
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
@@ -36,10 +34,9 @@ from scheduler_app.models import (
     Job,
     JobForecast,
     JobState,
-    PendingReason,
 )
+from scheduler_app.services.admission_window import behind_window
 from scheduler_app.services.forecasts import (
-    BEYOND_WINDOW,
     HELD,
     OWN_COMMAND_UNKNOWN,
     Estimate,
@@ -182,7 +179,7 @@ def _predict(targets: list[Target], now: datetime, *, fresh: bool = True) -> Non
         job.deadline_at is not None or job.qos_min_rate_iters_per_s is not None for _, job in targets
     )
     if not conf.inline_rounds and not refusing:
-        detail = _behind_window([job for _, job in targets], conf)
+        detail = behind_window([job for _, job in targets], conf)
         if detail is not None:
             for prediction, job in targets:
                 prediction.detail = detail
@@ -203,87 +200,6 @@ def _predict(targets: list[Target], now: datetime, *, fresh: bool = True) -> Non
     for prediction, _ in targets:
         prediction.detail = FORECAST_PENDING
     transaction.on_commit(admission_forecast_request)
-
-
-def _behind_window(jobs: list[Job], conf) -> str | None:
-    """What the forecasts worker would tell these just-submitted jobs (one, or an array's tasks) when
-    they are queued behind the forecast's window, without reading the queue: BEYOND_WINDOW with the
-    window's last stored start, as `live_forecast` says when every target is behind it; None when they
-    may be inside it (the worker then forecasts them). Behind the window means, under a static order
-    (FIFO: priority, then arrival), not held and not waiting for a dependency, at least
-    `forecast_window_jobs` pending jobs ahead among those the forecast orders: one read that stops at
-    the window's last job, whatever the queue's length."""
-    window = conf.forecast_window_jobs
-    if window <= 0 or any(job.held or job.pending_reason == PendingReason.DEPENDENCY for job in jobs):
-        return None
-    if not conf.policy_obj().static_order:
-        return None
-    first = min(jobs, key=lambda job: (job.submitted_at, job.pk))
-    if not _pending_ahead_at_least(first, window):
-        return None
-    return behind_window_detail(window, window_last_start())
-
-
-def _pending_ahead_at_least(job: Job, count: int) -> bool:
-    """Whether at least `count` pending jobs come before `job` in FIFO's order (higher priority, or
-    the same and submitted before it) among those a forecast orders: not held, and none waiting for
-    a dependency that ended without completing (selectors.dependency_pending_reason). One statement
-    that stops at the count-th; on PostgreSQL written out, since the ORM's building of it cost more
-    CPU than the database's reading of a thousand rows."""
-    never = [state for state in TERMINAL_JOB_STATES if state != JobState.COMPLETED]
-    if not is_postgresql():
-        same = Q(priority=job.priority)
-        ahead = (
-            Job.objects.filter(state=JobState.PENDING, held=False)
-            .filter(
-                Q(priority__gt=job.priority)
-                | same & Q(submitted_at__lt=job.submitted_at)
-                | same & Q(submitted_at=job.submitted_at, pk__lt=job.pk)
-            )
-            .exclude(depends_on__state__in=never)
-            .order_by()
-        )
-        return bool(ahead.values_list("pk", flat=True)[count - 1 : count])
-    jobs, after = Job._meta.db_table, Job.depends_on.through._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT 1 FROM {jobs} j WHERE j.state = %s AND NOT j.held "
-            "AND (j.priority > %s OR (j.priority = %s AND (j.submitted_at, j.id) < (%s, %s))) "
-            f"AND NOT EXISTS (SELECT 1 FROM {after} a JOIN {jobs} d ON d.id = a.to_job_id "
-            "WHERE a.from_job_id = j.id AND d.state = ANY(%s)) OFFSET %s LIMIT 1",
-            [JobState.PENDING, job.priority, job.priority, job.submitted_at, job.pk, never, count - 1],
-        )
-        return cursor.fetchone() is not None
-
-
-def behind_window_detail(window: int, last_start: datetime | None) -> str:
-    """The detail of a job queued behind the forecast's window (services/forecasts.py's words)."""
-    after = f"at {timezone.localtime(last_start):%Y-%m-%d %H:%M}" if last_start else "beyond the forecast"
-    return BEYOND_WINDOW.format(window=window, after=after)
-
-
-# The window's last stored start, per process: (monotonic time it was read, the start). A submission
-# behind the window reads it at most every WINDOW_START_REUSE_S (the refresh that changes it runs at
-# most every 10 s); the aggregate reads every pending job's forecast.
-WINDOW_START_REUSE_S = 2.0
-_window_start: tuple[float, datetime | None] | None = None
-
-
-def window_last_start() -> datetime | None:
-    """The latest start the stored forecast gives a pending job (the last of its window's), read at
-    most every WINDOW_START_REUSE_S seconds by a process."""
-    global _window_start
-    now = time.monotonic()
-    if _window_start is None or not 0 <= now - _window_start[0] < WINDOW_START_REUSE_S:
-        rows = JobForecast.objects.filter(job__state=JobState.PENDING, start_at__isnull=False)
-        _window_start = (now, rows.aggregate(latest=Max("start_at"))["latest"])
-    return _window_start[1]
-
-
-def window_last_start_forget() -> None:
-    """Read the window's last start again at the next submission behind it (tests, a new forecast)."""
-    global _window_start
-    _window_start = None
 
 
 def _short_queue(most_jobs: int) -> bool:

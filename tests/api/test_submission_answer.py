@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from scheduler_app.api.serializers.jobs import JobSubmittedSerializer
 from scheduler_app.models import Job, JobEvent, JobState
 from scheduler_app.selectors import job_detail_queryset, job_queue, job_queue_of, job_submitted_detail
-from scheduler_app.services import admission as admission_module
+from scheduler_app.services import admission_window
 from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, submit, workload
@@ -161,7 +161,7 @@ def test_a_submission_behind_the_forecasts_window_is_answered_as_stored_as_its_d
         submit(user, gpus=4, iters=20_000, name=f"ahead{n}")
     scheduling_round_run()
     job_forecasts_refresh()
-    admission_module.window_last_start_forget()
+    admission_window.window_last_start_forget()
 
     def read(**kwargs):
         raise AssertionError("the answer read the job again")
@@ -169,7 +169,7 @@ def test_a_submission_behind_the_forecasts_window_is_answered_as_stored_as_its_d
     monkeypatch.setattr("scheduler_app.api.views.job_submitted_detail", read)
     base = {"workload": "res18", "num_gpus": 1, "total_iters": 1000}
     response = client.post(JOBS, {**base, **body}, format="json")
-    admission_module.window_last_start_forget()
+    admission_window.window_last_start_forget()
     assert response.status_code == 201, response.content
     answer = response.json()
     assert answer["admission"]["detail"].startswith("queued behind the 2 jobs the forecast plays forward")

@@ -7,7 +7,7 @@ from django.test import TestCase
 from django.utils.html import escape
 
 from scheduler_app.models import AdmissionPrediction, JobForecast
-from scheduler_app.services import admission, forecasts
+from scheduler_app.services import admission, admission_window, forecasts
 from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.job_control import job_cancel, job_hold, job_release
@@ -99,9 +99,9 @@ def worker_asked(settings, live_redis, monkeypatch):
     live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
     asked = []
     monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: asked.append(name))
-    admission.window_last_start_forget()
+    admission_window.window_last_start_forget()
     yield asked
-    admission.window_last_start_forget()
+    admission_window.window_last_start_forget()
     live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
 
 
@@ -170,7 +170,7 @@ def test_jobs_that_the_forecast_leaves_out_are_not_counted_ahead(
     """Ahead of a new job: two held, one cancelled, one after the cancelled one (never starts), one the
     forecast orders; in a window of 2 it is inside, so the worker's."""
     if not postgresql:
-        monkeypatch.setattr(admission, "is_postgresql", lambda: False)
+        monkeypatch.setattr(admission_window, "is_postgresql", lambda: False)
     _, waiting = queue
     after = submit_late(user, depends_on=(waiting[0].pk,))[0]
     worker_asked.clear()
@@ -178,10 +178,10 @@ def test_jobs_that_the_forecast_leaves_out_are_not_counted_ahead(
     for job in waiting[1:3]:
         job_hold(job=job, by=user)
     job_cancel(job=waiting[0], by=user)
-    assert admission._pending_ahead_at_least(after, 1)  # waiting[3]
-    assert not admission._pending_ahead_at_least(after, 2)
+    assert admission_window.pending_ahead_at_least(after, 1)  # waiting[3]
+    assert not admission_window.pending_ahead_at_least(after, 2)
     (job,) = submit_late(user)
-    assert not admission._pending_ahead_at_least(job, 2)  # `after` never starts: not in the window
+    assert not admission_window.pending_ahead_at_least(job, 2)  # `after` never starts: not in the window
     assert AdmissionPrediction.objects.get(job=job).detail == FORECAST_PENDING
     assert worker_asked
 
