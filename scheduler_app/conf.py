@@ -69,8 +69,8 @@ def scheduler_conf() -> SchedulerConf:
     # Read on every call (a dict lookup) so that tests can override settings.
     raw = settings.ATTUNE_SCHEDULER
     return SchedulerConf(
-        policy=raw.get("policy", "swaf"),
-        allocator=raw.get("allocator", "genie"),
+        policy=raw.get("policy", "fifo"),
+        allocator=raw.get("allocator", "tune"),
         round_s=float(raw.get("round_s", 60)),
         early_round_delay_s=float(raw.get("early_round_delay_s", 2.0)),
         round_pacing=float(raw.get("round_pacing", 2.0)),
@@ -95,7 +95,7 @@ def scheduler_conf() -> SchedulerConf:
         admission_answer_wait_s=float(raw.get("admission_answer_wait_s", 0.5)),
         # With a worker, up to this many live jobs the request forecasts them itself; past it the
         # forecasts worker does, for every submission of a burst at once. 0: always the worker, since a
-        # forecast's cost follows the policy, not only the queue (swaf + genie: 0.35 to 0.6 s of CPU at
+        # forecast's cost follows the policy, not only the queue (swaf + genie: 0.35 to 1.3 s of CPU at
         # 45 live jobs), and the answer waits `admission_answer_wait_s` for a quick one anyway.
         admission_in_request_max_jobs=int(raw.get("admission_in_request_max_jobs", 0)),
         admission_forecast_min_interval_s=float(raw.get("admission_forecast_min_interval_s", 0.25)),
