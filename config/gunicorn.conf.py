@@ -6,6 +6,13 @@ and Django runs on each worker's pool of ATTUNE_WEB_THREADS threads with persist
 
 import multiprocessing
 import os
+from pathlib import Path
+
+import environ
+
+# The server's own options below come from .env too, as the settings do (config/settings.py), unless
+# the environment sets them: a deployment without Docker puts ATTUNE_BIND there (docs/deploy.md).
+environ.Env.read_env(Path(__file__).resolve().parent.parent / ".env", overwrite=False)
 
 wsgi_app = "config.asgi:application"
 bind = os.environ.get("ATTUNE_BIND", "0.0.0.0:8000")
