@@ -73,6 +73,7 @@ class Submitted:
 
     sent_at: dict[int, float] = field(default_factory=dict)
     filled_at: dict[int, float] = field(default_factory=dict)
+    in_answer: set[int] = field(default_factory=set)  # filled in their 201 (behind the window...)
     ids_seen: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -182,6 +183,7 @@ def submitter(workloads: list[str], submitted: Submitted):
                 submitted.sent_at[answer["id"]] = sent
                 if (answer.get("admission") or {}).get("detail") != FORECAST_PENDING:
                     submitted.filled_at[answer["id"]] = done
+                    submitted.in_answer.add(answer["id"])
         return response.status_code
 
     return call
@@ -368,6 +370,15 @@ def main(argv: list[str] | None = None) -> int:
         f"p99 {percentile(lags, 99):.2f} s, max {max(lags, default=float('nan')):.2f} s; "
         f"{late} over {args.lag_s:g} s ({unfilled} never filled); "
         f"{predicted} of {len(submitted.sent_at)} with a predicted start"
+    )
+    worker = [
+        submitted.filled_at[j] - sent
+        for j, sent in submitted.sent_at.items()
+        if j in submitted.filled_at and j not in submitted.in_answer
+    ]
+    print(
+        f"answered in their 201: {len(submitted.in_answer)}; by the forecasts worker: {len(worker)}, "
+        f"lag p50 {percentile(worker, 50):.2f} s, p99 {percentile(worker, 99):.2f} s"
     )
     print(
         f"arrays of 1,000 accepted in: median {statistics.median(arrays_s):.2f} s, max {max(arrays_s):.2f} s"

@@ -1,8 +1,9 @@
 """A submission queued behind the forecast's window: answered at once, without the forecasts worker.
 
-Under a static order (FIFO) a job with at least `forecast_window_jobs` pending jobs ahead of it gets
-nothing from a forecast but "behind the window" and the window's last stored start; admission.py
-asks `behind_window` before handing a submission to the worker.
+A job with at least `forecast_window_jobs` pending jobs ahead of it gets nothing from a forecast but
+"behind the window" and the window's last stored start; admission.py asks `behind_window` before
+handing a submission to the worker. Ahead is counted here under a static order (FIFO), and for SWAF's
+jobs without a QoS target in admission_tail.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from django.utils import timezone
 
 from infra.vendor import is_postgresql
 from scheduler_app.conf import SchedulerConf
+from scheduler_app.core.policies.swaf import SwafPolicy
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobForecast, JobState, PendingReason
+from scheduler_app.services.admission_tail import swaf_ahead_at_least
 from scheduler_app.services.forecasts import BEYOND_WINDOW
 
 
@@ -31,10 +34,17 @@ def behind_window(jobs: list[Job], conf: SchedulerConf) -> str | None:
     window = conf.forecast_window_jobs
     if window <= 0 or any(job.held or job.pending_reason == PendingReason.DEPENDENCY for job in jobs):
         return None
-    if not conf.policy_obj().static_order:
-        return None
+    policy = conf.policy_obj()
+    # The first of an array's tasks: the others come right after it (the same arrival, later ids).
     first = min(jobs, key=lambda job: (job.submitted_at, job.pk))
-    if not pending_ahead_at_least(first, window):
+    if policy.static_order:
+        ahead = pending_ahead_at_least(first, window)
+    elif isinstance(policy, SwafPolicy) and is_postgresql():
+        # SWAF's tail of jobs without a QoS target (admission_tail.py): a lower bound of those ahead.
+        ahead = swaf_ahead_at_least(first, window, policy, submitted=jobs)
+    else:
+        return None
+    if not ahead:
         return None
     return behind_window_detail(window, window_last_start())
 

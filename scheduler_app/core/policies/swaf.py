@@ -30,6 +30,7 @@ job that was promised nothing (or can no longer get what it was promised).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging
 from scheduler_app.core.policies.base import Policy, register_policy
@@ -109,6 +110,29 @@ class SwafPolicy(Policy):
             return (-j.priority, FEASIBLE, wa, j.arrival_s, j.job_id)
 
         return sorted(jobs, key=key)
+
+    def submitted_tail_ahead(self, job: JobView) -> TailAhead | None:
+        """For `job` just submitted (arrival now, nothing run) without a QoS target: which pending jobs
+        certainly come before it in `order` now (TailAhead); None for a job with a QoS target, whose
+        place follows its waiting allowance and the guarantees of the others (a forecast's to say)."""
+        if not _without_qos_target(job):
+            return None
+        return TailAhead(priority=job.priority, proportional_s=proportional_execution_s(job))
+
+
+@dataclass(frozen=True, slots=True)
+class TailAhead:
+    """The pending jobs that certainly come before a job of SWAF's last tail (5: no QoS target) just
+    submitted, in `order` now. Such a job is not aged (its wait, 0, is within any threshold), so ahead
+    of it are: every job of a higher `priority`; at its priority, every job with a QoS target (tails 1
+    to 4) and every aged one (tail 2's place), and every job without a target whose remaining
+    proportional execution time E_prop (execution.proportional_execution_s: remaining iterations x
+    profile.iter_time_s) is below `proportional_s`, its own. Counting only those, with E_prop strictly
+    below (the jobs of an equal E_prop arrived before it and come before it too), gives at most the
+    number of jobs ahead of it: a lower bound, never more."""
+
+    priority: int
+    proportional_s: float
 
 
 def _rate_reachable(job: JobView, shape: ServerShape | None) -> bool:

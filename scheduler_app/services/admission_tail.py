@@ -1,0 +1,171 @@
+"""SWAF's tail behind the forecast's window: whether a new job without a QoS target has `count` pending
+jobs certainly ahead of it, in one statement.
+
+Under SWAF (core/policies/swaf.py) a job without a QoS target comes after every job of a higher
+priority, every job of its priority with a target or aged, and every job without a target whose
+remaining proportional execution time E_prop is smaller (SwafPolicy.submitted_tail_ahead). E_prop is
+remaining iterations x the seconds per iteration that the rounds give a job of that workload on that
+many GPUs (selectors/rounds.py: its profile, or its proportional one without a sensitivity matrix,
+then throughput.job_profile): one rate per (workload, GPU count), kept per process in a small table.
+The statement compares each pending job's remaining iterations with the threshold of its group,
+E_prop(new) / rate, and stops at the count-th job ahead, whatever the queue's length. The table is
+exact: the statement also reads a digest of the catalog's rows, and a table built from other rows
+(a profile measured, a speed correction learnt since) is built again and the count read again. It
+may only undercount: GPU counts that no pending job had when the table was built, own commands (no
+rate) and the aged jobs of a longer E_prop are not counted, and the worker answers those it leaves
+inside the window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import connection
+
+from profiles_app.models import Workload
+from profiles_app.selectors import workload_profile
+from scheduler_app.core.policies.swaf import SwafPolicy, TailAhead
+from scheduler_app.core.throughput import REFERENCE_SHAPE, job_profile
+from scheduler_app.core.types import JobView, SensitivityProfile
+from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState
+from scheduler_app.selectors.rounds import proportional_profile
+
+# A threshold a hair below E_prop(new) / rate: a job whose E_prop rounds to the new job's is not
+# counted (the comparison in iterations is not the core's product to the last bit).
+REL_MARGIN = 1e-9
+# How long the GPU counts of the pending jobs are reused before they are read again (the rates stay
+# exact whatever this is: a GPU count missing from the table only undercounts).
+GPU_COUNTS_REUSE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per iteration at the GPU-proportional point of each (workload id, GPU count), and the
+    digest of the catalog's rows they were worked out from."""
+
+    digest: str
+    iter_time_s: dict[tuple[int, int], float]
+    profiles: dict[int, SensitivityProfile]
+    read_at: float
+
+
+_rates: Rates | None = None
+
+
+def swaf_ahead_at_least(job: Job, count: int, policy: SwafPolicy, *, submitted: Sequence[Job] = ()) -> bool:
+    """Whether at least `count` pending jobs certainly come before `job` (just submitted, stored) in
+    SWAF's order now, among those a forecast orders (not held, none after a dependency that ended
+    without completing), `submitted` (the rest of its array) left out; False for a job with a QoS
+    target or an own command (the worker's)."""
+    if job.workload_id is None or count <= 0:
+        return False
+    global _rates
+    for _ in range(2):
+        rates = _rates
+        if rates is None or job.num_gpus not in {n for _, n in rates.iter_time_s}:
+            rates = _rates = _rates_read(extra_gpus=job.num_gpus)
+        if job.workload_id not in rates.profiles:
+            return False  # a workload created after the table: read again at the next submission
+        tail = policy.submitted_tail_ahead(_view(job, rates.profiles[job.workload_id]))
+        if tail is None:
+            return False
+        digest, ahead = _count_ahead(job, count, tail, rates, [job.pk, *(j.pk for j in submitted)])
+        if digest == rates.digest:
+            if time.monotonic() - rates.read_at > GPU_COUNTS_REUSE_S:
+                _rates = None  # the GPU counts read again at the next submission
+            return ahead
+        _rates = None  # the catalog changed since the table was built: build it again
+    return False
+
+
+def rates_forget() -> None:
+    """Build the table again at the next submission (tests)."""
+    global _rates
+    _rates = None
+
+
+def _view(job: Job, profile: SensitivityProfile) -> JobView:
+    """The new job as a round sees it (selectors/rounds.py's round_inputs), as far as its order needs."""
+    deadline = job.deadline_at
+    return JobView(
+        job_id=job.pk,
+        num_gpus=job.num_gpus,
+        arrival_s=job.submitted_at.timestamp(),
+        profile=job_profile(profile, job.num_gpus),
+        total_iters=float(job.total_iters or 1),
+        done_iters=float(job.done_iters if job.total_iters else 0),
+        deadline_s=None if deadline is None else deadline.timestamp(),
+        priority=job.priority,
+        min_rate_iters_per_s=job.qos_min_rate_iters_per_s,
+    )
+
+
+def _digest_sql() -> str:
+    table = connection.ops.quote_name(Workload._meta.db_table)
+    return f"SELECT md5(coalesce(string_agg(w::text, '|' ORDER BY w.id), '')) FROM {table} w"
+
+
+def _rates_read(*, extra_gpus: int) -> Rates:
+    """The table from the catalog as it is now (its digest read first: rows changed in between make
+    the next count's digest differ, and the table is built again) and the pending jobs' GPU counts."""
+    with connection.cursor() as cursor:
+        cursor.execute(_digest_sql())
+        digest = cursor.fetchone()[0]
+        cursor.execute(
+            f"SELECT DISTINCT num_gpus FROM {Job._meta.db_table} WHERE state = %s", [JobState.PENDING]
+        )
+        gpus = {row[0] for row in cursor.fetchall()} | {extra_gpus}
+    profiles = {}
+    for workload in Workload.objects.all():
+        # As round_inputs gives a job its profile: the workload's, or a proportional one without a
+        # sensitivity matrix (its seconds per iteration the workload's own).
+        profile = workload_profile(workload)
+        if profile is None:
+            profile = proportional_profile(
+                REFERENCE_SHAPE, name=workload.name, iter_time_s=workload.iter_time_s
+            )
+        profiles[workload.pk] = profile
+    iter_time_s = {
+        (workload_id, n): job_profile(profile, n).iter_time_s
+        for workload_id, profile in profiles.items()
+        for n in sorted(gpus)
+    }
+    return Rates(digest=digest, iter_time_s=iter_time_s, profiles=profiles, read_at=time.monotonic())
+
+
+def _count_ahead(job: Job, count: int, tail: TailAhead, rates: Rates, own: list[int]) -> tuple[str, bool]:
+    """The catalog's digest now, and whether at least `count` pending jobs are ahead of `job` by
+    `tail` with the table's rates: one statement that stops at the count-th."""
+    groups = [(key, rate) for key, rate in rates.iter_time_s.items() if rate > 0]
+    workloads = [workload_id for (workload_id, _), _ in groups]
+    gpus = [n for (_, n), _ in groups]
+    below_iters = [tail.proportional_s / rate * (1 - REL_MARGIN) for _, rate in groups]
+    never = [state for state in TERMINAL_JOB_STATES if state != JobState.COMPLETED]
+    jobs, after = Job._meta.db_table, Job.depends_on.through._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT ({_digest_sql()}), EXISTS (SELECT 1 FROM {jobs} j "
+            "LEFT JOIN unnest(%s::bigint[], %s::integer[], %s::float8[]) AS g(w, n, below) "
+            "ON g.w = j.workload_id AND g.n = j.num_gpus "
+            "WHERE j.state = %s AND NOT j.held AND j.id <> ALL(%s) "
+            "AND (j.priority > %s OR (j.priority = %s AND (j.qos_deadline_at IS NOT NULL "
+            "OR j.qos_max_latency_s IS NOT NULL OR j.qos_min_rate_iters_per_s IS NOT NULL "
+            "OR j.total_iters - j.done_iters < g.below))) "
+            f"AND NOT EXISTS (SELECT 1 FROM {after} a JOIN {jobs} d ON d.id = a.to_job_id "
+            "WHERE a.from_job_id = j.id AND d.state = ANY(%s)) OFFSET %s LIMIT 1)",
+            [
+                workloads,
+                gpus,
+                below_iters,
+                JobState.PENDING,
+                own,
+                tail.priority,
+                tail.priority,
+                never,
+                count - 1,
+            ],
+        )
+        digest, ahead = cursor.fetchone()
+    return digest, bool(ahead)
