@@ -20,7 +20,7 @@ from scheduler_app.core.types import ClusterSnapshot, Decision, Outcome, RoundPl
 from scheduler_app.simulator.cluster import ClusterSpec
 from scheduler_app.simulator.metrics import ResourceTotals, SimulationResult, jct_stats
 from scheduler_app.simulator.restart_costs import RestartCosts
-from scheduler_app.simulator.reuse import ReusingAllocator, holds, reusable
+from scheduler_app.simulator.reuse import RememberingPolicy, ReusingAllocator, holds, reusable
 from scheduler_app.simulator.sim_run import SimJob, SimRun, first_finish_s
 from scheduler_app.simulator.trace import TraceError, TraceJob
 
@@ -258,6 +258,10 @@ def simulate(
     # that kept everyone is reused round by round while reuse.py's conditions hold, checked each round,
     # and an allocation equal to one decided before is answered from memory (reuse.py).
     recheck = not can_reuse
+    if recheck and not policy_obj.static_order:
+        # holds() orders a round's views; when the steady plan no longer holds, schedule_round orders
+        # the same views again at the same time: answered from that first order.
+        policy_obj = RememberingPolicy(policy_obj)
     # Without the guard an allocation repeats only in a round that is reused whole: nothing to remember.
     allocator_obj = ReusingAllocator(allocator_obj, remember=restarts is not None)
     reuse_key: object = None  # the steady plan's progress key (recheck)

@@ -65,16 +65,16 @@ from scheduler_app.core.allocators.genie_candidates import (
     points_by_cost,
 )
 from scheduler_app.core.allocators.genie_needs import need_key, required_speed
+from scheduler_app.core.allocators.genie_points import shape_points
 from scheduler_app.core.interference import communicates, interference_factor
 from scheduler_app.core.placement import PACKED, Plan, has_fixed_demand, pending_reason
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.throughput import (
     EPS,
     OperatingPoint,
-    best_case,
     with_penalty,
 )
-from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan, SensitivityProfile
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 __all__ = ["GenieAllocator", "GenieRound", "gpu_variant", "points_by_cost"]
 
@@ -98,26 +98,21 @@ class GenieRound(RoundSetup):
         self.reservation: Reservation | None = None
         self.held: list[Held] = []
         self.comm_on_server: dict[int, list[Held]] = defaultdict(list)  # server position -> jobs
+        # Whether a communicating QoS job with an interference term is placed: only such a neighbour
+        # can make a placement unacceptable (`acceptable`), so until then none is looked for.
+        self.kappa_qos_held = False
         self.later_gpus = 0  # GPUs of the jobs after this one that GPU admission expects to place
         self.spread_too_slow = False  # the job being decided found servers, too many for its QoS
         self.interference_blocked = False  # ... or only next to communicating jobs, too slow for a QoS
         # Whether every decision read progress and the clock only through `need_key` (what a
         # simulator may reuse the plan under; GenieAllocator.allocate_keyed).
         self.keyed = True
-        # Per-call memos of each workload's points, by (id(profile), num_gpus), each kept with its
-        # profile (alive, so its id is not reused): an lru_cache lookup hashes the whole profile.
-        self._points: dict[tuple[int, int], tuple[SensitivityProfile, tuple[OperatingPoint, ...]]] = {}
-        self._options: dict[tuple[int, int], tuple[SensitivityProfile, list[tuple[OperatingPoint, str]]]] = {}
 
     def points(self, job: JobView) -> tuple[OperatingPoint, ...]:
-        """points_by_cost for the job's workload and GPU count on the cluster shape (memo)."""
+        """points_by_cost for the job's workload and GPU count on the cluster shape (a memo across
+        rounds by profile identity, genie_points.py: an lru_cache lookup hashes the whole profile)."""
         assert self.shape is not None
-        profile = job.profile
-        key = (id(profile), job.num_gpus)
-        hit = self._points.get(key)
-        if hit is None or hit[0] is not profile:
-            hit = self._points[key] = (profile, points_by_cost(profile, job.num_gpus, self.shape))
-        return hit[1]
+        return shape_points(job.profile, job.num_gpus, self.min_servers(job), self.shape).points
 
     def run(self) -> RoundPlan:
         jobs, infeasible, likely = self.jobs, self.infeasible, self.admitted
@@ -167,12 +162,24 @@ class GenieRound(RoundSetup):
         assert self.shape is not None  # a feasible job implies a non-empty cluster
         reserved_before = self.reservation is not None
         self.spread_too_slow = self.interference_blocked = False
-        for variant, scale, need in self.tries(job):
-            for point, reason in self.options(variant, need):
+        state = self.state
+        tries = self.tries(job)
+        for variant, scale, need in tries:
+            options, least_cpus, least_mem_gb = self.options(variant, need)
+            if not options:
+                continue
+            if not self.may_fit(variant, least_cpus, least_mem_gb):
+                # No option can fit (place would fail at every one): only its first call's release
+                # of a GPU-count variant's old claims is kept.
+                current = variant.current
+                if variant is not job and current is not None and current.num_gpus != variant.num_gpus:
+                    state.release(variant.job_id)
+                continue
+            for point, reason in options:
                 if self.place(pos, variant, point, reason, need, scale, own_count=variant is job):
                     return
-        self.state.release(job.job_id)
-        need = self.required_speed(job)
+        state.release(job.job_id)
+        need = tries[0][2] if tries[0][0] is job else self.required_speed(job)
         if need is not None and not reserved_before:
             self.reserve(job)
         if job.deadline_s is not None and need is None:
@@ -192,20 +199,29 @@ class GenieRound(RoundSetup):
                 why = state.node_pending_reason(job) or why
             self.builder.pending(pos, why)
 
-    def options(self, job: JobView, need: float | None) -> list[tuple[OperatingPoint, str]]:
+    def options(
+        self, job: JobView, need: float | None
+    ) -> tuple[list[tuple[OperatingPoint, str]], float, float]:
         """The points to try for `job`, in order: its fixed demand; for a QoS need, every Pareto point
-        meeting it on the fewest servers, cheapest first; else the best-effort order."""
+        meeting it on the fewest servers, cheapest first; else the best-effort order. With them the
+        least cores and GB per GPU any of them asks (-1 for a fixed demand: not uniform). The lists
+        are memos: not to be changed."""
         assert self.shape is not None
         if has_fixed_demand(job):
-            return [(self.demands.fixed_point(job), reasons.FIXED_DEMAND)]
+            return [(self.demands.fixed_point(job), reasons.FIXED_DEMAND)], -1.0, -1.0
         if need is None:
             return self.best_effort_options(job)
-        servers = self.min_servers(job)
-        return [
-            (p, reasons.QOS_FIT)
-            for p in self.points(job)
-            if with_penalty(p.speed, job.profile, servers, job.num_gpus) >= need - EPS
-        ]
+        return shape_points(job.profile, job.num_gpus, self.min_servers(job), self.shape).qos_options(need)
+
+    def may_fit(self, job: JobView, least_cpus: float, least_mem_gb: float) -> bool:
+        """False when no point of `job` asking at least (least_cpus, least_mem_gb) per GPU can be
+        found servers now: place's search (RoundState.find_uniform) fails whenever the free totals
+        cannot hold the GPUs at the demand, and that holds for every larger demand; any search fails
+        with fewer free GPUs than the job needs (a fixed demand's too: least_cpus < 0)."""
+        state = self.state
+        if job.num_gpus > state.free_gpu_count:
+            return False
+        return least_cpus < 0 or state.totals_allow(job.num_gpus, least_cpus, least_mem_gb)
 
     def tries(self, job: JobView) -> list[tuple[JobView, float, float | None]]:
         """(variant, speed scale, QoS need) for each GPU count to try (`gpu_counts`). A QoS job tries
@@ -248,8 +264,7 @@ class GenieRound(RoundSetup):
     def best_speed(self, job: JobView) -> float:
         """The job's best-case speed on the fewest servers that can hold it, after their slowdown."""
         assert self.shape is not None
-        best = best_case(job.profile, job.num_gpus, self.shape).speed
-        return with_penalty(best, job.profile, self.min_servers(job), job.num_gpus)
+        return shape_points(job.profile, job.num_gpus, self.min_servers(job), self.shape).best_speed
 
     def required_speed(self, job: JobView) -> float | None:
         """The speed (x proportional, after the placement's slowdown) that meets the job's QoS target,
@@ -257,29 +272,19 @@ class GenieRound(RoundSetup):
         assert self.shape is not None
         return required_speed(job, self.shape, self.now_s, self.slack)
 
-    def best_effort_options(self, job: JobView) -> list[tuple[OperatingPoint, str]]:
+    def best_effort_options(self, job: JobView) -> tuple[list[tuple[OperatingPoint, str]], float, float]:
         """A best-effort job's points: its best case, then the GPU-proportional share, then cheaper
         points, fastest first. A best case above the share is taken only when it leaves the jobs
         after it that GPU admission expects to place their proportional share (`starves_gpus`), so
         that no job waits beside free GPUs because an earlier one took their cores (Synergy's
         guarantee, as tune keeps it); such a job may still grow to it in the leftover pass.
-        The list is shared by the jobs of one workload and GPU count (a memo): not to be changed."""
+        The list is shared by the jobs of one workload and GPU count (a memo across rounds,
+        ShapePoints.best_effort_options): not to be changed; with it the least cores and GB per GPU
+        of its points."""
         assert self.shape is not None
-        profile = job.profile
-        key = (id(profile), job.num_gpus)
-        hit = self._options.get(key)
-        if hit is not None and hit[0] is profile:
-            return hit[1]
-        best = self.demands.best(job)
-        shape = self.shape
-        options = [(best, reasons.BEST_CASE)]
-        prop = OperatingPoint(shape.cpus_per_gpu, shape.mem_gb_per_gpu, 1.0)
-        if best.cpus_per_gpu > prop.cpus_per_gpu + EPS or best.mem_gb_per_gpu > prop.mem_gb_per_gpu + EPS:
-            options.append((prop, reasons.PROPORTIONAL))
-        cheaper = [p for p in self.points(job) if p.speed < best.speed - EPS]
-        options += [(p, reasons.INTERMEDIATE) for p in sorted(cheaper, key=lambda p: -p.speed)]
-        self._options[key] = (profile, options)
-        return options
+        return shape_points(
+            job.profile, job.num_gpus, self.min_servers(job), self.shape
+        ).best_effort_options()
 
     def place(
         self,
@@ -302,14 +307,16 @@ class GenieRound(RoundSetup):
         if not own_count and job.current is not None and job.current.num_gpus != job.num_gpus:
             state.release(job.job_id)  # another GPU count: its old GPUs are not a home for this one
             owner = None
-        if has_fixed_demand(job):
+        fixed = has_fixed_demand(job)
+        if fixed:
             dc, dm = state.fixed_demand(job)
             plan = state.find(PACKED, job.num_gpus, dc, dm, owner)
         else:
-            dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
             plan = state.find_uniform(PACKED, job.num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu, owner)
         if plan is None:
             return False
+        if not fixed:
+            dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
         if reason == reasons.BEST_CASE and self.starves_gpus(plan, point):
             return False  # the proportional share next, where this best case would idle GPUs
         speed = self.speed_on(job, point, plan)
@@ -323,7 +330,7 @@ class GenieRound(RoundSetup):
             # servers: a comparison of the need with another speed (a spread, interference, a fixed
             # demand's point, a GPU-count variant's) is not in it.
             base = with_penalty(point.speed, job.profile, self.min_servers(job), job.num_gpus)
-            if speed != base or not own_count or has_fixed_demand(job):
+            if speed != base or not own_count or fixed:
                 self.keyed = False
         if not self.acceptable(job, plan, speed, need):
             if need is not None and with_penalty(point.speed, job.profile, len(plan), job.num_gpus) < need:
@@ -347,10 +354,12 @@ class GenieRound(RoundSetup):
                 res.spare_gpus -= job.num_gpus
             reason = reasons.BACKFILLED
         self.releases.append((finish_s, job.num_gpus))
-        self.held.append(Held(pos, job, shares, point, reason, has_fixed_demand(job), need, scale))
+        self.held.append(Held(pos, job, shares, point, reason, fixed, need, scale))
         if communicates(job.num_gpus):
             for i, _ in plan:
                 self.comm_on_server[i].append(self.held[-1])
+            if need is not None and job.profile.interference_kappa > 0:
+                self.kappa_qos_held = True
         return True
 
     def starves_gpus(self, plan: Plan, point: OperatingPoint) -> bool:
@@ -390,7 +399,7 @@ class GenieRound(RoundSetup):
         QoS neighbour's: one more communicating job next to it must not take it below its need."""
         if need is not None and speed < need - EPS:
             return False
-        if not communicates(job.num_gpus):
+        if not self.kappa_qos_held or not communicates(job.num_gpus):
             return True
         for h in self.comm_neighbours(job, plan):
             if h.need is None or h.job.profile.interference_kappa <= 0:
@@ -448,7 +457,7 @@ class GenieAllocator(Allocator):
 
     def progress_key(
         self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
-    ) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
+    ) -> tuple[tuple[int, int | None], ...]:
         """need_key for this allocator's slack: see allocate_keyed."""
         return need_key(ordered_jobs, snapshot, now_s, self.slack)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler_app.core.allocators.genie_candidates import points_by_cost
-from scheduler_app.core.throughput import EPS, ServerShape, best_case, cluster_shape, with_penalty
+from scheduler_app.core.allocators.genie_points import shape_points
+from scheduler_app.core.throughput import EPS, ServerShape, cluster_shape
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
 
@@ -20,7 +20,7 @@ def required_speed(job: JobView, shape: ServerShape, now_s: float, slack: float)
     if job.deadline_s is None and job.min_rate_iters_per_s is None:
         return None
     servers = job.num_nodes or -(-job.num_gpus // shape.num_gpus)
-    best = with_penalty(best_case(job.profile, job.num_gpus, shape).speed, job.profile, servers, job.num_gpus)
+    best = shape_points(job.profile, job.num_gpus, servers, shape).best_speed
     need = 0.0
     if job.deadline_s is not None:
         window_s = job.deadline_s - now_s
@@ -43,11 +43,12 @@ def required_speed(job: JobView, shape: ServerShape, now_s: float, slack: float)
 
 def need_key(
     jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float, slack: float
-) -> tuple[tuple[int, tuple[int, ...] | None], ...]:
+) -> tuple[tuple[int, int | None], ...]:
     """What a round reads of the deadline jobs' progress and of the clock, when it reads them only
     through their needs: for each job with a deadline, in order, None when its deadline is out of reach
-    (best effort), else which of its points (points_by_cost, by position) meet its need at their speed
-    on the fewest servers: the points `options` tries and the outcome of every comparison of its need
+    (best effort), else how many of its points (points_by_cost) meet its need at their speed on the
+    fewest servers: the points that do are always the fastest that many (ShapePoints.meeting_count),
+    so the count names the points `options` tries and the outcome of every comparison of its need
     with such a speed. Two rounds with equal keys, in which GenieRound.keyed stayed True, compared
     every need alike."""
     shape = cluster_shape(snapshot)
@@ -62,15 +63,5 @@ def need_key(
             out.append((job.job_id, None))
             continue
         servers = job.num_nodes or -(-job.num_gpus // shape.num_gpus)
-        points = points_by_cost(job.profile, job.num_gpus, shape)
-        out.append(
-            (
-                job.job_id,
-                tuple(
-                    i
-                    for i, p in enumerate(points)
-                    if with_penalty(p.speed, job.profile, servers, job.num_gpus) >= need - EPS
-                ),
-            )
-        )
+        out.append((job.job_id, shape_points(job.profile, job.num_gpus, servers, shape).meeting_count(need)))
     return tuple(out)

@@ -15,7 +15,8 @@ iteration at the GPU-proportional point (`profile.iter_time_s`), divided by a sp
 
 from __future__ import annotations
 
-from scheduler_app.core.throughput import ServerShape, best_case, cluster_shape, with_penalty
+from scheduler_app.core.allocators.genie_points import shape_points
+from scheduler_app.core.throughput import ServerShape, cluster_shape
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
 
@@ -29,11 +30,11 @@ def _best_speed(job: JobView, shape: ServerShape | None, *, count_nodes: bool) -
     on the job's `num_nodes` servers when it fixes them (as the genie allocator counts them)."""
     if shape is None:
         return 1.0
-    speed = best_case(job.profile, job.num_gpus, shape).speed
     min_servers = -(-job.num_gpus // shape.num_gpus)
     if count_nodes and job.num_nodes:
         min_servers = job.num_nodes
-    return with_penalty(speed, job.profile, min_servers, job.num_gpus)
+    # best_case's speed after the slowdown of those servers, worked out once per workload (memo).
+    return shape_points(job.profile, job.num_gpus, min_servers, shape).best_speed
 
 
 def best_execution_s(job: JobView, shape: ServerShape | None) -> float:

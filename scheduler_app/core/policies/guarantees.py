@@ -28,8 +28,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from scheduler_app.core.allocators.genie_candidates import points_by_cost
-from scheduler_app.core.throughput import EPS, ServerShape, with_penalty
+from scheduler_app.core.allocators.genie_points import shape_points
+from scheduler_app.core.throughput import EPS, ServerShape
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
 DEFAULT_PLANNABLE_SHARE = 0.5
@@ -43,18 +43,9 @@ def deadline_need_gpu_s(job: JobView, shape: ServerShape, now_s: float) -> float
     work_s = job.remaining_iters * job.profile.iter_time_s
     speed_needed = work_s / (job.deadline_s - now_s)
     servers = job.num_nodes or -(-job.num_gpus // shape.num_gpus)
-    cheapest: float | None = None
-    for point in points_by_cost(job.profile, job.num_gpus, shape):
-        speed = with_penalty(point.speed, job.profile, servers, job.num_gpus)
-        if speed < speed_needed - EPS:
-            continue
-        dominant = max(
-            1.0, point.cpus_per_gpu / shape.cpus_per_gpu, point.mem_gb_per_gpu / shape.mem_gb_per_gpu
-        )
-        need = job.num_gpus * dominant * work_s / speed
-        if cheapest is None or need < cheapest:
-            cheapest = need
-    return cheapest
+    # Over its points (points_by_cost) fast enough on those servers: num_gpus x max(1, cores /
+    # proportional cores, GB / proportional GB) x work_s / speed, the least (ShapePoints' memo).
+    return shape_points(job.profile, job.num_gpus, servers, shape).cheapest_gpu_s(work_s, speed_needed)
 
 
 def unguaranteed_jobs(
