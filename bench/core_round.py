@@ -1,12 +1,13 @@
 """One scheduling round on a large cluster: each allocator against proportional, in the same process.
 
 Run: `python -m bench.core_round [--servers 64] [--jobs 1000] [--repeats 20] [--sticky] [--restarts]
-[--clock wall|cpu]`. Prints the
-median and best wall time of `schedule_round` per allocator (FIFO order) and its ratio to
-proportional's. Target (issue 3): tune under 20 ms for 512 GPUs and 1,000 runnable jobs on the
-2-core dev machine. `--sticky` times a steady-state round instead of a first one: every job the
-allocator placed in a first round holds that placement (`current`), and every tenth of them has
-finished, so queued jobs are admitted around the others (the claim path of core/placement).
+[--clock wall|cpu] [--policy fifo]`. Prints the median and best wall time of `schedule_round` per
+allocator (FIFO order, or `--policy`'s: `--policy swaf --allocators genie` is the live round's core
+under that pair) and its ratio to the first allocator's (proportional's by default). Target (issue
+3): tune under 20 ms for 512 GPUs and 1,000 runnable jobs on the 2-core dev machine. `--sticky`
+times a steady-state round instead of a first one: every job the allocator placed in a first round
+holds that placement (`current`), and every tenth of them has finished, so queued jobs are admitted
+around the others (the claim path of core/placement).
 `--restarts` decides under the move guard with the default RestartPolicy (core/move_guard.py), as
 the live rounds and the forecast do: every job that fits a server on one server (a node count of
 1), and in a steady-state round the jobs placed hold leases started ten minutes before, past their
@@ -64,12 +65,16 @@ def build_round(num_servers: int, num_jobs: int, seed: int) -> tuple[ClusterSnap
 
 
 def next_round(
-    snapshot: ClusterSnapshot, jobs: list[JobView], allocator: str, restarts: RestartPolicy | None = None
+    snapshot: ClusterSnapshot,
+    jobs: list[JobView],
+    allocator: str,
+    restarts: RestartPolicy | None = None,
+    policy: str = "fifo",
 ) -> list[JobView]:
     """The jobs one round later: placed ones hold their placement (a lease started ten minutes
     before), every tenth placed one is done."""
     placements = schedule_round(
-        snapshot, jobs, policy="fifo", allocator=allocator, now_s=0.0, restarts=restarts
+        snapshot, jobs, policy=policy, allocator=allocator, now_s=0.0, restarts=restarts
     ).placements()
     done = set(sorted(placements)[::10])
     return [
@@ -105,6 +110,7 @@ def main() -> None:
         "--restarts", action="store_true", help="decide under the move guard (default RestartPolicy)"
     )
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--policy", default="fifo", help="the order (a registered policy name)")
     args = parser.parse_args()
 
     snapshot, first_jobs = build_round(args.servers, args.jobs, args.seed)
@@ -112,17 +118,17 @@ def main() -> None:
     kind = "steady-state round" if args.sticky else "one round"
     guard = ", move guard" if restarts else ""
     print(
-        f"{kind}: {snapshot.total_gpus} GPUs, {len(first_jobs)} jobs, FIFO{guard}, {args.repeats} repeats, "
-        f"{args.clock} clock"
+        f"{kind}: {snapshot.total_gpus} GPUs, {len(first_jobs)} jobs, {args.policy}{guard}, "
+        f"{args.repeats} repeats, {args.clock} clock"
     )
     timer = cpu_times if args.clock == "cpu" else time_call
     rows, baseline = [], None
     for name in args.allocators.split(","):
-        jobs = next_round(snapshot, first_jobs, name, restarts) if args.sticky else first_jobs
+        jobs = next_round(snapshot, first_jobs, name, restarts, args.policy) if args.sticky else first_jobs
         repeats = max(3, args.repeats // 5) if name == "opt" else args.repeats
 
         def decide(n: str = name, j: list[JobView] = jobs):
-            return schedule_round(snapshot, j, policy="fifo", allocator=n, now_s=0.0, restarts=restarts)
+            return schedule_round(snapshot, j, policy=args.policy, allocator=n, now_s=0.0, restarts=restarts)
 
         median_s, best_s = timer(decide, repeats=repeats)
         plan, peak_mb = peak_memory_mb(decide)
@@ -130,7 +136,8 @@ def main() -> None:
         if baseline is None:
             baseline = median_s
         rows.append([name, median_s * 1e3, best_s * 1e3, median_s / baseline, peak_mb, placed])
-    print_table(["allocator", "median ms", "best ms", "x proportional", "peak MB", "placed"], rows)
+    first = args.allocators.split(",")[0]
+    print_table(["allocator", "median ms", "best ms", f"x {first}", "peak MB", "placed"], rows)
 
 
 if __name__ == "__main__":
