@@ -3,9 +3,11 @@ engine runs on CI machines)."""
 
 import copy
 import json
+import os
 import re
 from importlib.resources import files
 from pathlib import Path
+from unittest import mock
 
 import jsonschema
 import pytest
@@ -113,8 +115,26 @@ def test_web_health_check_hits_a_real_route(client, db):
 
 def test_the_web_tier_config_serves_the_asgi_router_with_uvicorn_workers():
     """The image and compose run config/gunicorn.conf.py: the agents' long-poll exists only there."""
-    settings: dict = {}
-    exec(compile((ROOT / "config" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"), settings)
+    path = ROOT / "config" / "gunicorn.conf.py"
+    settings: dict = {"__file__": str(path)}  # as gunicorn loads it: a module with its file
+    exec(compile(path.read_text(), str(path), "exec"), settings)
     assert settings["wsgi_app"] == "config.asgi:application"
     assert settings["worker_class"] == "uvicorn_worker.UvicornWorker"
     assert settings["keepalive"] > 10  # longer than an agent's sync interval
+
+
+def test_the_web_tier_config_reads_the_servers_options_from_dot_env(tmp_path):
+    """A deployment without Docker sets ATTUNE_BIND in .env (docs/deploy.md); the environment wins."""
+    (tmp_path / "config").mkdir()
+    path = tmp_path / "config" / "gunicorn.conf.py"
+    path.write_text((ROOT / "config" / "gunicorn.conf.py").read_text())
+    (tmp_path / ".env").write_text("ATTUNE_BIND=127.0.0.1:8321\nATTUNE_KEEPALIVE_S=42\n")
+    environment = {k: v for k, v in os.environ.items() if k not in ("ATTUNE_BIND", "ATTUNE_KEEPALIVE_S")}
+    with mock.patch.dict(os.environ, environment, clear=True):
+        settings: dict = {"__file__": str(path)}
+        exec(compile(path.read_text(), str(path), "exec"), settings)
+        assert (settings["bind"], settings["keepalive"]) == ("127.0.0.1:8321", 42)
+    with mock.patch.dict(os.environ, {**environment, "ATTUNE_BIND": "0.0.0.0:9000"}, clear=True):
+        settings = {"__file__": str(path)}
+        exec(compile(path.read_text(), str(path), "exec"), settings)
+        assert settings["bind"] == "0.0.0.0:9000"
