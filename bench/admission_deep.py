@@ -23,7 +23,7 @@ import random
 import statistics
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import ExitStack, contextmanager
 from unittest import mock
 
@@ -162,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
                 if profiler:
                     profiler.disable()
                 runs.append((time.process_time() - start_cpu, time.perf_counter() - start, filled))
+        from scheduler_app.models import AdmissionPrediction
+
+        filled = AdmissionPrediction.objects.filter(job__name__startswith="deep-")
+        details = [d.split(" (")[0][:60] for d in filled.values_list("detail", flat=True)]
+        starts = filled.filter(predicted_start_at__isnull=False).count()
         connections.close_all()
     submitted = args.repeats * args.submissions
     print(
@@ -172,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         f"a submission's request: median {1000 * statistics.median(request_cpu):.1f} ms CPU; "
         f"{answered} of {submitted} answered in the request"
     )
+    print(f"answers: {starts} with a predicted start; details {dict(Counter(details))}")
     print(f"the refresh after the round: {refresh[0]:.2f} s CPU, {refresh[1]:.2f} s wall")
     for cpu_s, wall_s, filled in runs:
         print(f"admission forecast: {cpu_s:.2f} s CPU, {wall_s:.2f} s wall, {filled} filled")

@@ -329,6 +329,11 @@ def admission_forecasts_run() -> int:
     return filled
 
 
+def admission_forecasts_waiting() -> bool:
+    """Whether a prediction waits for the forecasts worker (one read that stops at the first)."""
+    return AdmissionPrediction.objects.filter(detail=FORECAST_PENDING).exists()
+
+
 def _pending_predictions() -> list[AdmissionPrediction]:
     return list(AdmissionPrediction.objects.select_related("job").filter(detail=FORECAST_PENDING))
 

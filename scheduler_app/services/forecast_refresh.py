@@ -10,7 +10,11 @@ from django.db import transaction
 from config.redis_pool import redis_client as _redis
 from infra.task_send import task_send
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.services.admission import admission_predictions_fill
+from scheduler_app.services.admission import (
+    admission_forecasts_run,
+    admission_forecasts_waiting,
+    admission_predictions_fill,
+)
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s, put_off_for_pace
 from scheduler_app.task_names import FORECAST_REFRESH_TASK
@@ -107,6 +111,11 @@ def job_forecasts_refresh_run() -> int:
     if _put_off():
         return 0
     job_forecasts_refresh_started()
+    # Submissions waiting for their first estimate go first: the refresh would fill them too, but
+    # only at its end, seconds later on a deep queue (its budget is the longer one), while the
+    # admission forecast queued for them waits behind it on this worker.
+    if admission_forecasts_waiting():
+        admission_forecasts_run()
     t0 = time.perf_counter()
     stored = _refresh()
     _pace(time.perf_counter() - t0)
