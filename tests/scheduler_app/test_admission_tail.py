@@ -5,7 +5,9 @@ from unittest import mock
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from profiles_app.models import Workload
@@ -116,6 +118,7 @@ def test_the_count_is_the_workers_order_for_every_kind_of_workload(deep, user):
                 job = submit(user, gpus=gpus, iters=iters + 1, workload=w, name="new")
                 ahead, own = worker_ahead(job)
                 for count in range(1, ahead + 3):
+                    admission_tail.rates_forget()  # no count reused: each read
                     got = admission_tail.swaf_ahead_at_least(job, count, policy())
                     assert got == (count <= ahead - own), (w.name, gpus, iters, count, ahead, own)
                 job_cancel(job=job, by=user)
@@ -144,6 +147,17 @@ def test_ties_and_the_jobs_it_does_not_count_are_an_undercount(deep, user):
     assert own == 1
     assert admission_tail.swaf_ahead_at_least(job, ahead - 2, policy())
     assert not admission_tail.swaf_ahead_at_least(job, ahead - 1, policy())
+
+
+def test_a_shorter_job_just_after_one_found_inside_goes_to_the_worker_without_a_count(deep, user):
+    long = submit(user, gpus=1, iters=ITERS[2] + 1, workload=deep["res18"], name="new")
+    short = submit(user, gpus=1, iters=ITERS[1] + 1, workload=deep["res18"], name="new2")
+    ahead, own = worker_ahead(long)
+    assert not admission_tail.swaf_ahead_at_least(long, ahead - own + 1, policy())
+    with CaptureQueriesContext(connection) as queries:
+        assert not admission_tail.swaf_ahead_at_least(short, ahead - own + 1, policy())
+        assert admission_tail.swaf_ahead_at_least(long, 1, policy())  # another count: read
+    assert len(queries) == 1
 
 
 def test_a_qos_job_and_an_own_command_are_the_workers(deep, user):
