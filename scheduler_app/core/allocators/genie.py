@@ -101,6 +101,13 @@ class GenieRound(RoundSetup):
         # Whether a communicating QoS job with an interference term is placed: only such a neighbour
         # can make a placement unacceptable (`acceptable`), so until then none is looked for.
         self.kappa_qos_held = False
+        # Option lists (genie_points' memos, by identity, kept alive here) for which no servers were
+        # found at any point, for their GPU count: while jobs are being decided resources are only
+        # taken, so a search that failed fails again (RoundState.find_uniform's rule), for any owner
+        # (a node count's search fails where the plain one does). Uniform demands without a node
+        # count only. `found`: whether the last `place` found servers (before its other tests).
+        self.unfit: dict[int, list[tuple[OperatingPoint, str]]] = {}
+        self.found = False
         self.later_gpus = 0  # GPUs of the jobs after this one that GPU admission expects to place
         self.spread_too_slow = False  # the job being decided found servers, too many for its QoS
         self.interference_blocked = False  # ... or only next to communicating jobs, too slow for a QoS
@@ -163,23 +170,39 @@ class GenieRound(RoundSetup):
         reserved_before = self.reservation is not None
         self.spread_too_slow = self.interference_blocked = False
         state = self.state
-        tries = self.tries(job)
+        if not job.gpu_choices:  # one GPU count (gpu_counts): `tries` without its lists
+            need = self.required_speed(job)
+            if job.num_gpus > state.free_gpu_count:  # every search would fail (may_fit)
+                self.wait(pos, job, reserved_before, need)
+                return
+            tries: Sequence[tuple[JobView, float, float | None]] = ((job, 1.0, need),)
+        else:
+            tries = self.tries(job)
         for variant, scale, need in tries:
             options, least_cpus, least_mem_gb = self.options(variant, need)
             if not options:
                 continue
-            if not self.may_fit(variant, least_cpus, least_mem_gb):
+            if not self.may_fit(variant, least_cpus, least_mem_gb) or id(options) in self.unfit:
                 # No option can fit (place would fail at every one): only its first call's release
                 # of a GPU-count variant's old claims is kept.
                 current = variant.current
                 if variant is not job and current is not None and current.num_gpus != variant.num_gpus:
                     state.release(variant.job_id)
                 continue
+            unfit = True
             for point, reason in options:
                 if self.place(pos, variant, point, reason, need, scale, own_count=variant is job):
                     return
+                unfit = unfit and not self.found
+            if unfit and least_cpus >= 0 and variant.num_nodes is None:
+                self.unfit[id(options)] = options
+        self.wait(pos, job, reserved_before, tries[0][2] if tries[0][0] is job else self.required_speed(job))
+
+    def wait(self, pos: int, job: JobView, reserved_before: bool, need: float | None) -> None:
+        """`job` found no place: its claims go, a QoS job (`need`, at its own GPU count) may reserve,
+        and it waits with the reason that kept it out."""
+        state = self.state
         state.release(job.job_id)
-        need = tries[0][2] if tries[0][0] is job else self.required_speed(job)
         if need is not None and not reserved_before:
             self.reserve(job)
         if job.deadline_s is not None and need is None:
@@ -193,7 +216,6 @@ class GenieRound(RoundSetup):
         elif self.interference_blocked:
             self.builder.pending(pos, reasons.QOS_INTERFERENCE)
         else:
-            state = self.state
             why = pending_reason(job.num_gpus, state.free_gpu_count)
             if job.num_nodes is not None:
                 why = state.node_pending_reason(job) or why
@@ -303,6 +325,7 @@ class GenieRound(RoundSetup):
         cost the deadline; then False, and `spread_too_slow` says why. `job` may be a GPU-count
         variant (gpu_variant, `own_count` False), whose speed `scale` turns into the job's own."""
         state = self.state
+        self.found = False
         owner: int | None = job.job_id
         if not own_count and job.current is not None and job.current.num_gpus != job.num_gpus:
             state.release(job.job_id)  # another GPU count: its old GPUs are not a home for this one
@@ -315,6 +338,7 @@ class GenieRound(RoundSetup):
             plan = state.find_uniform(PACKED, job.num_gpus, point.cpus_per_gpu, point.mem_gb_per_gpu, owner)
         if plan is None:
             return False
+        self.found = True
         if not fixed:
             dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
         if reason == reasons.BEST_CASE and self.starves_gpus(plan, point):

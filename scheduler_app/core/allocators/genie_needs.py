@@ -19,6 +19,8 @@ def required_speed(job: JobView, shape: ServerShape, now_s: float, slack: float)
     kinds needs both, and is late when either is out of reach)."""
     if job.deadline_s is None and job.min_rate_iters_per_s is None:
         return None
+    if job.deadline_s is not None and job.deadline_s - now_s <= 0:
+        return None  # past its deadline (below: window_s <= 0), before any lookup
     servers = job.num_nodes or -(-job.num_gpus // shape.num_gpus)
     best = shape_points(job.profile, job.num_gpus, servers, shape).best_speed
     need = 0.0
