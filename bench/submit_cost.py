@@ -133,6 +133,14 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--db", default="attune_bench_submit_cost", help="database to create and drop")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13", help="flushed first")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--http", action="store_true", help="over HTTP under gunicorn instead (bench/submit_http.py)"
+    )
+    parser.add_argument(
+        "--apps", default="config.asgi:application", help="with --http: ASGI applications to alternate"
+    )
+    parser.add_argument("--clients", type=int, default=4, help="with --http: keep-alive connections")
+    parser.add_argument("--rounds", type=int, default=3, help="with --http: alternations of --apps")
     return parser.parse_args(argv)
 
 
@@ -166,6 +174,18 @@ def main(argv: list[str] | None = None) -> int:
         with connections["default"].cursor() as cursor:
             cursor.execute("ANALYZE")
         redis.Redis.from_url(args.redis_url).set(SECONDS_KEY, f"{args.forecast_s:.3f}")
+        if args.http:
+            from bench.submit_http import http_costs
+
+            apps = args.apps.split(",")
+            runs = args.rounds * len(apps)
+            http_costs(
+                url=url, database=args.db, redis_url=args.redis_url, token=token, apps=apps,
+                bodies=bodies(workloads, runs * (args.warmup + args.requests), args.seed),
+                clients=args.clients, requests=args.requests, rounds=args.rounds, warmup=args.warmup,
+            )  # fmt: skip
+            connections.close_all()
+            return 0
         client = Client()
         batch = bodies(workloads, args.warmup + args.requests + 1, args.seed)
         submit_all(client, token, batch[: args.warmup])

@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 
 from cluster_app.models import Server
 from cluster_app.services import ServerStateError
+from infra.prepared_sql import prepared_statements
 from scheduler_app.api.filters import JobFilter
 from scheduler_app.api.parsers import BoundedJSONParser
 from scheduler_app.api.serializers.cluster import (
@@ -119,6 +120,14 @@ class JobViewSet(
         LeanTokenAuthentication if cls is TokenAuthentication else cls
         for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES
     ]
+
+    def dispatch(self, request, *args, **kwargs):
+        if self.action_map.get(request.method.lower()) != "create":
+            return super().dispatch(request, *args, **kwargs)
+        # A submission's statements are the same each time, from the token's to the answer's: prepared
+        # (infra/prepared_sql.py), PostgreSQL plans them once per connection, not once per submission.
+        with prepared_statements():
+            return super().dispatch(request, *args, **kwargs)
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
