@@ -86,8 +86,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # The Content-Security-Policy header (CONTENT_SECURITY_POLICY above), with a nonce per response.
-    "csp.middleware.CSPMiddleware",
+    # The Content-Security-Policy header (CONTENT_SECURITY_POLICY above), with a nonce per response that
+    # uses one; built once for the others (config/csp_middleware.py).
+    "config.csp_middleware.PolicyOnceCSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
