@@ -11,6 +11,9 @@ from scheduler_app.web import sign_in_urls
 urlpatterns = [
     path("", scheduler_views.home, name="home"),
     path("healthz", scheduler_views.healthz, name="healthz"),
+    # Before the pages: the agents' syncs and the API's calls are most of the requests, and each route
+    # tried before a match costs a regular expression (no page's route begins with api/).
+    path("api/v1/", include("scheduler_app.api.urls")),
     # Prometheus's conventional path, outside /api/v1/ (docs/metrics.md).
     path("metrics", metrics, name="metrics"),
     path("", include("scheduler_app.web.urls")),
@@ -20,7 +23,6 @@ urlpatterns = [
     path("", include("scheduler_app.web.sign_in_urls")),
     path("oidc/", include(sign_in_urls.oidc_urlpatterns)),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("scheduler_app.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's start-up script as a file of its own (?script), not inline: the
     # Content-Security-Policy allows scripts from this site only.
