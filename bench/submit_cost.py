@@ -14,6 +14,9 @@ authentication, the JSON parser and renderer; not the ASGI server): printed are 
 seconds (median, p90, mean), the PostgreSQL backend's CPU per submission (its process's user +
 system time over them, read with psutil: PostgreSQL must run on this machine), and one submission's
 database statements and Redis commands; with `--profile N`, cProfile's N costliest functions over them.
+With `--http` the submissions go over HTTP to gunicorn instead, one or more ASGI applications
+alternated (bench/submit_http.py): the web processes' and PostgreSQL's CPU per submission and per
+`/healthz` as the image serves them.
 """
 
 from __future__ import annotations
