@@ -224,9 +224,14 @@ class Command(BaseCommand):
                     tail = log_tail(agent_dir / name / "agent.log")
                     self.stderr.write(f"demo: agent {name} exited (code {code}); its log ends:\n{tail}")
                 self._failure = "an agent stopped (see above); the demo stopped with it"
-                # runserver ends, the finally of handle() stops the other agents
-                _thread.interrupt_main(signal.SIGTERM)
-                return
+                # runserver ends, the finally of handle() stops the other agents. Asked again until that
+                # finally has begun (it sets `stop`): a SIGTERM handled while the main thread runs a
+                # weakref callback or a __del__ raises its SystemExit there, where Python ignores it
+                # (seen under load: the demo then ran on without its agent).
+                while True:
+                    _thread.interrupt_main(signal.SIGTERM)
+                    if stop.wait(2.0):
+                        return
             if announced:
                 continue
             try:
