@@ -20,7 +20,7 @@ import psutil
 SAMPLE_S = 1.0
 
 
-def _tree_cpu_s(pid: int) -> float:
+def tree_cpu_s(pid: int) -> float:
     """CPU seconds of a process and its living descendants (a gunicorn master and its workers)."""
     try:
         root = psutil.Process(pid)
@@ -58,7 +58,7 @@ def postgres_counts(title: str, database: str | None) -> bool:
     return not session or database in title.split()
 
 
-def _postgres_cpu_s(database: str | None) -> float:
+def postgres_cpu_s(database: str | None) -> float:
     """CPU seconds of the PostgreSQL processes that count for `database` (postgres_counts)."""
     total = 0.0
     for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
@@ -78,8 +78,8 @@ class CpuShares:
         other work on a shared server stays out of it; without it, every PostgreSQL process."""
         self._pids = pids
         self._parts: dict[str, Callable[[], float]] = {
-            **{part: (lambda pid=pid: _tree_cpu_s(pid)) for part, pid in pids.items()},
-            "postgres": lambda: _postgres_cpu_s(database),
+            **{part: (lambda pid=pid: tree_cpu_s(pid)) for part, pid in pids.items()},
+            "postgres": lambda: postgres_cpu_s(database),
             "redis": lambda: _named_cpu_s("redis-server"),
         }
         self._samples: list[tuple[float, dict[str, float]]] = []
@@ -92,7 +92,7 @@ class CpuShares:
         while not self._stop.is_set():
             sample = {part: read() for part, read in self._parts.items()}
             # The bench's own emulated agents: the stack's processes are its children, taken out.
-            sample["bench"] = _tree_cpu_s(bench) - sum(sample[part] for part in self._pids)
+            sample["bench"] = tree_cpu_s(bench) - sum(sample[part] for part in self._pids)
             self._samples.append((time.time(), sample))
             self._stop.wait(SAMPLE_S)
 

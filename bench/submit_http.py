@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from bench.agent_fleet import service_env
 from bench.common import print_table
-from bench.cpu_shares import _postgres_cpu_s, _tree_cpu_s
+from bench.cpu_shares import postgres_cpu_s, tree_cpu_s
 from bench.lean_http import LeanClient
 from bench.live_common import logger
 from bench.web_bridge import web_tier
@@ -73,9 +73,9 @@ def _measure(
             for client in connections:
                 await client.aclose()
 
-    web0, pg0 = _tree_cpu_s(pid), _postgres_cpu_s(database)
+    web0, pg0 = tree_cpu_s(pid), postgres_cpu_s(database)
     failed = asyncio.run(run())
-    web1, pg1 = _tree_cpu_s(pid), _postgres_cpu_s(database)
+    web1, pg1 = tree_cpu_s(pid), postgres_cpu_s(database)
     if failed:
         raise RuntimeError(f"{failed} of {calls} calls failed")
     return 1000 * (web1 - web0) / calls, 1000 * (pg1 - pg0) / calls

@@ -24,10 +24,9 @@ from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 
-import psutil
-
 from bench.agent_fleet import free_port, healthz_wait, service_env
 from bench.common import print_table
+from bench.cpu_shares import tree_cpu_s
 from bench.lean_http import LeanClient
 from bench.live_common import bench_database, django_setup, logger, logging_setup
 
@@ -56,15 +55,6 @@ def seed(num_servers: int) -> list[tuple[str, list[str]]]:
         uuids = list(Gpu.objects.filter(server=server).order_by("index").values_list("uuid", flat=True))
         agents.append((out.getvalue().strip(), uuids))
     return agents
-
-
-def _tree_cpu_s(pid: int) -> float:
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        times = proc.cpu_times()
-        total += times.user + times.system
-    return total
 
 
 @contextmanager
@@ -126,11 +116,11 @@ async def _register(base_url: str, agents: list[tuple[str, list[str]]]) -> None:
 def measure(base_url: str, pid: int, agents: list[tuple[str, list[str]]], kind: str, requests: int) -> float:
     """The web tier's CPU milliseconds per request of `kind` over one burst."""
     asyncio.run(_load(base_url, agents, kind, max(1, requests // 10)))  # warm: connections, caches
-    before = _tree_cpu_s(pid)
+    before = tree_cpu_s(pid)
     failed = asyncio.run(_load(base_url, agents, kind, requests))
     if failed:
         raise RuntimeError(f"{failed} {kind} requests were not answered 200")
-    return (_tree_cpu_s(pid) - before) * 1e3 / (requests * len(agents))
+    return (tree_cpu_s(pid) - before) * 1e3 / (requests * len(agents))
 
 
 def main() -> int:
