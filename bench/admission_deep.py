@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
-import pstats
 import random
 import statistics
 import sys
@@ -27,6 +25,7 @@ from collections import Counter, defaultdict
 from contextlib import ExitStack, contextmanager
 from unittest import mock
 
+from bench.common import profile_print
 from bench.forecast_refresh import GPU_MIX, one_round, populate
 from bench.live_common import bench_database, django_setup, logging_setup
 
@@ -188,11 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             f"wall per run {sum(wall_s) / args.repeats:.3f} s"
         )
     if profiler:
-        out = io.StringIO()
-        stats = pstats.Stats(profiler, stream=out).strip_dirs()
-        stats.sort_stats("cumulative").print_stats(args.profile)
-        stats.sort_stats("tottime").print_stats(args.profile)
-        print(out.getvalue())
+        profile_print(profiler, args.profile)
     return 0
 
 

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
-import pstats
 import random
 import statistics
 import sys
 import time
 
+from bench.common import profile_print
 from bench.live_common import bench_database, django_setup, logger, logging_setup, percentile
 from bench.submit_rate import GPU_MIX, seed
 
@@ -217,13 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         for sql in queries:
             print("  ", sql[:300])
     if profiler:
-        out = io.StringIO()
         if args.profile_out:
             profiler.dump_stats(args.profile_out)
-        stats = pstats.Stats(profiler, stream=out).strip_dirs()
-        stats.sort_stats("cumulative").print_stats(args.profile)
-        stats.sort_stats("tottime").print_stats(args.profile)
-        print(out.getvalue())
+        profile_print(profiler, args.profile)
     return 0
 
 
