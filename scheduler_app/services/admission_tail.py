@@ -104,16 +104,9 @@ def _known_inside(tail: TailAhead, count: int) -> bool:
 
 def _inside_note(tail: TailAhead, count: int) -> None:
     global _inside
-    now = time.monotonic()
-    inside = _inside
-    if (
-        inside is not None
-        and 0 <= now - inside[0] < INSIDE_REUSE_S
-        and inside[1:3] == (tail.priority, count)
-        and inside[3] >= tail.proportional_s
-    ):
+    if _known_inside(tail, count):
         return  # keep the longer one, and its time
-    _inside = (now, tail.priority, count, tail.proportional_s)
+    _inside = (time.monotonic(), tail.priority, count, tail.proportional_s)
 
 
 def _view(job: Job, profile: SensitivityProfile) -> JobView:
