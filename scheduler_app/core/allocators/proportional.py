@@ -20,14 +20,27 @@ from collections.abc import Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.placement import FIRST_FIT, Score, has_fixed_demand, score_named
+from scheduler_app.core.placement import EPS, FIRST_FIT, Score, has_fixed_demand, score_named
 from scheduler_app.core.placement.setup import RoundSetup
+from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 
 @register_allocator("proportional")
 class ProportionalAllocator(Allocator):
-    """Admit by GPU count in policy order; place each admitted job at its GPU-proportional share."""
+    """Admit by GPU count in policy order; place each admitted job at its GPU-proportional share.
+
+    Its plan is stable (RoundPlan.stable) when every admitted job is placed, none is infeasible, no
+    job has a node count, and each placed job's share fitted what was free on its servers at its turn
+    (within EPS, the test of the strict home try). Deciding the same jobs again, each on its placement
+    here: admission is the same (GPU counts only); each admitted job claims its GPUs (disjoint, free)
+    and, taken in the same order, finds the same cores and memory free at its turn, down to the float
+    operations (the same subtractions of k x share, job by job); so its strict home try holds it there
+    (it fits, and asks exactly what its share holds), `take` gives it its own GPUs back at the same
+    cores and memory, and `placed` hands back its Placement. The pending jobs stay unadmitted. With
+    some jobs gone (every job placed): every job left is still admitted, and finds as much free or more
+    at its turn (a chain of float subtractions with terms left out is never smaller), so the same holds.
+    """
 
     waits_unadmitted = True  # a job not admitted only gets its pending decision
 
@@ -36,14 +49,22 @@ class ProportionalAllocator(Allocator):
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         round_ = RoundSetup(ordered_jobs, snapshot)
-        builder, state, demands = round_.builder, round_.state, round_.demands
+        builder, demands = round_.builder, round_.demands
         infeasible, admitted = round_.infeasible, round_.admitted
-        round_.claim_admitted(remember_others=False)
+        start = hold_current(round_)
+        if not start:
+            round_.claim_admitted(remember_others=False)
+        state = round_.state
+        free_cpus, free_mem_gb = state.free_cpus, state.free_mem_gb
+        # RoundPlan.stable, kept up to date as jobs are placed (the class docstring says why).
+        stable = not state.has_node_counts
         # One pass deciding every job (not admit() then the admitted): this is the cheapest round.
-        for pos, job in enumerate(ordered_jobs):
+        for pos in range(start, len(ordered_jobs)):
+            job = ordered_jobs[pos]
             why = infeasible[pos]
             if why is not None:
                 builder.infeasible(pos, why)
+                stable = False
                 continue
             if not admitted[pos]:
                 builder.pending(pos, reasons.INSUFFICIENT_GPUS)
@@ -60,6 +81,63 @@ class ProportionalAllocator(Allocator):
                 # when the job's node count (num_nodes) finds too few servers with its GPUs free.
                 state.release(job.job_id)
                 builder.pending(pos, state.node_pending_reason(job) or reasons.FRAGMENTED)
+                stable = False
                 continue
+            if stable:
+                for i, k in plan:
+                    if k * dc[i] > free_cpus[i] + EPS or k * dm[i] > free_mem_gb[i] + EPS:
+                        stable = False
             round_.placed(pos, state.take(plan, dc, dm, job.job_id), speed, reason)
-        return builder.build()
+        return builder.build(stable=stable)
+
+
+def hold_current(round_: RoundSetup) -> int:
+    """The common round, cheaply: where the jobs that ran last round come first in the policy order,
+    each admitted and its placement holding its share (`RoundState.take_current`), place them there
+    without claims, as claiming them and sending each home would: their strict home try holds each
+    (the same test as take_current's), in this order, leaving the same free GPUs, cores and memory
+    and no claim standing, so the jobs after them are placed by the same plain rule on the same
+    state. Returns how many jobs it placed; 0 (state as it was) where the round has not that shape.
+
+    Only on a cluster whose servers give every GPU the same share (take_current takes one per-GPU
+    demand for all the servers of a placement), without node counts.
+    """
+    jobs, state = round_.jobs, round_.state
+    if state.has_node_counts:
+        return 0
+    count = 0
+    for job in jobs:
+        if job.current is None:
+            break
+        count += 1
+    if not count or any(job.current is not None for job in jobs[count:]):
+        return 0
+    prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
+    c0, m0 = prop_cpus[0], prop_mem_gb[0]
+    if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
+        return 0
+    infeasible, admitted, demands = round_.infeasible, round_.admitted, round_.demands
+    held = []
+    for pos in range(count):
+        job = jobs[pos]
+        if infeasible[pos] is not None or not admitted[pos]:
+            return _undo(round_)
+        if has_fixed_demand(job):
+            dc, dm = state.fixed_demand(job)
+            c, m = dc[0], dm[0]
+            speed, reason = demands.fixed_point(job).speed, reasons.FIXED_DEMAND
+        else:
+            c, m, speed, reason = c0, m0, 1.0, reasons.PROPORTIONAL
+        shares = state.take_current(job.current, job.num_gpus, c, m)  # type: ignore[arg-type]
+        if shares is None:
+            return _undo(round_)
+        held.append((pos, shares, speed, reason))
+    for pos, shares, speed, reason in held:
+        round_.placed(pos, shares, speed, reason)
+    return count
+
+
+def _undo(round_: RoundSetup) -> int:
+    """Forget what hold_current took: the round starts again from a fresh state."""
+    round_.state = RoundState(round_.snapshot, round_.jobs)
+    return 0
