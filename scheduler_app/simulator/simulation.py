@@ -13,7 +13,7 @@ from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.move_guard import one_server_views
-from scheduler_app.core.placement import gpu_admission, infeasible_reasons
+from scheduler_app.core.placement import gpu_admission, infeasible_reason, infeasible_reasons
 from scheduler_app.core.policies import POLICIES, Policy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, Decision, Outcome, RoundPlan, SensitivityProfile
@@ -128,6 +128,28 @@ def _with_waiting(
     waiting = tuple(Decision(job.job_id, Outcome.PENDING, reasons.INSUFFICIENT_GPUS) for job in ordered[old:])
     # Still stable: the jobs added are left out by admission, as they will be while the others stay.
     return RoundPlan(plan.decisions + waiting, plan.stable)
+
+
+def _surely_admitted(
+    arrived: Sequence[SimJob], active: Mapping[int, SimJob], snapshot: ClusterSnapshot
+) -> bool:
+    """True when GPU admission admits one of the jobs just `arrived` whatever the order, so that
+    `_with_waiting` would answer None: it admits them after the others (or the order differs, also
+    None), and the others, admitted or not, leave at least the free GPUs less all of theirs. Counts
+    only, instead of ordering and admitting every job."""
+    left = snapshot.free_gpu_count
+    for job in active.values():
+        left -= job.num_gpus
+    for job in arrived:
+        left += job.num_gpus
+    for job in arrived:
+        if (
+            job.num_gpus <= left
+            and job.num_nodes is None
+            and infeasible_reason(job.job_view(), snapshot) is None
+        ):
+            return True
+    return False
 
 
 def _next_steady(plan: RoundPlan, run: SimRun, done_now: Sequence[SimJob]) -> RoundPlan | None:
@@ -299,9 +321,10 @@ def simulate(
             next_idx += 1
         if next_idx > first_new and steady_plan is not None:
             # Arrivals that only queue behind a full cluster leave the others' plan as it was.
+            arrived = sim_jobs[first_new:next_idx]
             steady_plan = (
-                _with_waiting(steady_plan, sim_jobs[first_new:next_idx], run, snapshot, policy_obj, now_s)
-                if waits_unadmitted
+                _with_waiting(steady_plan, arrived, run, snapshot, policy_obj, now_s)
+                if waits_unadmitted and not _surely_admitted(arrived, active, snapshot)
                 else None
             )
         if not active:
