@@ -86,6 +86,55 @@ def build(plan: RoundPlan, active: Mapping, round_s: float, round_end: bool) -> 
     return Template(plan, rows, tuple(sums), round_s, round_end)
 
 
+def without(template: Template, done: list) -> Template:
+    """`template` less the rows of the jobs `done` (they finished as it was applied), its sums worked
+    out again over the rows left in order, as `build` adds them: for the next plan, `adopt`ed to it.
+    Its `plan` is still the old one until then."""
+    gone = {id(job) for job in done}
+    rows = [row for row in template.rows if id(row[0]) not in gone]
+    sums = [0.0, 0.0, 0.0, 0.0, 0.0]
+    for row in rows:
+        gpus, cpus, mem_gb, cpus_used, mem_used = row[0].resources
+        sums[0] += gpus
+        sums[1] += cpus
+        sums[2] += mem_gb
+        sums[3] += cpus_used
+        sums[4] += mem_used
+    return Template(template.plan, rows, tuple(sums), template.round_s, template.round_end)
+
+
+def adopt(template: Template, plan: RoundPlan, active: Mapping) -> Template | None:
+    """`template`'s rows as the template of `plan`, when `build(plan, active)` would give these rows
+    and sums: `plan` places exactly the rows' jobs, in the rows' order, each on the very Placement
+    it holds (so each still continues its lease, with no start-up and no checkpoints, as when its row
+    was built), and leaves every other active job waiting (the simulator's next plan: the last one
+    less the jobs just finished, or with arrivals waiting behind it). None otherwise."""
+    decisions = plan.decisions
+    if len(decisions) != len(active):
+        return None
+    rows = template.rows
+    n = len(rows)
+    r = 0
+    for decision in decisions:
+        placement = decision.placement
+        if placement is None:
+            if decision.outcome is Outcome.INFEASIBLE:
+                return None
+            job = active.get(decision.job_id)
+            if job is None or job.current is not None:
+                return None
+            continue
+        if r == n:
+            return None
+        job = rows[r][0]
+        if job.job_id != decision.job_id or placement is not job.current or job.finish_s is not None:
+            return None
+        r += 1
+    if r != n:
+        return None
+    return Template(plan, rows, template.sums, template.round_s, template.round_end)
+
+
 def run(template: Template, now_s: float, totals: list[float], owner_gained: dict, blind: bool) -> list:
     """Apply `template`'s plan once more at `now_s` (SimRun.apply's continue path for every placed job,
     the same operations in the same order); returns the jobs that finished."""

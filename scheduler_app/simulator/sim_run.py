@@ -147,12 +147,21 @@ class SimRun:
         placed and those that finished. Sets `kept`: whether the plan left every job as it was
         (keeps_everyone, found on the way)."""
         active = self.active
-        if plan is self._last_plan and interval_s is None:
-            if self._template_plan is not plan:
-                self._template_plan = plan
-                self._template = reapply.build(plan, active, self.round_s, self.round_end)
-            if self._template is not None:
-                return self._reapply(self._template, now_s)
+        if interval_s is None:
+            if plan is self._last_plan:
+                if self._template_plan is not plan:
+                    self._template_plan = plan
+                    self._template = reapply.build(plan, active, self.round_s, self.round_end)
+                if self._template is not None:
+                    return self._reapply(self._template, now_s)
+            elif self._template is not None:
+                # The template of the plan applied last (less the jobs that finished then) may be
+                # this plan's: the same plan less those jobs' decisions, or with arrivals waiting.
+                template = reapply.adopt(self._template, plan, active)
+                if template is not None:
+                    self._last_plan = self._template_plan = plan
+                    self._template = template
+                    return self._reapply(template, now_s)
         self._last_plan = self._template_plan = self._template = None
         round_end, in_place, blind = self.round_end, self.in_place, self.progress_blind
         round_s = self.round_s if interval_s is None else interval_s
@@ -274,7 +283,9 @@ class SimRun:
         placed, sums = template.placed, template.sums
         self.series.append(now_s, int(sums[0]), *sums[1:], placed, len(self.active) - placed)
         if done_now:
-            self._last_plan = self._template_plan = self._template = None
+            # The next plan is another one; it may be adopted by this template less their rows.
+            self._last_plan = self._template_plan = None
+            self._template = reapply.without(template, done_now)
             for job in done_now:
                 del self.active[job.job_id]
                 del self.running[job.job_id]

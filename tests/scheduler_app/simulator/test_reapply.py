@@ -39,3 +39,26 @@ def test_templates_give_the_same_figures(
     job_by_job = _figures(policy=policy, allocator=allocator, finish_at_round_end=round_end)
     assert runs["n"] == 0
     assert templated == job_by_job
+
+
+@pytest.mark.parametrize("round_end", [False, True])
+@pytest.mark.parametrize(("policy", "allocator"), [("fifo", "tune"), ("fifo", "proportional")])
+def test_adopted_templates_give_the_same_figures(
+    monkeypatch: pytest.MonkeyPatch, round_end: bool, policy: str, allocator: str
+) -> None:
+    """The plan after a job finished (or with arrivals waiting) applied from the last template less
+    their rows gives the figures of applying it job by job."""
+    adopted = {"n": 0}
+    real_adopt = reapply.adopt
+
+    def counting(*args, **kwargs):
+        template = real_adopt(*args, **kwargs)
+        adopted["n"] += template is not None
+        return template
+
+    monkeypatch.setattr(reapply, "adopt", counting)
+    with_adoption = _figures(policy=policy, allocator=allocator, finish_at_round_end=round_end)
+    assert adopted["n"] > 0
+    monkeypatch.setattr(reapply, "adopt", lambda *args: None)
+    without = _figures(policy=policy, allocator=allocator, finish_at_round_end=round_end)
+    assert with_adoption == without
