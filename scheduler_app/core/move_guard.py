@@ -49,6 +49,7 @@ Decide = Callable[[Sequence[JobView], ClusterSnapshot, Mapping[int, int]], Round
 # (bench.round_cost); the same __init__ over the fields' tuple, read at once, a third of that.
 _JOB_VIEW_FIELDS = attrgetter(*(f.name for f in fields(JobView)))
 _NUM_NODES_AT = [f.name for f in fields(JobView)].index("num_nodes")
+_CURRENT_AT = [f.name for f in fields(JobView)].index("current")
 assert all(f.init and not f.kw_only for f in fields(JobView)), "one_server_views passes them by position"
 
 
@@ -255,7 +256,11 @@ def _floor_view(
     if job.current is None:
         return job
     floor = _memo_floor(job, servers, memo)
-    return job if floor is job.current else replace(job, current=floor)
+    if floor is job.current:
+        return job
+    values = list(_JOB_VIEW_FIELDS(job))
+    values[_CURRENT_AT] = floor
+    return JobView(*values)  # replace(job, current=floor), faster (every running job of most rounds)
 
 
 def _memo_floor(

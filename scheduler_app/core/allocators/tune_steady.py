@@ -26,13 +26,16 @@ class SteadyRound:
 
     def hold_current(self, order: list[int]) -> int:
         """The common round, cheaply: where the jobs that ran last round come first in `order` and
-        each of their placements holds it at its best case (`RoundState.take_current`), hold them
-        there without claims, as claiming them and keeping each home would (keep_home's first try,
-        in this order, leaves the same state and no claim standing). Returns how many jobs of
-        `order` it held; 0 (nothing changed) where the round does not have that shape."""
+        keep_home would keep each on its GPUs without making room (its strict tries, or its fallback
+        demand on what is free there: `RoundState.take_home_now`), hold them there without claims,
+        as claiming them and keeping each home would: in this order that leaves the same state and
+        no claim standing. A job that asks more than it held (under the move guard every running job
+        is seen holding its proportional floor) is judged beside what the others' claims reserved,
+        worked out as `_register` and `_take_home` would (`unreserved_now`); a job with a node count
+        (the move guard's one server) only where its placement has that shape, as `_register` wants.
+        Returns how many jobs of `order` it held; 0 (nothing changed) where the round does not have
+        that shape (a fixed demand, a newcomer before a running job, room to be made, a stale home)."""
         jobs, state = self.jobs, self.state
-        if state.has_node_counts:
-            return 0
         count = 0
         for pos in order:
             if jobs[pos].current is None:
@@ -41,24 +44,68 @@ class SteadyRound:
         if not count or any(jobs[pos].current is not None for pos in order[count:]):
             return 0
         best_of, held, on_server = self.demands.best, self.held, self.on_server
+        nodes = state.has_node_counts
+        unreserved: tuple[list[float], list[float]] | None = None
+        take = state.take_home_now
         for pos in order[:count]:
             job = jobs[pos]
             if has_fixed_demand(job):
                 return self.undo_holds()
+            shape = state.node_shape(job.job_id) if nodes else None
+            if shape is not None:
+                shares_now = job.current.shares  # type: ignore[union-attr]
+                if len(shares_now) != shape[0] or any(len(s.gpu_indices) != shape[1] for s in shares_now):
+                    return self.undo_holds()  # not its shape: no home in the walk (claims.py `_register`)
+                self.settled = False  # as settles() judges a job with a node count
             best = best_of(job)
-            shares = state.take_current(job.current, job.num_gpus, best.cpus_per_gpu, best.mem_gb_per_gpu)  # type: ignore[arg-type]
-            if shares is None:
-                return self.undo_holds()
-            if (
-                len(shares) > 1
-                and with_penalty(best.speed, job.profile, len(shares), job.num_gpus) != best.speed
-            ):
+            cur = job.current
+            assert cur is not None
+            # keep_home's tries, in its order: each home point strictly, beside the others' claims.
+            shares, point, reason = None, None, reasons.BEST_CASE
+            for point in self.home_points(job, best):
+                dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
+                shares = take(cur, job.num_gpus, dc, dm, unreserved)
+                if shares is None and unreserved is None:
+                    # It may ask more than it held (under the move guard every job holds its
+                    # proportional floor): then it stays beside what the others reserved, if that fits.
+                    unreserved = self.unreserved_now(order[:count])
+                    shares = take(cur, job.num_gpus, dc, dm, unreserved)
+                if shares is not None:
+                    reason = reasons.BEST_CASE if point is best else reasons.INTERMEDIATE
+                    break
+            if shares is not None:
+                assert point is not None
+                speed, revertible = point.speed, True
+            else:
+                # Then its fallback demand on what is free there (no room made: that walks instead).
+                dc, dm, point, speed, reason = self.fallback_demand(best)
+                shares = take(cur, job.num_gpus, dc, dm, unreserved, strict=False)
+                if shares is None:
+                    return self.undo_holds()
+                revertible = point is not None
+            if reason != reasons.BEST_CASE:
+                self.settled = False  # as settles() judges a job below its best case
+            elif len(shares) > 1 and with_penalty(speed, job.profile, len(shares), job.num_gpus) != speed:
                 self.settled = False  # as settles() judges a spread job
-            h = HeldJob(job, pos, len(held), shares, best, best.speed, reasons.BEST_CASE, True)
+            h = HeldJob(job, pos, len(held), shares, point, speed, reason, revertible)
             held.append(h)
             for share in shares:
                 on_server[share.server_pos].append(h)
         return count
+
+    def unreserved_now(self, running: list[int]) -> tuple[list[float], list[float]]:
+        """The cores and memory per server the claims of the jobs at `running` (this round's prefix,
+        all to be held) would leave unreserved at this point of `hold_current`: each claims its current
+        shares in policy order (claim_admitted), and each job held since took its own back and its
+        demand instead, in hold order, the same float operations as the walk's."""
+        jobs = self.jobs
+        cpus, mem_gb = self.state.current_unreserved([jobs[pos] for pos in sorted(running)])
+        for h in self.held:
+            for share, before in zip(h.shares, h.job.current.shares, strict=True):  # type: ignore[union-attr]
+                i = share.server_pos
+                cpus[i] += float(before.num_cpus) - share.cpus
+                mem_gb[i] += float(before.mem_gb) - share.mem_gb
+        return cpus, mem_gb
 
     def undo_holds(self) -> int:
         """Forget what hold_current held: the round starts again from its fresh state."""

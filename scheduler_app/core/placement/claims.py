@@ -13,7 +13,7 @@ since it has to move anyway. The mixin holds the claim bookkeeping of `RoundStat
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from scheduler_app.core.placement.plan import EPS, HeldShare, Plan
 from scheduler_app.core.types import JobView, Placement, ServerView
@@ -60,6 +60,7 @@ class Claims:
     _grown: list[int]
     _unfit: dict[tuple[int, ...], tuple[object, ...]]
     _pos_of: dict[int, int] | None
+    uniform: Callable[[float], list[float]]  # RoundState's: a per-GPU value as a per-server vector
 
     def claim_current(self, jobs: Iterable[JobView]) -> None:
         """Let each job's `current` placement claim its GPUs and reserve the cores and memory it held.
@@ -281,21 +282,37 @@ class Claims:
         return shares
 
     def take_current(self, cur: Placement, num_gpus: int, c: float, m: float) -> list[HeldShare] | None:
-        """Before any claim: take the GPUs of `cur` at per-GPU demand (c, m), as `_take_home` would for
-        a claimant whose strict home try holds it there; None (nothing taken) where that try might not.
+        """`take_home_now` at the same per-GPU demand (c, m) on every server, asking no more than held."""
+        return self.take_home_now(cur, num_gpus, self.uniform(c), self.uniform(m))
+
+    def take_home_now(
+        self,
+        cur: Placement,
+        num_gpus: int,
+        dc: Sequence[float],
+        dm: Sequence[float],
+        unreserved: tuple[list[float], list[float]] | None = None,
+        *,
+        strict: bool = True,
+    ) -> list[HeldShare] | None:
+        """Before any claim: take the GPUs of `cur` at per-GPU demand (dc, dm), as `_take_home` would
+        for a claimant whose home try (`home_plan`, `strict` or not) holds it there; None (nothing
+        taken) where that try might not.
 
         It holds it when, as `_register` and `home_plan` judge it: `cur` names known servers once each
-        and `num_gpus` GPUs free here, and on each server the demand fits what is free and asks no more
-        than the share holds (so the reservations beside it do not matter). A round whose jobs with a
-        placement all come first in its order, each held this way, then leaves no claim standing, and
-        the state is the one claiming and keeping them would leave (tune's `hold_current`).
+        and `num_gpus` GPUs free here, and on each server the demand fits what is free and, strictly,
+        either asks no more than the share holds, or (given `unreserved`, `current_unreserved`'s
+        lists, updated here as `_take_home` updates the state's) fits beside what the other claimants
+        reserved. A round whose jobs with a placement all come first in its order, each held this
+        way, then leaves no claim standing, and the state is the one claiming and keeping them would
+        leave (tune's and proportional's `hold_current`).
         """
         assert self._claimed is None, "take_current comes before any claim"
         pos_of = self._pos_of
         if pos_of is None:
             pos_of = self._pos_of = {sid: i for i, sid in enumerate(self.server_ids)}
         free_cpus, free_mem, free_idx = self.free_cpus, self.free_mem_gb, self.free_idx
-        taken: list[tuple[int, tuple[int, ...], float, float]] = []
+        taken: list[tuple[int, tuple[int, ...], float, float, float, float]] = []
         servers: set[int] = set()
         total = 0
         # Plain loops and local names: this runs for every running job of most rounds.
@@ -306,12 +323,17 @@ class Claims:
                 return None
             servers.add(i)
             k = len(idx)
-            cpus = k * c
-            mem_gb = k * m
+            cpus = k * dc[i]
+            mem_gb = k * dm[i]
             if cpus > free_cpus[i] + EPS or mem_gb > free_mem[i] + EPS:
                 return None
-            if int(cpus + EPS) > float(share.num_cpus) or mem_gb > float(share.mem_gb) + EPS:
-                return None  # asks more than it held: the reservations beside it would count
+            held_cpus, held_mem_gb = float(share.num_cpus), float(share.mem_gb)
+            if strict and (int(cpus + EPS) > held_cpus or mem_gb > held_mem_gb + EPS):
+                # Asks more than it held: home_plan's strict try holds it only beside the others.
+                if unreserved is None:
+                    return None
+                if cpus > unreserved[0][i] + held_cpus + EPS or mem_gb > unreserved[1][i] + held_mem_gb + EPS:
+                    return None
             free = free_idx[i]
             if k == 1:
                 if idx[0] not in free:
@@ -319,12 +341,15 @@ class Claims:
             elif len(set(idx)) != k or not set(idx).issubset(free):
                 return None
             total += k
-            taken.append((i, idx, cpus, mem_gb))
+            taken.append((i, idx, cpus, mem_gb, held_cpus, held_mem_gb))
         if total != num_gpus:
             return None
         buckets, num_free = self._buckets, self.num_free
         shares = []
-        for i, idx, cpus, mem_gb in taken:
+        for i, idx, cpus, mem_gb, held_cpus, held_mem_gb in taken:
+            if unreserved is not None:  # as _take_home: its reservation gone, its demand taken
+                unreserved[0][i] += held_cpus - cpus
+                unreserved[1][i] += held_mem_gb - mem_gb
             free = free_idx[i]
             for g in idx:
                 free.remove(g)
@@ -340,6 +365,26 @@ class Claims:
             self.free_gpu_count -= k
             shares.append(HeldShare(i, idx, cpus, mem_gb))
         return shares
+
+    def current_unreserved(self, jobs: Iterable[JobView]) -> tuple[list[float], list[float]]:
+        """The cores and memory per server that `claim_current(jobs)` would leave unreserved, for
+        `take_current`: what the snapshot has free less each job's current shares, in `jobs`' order
+        (the same float operations as `_register`'s). Exact where every one of those placements is
+        valid (a round that `take_current` holds whole)."""
+        pos_of = self._pos_of
+        if pos_of is None:
+            pos_of = self._pos_of = {sid: i for i, sid in enumerate(self.server_ids)}
+        cpus = [float(s.free_cpus) for s in self.servers]
+        mem_gb = [float(s.free_mem_gb) for s in self.servers]
+        for job in jobs:
+            if job.current is None:
+                continue
+            for share in job.current.shares:
+                i = pos_of.get(share.server_id)
+                if i is not None:
+                    cpus[i] -= float(share.num_cpus)
+                    mem_gb[i] -= float(share.mem_gb)
+        return cpus, mem_gb
 
     def _pick(self, i: int, k: int, mine: tuple[int, ...]) -> tuple[int, ...]:
         """k free GPU indices of server i, removed from the free list (see `take` for the order)."""
