@@ -374,6 +374,11 @@ def simulate(
             steady_plan = _next_steady(plan, run, done_now)
         else:
             steady_plan = plan if steady and run.kept and not done_now else None
+            if steady_plan is None and steady and reuse_key == () and restarts is None and plan.stable:
+                # A stable plan (the allocator's word; one blind to progress) repeats for the same
+                # jobs in the same order, and less the finished ones where it placed every job, as
+                # above: `holds` then checks the order each round.
+                steady_plan = _next_steady(plan, run, done_now)
         finished += len(done_now)
         measured_left -= sum(1 for job in done_now if job.job_id in measured_ids)
         if progress is not None and done_now and (100 * finished) // num_jobs != last_reported:

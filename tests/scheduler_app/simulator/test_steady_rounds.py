@@ -6,6 +6,7 @@ import pytest
 
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.allocators.genie import GenieAllocator
+from scheduler_app.core.allocators.proportional import ProportionalAllocator
 from scheduler_app.core.allocators.tune import TuneAllocator
 from scheduler_app.core.policies.aging import Aging
 from scheduler_app.core.policies.sjf import SjfPolicy
@@ -53,6 +54,12 @@ def test_reused_plans_give_the_same_figures(monkeypatch: pytest.MonkeyPatch, rou
     assert reused == every
 
 
+class ProportionalDecidingEveryRound(ProportionalAllocator):
+    """proportional, declared progress-reading: the simulator then decides every round afresh."""
+
+    reads_progress = True
+
+
 class GenieDecidingEveryRound(GenieAllocator):
     """genie without its keyed allocations: every round and allocation decided afresh."""
 
@@ -63,6 +70,8 @@ class GenieDecidingEveryRound(GenieAllocator):
     ("policy", "allocator", "every", "extra"),
     [
         ("srtf", TuneAllocator, DecideEveryRound, {}),
+        # Stable plans (which started jobs) reused while the order holds.
+        ("las", ProportionalAllocator, ProportionalDecidingEveryRound, {"finish_at_round_end": True}),
         # Shortest first with aging (a low threshold: jobs age within the trace), genie, with and without
         # the move guard and restart costs.
         (SjfPolicy(aging=Aging(factor=1.0, floor_s=0.0)), TuneAllocator, DecideEveryRound, {}),
@@ -78,7 +87,14 @@ class GenieDecidingEveryRound(GenieAllocator):
         ),
         (SwafPolicy(), GenieAllocator, GenieDecidingEveryRound, {"mode": "events"}),
     ],
-    ids=["srtf+tune", "sjf-aging+tune", "swaf-aging+genie", "swaf-aging+genie+guard", "swaf+genie-events"],
+    ids=[
+        "srtf+tune",
+        "las+proportional",
+        "sjf-aging+tune",
+        "swaf-aging+genie",
+        "swaf-aging+genie+guard",
+        "swaf+genie-events",
+    ],
 )
 def test_progress_ordered_policies_reuse_rounds_exactly(
     monkeypatch: pytest.MonkeyPatch, policy, allocator, every, extra
