@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 from django.db import connection
@@ -34,8 +35,22 @@ def lease_params(lease_ids: Iterable[UUID]) -> tuple[str, list]:
     return ", ".join(["%s"] * len(values)), values
 
 
-def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID, Allocation]:
-    """lease id -> its lease on `server_id` (only id, lease_id, job_id, started_at loaded), any state."""
+class LeaseOfServer(NamedTuple):
+    """What storing a lease's reports needs of it: its allocation's id, its job, its start."""
+
+    pk: int
+    lease_id: UUID
+    job_id: int
+    started_at: datetime
+
+
+def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID, LeaseOfServer]:
+    """lease id -> its lease on `server_id`, any state.
+
+    Every sync with reports asks it: on PostgreSQL the rows are read as they come (psycopg2 hands back
+    UUIDs and aware datetimes), not built into Allocation instances (model_rows: 0.1 ms of the web
+    tier's CPU for a sync's four leases, bench.sync_cost). Elsewhere through the fields' conversions.
+    """
     marks, params = lease_params(lease_ids)
     if not params:
         return {}
@@ -43,7 +58,14 @@ def leases_of_server(*, server_id: int, lease_ids: Iterable[UUID]) -> dict[UUID,
         f"SELECT id, lease_id, job_id, started_at FROM {quoted_table(Allocation)}"
         f" WHERE server_id = %s AND lease_id IN ({marks})"
     )
-    return {a.lease_id: a for a in model_rows(Allocation, sql, [server_id, *params])}
+    if is_postgresql():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [server_id, *params])
+            return {row[1]: LeaseOfServer(*row) for row in cursor.fetchall()}
+    return {
+        a.lease_id: LeaseOfServer(a.pk, a.lease_id, a.job_id, a.started_at)
+        for a in model_rows(Allocation, sql, [server_id, *params])
+    }
 
 
 def jobs_lock(*, job_ids: Iterable[int], skip_locked: bool = False) -> dict[int, Job]:

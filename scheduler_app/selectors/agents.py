@@ -222,7 +222,6 @@ def agent_commands(
       agent applies, sent by agents with the `resize` feature; `resize_commands`).
     Computed afresh on every sync, so a lost answer is simply repeated by the next one.
     """
-    conf = scheduler_conf()
     running = set(running)
     # Most syncs change nothing: the live leases' ids first (one light query), and the leases to
     # start, with their jobs, GPUs and rendezvous, and the profiling commands only when there are some.
@@ -248,6 +247,7 @@ def agent_commands(
         commands.append(command)
     stale = running - live
     if stale:
+        conf = scheduler_conf()  # only here: a sync that stops nothing, most of them, needs none of it
         ended = dict(
             Allocation.objects.filter(server=server, lease_id__in=stale).values_list("lease_id", "end_reason")
         )

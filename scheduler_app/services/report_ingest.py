@@ -22,8 +22,9 @@ from infra.task_send import task_send
 from infra.vendor import is_postgresql
 from profiles_app.selectors import profiling_runs_of_server
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.models import TERMINAL_JOB_STATES, AgentReportKind, Allocation
+from scheduler_app.models import TERMINAL_JOB_STATES, AgentReportKind
 from scheduler_app.selectors.agent_reports import (
+    LeaseOfServer,
     jobs_lock,
     leases_of_server,
     pending_report_job_ids,
@@ -76,7 +77,7 @@ class _Stored:
     urgent_job_ids: set[int]  # those of them with an exit (URGENT_KINDS)
 
 
-def _within_lease_life(r: LeaseReport, allocation: Allocation, *, now: datetime) -> LeaseReport:
+def _within_lease_life(r: LeaseReport, allocation: LeaseOfServer, *, now: datetime) -> LeaseReport:
     """`r` dated within its lease's life as the service knows it: not before the lease started, not
     after the service's clock plus AGENT_CLOCK_SKEW. Clamped rather than refused: a wrong clock must not
     cost a job its exit report (it would stay RUNNING for ever), while the clamp keeps the GPU time it
