@@ -18,9 +18,11 @@ inside the window.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from django.db import connection
 
@@ -38,6 +40,7 @@ REL_MARGIN = 1e-9
 # How long the GPU counts of the pending jobs are reused before they are read again (the rates stay
 # exact whatever this is: a GPU count missing from the table only undercounts).
 GPU_COUNTS_REUSE_S = 30.0
+BIGINT_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -166,35 +169,75 @@ def _rates_read(*, extra_gpus: int) -> Rates:
 
 def _count_ahead(job: Job, count: int, tail: TailAhead, rates: Rates, own: list[int]) -> tuple[str, bool]:
     """The catalog's digest now, and whether at least `count` pending jobs are ahead of `job` by
-    `tail` with the table's rates: one statement that stops at the count-th."""
+    `tail` with the table's rates: one statement that stops at the count-th, read through the pending
+    jobs' partial indexes (migration 0026), whatever the queue's length."""
     groups = [(key, rate) for key, rate in rates.iter_time_s.items() if rate > 0]
-    workloads = [workload_id for (workload_id, _), _ in groups]
-    gpus = [n for (_, n), _ in groups]
     below_iters = [tail.proportional_s / rate * (1 - REL_MARGIN) for _, rate in groups]
     never = [state for state in TERMINAL_JOB_STATES if state != JobState.COMPLETED]
-    jobs, after = Job._meta.db_table, Job.depends_on.through._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT ({_digest_sql()}), EXISTS (SELECT 1 FROM {jobs} j "
-            "LEFT JOIN unnest(%s::bigint[], %s::integer[], %s::float8[]) AS g(w, n, below) "
-            "ON g.w = j.workload_id AND g.n = j.num_gpus "
-            "WHERE j.state = %s AND NOT j.held AND j.id <> ALL(%s) "
-            "AND (j.priority > %s OR (j.priority = %s AND (j.qos_deadline_at IS NOT NULL "
-            "OR j.qos_max_latency_s IS NOT NULL OR j.qos_min_rate_iters_per_s IS NOT NULL "
-            "OR j.total_iters - j.done_iters < g.below))) "
-            f"AND NOT EXISTS (SELECT 1 FROM {after} a JOIN {jobs} d ON d.id = a.to_job_id "
-            "WHERE a.from_job_id = j.id AND d.state = ANY(%s)) OFFSET %s LIMIT 1)",
-            [
-                workloads,
-                gpus,
-                below_iters,
-                JobState.PENDING,
-                own,
-                tail.priority,
-                tail.priority,
-                never,
-                count - 1,
-            ],
+            _count_sql(),
+            {
+                "workloads": [workload_id for (workload_id, _), _ in groups],
+                "gpus": [n for (_, n), _ in groups],
+                "below": below_iters,
+                "cut": [_iters_cut(below) for below in below_iters],
+                "priority": tail.priority,
+                "own": own,
+                "never": never,
+                "offset": count - 1,
+                "limit": count,
+            },
         )
         digest, ahead = cursor.fetchone()
     return digest, bool(ahead)
+
+
+def _iters_cut(below: float) -> int:
+    """The least whole number of iterations not below `below` (a bigint): total_iters < cut exactly
+    when total_iters < below, so an index range on total_iters finds the jobs short enough."""
+    return min(math.ceil(below), BIGINT_MAX) if below < BIGINT_MAX else BIGINT_MAX
+
+
+@cache
+def _count_sql() -> str:
+    """The jobs ahead, in four disjoint parts, each an index range on the pending jobs (migration
+    0026's partial indexes: their predicates written out, not parameters, so that a prepared
+    statement's generic plan uses them too): every job of a higher priority; at its priority, the jobs
+    with a QoS target; for each (workload, GPU count), the jobs without one shorter than the threshold
+    by total_iters (a range: for them total_iters - done_iters is below it too, still checked), at
+    most `count` each in the index's order, so that each is read from that index whatever the
+    statistics say; and the jobs that have run (started_at
+    set: done_iters is above 0 only once a job has started) and are shorter by what is left of them
+    than by total_iters. In each, held jobs, the new ones and those after a dependency that ended
+    without completing are left out, as before."""
+    jobs, after = Job._meta.db_table, Job.depends_on.through._meta.db_table
+    pending = (
+        f"j.state = '{JobState.PENDING}' AND NOT j.held AND j.id <> ALL(%(own)s) "
+        f"AND NOT EXISTS (SELECT 1 FROM {after} x JOIN {jobs} d ON d.id = x.to_job_id "
+        "WHERE x.from_job_id = j.id AND d.state = ANY(%(never)s))"
+    )
+    qos = (
+        "j.qos_deadline_at IS NOT NULL OR j.qos_max_latency_s IS NOT NULL "
+        "OR j.qos_min_rate_iters_per_s IS NOT NULL"
+    )
+    no_qos = (
+        "j.qos_deadline_at IS NULL AND j.qos_max_latency_s IS NULL AND j.qos_min_rate_iters_per_s IS NULL"
+    )
+    groups = (
+        "unnest(%(workloads)s::bigint[], %(gpus)s::integer[], %(below)s::float8[], %(cut)s::bigint[]) "
+        "AS g(w, n, below, cut)"
+    )
+    return (
+        f"SELECT ({_digest_sql()}), EXISTS (SELECT 1 FROM ("
+        f"SELECT j.id FROM {jobs} j WHERE {pending} AND j.priority > %(priority)s "
+        f"UNION ALL SELECT j.id FROM {jobs} j WHERE {pending} AND j.priority = %(priority)s AND ({qos}) "
+        f"UNION ALL SELECT j.id FROM {groups} CROSS JOIN LATERAL (SELECT j.id FROM {jobs} j "
+        f"WHERE {pending} AND j.priority = %(priority)s AND j.workload_id = g.w AND j.num_gpus = g.n "
+        f"AND j.total_iters < g.cut AND j.total_iters - j.done_iters < g.below AND {no_qos} "
+        "ORDER BY j.total_iters LIMIT %(limit)s) j "
+        f"UNION ALL SELECT j.id FROM {jobs} j JOIN {groups} ON g.w = j.workload_id AND g.n = j.num_gpus "
+        f"WHERE {pending} AND j.started_at IS NOT NULL AND j.priority = %(priority)s "
+        f"AND j.total_iters >= g.cut AND j.total_iters - j.done_iters < g.below AND {no_qos}"
+        ") a OFFSET %(offset)s LIMIT 1)"
+    )

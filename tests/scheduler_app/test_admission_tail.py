@@ -87,6 +87,12 @@ def deep(swaf, user, gpu01_res18):
 def worker_ahead(job: Job) -> tuple[int, int]:
     """How many pending jobs come before `job` in the order the forecasts worker plays (live_forecast's
     views, in wall time), and how many of those are own commands (which the request leaves out)."""
+    ahead, jobs = worker_ahead_views(job)
+    return len(ahead), sum(1 for v in ahead if jobs[v.job_id].workload_id is None)
+
+
+def worker_ahead_views(job: Job) -> tuple[list, dict[int, Job]]:
+    """The pending jobs' views before `job` in the worker's order, and the jobs by id."""
     queue = forecasts.live_queue()
     inputs = queue.inputs
     scale = forecasts.cluster_time_scale(queue.servers)
@@ -100,8 +106,7 @@ def worker_ahead(job: Job) -> tuple[int, int]:
     pending = [
         v for v in policy.order(views, inputs.snapshot, timezone.now().timestamp()) if v.current is None
     ]
-    ahead = pending[: [v.job_id for v in pending].index(job.pk)]
-    return len(ahead), sum(1 for v in ahead if inputs.jobs[v.job_id].workload_id is None)
+    return pending[: [v.job_id for v in pending].index(job.pk)], inputs.jobs
 
 
 def policy():
@@ -158,6 +163,20 @@ def test_a_shorter_job_just_after_one_found_inside_goes_to_the_worker_without_a_
         assert not admission_tail.swaf_ahead_at_least(short, ahead - own + 1, policy())
         assert admission_tail.swaf_ahead_at_least(long, 1, policy())  # another count: read
     assert len(queries) == 1
+
+
+def test_a_job_that_has_run_is_counted_by_what_is_left_of_it(deep, user):
+    """A preempted job back in the queue (started before, most of its iterations done) is ahead of a new
+    job longer than what is left of it, though its total is longer: the count reads such jobs apart
+    from the others, whose totals it compares (migration 0026's indexes)."""
+    w = deep["res18"]
+    Job.objects.filter(name="res18-1-20000").update(started_at=timezone.now(), done_iters=20000 - 100)
+    job = submit(user, gpus=1, iters=ITERS[2] + 1, workload=w, name="new")
+    ahead, own = worker_ahead(job)
+    assert Job.objects.get(name="res18-1-20000").pk in {v.job_id for v in worker_ahead_views(job)[0]}
+    for count in range(1, ahead + 3):
+        admission_tail.rates_forget()  # no count reused: each read
+        assert admission_tail.swaf_ahead_at_least(job, count, policy()) == (count <= ahead - own), count
 
 
 def test_a_qos_job_and_an_own_command_are_the_workers(deep, user):
