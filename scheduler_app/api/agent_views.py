@@ -3,8 +3,6 @@
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
-from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -40,24 +38,11 @@ SYNC_CHECKER = AgentSyncSerializer()
 REPORT_CHECKER = AgentReportSerializer()
 
 
-class JsonAnswers(DefaultContentNegotiation):
-    """The agents' protocol answers JSON, whatever the request's Accept says: the renderer is not
-    negotiated (DRF parsed and matched the Accept header of every sync, 0.1 ms of the web tier's CPU,
-    bench.sync_cost), the parser still is (a body that is not JSON is a 415)."""
-
-    def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
-    ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
-
-
 class AgentView(APIView):
     """Base: only a node agent's Bearer token gets in; request.auth is its Server."""
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
-    renderer_classes = [JSONRenderer]  # no browsable page: an agent's call answers JSON
-    content_negotiation_class = JsonAnswers
     parser_classes = [BoundedJSONParser]  # the protocol is JSON; forms have no nulls, lists or objects
     max_body_bytes = AGENT_MAX_BODY_BYTES  # a batch of reports is larger than any user's request
 
