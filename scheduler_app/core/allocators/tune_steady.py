@@ -64,12 +64,12 @@ class SteadyRound:
             shares, point, reason = None, None, reasons.BEST_CASE
             for point in self.home_points(job, best):
                 dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
-                shares = take(cur, job.num_gpus, dc, dm, unreserved)
+                shares = take(cur, job.num_gpus, dc, dm, unreserved, bucketed=False)
                 if shares is None and unreserved is None:
                     # It may ask more than it held (under the move guard every job holds its
                     # proportional floor): then it stays beside what the others reserved, if that fits.
                     unreserved = self.unreserved_now(order[:count])
-                    shares = take(cur, job.num_gpus, dc, dm, unreserved)
+                    shares = take(cur, job.num_gpus, dc, dm, unreserved, bucketed=False)
                 if shares is not None:
                     reason = reasons.BEST_CASE if point is best else reasons.INTERMEDIATE
                     break
@@ -79,7 +79,7 @@ class SteadyRound:
             else:
                 # Then its fallback demand on what is free there (no room made: that walks instead).
                 dc, dm, point, speed, reason = self.fallback_demand(best)
-                shares = take(cur, job.num_gpus, dc, dm, unreserved, strict=False)
+                shares = take(cur, job.num_gpus, dc, dm, unreserved, strict=False, bucketed=False)
                 if shares is None:
                     return self.undo_holds()
                 revertible = point is not None
@@ -91,6 +91,7 @@ class SteadyRound:
             held.append(h)
             for share in shares:
                 on_server[share.server_pos].append(h)
+        state.rebucket()
         return count
 
     def unreserved_now(self, running: list[int]) -> tuple[list[float], list[float]]:

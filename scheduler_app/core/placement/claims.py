@@ -294,6 +294,7 @@ class Claims:
         unreserved: tuple[list[float], list[float]] | None = None,
         *,
         strict: bool = True,
+        bucketed: bool = True,
     ) -> list[HeldShare] | None:
         """Before any claim: take the GPUs of `cur` at per-GPU demand (dc, dm), as `_take_home` would
         for a claimant whose home try (`home_plan`, `strict` or not) holds it there; None (nothing
@@ -305,7 +306,8 @@ class Claims:
         lists, updated here as `_take_home` updates the state's) fits beside what the other claimants
         reserved. A round whose jobs with a placement all come first in its order, each held this
         way, then leaves no claim standing, and the state is the one claiming and keeping them would
-        leave (tune's and proportional's `hold_current`).
+        leave (tune's and proportional's `hold_current`). `bucketed` False leaves the free-GPU
+        buckets as they were, for the caller to `rebucket` once it has taken them all.
         """
         assert self._claimed is None, "take_current comes before any claim"
         pos_of = self._pos_of
@@ -359,12 +361,23 @@ class Claims:
             self.total_free_cpus -= cpus
             self.total_free_mem_gb -= mem_gb
             old = num_free[i]
-            buckets[old].remove(i)
-            insort(buckets[old - k], i)
+            if bucketed:
+                buckets[old].remove(i)
+                insort(buckets[old - k], i)
             num_free[i] = old - k
             self.free_gpu_count -= k
             shares.append(HeldShare(i, idx, cpus, mem_gb))
         return shares
+
+    def rebucket(self) -> None:
+        """Bucket the servers by their free GPUs again, from `num_free` (after `take_home_now` calls
+        with `bucketed` False): each bucket in position order, as `insort` keeps it. In place, since
+        views hold the lists."""
+        buckets = self._buckets
+        for bucket in buckets:
+            bucket.clear()
+        for i, n in enumerate(self.num_free):
+            buckets[n].append(i)
 
     def current_unreserved(self, jobs: Iterable[JobView]) -> tuple[list[float], list[float]]:
         """The cores and memory per server that `claim_current(jobs)` would leave unreserved, for
