@@ -54,6 +54,19 @@ class SrtfPolicy(Policy):
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         shape = speedup_shape(snapshot, self.speedup_aware)
         aged = aged_ids(jobs, self.aging, now_s)
+        if shape is None and not aged:
+            # The common case (the reference's), with remaining_time_s and remaining_iters inlined
+            # (the same float operations): a simulation orders every job every round.
+            return sorted(
+                jobs,
+                key=lambda j: (
+                    -j.priority,
+                    True,
+                    max(0.0, j.total_iters - j.done_iters) * j.profile.iter_time_s,
+                    j.arrival_s,
+                    j.job_id,
+                ),
+            )
 
         def key(j: JobView) -> tuple[int, bool, float, float, int]:
             length_s = 0.0 if j.job_id in aged else remaining_time_s(j, shape)

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from scheduler_app.core.policies import POLICIES
+from scheduler_app.core.policies.aging import Aging
 from scheduler_app.core.policies.fairshare import FairSharePolicy
 from scheduler_app.core.policies.fifo import FifoPolicy
 from scheduler_app.core.policies.ftf import FtfPolicy, finish_time_fairness
@@ -62,6 +63,26 @@ def test_srtf_speedup_aware_divides_by_the_best_case_speedup():
     ]
     assert ids(SrtfPolicy().order(jobs, CLUSTER, now_s=0)) == [2, 1]
     assert ids(SrtfPolicy(speedup_aware=True).order(jobs, CLUSTER, now_s=0)) == [1, 2]
+
+
+def test_srtf_common_order_is_the_general_keys_order():
+    """The plain order (no aging, proportional speed) sorts by the same keys as with an aging rule that
+    ages nobody: remaining time with progress past the total counted as none, ties by arrival, id."""
+    models = ("res18", "res50", "gnmt", "lstm", "deepspeech")
+    jobs = [
+        make_job(
+            i,
+            models[i % len(models)],
+            arrival_s=float(i % 7),
+            total_iters=1000.0 + 37 * (i % 11),
+            done_iters=float((i * 53) % 1300),
+            priority=i % 3 == 0,
+        )
+        for i in range(60)
+    ]
+    plain = SrtfPolicy().order(jobs, CLUSTER, now_s=0.0)
+    nobody_aged = SrtfPolicy(aging=Aging(factor=1e9, floor_s=1e12)).order(jobs, CLUSTER, now_s=0.0)
+    assert ids(plain) == ids(nobody_aged)
 
 
 def test_srtf_ties_break_by_arrival_then_id():
