@@ -7,7 +7,8 @@ services as arrays of 1,000 tasks (each array one catalog model, 1 to 8 GPUs, as
 fills its queue; admission off). Then one live round (`--rounds`; FIFO + tune, the service's defaults,
 its inline refresh left out) starts what fits, and the refresh the forecasts worker runs after a round
 (`job_forecasts_refresh`) is timed in this process: CPU and wall seconds, median of `--repeats`, and
-the number of simulated rounds the core decided (schedule_round calls).
+the number of simulated rounds the core decided (schedule_round calls). The process's objects are
+frozen out of the collector's way first, as the worker's are (config/gc_freeze.py).
 
 Baseline in the same run: the same refresh with the forecast's shortcuts off (simulator/forecast.py
 `shortcuts=False`: a plan that leaves every job as it was is decided again the next round to be found
@@ -177,11 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connections
         from django.utils import timezone
 
+        from config.gc_freeze import startup_objects_freeze
         from scheduler_app.models import Job, JobState
 
         populate(args.servers, args.queued, args.seed)
         for _ in range(args.rounds):
             one_round()
+        startup_objects_freeze()  # as the forecasts worker's process does at its start (config/celery.py)
         now = timezone.now()
         live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).count()
         running = Job.objects.filter(state=JobState.RUNNING).count()
