@@ -181,12 +181,14 @@ class JobViewSet(
             ) from exc
         # A quick admission forecast makes the answer; a deep queue's follows on the job page (one
         # answered in the request, e.g. behind the forecast's window, has nothing to wait for).
-        if admission_pending(jobs[0]):
-            admission_answer_wait(job_ids=[jobs[0].pk])
+        pending = admission_pending(jobs[0])
+        waited = pending and admission_answer_wait(job_ids=[jobs[0].pk])
         dependencies = bool(job_request.depends_on)
-        job = job_submitted_as_stored(job=jobs[0], dependencies=dependencies) or job_submitted_detail(
-            user=request.user, job_id=jobs[0].pk, dependencies=dependencies
-        )
+        # Left to the worker and not waited for: nothing can have stored its estimate since its commit
+        # (admission_answer_wait), so it is answered as stored too, not read again.
+        job = job_submitted_as_stored(
+            job=jobs[0], dependencies=dependencies, no_estimate_since=pending and not waited
+        ) or job_submitted_detail(user=request.user, job_id=jobs[0].pk, dependencies=dependencies)
         context = self.get_serializer_context()
         # Its own place in the queue only, from its row as read: not a read of every pending job's.
         context["queue"] = cache(lambda: job_queue_of(job))

@@ -124,7 +124,7 @@ def job_submitted_detail(*, user: AbstractBaseUser, job_id: int, dependencies: b
     return job
 
 
-def job_submitted_as_stored(*, job: Job, dependencies: bool) -> Job | None:
+def job_submitted_as_stored(*, job: Job, dependencies: bool, no_estimate_since: bool = False) -> Job | None:
     """A job just submitted, as its submission stored it, when the request holds every part of the
     answer (job_submitted_detail's read, no query): the job as created (its owner, team and workload
     as validated), its `submitted` event (services/jobs.py keeps it as the job's events), its
@@ -132,10 +132,13 @@ def job_submitted_as_stored(*, job: Job, dependencies: bool) -> Job | None:
     the forecast's window: services/admission.py). None otherwise (an estimate stored by a forecast,
     a prediction the worker may be filling, dependencies): read it with job_submitted_detail. A job
     never started has no lease nor restart, and one without dependencies none; the answer is the job
-    as committed (a round that places it a moment later shows on its page)."""
+    as committed (a round that places it a moment later shows on its page). `no_estimate_since`: the
+    caller knows that no forecast can have stored an estimate of the job since its commit (its answer
+    did not wait for the forecasts worker: services/admission.py admission_answer_wait), so a job
+    known to have none (left to the worker) is answered as stored too."""
     if dependencies or not (Job.forecast.is_cached(job) and Job.admission_prediction.is_cached(job)):
         return None
-    if Job.forecast.related.get_cached_value(job) is None:
+    if Job.forecast.related.get_cached_value(job) is None and not no_estimate_since:
         return None  # known to have none: a forecast may store one (not in hand) meanwhile
     if "events" not in getattr(job, "_prefetched_objects_cache", {}):
         return None

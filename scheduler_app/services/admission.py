@@ -197,8 +197,10 @@ def _predict(targets: list[Target], now: datetime, *, fresh: bool = True) -> Non
     if conf.inline_rounds or refusing or _short_queue(conf.admission_in_request_max_jobs):
         _settle(targets, _forecast_into(targets, now, conf.forecast_time_budget_s))
         return
-    for prediction, _ in targets:
+    for prediction, job in targets:
         prediction.detail = FORECAST_PENDING
+        if fresh:  # known to have no estimate: the answer need not read one (job_submitted_as_stored)
+            Job.forecast.related.set_cached_value(job, None)
     transaction.on_commit(admission_forecast_request)
 
 
@@ -403,25 +405,29 @@ def admission_pending(job: Job) -> bool:
     return job.admission_prediction.detail == FORECAST_PENDING
 
 
-def admission_answer_wait(*, job_ids: Sequence[int]) -> None:
+def admission_answer_wait(*, job_ids: Sequence[int]) -> bool:
     """Give the forecasts worker up to `admission_answer_wait_s` to fill these jobs' pending
     predictions, so that a quick forecast reaches the submission's answer; return at once when the last
-    one (and the pace before the next) would not fit, or without a worker. Call after commit."""
+    one (and the pace before the next) would not fit, or without a worker. Call after commit. Returns
+    whether it waited: when not, no forecast can have stored anything of these jobs since their commit
+    (one that covers them reads the queue after it, and reading it alone takes longer than this
+    request), so their answer is what the request stored."""
     conf = scheduler_conf()
     budget_s = conf.admission_answer_wait_s
     if conf.inline_rounds or budget_s <= 0 or transaction.get_connection().in_atomic_block:
-        return
+        return False
     try:
         client = _redis(conf.redis_url)
         expected_s = pace_left_s(client, PACE_KEY) + float(client.get(SECONDS_KEY) or 0.0)
     except Exception:
-        return
+        return False
     if expected_s > budget_s:
-        return  # a deep queue: the answer would only wait, the job page shows it moments later
+        return False  # a deep queue: the answer would only wait, the job page shows it moments later
     deadline = time.monotonic() + budget_s
     waiting = AdmissionPrediction.objects.filter(job_id__in=list(job_ids), detail=FORECAST_PENDING)
     while waiting.exists() and time.monotonic() < deadline:
         time.sleep(ANSWER_POLL_S)
+    return True
 
 
 def admission_predict_released(*, job: Job, now: datetime | None = None) -> AdmissionPrediction | None:

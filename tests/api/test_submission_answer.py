@@ -192,3 +192,49 @@ def test_relations_known_from_the_submission_still_read_the_database_when_filter
         assert each.events.filter(kind="cancelled").count() == 1
         assert not each.allocations.filter(ended_at__isnull=True).exists()
         assert each.depends_on.filter(pk=job.pk).count() == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "one"},
+        {"name": "sweep", "array": "0-4"},
+        {"name": "own", "workload": None, "command": "python train.py", "output": "out-%j.log"},
+        {"name": "late", "qos_max_latency_s": 3600},
+    ],
+    ids=["single", "array", "own-command", "qos"],
+)
+def test_a_submission_left_to_the_worker_is_answered_as_stored_as_its_detail_reads_it(
+    client, user, body, fifo_tune, settings, live_redis, monkeypatch
+):
+    """Inside the forecast's window with a worker, and its answer not waiting for it (the last admission
+    forecast too long): what its request stored (the prediction pending, no estimate), not read again;
+    the same, field for field, as the detail's read after it."""
+    from scheduler_app.services.admission import FORECAST_PENDING, PACE_KEY, QUEUED_KEY, SECONDS_KEY
+
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "admission_in_request_max_jobs": 0,
+        "reject_unattainable_qos": False,
+    }
+    monkeypatch.setattr("scheduler_app.services.admission.task_send", lambda name, **kwargs: None)
+    monkeypatch.setattr("scheduler_app.services.round_requests.task_send", lambda name, **kwargs: None)
+    live_redis.delete(QUEUED_KEY, PACE_KEY)
+    live_redis.set(SECONDS_KEY, "5")  # the answer would only wait: it does not
+    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    workload("res18")
+    submit(user, gpus=4, iters=20_000, name="ahead")
+
+    def read(**kwargs):
+        raise AssertionError("the answer read the job again")
+
+    monkeypatch.setattr("scheduler_app.api.views.job_submitted_detail", read)
+    base = {"workload": "res18", "num_gpus": 1, "total_iters": 1000}
+    try:
+        response = client.post(JOBS, {**base, **body}, format="json")
+    finally:
+        live_redis.delete(SECONDS_KEY, QUEUED_KEY, PACE_KEY)
+    assert response.status_code == 201, response.content
+    answer = response.json()
+    assert answer["admission"]["detail"] == FORECAST_PENDING
+    assert answer == as_detail_reads_it(answer["id"], user, answer["array_job_ids"])
