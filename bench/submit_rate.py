@@ -29,15 +29,18 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
 
-from bench.agent_fleet import processes, service_env
+from bench.agent_fleet import REPO_ROOT, processes, service_env
 from bench.common import print_table
 from bench.cpu_shares import CpuShares
 from bench.live_common import bench_database, django_setup, logger, logging_setup, percentile, servers_create
@@ -114,6 +117,30 @@ def fill_queue(http: httpx.Client, queued: int, workloads: list[str], rng: rando
             raise RuntimeError(f"an array was refused: {response.status_code} {response.text[:300]}")
         n += tasks
     return seconds
+
+
+@contextmanager
+def more_forecasts_workers(env: dict[str, str], count: int) -> Iterator[dict[str, int]]:
+    """`count` more processes of the `forecasts` queue beside bench.agent_fleet's one, niced as it is:
+    docker-compose.yml runs that worker with two (`--concurrency 2`), so that an admission forecast
+    need not wait for a refresh of the whole queue in progress. Yields their pids by part."""
+    procs = []
+    for i in range(count):
+        command = ["nice", "-n", "10", sys.executable, "-m", "celery", "-A", "config", "worker", "-Q",
+                   "forecasts", "--pool", "solo", "--loglevel", "WARNING", "--without-gossip",
+                   "--without-mingle", "-n", f"forecasts{i + 2}@%h"]  # fmt: skip
+        out = subprocess.DEVNULL
+        procs.append(subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=out))
+    try:
+        yield {f"forecasts {i + 2}": proc.pid for i, proc in enumerate(procs)}
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def pending_predictions() -> int:
@@ -279,6 +306,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--p99-ms", type=float, default=250.0)
     parser.add_argument("--lag-s", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=None, help="gunicorn workers (default: its config's)")
+    parser.add_argument(
+        "--forecasts-processes", type=int, default=2,
+        help="processes of the forecasts worker (docker-compose.yml's --concurrency: 2)",
+    )  # fmt: skip
     parser.add_argument("--db", default="attune_bench_submit_rate", help="database to create and drop")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13", help="flushed first")
     parser.add_argument("--seed", type=int, default=7)
@@ -303,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             url, **{k: v for k, v in env.items() if k.startswith(("ATTUNE_", "REDIS", "CELERY", "CACHE"))}
         )
         token, workloads = seed(args.servers)
-        with processes(env, workers=args.workers) as (base_url, pids):
+        with (
+            processes(env, workers=args.workers) as (base_url, pids),
+            more_forecasts_workers(env, args.forecasts_processes - 1) as more,
+        ):
+            pids = {**pids, **more}
             headers = {"Authorization": f"Token {token}"}
             with httpx.Client(base_url=base_url, headers=headers) as http:
                 arrays_s = fill_queue(http, args.queued, workloads, random.Random(args.seed))
