@@ -6,8 +6,9 @@ Run: `python -m bench.submit_rate [--clients 4] [--queued 10000] [--servers 500]
 A fresh PostgreSQL database; `--servers` servers of 8 GPUs registered (no agents: their leases never
 start, so the queue stays as deep as it was filled; the liveness sweep is told to wait a day), the
 catalog, one user with an API token; gunicorn (config/gunicorn.conf.py), a Celery worker with beat
-(rounds) and one of the `forecasts` queue (the refresh after rounds, the admission forecasts), as
-bench.agent_fleet starts them, on a Redis database of its own (flushed first). The queue is filled
+(rounds) and `--forecasts-processes` (2, as docker-compose.yml runs them) of the `forecasts` queue (the
+refresh after rounds, the admission forecasts), started as bench.agent_fleet starts them, on a Redis
+database of its own (flushed first). The queue is filled
 through the API with arrays of up to 1,000 tasks (each array's time to its 201 is printed: one request
 per array), and the bench waits until the forecasts worker has answered their admission.
 
