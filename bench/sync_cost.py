@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -393,6 +394,97 @@ def _job_end_rows(count: int, base: float, profile: Profile | None = None) -> li
     return rows
 
 
+def _parts_rows(agent: Agent, count: int) -> list[list]:
+    """An interval sync with 4 progress reports (left to the applier) part by part, each timed alone,
+    then the view without the middleware and the whole call, interleaved: `count` of each, medians of
+    this process's CPU, the database backend's mean CPU per call. Where a sync's CPU goes without
+    cProfile's own cost, which inflates the frameworks' many small functions several times over."""
+    import psutil
+    from django.db import connection
+    from django.test import RequestFactory
+
+    from cluster_app.agent_wake import wait_ticket, wake_generation
+    from cluster_app.selectors import agent_credential_find
+    from infra.prepared_sql import prepared_statements
+    from scheduler_app.api.agent_checks import reports_check_fast, sync_body_check
+    from scheduler_app.api.agent_views import REPORT_CHECKER, SYNC_CHECKER, AgentSyncView
+    from scheduler_app.api.serializers.agents import AgentHeartbeatSerializer
+    from scheduler_app.selectors import agent_commands
+    from scheduler_app.services.agent_sync import PROGRESS_LOCK_WAIT_MS, SyncRequest
+    from scheduler_app.services.agents import agent_heartbeat
+    from scheduler_app.services.report_apply import LeaseReport
+    from scheduler_app.services.report_ingest import agent_reports_ingest
+
+    authorization = agent.client.defaults["HTTP_AUTHORIZATION"]
+    token = authorization.split()[1]
+    factory = RequestFactory(HTTP_AUTHORIZATION=authorization)
+    view = AgentSyncView.as_view()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = psutil.Process(cursor.fetchone()[0])
+    cpu: dict[str, list[float]] = {}
+    db: dict[str, float] = {}
+
+    def timed(label: str, call, *args, **kwargs):
+        db_before = sum(backend.cpu_times()[:2])
+        start = time.process_time()
+        result = call(*args, **kwargs)
+        cpu.setdefault(label, []).append((time.process_time() - start) * 1000)
+        db[label] = db.get(label, 0.0) + sum(backend.cpu_times()[:2]) - db_before
+        return result
+
+    def checked(data: dict) -> SyncRequest:
+        body = sync_body_check(data, SYNC_CHECKER)
+        reports, _ = reports_check_fast(body["reports"], checker=REPORT_CHECKER)
+        usage = AgentHeartbeatSerializer.usage_of(body["sample"])
+        valid = [LeaseReport(**report) for report in reports]
+        return SyncRequest(usage=usage, running=body["running"], sizes=body["sizes"], reports=valid)
+
+    def by_parts() -> None:
+        sync = timed("the checks and the request's objects", checked, json.loads(agent.body(4)))
+        with prepared_statements():
+            server = timed("the credential and its server", lambda: agent_credential_find(token=token).server)
+            server = timed("the heartbeat", agent_heartbeat, server=server, usage=sync.usage)
+            timed("the reports stored", agent_reports_ingest, server=server, reports=sync.reports,
+                  lock_wait_ms=PROGRESS_LOCK_WAIT_MS)  # fmt: skip
+            timed("the wake generation (Redis)", wake_generation, server.pk)
+            timed("the commands", agent_commands, server=server, running=sync.running, sizes=sync.sizes)
+            timed("the wait ticket", wait_ticket, server.pk)
+
+    def view_alone() -> None:
+        request = factory.post(SYNC, data=agent.body(4), content_type="application/json")
+        response = view(request)
+        response.render()
+        if response.status_code != 200:
+            raise RuntimeError(f"sync answered {response.status_code}: {response.content[:500]!r}")
+
+    parts = [
+        "the checks and the request's objects",
+        "the credential and its server",
+        "the heartbeat",
+        "the reports stored",
+        "the wake generation (Redis)",
+        "the commands",
+        "the wait ticket",
+    ]
+    for round_ in range(count + 20):
+        if round_ == 20:  # the first calls warm up the code paths and the prepared statements
+            cpu.clear()
+            db.clear()
+        by_parts()
+        timed("the view alone (DRF, no middleware)", view_alone)
+        timed("the whole call (Django's handler)", lambda: agent.sync(4))
+
+    def row(label: str) -> list:
+        return [label, f"{statistics.median(cpu[label]):.3f}", f"{db[label] * 1000 / count:.3f}"]
+
+    rows = [row(label) for label in parts]
+    total = sum(statistics.median(cpu[label]) for label in parts)
+    rows.append(["the parts together", f"{total:.3f}", f"{sum(db[p] for p in parts) * 1000 / count:.3f}"])
+    rows += [row("the view alone (DRF, no middleware)"), row("the whole call (Django's handler)")]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--syncs", type=int, default=200, help="measured calls per kind")
@@ -412,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
         " applier; exit, deliver, started: a job's end's calls) and print where its CPU goes (that kind's"
         " figures then carry the profiler's own overhead)",
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="instead of the kinds: an interval sync with 4 reports part by part, each timed alone, with"
+        " the view without the middleware and the whole call (--syncs of each)",
+    )
     args = parser.parse_args(argv)
     logging_setup()
     profile = Profile(args.profile)
@@ -422,6 +520,15 @@ def main(argv: list[str] | None = None) -> int:
         client, leases, gpus = _setup()
         agent = Agent(client, leases, gpus)
         agent.sync(0)  # the leases' `started` reports
+        if args.parts:
+            from django.conf import settings
+
+            settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False,
+                                         "progress_apply_s": 2.0}  # fmt: skip
+            print_table(
+                ["part of a sync, 4 reports", "cpu ms p50", "postgres cpu ms"], _parts_rows(agent, args.syncs)
+            )
+            return 0
         rows = []
         healthz, healthz_db, healthz_q = _measure(lambda: client.get("/healthz"), args.syncs)
         base = percentile(healthz, 50)
