@@ -18,7 +18,8 @@ from cluster_app.selectors import SCHEDULABLE_STATES
 from profiles_app.models import GenieFit, ProfilingReport, ProfilingRun, ProfilingRunStatus, Workload
 from profiles_app.selectors import workload_predictor
 from profiles_app.services import workload_register
-from tests.e2e.processes import wait_until
+from tests.e2e.conftest import WORKER_ENV
+from tests.e2e.processes import CeleryWorker, wait_until
 from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -34,6 +35,25 @@ GENIE_TRUTH = {
     "startup_s": 2.0,
     "param_bytes": 44_700_000,
 }
+
+
+# Liveness as a lab runs it, not the seconds of tests/e2e/conftest.py (made for the failure tests): on a
+# loaded machine an agent's sync may come 8 s late, its server goes DOWN for a moment, and the run, which
+# needs both servers free, measures t_cross on one and fills it from the platform model instead.
+LAX_LIVENESS = {
+    "ATTUNE_NODE_NOT_RESPONDING_AFTER_S": "30",
+    "ATTUNE_NODE_DOWN_AFTER_S": "60",
+    "ATTUNE_LEASE_FENCE_S": "35",
+}
+
+
+@pytest.fixture
+def worker(e2e_ready, live_settings, tmp_path):
+    """The e2e worker with LAX_LIVENESS; the web tier (this process) tells the agents the same fence."""
+    live_settings.ATTUNE_LEASE_FENCE_S = float(LAX_LIVENESS["ATTUNE_LEASE_FENCE_S"])
+    w = CeleryWorker(tmp_path, **{**WORKER_ENV, **LAX_LIVENESS})
+    yield w
+    w.stop()
 
 
 def truth() -> dict:
