@@ -440,6 +440,11 @@ class TuneAllocator(Allocator):
         threshold = sticky.throughput() * (1.0 + self.repack_gain)
         if sticky_round.best_case_throughput() <= threshold:
             return sticky  # not even every admitted job at its best case would be enough faster
+        bound = sticky_round.throughput_bound()
+        if bound is not None and bound * (1.0 + 1e-6) < threshold:
+            # Nor any plan within the free cores and memory (a margin far above the float error of
+            # either sum): the fresh plan would not beat the threshold, so it is not worked out.
+            return sticky
         # The second and third plans share the first's set-up (the same jobs on the same snapshot).
         fresh = self.round_class(
             ordered_jobs, snapshot, self.placement, order=self.order, sticky=False, like=sticky_round

@@ -152,3 +152,74 @@ class SteadyRound:
             return True
         free_cpus, free_mem_gb = state.free_cpus, state.free_mem_gb
         return all(k * dc[i] <= free_cpus[i] + EPS and k * dm[i] <= free_mem_gb[i] + EPS for i, k in plan)
+
+    def throughput_bound(self) -> float | None:
+        """After `run`: an upper bound on the throughput of any tune plan of this round, tighter than
+        `best_case_throughput` where cores or memory are short (None where it does not apply).
+
+        Every plan places some of the admitted jobs, each at one of its points (`home_points`: the
+        best case, tune_matrix's intermediate ones), at proportional (speed 1), or not at all, and
+        together they take no more cores and memory than the snapshot has free. For any prices
+        lam, mu >= 0 on a core and a GB, the plan's throughput is then at most lam x cores + mu x GB
+        free plus, per job, the most that one of its choices is worth less its cores and GB at those
+        prices (Lagrangian duality). Only for rounds where every admitted job runs on one server (the
+        move guard's node count: no spread penalty) at a per-GPU demand (no fixed demand); a job at
+        proportional takes at least the smallest server's share per GPU, and each placement may
+        overrun a server by EPS, so that much more is counted free.
+        """
+        servers = self.snapshot.servers
+        if self.shape is None or not servers or any(s.num_gpus <= 0 for s in servers):
+            return None
+        state, jobs, demands = self.state, self.jobs, self.demands
+        prop_cpus = min(s.num_cpus / s.num_gpus for s in servers)
+        prop_mem_gb = min(s.mem_gb / s.num_gpus for s in servers)
+        groups: dict[tuple[tuple[float, float, float], ...], int] = {}
+        admitted = [h.pos for h in self.held] + self.left_out
+        for pos in admitted:
+            job = jobs[pos]
+            g = job.num_gpus
+            if has_fixed_demand(job) or state.node_shape(job.job_id) != (1, g):
+                return None
+            points = self.home_points(job, demands.best(job))
+            choices = (
+                *((g * p.speed, g * p.cpus_per_gpu, g * p.mem_gb_per_gpu) for p in points),
+                (float(g), g * prop_cpus, g * prop_mem_gb),  # proportional
+                (0.0, 0.0, 0.0),  # left pending
+            )
+            groups[choices] = groups.get(choices, 0) + 1
+        slack = EPS * (len(admitted) + 1)
+        cpus = sum(float(s.free_cpus) for s in servers) + slack
+        mem_gb = sum(float(s.free_mem_gb) for s in servers) + slack
+        items = list(groups.items())
+
+        def bound(lam: float, mu: float) -> float:
+            total = lam * cpus + mu * mem_gb
+            for choices, n in items:
+                total += n * max(v - lam * c - mu * m for v, c, m in choices)
+            return total
+
+        def prices(lam: float, mu: float, on_cores: bool) -> list[float]:
+            """0 and the prices where two choices of a job are worth the same (the bound's kinks)."""
+            out = {0.0}
+            for choices, _ in items:
+                for v1, c1, m1 in choices:
+                    for v2, c2, m2 in choices:
+                        if on_cores and c1 > c2:
+                            x = (v1 - mu * m1 - v2 + mu * m2) / (c1 - c2)
+                        elif not on_cores and m1 > m2:
+                            x = (v1 - lam * c1 - v2 + lam * c2) / (m1 - m2)
+                        else:
+                            continue
+                        if x > 0:
+                            out.add(x)
+            return sorted(out)
+
+        lam = mu = 0.0
+        best = bound(lam, mu)
+        for on_cores in (True, False, True):
+            for x in prices(lam, mu, on_cores):
+                value = bound(x, mu) if on_cores else bound(lam, x)
+                if value < best:
+                    best = value
+                    lam, mu = (x, mu) if on_cores else (lam, x)
+        return best

@@ -125,3 +125,44 @@ def test_holding_the_running_jobs_under_the_move_guard_changes_nothing(
     finally:
         TuneRound.hold_current = real  # type: ignore[method-assign]
     assert held["rounds"] > 0
+
+
+@pytest.mark.parametrize("base", [TuneAllocator, TuneMatrixAllocator])
+@pytest.mark.parametrize("multi_gpu", [False, True])
+def test_throughput_bound_holds_every_plan_of_the_round(base: type[TuneAllocator], multi_gpu: bool) -> None:
+    """`TuneRound.throughput_bound` is at least the throughput of each of the round's three plans
+    (sticky, fresh, loose), at every allocation of simulations under the move guard, and it lets
+    some rounds skip the fresh plan."""
+    seen = {"bounds": 0, "tight": 0}
+
+    class Checking(base):  # type: ignore[valid-type, misc]
+        def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
+            plan = super().allocate(ordered_jobs, snapshot)
+            kwargs = {"order": self.order}
+            first = self.round_class(ordered_jobs, snapshot, self.placement, **kwargs)
+            sticky = first.run()
+            bound = first.throughput_bound()
+            if bound is None:
+                return plan
+            seen["bounds"] += 1
+            fresh = self.round_class(
+                ordered_jobs, snapshot, self.placement, sticky=False, like=first, **kwargs
+            )
+            loose = self.round_class(
+                ordered_jobs, snapshot, self.placement, keep_homes=False, like=first, **kwargs
+            )
+            for other in (sticky, fresh.run(), loose.run()):
+                assert other.throughput() <= bound * (1.0 + 1e-9)
+            if bound < first.best_case_throughput() * (1.0 - 1e-6):
+                seen["tight"] += 1
+            return plan
+
+    simulate(
+        philly_derived_trace(150, jobs_per_hour=30.0, multi_gpu=multi_gpu, seed=5),
+        CLUSTER,
+        policy="fifo",
+        allocator=Checking(),
+        finish_at_round_end=True,
+        restarts=RestartPolicy(),
+    )
+    assert seen["bounds"] > 0 and seen["tight"] > 0
