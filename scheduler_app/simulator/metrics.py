@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import numpy as np
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -110,9 +109,66 @@ def jct_stats(jcts_s: list[float]) -> JctStats:
     if not jcts_s:
         nan = float("nan")
         return JctStats(0, nan, nan, nan, nan)
-    hours = np.asarray(jcts_s, dtype=float) / SECONDS_PER_HOUR
-    p50, p99, p999 = np.percentile(hours, [50.0, 99.0, 99.9])
-    return JctStats(len(jcts_s), float(hours.mean()), float(p50), float(p99), float(p999))
+    hours = [float(s) / SECONDS_PER_HOUR for s in jcts_s]
+    mean_h = _pairwise_sum(hours, 0, len(hours)) / len(hours)
+    ordered = sorted(hours)
+    p50, p99, p999 = (_percentile(ordered, q) for q in (50.0, 99.0, 99.9))
+    return JctStats(len(jcts_s), mean_h, p50, p99, p999)
+
+
+# numpy's mean and percentile, in plain Python with the same float operations (bit for bit: a
+# simulation's printed figures are compared to the last digit), so that a run needs no numpy: its
+# import was about a tenth of the simulator command's CPU.
+_PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE
+
+
+def _pairwise_sum(xs: list[float], lo: int, n: int) -> float:
+    """numpy's pairwise summation of xs[lo:lo + n] (`np.add.reduce` of a contiguous float64 array:
+    loops_utils.h `pairwise_sum`): under 8 terms in order; up to 128 in 8 running sums combined
+    pairwise, then the rest in order; above, the two halves (cut at a multiple of 8) summed apart."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += xs[i]
+        return res
+    if n <= _PAIRWISE_BLOCK:
+        r0, r1, r2, r3, r4, r5, r6, r7 = xs[lo : lo + 8]
+        i = lo + 8
+        end = lo + n - n % 8
+        while i < end:
+            r0 += xs[i]
+            r1 += xs[i + 1]
+            r2 += xs[i + 2]
+            r3 += xs[i + 3]
+            r4 += xs[i + 4]
+            r5 += xs[i + 5]
+            r6 += xs[i + 6]
+            r7 += xs[i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for j in range(i, lo + n):
+            res += xs[j]
+        return res
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(xs, lo, half) + _pairwise_sum(xs, lo + half, n - half)
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """`np.percentile(values, q)` of finite values, sorted in `ordered` (its default, linear method:
+    the virtual index (n - 1) x q / 100, and numpy's `_lerp`, which weighs from the upper value when
+    the fraction is at least a half)."""
+    n = len(ordered)
+    index = (n - 1) * (q / 100)
+    if index >= n - 1:
+        return ordered[-1]
+    below = math.floor(index)
+    gamma = index - below
+    a, b = ordered[below], ordered[below + 1]
+    diff = b - a
+    if gamma >= 0.5:
+        return b - diff * (1 - gamma)
+    return a + diff * gamma
 
 
 @dataclass(frozen=True, slots=True)

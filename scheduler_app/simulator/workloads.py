@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from profiles_app.catalog import batch_size_for, load_catalog
 from scheduler_app.core.throughput import REFERENCE_SHAPE, ServerShape, best_case, job_profile, with_penalty
 from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.simulator.genie_fits import fitted_catalog, fitted_name
 from scheduler_app.simulator.trace import TraceJob
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # The reference's model zoo per class, in its order (jobs/model_zoo.py): bert and vae are never drawn.
 CLASS_MODELS: dict[str, tuple[str, ...]] = {
@@ -83,6 +84,8 @@ class _RandomSplitAssigner:
     """Class drawn with the split's probabilities, model uniformly within the class."""
 
     def __init__(self, split: tuple[float, float, float]) -> None:
+        import numpy as np  # noqa: PLC0415 - numpy loads only when a trace is drawn (not for a trace file)
+
         weights = np.asarray(split, dtype=float)
         self.probabilities = weights / weights.sum()
 
@@ -125,6 +128,8 @@ def philly_derived_trace(
     profiles = load_catalog() if catalog is None else catalog
     split = (float(class_split[0]), float(class_split[1]), float(class_split[2]))
     assigner = _OverallSplitAssigner(split) if assignment == "overall" else _RandomSplitAssigner(split)
+    import numpy as np  # noqa: PLC0415 - numpy loads only when a trace is drawn (not for a trace file)
+
     rng = np.random.default_rng(seed)
     mean_gap_s = 3600.0 / jobs_per_hour if jobs_per_hour > 0 else 0.0
 
@@ -220,6 +225,8 @@ def genie_trace(
             raise ValueError(f"QoS factors must satisfy 1 <= low <= high, got {(low, high)}")
     if not 0.0 <= min_rate_share <= 1.0:
         raise ValueError(f"min_rate_share must be in [0, 1], got {min_rate_share}")
+    import numpy as np  # noqa: PLC0415 - numpy loads only when a trace is drawn (not for a trace file)
+
     # A generator of its own: the share picks target kinds without moving the main stream's draws.
     kind_rng = np.random.default_rng([seed, 1]) if min_rate_share > 0 else None
     batch_rng = np.random.default_rng([seed, 2]) if batch_factors else None
