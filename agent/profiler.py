@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,8 +241,12 @@ def point_result(
         tail = spec.log_path.read_text(errors="replace").splitlines()[-20:]
     except OSError:
         tail = []
-    if stopped_at_limit and status.exit_code == 0:
-        error = "no speed measured within the configuration's max_s (still warming up?)"
+    if stopped_at_limit and (status.exit_code == 0 or status.signal == signal.SIGTERM):
+        # Killed by the bound's own SIGTERM: a workload still importing or loading has no handler yet.
+        error = (
+            f"no speed measured within the configuration's max_s ({wall_s:.0f} s): the workload was still"
+            " starting or warming up; give it more time per configuration (--max-s-per-config)"
+        )
     return "profile_error", {
         **ident,
         "error": error,

@@ -196,7 +196,15 @@ def test_a_fit_from_two_batch_sizes_of_the_pytorch_target_predicts_a_third(servi
     )
     serve_until_measured(service, command)
     agent.start()
-    wait_for(lambda: len(points(service)) == len(configs), timeout_s=9 * (TORCH_MAX_S + 18), interval_s=0.2)
+    wait_for(
+        lambda: len(points(service)) == len(configs) or service.reports_for(RUN_ID, "profile_error"),
+        timeout_s=9 * (TORCH_MAX_S + 18),
+        interval_s=0.2,
+    )
+    # A launch that could not measure within its bound fails the run (the agent reports it and waits
+    # for the service): say so at once rather than after the whole wait.
+    errors = [r["data"]["error"] for r in service.reports_for(RUN_ID, "profile_error")]
+    assert not errors, errors
     by_batch: dict[int, list[float]] = {}
     for key, data in points(service).items():
         assert data["param_bytes"] > 0 and data["startup_s"] >= 0 and data["stopped_at_limit"] is True
