@@ -29,30 +29,22 @@ def spec(tmp_path: Path) -> LaunchSpec:
     )
 
 
+def result(s: LaunchSpec, status: ExitStatus, *, wall_s: float, at_limit: bool) -> tuple[str, dict]:
+    return point_result(s, status, ident=IDENT, wall_s=wall_s, time_scale=1.0, stopped_at_limit=at_limit)
+
+
 def test_a_launch_stopped_at_its_bound_after_measuring_is_a_point(tmp_path):
     s = spec(tmp_path)
     s.progress_path.write_text(json.dumps({"iters_per_s": 4.0, "done_iters": 40, "startup_s": 2.5}))
-    kind, data = point_result(
-        s,
-        ExitStatus(exit_code=0, signal=None),
-        ident=IDENT,
-        wall_s=9.1,
-        time_scale=1.0,
-        stopped_at_limit=True,
-    )
+    kind, data = result(s, ExitStatus(exit_code=0, signal=None), wall_s=9.1, at_limit=True)
     assert kind == "profile_point"
     assert data["sec_per_iter"] == 0.25 and data["stopped_at_limit"] is True and data["startup_s"] == 2.5
 
 
 def test_a_launch_killed_by_its_bound_before_it_could_measure_says_to_give_it_more_time(tmp_path):
     """The bound's SIGTERM reached a workload still importing (no handler yet): not "died of signal 15"."""
-    kind, data = point_result(
-        spec(tmp_path),
-        ExitStatus(exit_code=None, signal=signal.SIGTERM),
-        ident=IDENT,
-        wall_s=9.02,
-        time_scale=1.0,
-        stopped_at_limit=True,
+    kind, data = result(
+        spec(tmp_path), ExitStatus(exit_code=None, signal=signal.SIGTERM), wall_s=9.02, at_limit=True
     )
     assert kind == "profile_error"
     assert "no speed measured within the configuration's max_s (9 s)" in data["error"]
@@ -61,12 +53,7 @@ def test_a_launch_killed_by_its_bound_before_it_could_measure_says_to_give_it_mo
 
 
 def test_a_launch_killed_by_another_signal_says_which(tmp_path):
-    kind, data = point_result(
-        spec(tmp_path),
-        ExitStatus(exit_code=None, signal=signal.SIGKILL),
-        ident=IDENT,
-        wall_s=3.0,
-        time_scale=1.0,
-        stopped_at_limit=False,
+    kind, data = result(
+        spec(tmp_path), ExitStatus(exit_code=None, signal=signal.SIGKILL), wall_s=3.0, at_limit=False
     )
     assert kind == "profile_error" and data["error"] == f"the workload died of signal {int(signal.SIGKILL)}"
