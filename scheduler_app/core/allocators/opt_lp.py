@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from scheduler_app.core.throughput import ServerShape, best_case, relative_speed
 from scheduler_app.core.types import SensitivityProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy loads in about 0.1 s: imported by the functions that use it (the opt allocator's LP, genie's
+# Pareto points), so that a run of the other allocators (a simulation's command, fifo + tune) does not
+# pay for it at start-up.
 
 # Throughputs and resource amounts closer than this are equal: the catalog has two decimals, and
 # HiGHS returns values accurate to about 1e-9, so this only absorbs float noise.
@@ -42,6 +48,8 @@ def pareto_points(
     the Synergy matrices are flat over most of their memory axis. Output order is by throughput
     descending, then CPU, then memory ascending, which makes rounding and ties deterministic.
     """
+    import numpy as np  # noqa: PLC0415 - loaded only where points or an LP are built
+
     cpu = np.asarray(cpus_per_gpu, dtype=float)
     mem = np.asarray(mem_gb_per_gpu, dtype=float)
     tp = np.asarray(tput, dtype=float)
@@ -83,6 +91,8 @@ def candidate_points(
     use, which is what makes the LP optimum an upper bound on their total throughput. Cached:
     hashing a profile walks its matrix, but once per (profile, GPU count) instead of per point.
     """
+    import numpy as np  # noqa: PLC0415 - loaded only where points or an LP are built
+
     best = best_case(profile, num_gpus, shape)
     cpus = [best.cpus_per_gpu, shape.cpus_per_gpu]
     mem = [best.mem_gb_per_gpu, shape.mem_gb_per_gpu]
@@ -138,6 +148,7 @@ def solve_share_lp(
     left out contributes nothing, and `all_jobs_fit` is False.
     """
     # scipy loads in about half a second: only runs that solve an LP (opt) pay for it.
+    import numpy as np  # noqa: PLC0415 - loaded only where points or an LP are built
     from scipy import sparse  # noqa: PLC0415 - scipy loads only when an LP is solved
     from scipy.optimize import linprog  # noqa: PLC0415 - likewise
 
@@ -222,6 +233,8 @@ def round_class(points: OperatingPoints, counts: np.ndarray, size: int) -> list[
     never asks for more than the LP used; without such a point, the slowest point in the support.
     Jobs the relaxed fallback left out entirely get -1.
     """
+    import numpy as np  # noqa: PLC0415 - loaded only where points or an LP are built
+
     whole = np.floor(counts + EPS).astype(np.int64)
     out: list[int] = []
     for p in range(len(points)):  # points are ordered best throughput first

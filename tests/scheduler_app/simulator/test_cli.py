@@ -1,4 +1,4 @@
-"""`python -m scheduler_app.simulator`: manage.py simulate's table, without Django or scipy."""
+"""`python -m scheduler_app.simulator`: manage.py simulate's table, without Django, scipy or numpy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 TRACE = REPO_ROOT / "tests/data/synergy/static_100job.csv"
 
 
-def test_entry_point_runs_without_django_or_scipy(tmp_path: Path) -> None:
+def test_entry_point_runs_without_django_scipy_or_numpy(tmp_path: Path) -> None:
     out_json = tmp_path / "runs.json"
     script = textwrap.dedent(
         f"""
@@ -22,7 +22,7 @@ def test_entry_point_runs_without_django_or_scipy(tmp_path: Path) -> None:
             runpy.run_module("scheduler_app.simulator", run_name="__main__")
         except SystemExit as exc:
             assert exc.code == 0, exc.code
-        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("django", "scipy"))
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("django", "scipy", "numpy"))
         assert not heavy, heavy
         """
     )
