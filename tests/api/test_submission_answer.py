@@ -132,7 +132,8 @@ def test_a_fresh_jobs_answer_is_two_queries(user):
     assert len(queries.captured_queries) == 2, [q["sql"][:80] for q in queries.captured_queries]
 
 
-@pytest.mark.parametrize(
+# One submission of each kind, whose 201 body the tests below compare with the detail's read.
+KINDS_OF_SUBMISSION = pytest.mark.parametrize(
     "body",
     [
         {"name": "one"},
@@ -142,6 +143,9 @@ def test_a_fresh_jobs_answer_is_two_queries(user):
     ],
     ids=["single", "array", "own-command", "qos"],
 )
+
+
+@KINDS_OF_SUBMISSION
 def test_a_submission_behind_the_forecasts_window_is_answered_as_stored_as_its_detail_reads_it(
     client, user, body, fifo_tune, settings, live_redis, monkeypatch
 ):
@@ -194,16 +198,7 @@ def test_relations_known_from_the_submission_still_read_the_database_when_filter
         assert each.depends_on.filter(pk=job.pk).count() == 0
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"name": "one"},
-        {"name": "sweep", "array": "0-4"},
-        {"name": "own", "workload": None, "command": "python train.py", "output": "out-%j.log"},
-        {"name": "late", "qos_max_latency_s": 3600},
-    ],
-    ids=["single", "array", "own-command", "qos"],
-)
+@KINDS_OF_SUBMISSION
 def test_a_submission_left_to_the_worker_is_answered_as_stored_as_its_detail_reads_it(
     client, user, body, fifo_tune, settings, live_redis, monkeypatch
 ):
