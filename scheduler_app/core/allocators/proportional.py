@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.placement import EPS, FIRST_FIT, Score, has_fixed_demand, score_named
-from scheduler_app.core.placement.setup import RoundSetup
+from scheduler_app.core.placement.setup import RoundSetup, running_first
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
@@ -105,12 +105,8 @@ def hold_current(round_: RoundSetup) -> int:
     jobs, state = round_.jobs, round_.state
     if state.has_node_counts:
         return 0
-    count = 0
-    for job in jobs:
-        if job.current is None:
-            break
-        count += 1
-    if not count or any(job.current is not None for job in jobs[count:]):
+    count = running_first(jobs, range(len(jobs)))
+    if not count:
         return 0
     prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
     c0, m0 = prop_cpus[0], prop_mem_gb[0]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from scheduler_app.core import reasons
 from scheduler_app.core.placement import EPS, HeldJob, Plan, has_fixed_demand
 from scheduler_app.core.placement.plan import DemandCache
+from scheduler_app.core.placement.setup import running_first
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.throughput import with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView
@@ -36,12 +37,8 @@ class SteadyRound:
         Returns how many jobs of `order` it held; 0 (nothing changed) where the round does not have
         that shape (a fixed demand, a newcomer before a running job, room to be made, a stale home)."""
         jobs, state = self.jobs, self.state
-        count = 0
-        for pos in order:
-            if jobs[pos].current is None:
-                break
-            count += 1
-        if not count or any(jobs[pos].current is not None for pos in order[count:]):
+        count = running_first(jobs, order)
+        if not count:
             return 0
         best_of, held, on_server = self.demands.best, self.held, self.on_server
         nodes = state.has_node_counts

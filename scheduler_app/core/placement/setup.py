@@ -102,3 +102,17 @@ class RoundSetup:
         what room-making (tune's step 5, opt's cheapest peers) must free there."""
         state = self.state
         return k * dc[i] - state.free_cpus[i], k * dm[i] - state.free_mem_gb[i]
+
+
+def running_first(jobs: Sequence[JobView], order: Sequence[int]) -> int:
+    """How many jobs of `order` (positions in `jobs`) ran last round, where they all come before every
+    newcomer; 0 where none ran or a newcomer comes before one that ran (the allocators' cheap hold of
+    the running jobs, tune_steady.py and proportional.py, needs that shape)."""
+    count = 0
+    for pos in order:
+        if jobs[pos].current is None:
+            break
+        count += 1
+    if not count or any(jobs[pos].current is not None for pos in order[count:]):
+        return 0
+    return count
