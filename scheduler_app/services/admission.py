@@ -46,7 +46,7 @@ from scheduler_app.services.forecasts import (
     live_queue,
     queue_positions,
 )
-from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s
+from scheduler_app.services.pacing import debounced_send, pace_left_s
 from scheduler_app.task_names import ADMISSION_FORECAST_TASK
 
 logger = logging.getLogger(__name__)
@@ -58,11 +58,20 @@ FORECAST_PENDING = "forecast pending: computed in a moment, then shown on the jo
 ENDED_FIRST = "the job ended before its forecast"
 # Set while a coalesced admission forecast is queued and not started: a burst's requests find it taken.
 QUEUED_KEY = "attune:admission-forecast"
-# Lives while the next admission forecast must wait (the minimum interval, then the last one's length).
+# Lives `admission_forecast_min_interval_s` from an admission forecast's start: the next waits for it.
 PACE_KEY = "attune:admission-forecast:pace"
 # How long the last admission forecast took (seconds): whether an answer waiting for one can get it.
 SECONDS_KEY = "attune:admission-forecast:seconds"
 QUEUED_SLACK_S = 60
+# Held (redis-py's Lock: released only by its holder) while a process runs an admission forecast: a
+# second one at once would split the worker's CPU with it and forecast its submissions again.
+RUNNING_KEY = "attune:admission-forecast:running"
+# Its expiry: a worker killed mid-forecast holds the next ones back this long at most (the refresh
+# after the next round answers its submissions meanwhile).
+RUNNING_TTL_S = 60
+# How long one task forecasts back to back while submissions keep coming before it hands over to a
+# queued task (a refresh queued meanwhile on the same process then runs first).
+SERVE_MAX_S = 30.0
 ANSWER_POLL_S = 0.02
 
 
@@ -279,7 +288,8 @@ def _unattainable(prediction: AdmissionPrediction, job: Job) -> QosUnattainableE
 
 def admission_forecast_request() -> None:
     """Ask for one admission forecast (admission_forecasts_run), debounced: the first request of a
-    burst queues it, when the pace of the last one allows (PACE_KEY); the others find it queued, and
+    burst queues it, no sooner than `admission_forecast_min_interval_s` after the last one's start
+    (PACE_KEY); the others find it queued, and
     the run, which reads the queue as it starts, covers them too. A broker outage leaves the predictions
     pending: the next submission's request or the refresh after the next round fills them."""
     conf = scheduler_conf()
@@ -300,35 +310,86 @@ def admission_forecast_request() -> None:
         logger.warning("could not queue an admission forecast", exc_info=True)
 
 
-def admission_forecasts_run() -> int:
-    """The coalesced admission forecast's body (the forecasts worker): one forecast of the live queue
-    for every pending prediction's job (services/forecasts.py, stored as their current estimates)
-    fills them; returns how many were filled. Paced: the next one starts no sooner than
-    `admission_forecast_min_interval_s` after this one's start, nor sooner after its end than the CPU
-    it took (at most half of one core)."""
+def admission_forecasts_serve() -> int:
+    """The admission task's body (the forecasts worker): admission forecasts back to back while
+    predictions wait for one, each answering every one pending as it starts, in one process at a time;
+    returns how many were filled. A task that finds another process forecasting leaves its
+    submissions to it: that one looks for pending predictions after it lets go, so it sees every
+    submission committed before this task looked. No pace between forecasts but
+    `admission_forecast_min_interval_s` from one start to the next: a submission's first estimate waits
+    for the forecast in progress and its own, nothing more (issue 37: within 10 s). The worker is
+    niced (docker-compose.yml), each forecast bounded by its budget, and after SERVE_MAX_S the task
+    hands over to a queued one, so that a refresh queued behind it on the same process gets its turn.
+    """
     conf = scheduler_conf()
-    client = None
+    deadline = time.monotonic() + SERVE_MAX_S
+    filled = 0
+    while True:
+        started = time.monotonic()
+        ran = _forecasts_run_alone()
+        if ran is None:
+            return filled  # another process forecasts: it answers this task's submissions too
+        filled += ran
+        # After letting go: a submission whose task found this run in progress is seen here.
+        if not ran or not admission_forecasts_waiting():
+            return filled  # nothing waits (or nothing could be answered: not again and again)
+        if time.monotonic() >= deadline:
+            _hand_over()
+            return filled
+        time.sleep(max(0.0, conf.admission_forecast_min_interval_s - (time.monotonic() - started)))
+
+
+def _hand_over() -> None:
+    """Queue a task for the predictions still waiting, past the debounce: the key may be a task's that
+    found this one forecasting and left."""
+    try:
+        _redis(scheduler_conf().redis_url).delete(QUEUED_KEY)
+    except Exception:
+        logger.warning("could not clear the admission forecast's queued key", exc_info=True)
+    admission_forecast_request()
+
+
+def admission_forecasts_run() -> int:
+    """One coalesced admission forecast (the refresh runs one first when predictions wait): one
+    forecast of the live queue for every pending prediction's job (services/forecasts.py, stored as
+    their current estimates) fills them; returns how many were filled, 0 when another process is
+    running one (it answers them)."""
+    return _forecasts_run_alone() or 0
+
+
+def _forecasts_run_alone() -> int | None:
+    """admission_forecasts_run under RUNNING_KEY's lock; None when another process holds it. Without
+    Redis it runs anyway (a second forecast at once only costs CPU)."""
+    conf = scheduler_conf()
+    client = lock = None
     try:
         client = _redis(conf.redis_url)
+        taken = client.lock(RUNNING_KEY, timeout=RUNNING_TTL_S, blocking=False)
+        if not taken.acquire():
+            return None
+        lock = taken
         interval_ms = int(conf.admission_forecast_min_interval_s * 1000)
         if interval_ms > 0:
             client.set(PACE_KEY, "1", px=interval_ms)
         client.delete(QUEUED_KEY)  # a submission from now on queues the next run
     except Exception:
         logger.warning("could not update the admission forecast keys", exc_info=True)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    pending = _pending_predictions()
-    filled = admission_predictions_fill(_forecast_of(pending), pending) if pending else 0
-    took_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
-    if client is not None:
-        try:
-            client.set(SECONDS_KEY, f"{took_s:.3f}", ex=3600)
-            # Its CPU, not its wall time: on a busy host the wall time is mostly waiting for a core,
-            # and a pace that grows with it would hold the next answers back for nothing.
-            pace_extend(client, PACE_KEY, cpu_s)
-        except Exception:
-            logger.warning("could not pace the next admission forecast", exc_info=True)
-    return filled
+    try:
+        start = time.perf_counter()
+        pending = _pending_predictions()
+        filled = admission_predictions_fill(_forecast_of(pending), pending) if pending else 0
+        if client is not None:
+            try:
+                client.set(SECONDS_KEY, f"{time.perf_counter() - start:.3f}", ex=3600)
+            except Exception:
+                logger.warning("could not store the admission forecast's length", exc_info=True)
+        return filled
+    finally:
+        if lock is not None:
+            try:
+                lock.release()
+            except Exception:  # expired and taken by another since: theirs now
+                logger.warning("could not release the admission forecast's lock", exc_info=True)
 
 
 def admission_forecasts_waiting() -> bool:

@@ -34,7 +34,7 @@ def test_a_send_goes_to_the_broker_by_name_with_its_options(settings, monkeypatc
 def test_an_eager_send_runs_the_task_here(settings, monkeypatch):
     settings.CELERY_TASK_ALWAYS_EAGER = True
     ran = []
-    monkeypatch.setattr(tasks, "admission_forecasts_run", lambda: ran.append(42))
+    monkeypatch.setattr(tasks, "admission_forecasts_serve", lambda: ran.append(42))
     monkeypatch.setattr(current_app, "send_task", lambda *a, **k: pytest.fail("an eager send is no message"))
     task_send(task_names.ADMISSION_FORECAST_TASK, args=(42,))
     assert ran == [42]

@@ -1,0 +1,100 @@
+"""The admission task's serving of forecasts: one process at a time, back to back while submissions wait,
+a task that finds another forecasting leaving its submissions to it, and a hand-over after SERVE_MAX_S."""
+
+import pytest
+from django.test import TestCase
+
+from scheduler_app.models import AdmissionPrediction
+from scheduler_app.services import admission
+from scheduler_app.services.admission import (
+    FORECAST_PENDING,
+    admission_forecasts_run,
+    admission_forecasts_serve,
+)
+from scheduler_app.services.jobs import JobRequest, job_submit
+from tests.api.helpers import workload
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
+
+KEYS = (admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY, admission.RUNNING_KEY)
+
+
+@pytest.fixture
+def asked(settings, live_redis, monkeypatch, gpu01_res18):
+    """A service with a worker; the admission tasks asked of it (not run)."""
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "admission_in_request_max_jobs": 0,
+        "admission_forecast_min_interval_s": 0.0,
+    }
+    live_redis.delete(*KEYS)
+    sent = []
+    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: sent.append(name))
+    yield sent
+    live_redis.delete(*KEYS)
+
+
+def submit(user, name: str):
+    request = JobRequest(name=name, num_gpus=1, total_iters=1000, workload=workload("res18"))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        (job,) = job_submit(owner=user, request=request)
+    return job
+
+
+def pending(*jobs) -> int:
+    return AdmissionPrediction.objects.filter(job__in=jobs, detail=FORECAST_PENDING).count()
+
+
+def test_a_forecast_leaves_the_submissions_to_the_process_already_forecasting(user, asked, live_redis):
+    job = submit(user, "a")
+    holder = live_redis.lock(admission.RUNNING_KEY, timeout=10, blocking=False)
+    assert holder.acquire()  # another process's forecast in progress
+    assert admission_forecasts_serve() == 0
+    assert admission_forecasts_run() == 0  # the refresh's run first, too
+    assert pending(job) == 1
+    assert live_redis.exists(admission.QUEUED_KEY)  # the run in progress forecasts again, not a task
+    holder.release()
+    assert admission_forecasts_serve() == 1
+    assert pending(job) == 0
+    assert not live_redis.exists(admission.RUNNING_KEY)
+
+
+def test_submissions_during_a_forecast_are_answered_by_the_same_task_right_after(
+    user, asked, live_redis, monkeypatch
+):
+    first = submit(user, "a")
+    later = []
+    real = admission._forecast_of
+
+    def with_a_submission_meanwhile(pending_predictions):
+        estimates = real(pending_predictions)
+        if not later:  # committed while the first forecast runs: its task finds that one forecasting
+            later.append(submit(user, "b"))
+            assert admission_forecasts_serve() == 0
+        return estimates
+
+    monkeypatch.setattr(admission, "_forecast_of", with_a_submission_meanwhile)
+    assert admission_forecasts_serve() == 2
+    assert pending(first, *later) == 0
+    assert AdmissionPrediction.objects.get(job=later[0]).predicted_start_at is not None
+
+
+def test_a_task_hands_over_after_serving_its_time(user, asked, live_redis, monkeypatch):
+    first = submit(user, "a")
+    asked.clear()
+    real = admission._forecast_of
+
+    def with_a_submission_meanwhile(pending_predictions):
+        estimates = real(pending_predictions)
+        if not asked:
+            submit(user, "b")  # its request queues a task (the key taken), which left
+        return estimates
+
+    monkeypatch.setattr(admission, "SERVE_MAX_S", 0.0)
+    monkeypatch.setattr(admission, "_forecast_of", with_a_submission_meanwhile)
+    assert admission_forecasts_serve() == 1
+    assert pending(first) == 0
+    # The second's task was sent, found nothing to do here (not run: asked only): the hand-over sends
+    # another past the debounce key it left.
+    assert len(asked) == 2
+    assert AdmissionPrediction.objects.filter(detail=FORECAST_PENDING).count() == 1
