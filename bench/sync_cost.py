@@ -398,13 +398,19 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
     """An interval sync with 4 progress reports (left to the applier) part by part, each timed alone,
     then the view without the middleware and the whole call, interleaved: `count` of each, medians of
     this process's CPU, the database backend's mean CPU per call. Where a sync's CPU goes without
-    cProfile's own cost, which inflates the frameworks' many small functions several times over."""
+    cProfile's own cost, which inflates the frameworks' many small functions several times over.
+    The whole call three ways: the test client (Django's handler without its request signals), and as
+    the image serves it from a WSGI environ, with Django's request signals (each request's connection
+    health check, a `SELECT 1`, included): through Django's WSGI handler, and through the agents' path
+    (config/agent_calls.py) that the image runs first."""
     import psutil
+    from django.core.wsgi import get_wsgi_application
     from django.db import connection
     from django.test import RequestFactory
 
     from cluster_app.agent_wake import wait_ticket, wake_generation
     from cluster_app.selectors import agent_credential_find
+    from config.agent_calls import AgentCallsFirst
     from infra.prepared_sql import prepared_statements
     from scheduler_app.api.agent_checks import reports_check_fast, sync_body_check
     from scheduler_app.api.agent_views import REPORT_CHECKER, SYNC_CHECKER, AgentSyncView
@@ -458,6 +464,19 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
         if response.status_code != 200:
             raise RuntimeError(f"sync answered {response.status_code}: {response.content[:500]!r}")
 
+    django_wsgi = get_wsgi_application()
+    agents_first = AgentCallsFirst(django_wsgi)
+
+    def served(app) -> None:
+        """One sync as the WSGI server hands it to `app`, its answer read and closed as the server does."""
+        environ = factory.post(SYNC, data=agent.body(4), content_type="application/json").environ
+        status = []
+        iterable = app(environ, lambda line, headers: status.append(line))
+        answer = b"".join(iterable)
+        iterable.close()
+        if status != ["200 OK"]:
+            raise RuntimeError(f"sync answered {status}: {answer[:500]!r}")
+
     parts = [
         "the checks and the request's objects",
         "the credential and its server",
@@ -474,6 +493,8 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
         by_parts()
         timed("the view alone (DRF, no middleware)", view_alone)
         timed("the whole call (Django's handler)", lambda: agent.sync(4))
+        timed("served: Django's WSGI handler", served, django_wsgi)
+        timed("served: the agents' path first", served, agents_first)
 
     def row(label: str) -> list:
         return [label, f"{statistics.median(cpu[label]):.3f}", f"{db[label] * 1000 / count:.3f}"]
@@ -482,6 +503,7 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
     total = sum(statistics.median(cpu[label]) for label in parts)
     rows.append(["the parts together", f"{total:.3f}", f"{sum(db[p] for p in parts) * 1000 / count:.3f}"])
     rows += [row("the view alone (DRF, no middleware)"), row("the whole call (Django's handler)")]
+    rows += [row("served: Django's WSGI handler"), row("served: the agents' path first")]
     return rows
 
 

@@ -1,4 +1,9 @@
-"""Agent endpoints (docs/agent-protocol.md): register and sync; Bearer-token auth."""
+"""Agent endpoints (docs/agent-protocol.md): register and sync; Bearer-token auth. The image serves
+well-formed calls through config/agent_calls.py, which answers with this module's `register_answer`
+and `sync_answer` without Django's middleware and DRF; these views answer everything else (and every
+call under a plain WSGI server), and document the routes in the OpenAPI schema."""
+
+from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -12,6 +17,7 @@ from cluster_app.agent_call_counter import count_agent_call
 from cluster_app.agent_wake import AGENT_WAIT_PATH, wait_ticket
 from cluster_app.authentication import AgentTokenAuthentication, IsAgent
 from cluster_app.conf import NodeConf, node_conf
+from cluster_app.models import Server
 from cluster_app.services import GpuConflictError, ServerNotRegisteredError
 from infra.prepared_sql import prepared_statements
 from scheduler_app.api.agent_checks import reports_check_fast, sync_body_check
@@ -63,20 +69,8 @@ class AgentRegisterView(AgentView):
         count_agent_call("register")
         serializer = AgentRegisterSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        try:
-            server = agent_register(server=request.auth, inventory=serializer.to_inventory())
-        except GpuConflictError as exc:
-            return Response(
-                {"detail": str(exc), "conflicting_uuids": exc.uuids}, status=status.HTTP_409_CONFLICT
-            )
-        conf = node_conf()
-        return Response(
-            {
-                "server": server.name,
-                "sync_interval_s": conf.sync_interval_s,
-                "fence": _fence(conf),
-            }
-        )
+        status_code, answer = register_answer(server=request.auth, serializer=serializer)
+        return Response(answer, status=status_code)
 
 
 class AgentSyncView(AgentView):
@@ -96,36 +90,56 @@ class AgentSyncView(AgentView):
                 body = SYNC_CHECKER.run_validation(request.data)
             except ValidationError as exc:  # as field errors, even for a body that is not an object
                 raise ValidationError(as_serializer_error(exc)) from None
-        # A malformed report is rejected alone, not the batch.
-        checked, rejected = reports_check_fast(body["reports"], checker=REPORT_CHECKER)
-        valid = [LeaseReport(**report) for report in checked]
-        usage = AgentHeartbeatSerializer.usage_of(body["sample"])
-        running = body["running"]
-        sync = SyncRequest(usage=usage, running=running, sizes=body["sizes"], reports=valid)
-        try:
-            outcome = agent_sync(server=request.auth, request=sync)
-        except ServerNotRegisteredError as exc:  # nothing stored: the agent registers, then syncs
-            return Response({"detail": str(exc), "code": "not_registered"}, status=status.HTTP_409_CONFLICT)
-        conf = node_conf()
-        wait = None
-        if conf.wake:
-            wait = {
-                "url": AGENT_WAIT_PATH,
-                "ticket": wait_ticket(outcome.server.pk),
-                "generation": outcome.generation,
-                "timeout_s": conf.wait_timeout_s,
-            }
-        return Response(
-            {
-                "state": outcome.server.state,
-                "commands": outcome.commands,
-                "acked": [list(pair) for pair in outcome.reports.acked],
-                "rejected": rejected + outcome.reports.rejected,
-                "sync_interval_s": conf.sync_interval_s,
-                "wait": wait,
-                "fence": _fence(conf),
-            }
-        )
+        status_code, answer = sync_answer(server=request.auth, body=body)
+        return Response(answer, status=status_code)
+
+
+def register_answer(*, server: Server, serializer: AgentRegisterSerializer) -> tuple[int, dict[str, Any]]:
+    """The status and body answering a registration whose `serializer` is valid (this view's answer,
+    and config/agent_calls.py's)."""
+    try:
+        server = agent_register(server=server, inventory=serializer.to_inventory())
+    except GpuConflictError as exc:
+        return status.HTTP_409_CONFLICT, {"detail": str(exc), "conflicting_uuids": exc.uuids}
+    conf = node_conf()
+    return status.HTTP_200_OK, {
+        "server": server.name,
+        "sync_interval_s": conf.sync_interval_s,
+        "fence": _fence(conf),
+    }
+
+
+def sync_answer(*, server: Server, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The status and body answering a sync whose `body` is checked (`sync_body_check`'s or the
+    serializer's result): its reports checked one by one, the service called (this view's answer, and
+    config/agent_calls.py's)."""
+    # A malformed report is rejected alone, not the batch.
+    checked, rejected = reports_check_fast(body["reports"], checker=REPORT_CHECKER)
+    valid = [LeaseReport(**report) for report in checked]
+    usage = AgentHeartbeatSerializer.usage_of(body["sample"])
+    sync = SyncRequest(usage=usage, running=body["running"], sizes=body["sizes"], reports=valid)
+    try:
+        outcome = agent_sync(server=server, request=sync)
+    except ServerNotRegisteredError as exc:  # nothing stored: the agent registers, then syncs
+        return status.HTTP_409_CONFLICT, {"detail": str(exc), "code": "not_registered"}
+    conf = node_conf()
+    wait = None
+    if conf.wake:
+        wait = {
+            "url": AGENT_WAIT_PATH,
+            "ticket": wait_ticket(outcome.server.pk),
+            "generation": outcome.generation,
+            "timeout_s": conf.wait_timeout_s,
+        }
+    return status.HTTP_200_OK, {
+        "state": outcome.server.state,
+        "commands": outcome.commands,
+        "acked": [list(pair) for pair in outcome.reports.acked],
+        "rejected": rejected + outcome.reports.rejected,
+        "sync_interval_s": conf.sync_interval_s,
+        "wait": wait,
+        "fence": _fence(conf),
+    }
 
 
 def _fence(conf: NodeConf) -> dict[str, float]:

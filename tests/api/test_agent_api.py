@@ -15,10 +15,12 @@ from cluster_app.models import AgentCredential, Gpu, GpuUsageSample, NodeState, 
 from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobState
 from scheduler_app.services.job_control import job_cancel
 from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.agent_native import agent_path  # noqa: F401  (the fixture)
 from tests.api.helpers import SYNC, agent_client, lease_of, make_server, submit, sync, synced, usage_sample
 from tests.factories import heartbeat_at
 
-pytestmark = pytest.mark.django_db
+# Each test twice: through Django's handler and DRF's view, and through config/agent_calls.py first.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("agent_path")]
 
 REGISTER = "/api/v1/agent/register"
 

@@ -19,9 +19,11 @@ from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobStat
 from scheduler_app.services.agents import AGENT_CLOCK_SKEW
 from scheduler_app.services.report_apply import SPEED_OUTLIER_FACTOR
 from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.agent_native import agent_path  # noqa: F401  (the fixture)
 from tests.api.helpers import lease_of, submit, synced
 
-pytestmark = pytest.mark.django_db
+# Each test twice: through Django's handler and DRF's view, and through config/agent_calls.py first.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("agent_path")]
 
 
 @pytest.fixture
