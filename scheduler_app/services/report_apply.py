@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from django.db import connection
+
 from cluster_app.conf import node_conf
 from infra.bulk_sql import update_from_values
 from profiles_app.selectors import (
@@ -118,7 +120,12 @@ def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, 
             # must be stored first (exits are rare, so this extra statement is too).
             speed_observations_record(measurements)
             measurements.clear()
+            state = job.state
             events.extend(_exited(job, allocation, r, now=now))
+            if job.state != state and job.state in TERMINAL_JOB_STATES:
+                # Its end (job_finish) wrote the job's progress and GPU time with it: no second update,
+                # unless a later report of this batch changes them again.
+                dirty_jobs.discard(job.pk)
     # One statement each, whatever the batch holds. Only the fields reports own: ended_at / end_reason
     # belong to job_finish and the round.
     update_from_values(
@@ -304,6 +311,16 @@ def _lost_work_s(job: Job, allocation: Allocation, *, now: datetime) -> float:
     )
 
 
+def _job_finish(**kwargs: Any) -> None:
+    """job_finish run inside the caller's transaction (reports are applied in one, jobs locked) without
+    its own atomic block, whose savepoint cost an exit two statements more (SAVEPOINT, RELEASE): an
+    error there rolls the whole transaction back either way, since nothing here catches it."""
+    if not connection.in_atomic_block:  # a caller without a transaction: job_finish's own
+        job_finish(**kwargs)
+        return
+    job_finish.__wrapped__(**kwargs)
+
+
 def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) -> list[JobEvent]:
     """What a lease's exit means for its job (see agent protocol, section 4)."""
     # The serializer let through only exit codes 0-255 and signals 1-64; checked again, as the row's
@@ -344,7 +361,7 @@ def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) 
         # in the queue or running elsewhere, with its progress kept -- unless the process managed to
         # finish all its work during the grace period.
         if exit_code == 0 and not oom and job.workload_id is not None and all_done:
-            job_finish(
+            _job_finish(
                 job=job,
                 state=JobState.COMPLETED,
                 now=now,
@@ -380,13 +397,13 @@ def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) 
             )
             return [event]
     if oom:
-        job_finish(
+        _job_finish(
             job=job, state=JobState.OUT_OF_MEMORY, now=now, exit_code=exit_code, reason="oom", data=info
         )
     elif exit_code == 0 and all_done:
         if job.workload_id is None and job.total_iters is not None:
             job.done_iters = job.total_iters  # an own command's work is done when it exits 0
-        job_finish(job=job, state=JobState.COMPLETED, now=now, exit_code=0, data=info)
+        _job_finish(job=job, state=JobState.COMPLETED, now=now, exit_code=0, data=info)
     else:
         if exit_code is None:  # the agent could not start or lost the process; `error` says why
             reason = "start_failed" if error.startswith("start failed") else "lost"
@@ -394,7 +411,7 @@ def _exited(job: Job, allocation: Allocation, r: LeaseReport, *, now: datetime) 
             reason = "incomplete"
         else:
             reason = f"signal_{signal}" if signal else f"exit_{exit_code}"
-        job_finish(
+        _job_finish(
             job=job,
             state=JobState.FAILED,
             now=now,

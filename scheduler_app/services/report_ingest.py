@@ -37,7 +37,7 @@ from scheduler_app.services.job_batches import job_batches_run
 from scheduler_app.services.pacing import debounced_send
 from scheduler_app.services.profiling import profiling_reports_ingest
 from scheduler_app.services.report_apply import LeaseReport, reports_apply
-from scheduler_app.services.report_rows import NewReport, reports_insert_new
+from scheduler_app.services.report_rows import NewReport, reports_insert_new, reports_insert_on_leases
 from scheduler_app.task_names import AGENT_REPORTS_APPLY_TASK
 
 logger = logging.getLogger(__name__)
@@ -152,22 +152,24 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _S
     A report dated outside its lease's life is clamped into it (`_within_lease_life`), so that a buggy
     agent cannot inflate a job's attained service. Reports about a profiling run of this server (its
     lease id) go to the profiling service, which applies them at once.
+    On PostgreSQL the leases are read by the statement that stores the reports
+    (`reports_insert_on_leases`); a report it left out for its date is clamped and stored after it.
     """
     outcome = ReportsOutcome()
     now = timezone.now()
-    lease_ids = {r.lease_id for r in reports}
-    allocations = leases_of_server(server_id=server.pk, lease_ids=lease_ids)
-    runs = profiling_runs_of_server(server=server, lease_ids=lease_ids - set(allocations))
+    if is_postgresql():
+        allocations, fresh, ordered = _stored_with_leases(server=server, reports=reports, now=now)
+    else:  # the leases read first, the reports stored after the profiling runs' (below)
+        allocations = leases_of_server(server_id=server.pk, lease_ids={r.lease_id for r in reports})
+        fresh, ordered = {}, []
+    runs = profiling_runs_of_server(server=server, lease_ids={r.lease_id for r in reports} - set(allocations))
     if runs:
         with transaction.atomic():
             outcome.acked += profiling_reports_ingest(
                 server=server, runs=runs, reports=[r for r in reports if r.lease_id in runs]
             )
-    known: dict[tuple[UUID, int], LeaseReport] = {}
     for r in reports:
-        if r.lease_id in runs:
-            continue
-        if r.lease_id not in allocations:
+        if r.lease_id not in runs and r.lease_id not in allocations:
             outcome.rejected.append(
                 {
                     "lease_id": str(r.lease_id),
@@ -176,34 +178,11 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _S
                     "code": 404,
                 }
             )
-        else:
-            known.setdefault((r.lease_id, r.seq), _within_lease_life(r, allocations[r.lease_id], now=now))
-    if not known:
+    if not is_postgresql():
+        fresh, ordered = _stored(allocations, reports=reports, now=now)
+    ordered = [r for r in ordered if r.lease_id in allocations]
+    if not ordered:
         return _Stored(outcome, set(), set())
-    # Sorted, so that two overlapping batches insert keys in the same order and cannot deadlock.
-    # Strings cleaned once, before they are stored (PostgreSQL refuses NUL).
-    ordered = [
-        replace(known[k], data=clean_text(known[k].data))
-        for k in sorted(known, key=lambda k: (str(k[0]), k[1]))
-    ]
-    # The applier's work list goes in with the reports: a report stored is a report applied, sooner
-    # or later (an exit left out would leave its job RUNNING).
-    fresh = reports_insert_new(
-        [
-            NewReport(
-                allocation_id=allocations[r.lease_id].pk,
-                job_id=allocations[r.lease_id].job_id,
-                lease_id=r.lease_id,
-                seq=r.seq,
-                kind=r.kind,
-                at=r.at,
-                data=r.data,
-            )
-            for r in ordered
-        ],
-        batch_id=uuid.uuid4(),
-        received_at=now,
-    )
     new = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     outcome.acked += [(str(r.lease_id), r.seq) for r in ordered]
     return _Stored(
@@ -211,6 +190,72 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _S
         job_ids={allocations[r.lease_id].job_id for r in new},
         urgent_job_ids={allocations[r.lease_id].job_id for r in new if r.kind in URGENT_KINDS},
     )
+
+
+def _sorted_once(reports: Iterable[LeaseReport]) -> list[LeaseReport]:
+    """Each (lease_id, seq) once (its first), sorted, so that two overlapping batches insert keys in
+    the same order and cannot deadlock; strings cleaned once, before they are stored (PostgreSQL
+    refuses NUL)."""
+    once: dict[tuple[UUID, int], LeaseReport] = {}
+    for r in reports:
+        once.setdefault((r.lease_id, r.seq), r)
+    return [
+        replace(once[k], data=clean_text(once[k].data)) for k in sorted(once, key=lambda k: (str(k[0]), k[1]))
+    ]
+
+
+def _new_rows(reports: Iterable[LeaseReport], allocations: dict[UUID, LeaseOfServer]) -> list[NewReport]:
+    # The applier's work list goes in with the reports: a report stored is a report applied, sooner
+    # or later (an exit left out would leave its job RUNNING).
+    return [
+        NewReport(
+            allocation_id=allocations[r.lease_id].pk,
+            job_id=allocations[r.lease_id].job_id,
+            lease_id=r.lease_id,
+            seq=r.seq,
+            kind=r.kind,
+            at=r.at,
+            data=r.data,
+        )
+        for r in reports
+    ]
+
+
+def _stored(
+    allocations: dict[UUID, LeaseOfServer], *, reports: Sequence[LeaseReport], now: datetime
+) -> tuple[dict[tuple[UUID, int], int], list[LeaseReport]]:
+    """The reports of `allocations`' leases, dated within their lease's life, stored: (the rows
+    inserted now, the reports in their order)."""
+    ordered = _sorted_once(
+        _within_lease_life(r, allocations[r.lease_id], now=now) for r in reports if r.lease_id in allocations
+    )
+    fresh = reports_insert_new(_new_rows(ordered, allocations), batch_id=uuid.uuid4(), received_at=now)
+    return fresh, ordered
+
+
+def _stored_with_leases(
+    *, server: Server, reports: Sequence[LeaseReport], now: datetime
+) -> tuple[dict[UUID, LeaseOfServer], dict[tuple[UUID, int], int], list[LeaseReport]]:
+    """PostgreSQL: the batch's leases on `server` read and its reports stored in one statement; a
+    report it left out for its date (a wrong clock) clamped into its lease's life and stored after.
+    Returns (the leases, the rows inserted now, the reports in their order: those of other leases
+    included, which the caller leaves out)."""
+    ordered = _sorted_once(reports)
+    batch_id = uuid.uuid4()
+    latest = now + AGENT_CLOCK_SKEW
+    rows = [NewReport(0, 0, r.lease_id, r.seq, r.kind, r.at, r.data) for r in ordered]
+    allocations, fresh = reports_insert_on_leases(
+        rows, server_id=server.pk, latest=latest, batch_id=batch_id, received_at=now
+    )
+    clamped = []
+    for i, r in enumerate(ordered):
+        lease = allocations.get(r.lease_id)
+        if lease is not None and not lease.started_at <= r.at <= latest:
+            ordered[i] = _within_lease_life(r, lease, now=now)
+            clamped.append(ordered[i])
+    if clamped:
+        fresh |= reports_insert_new(_new_rows(clamped, allocations), batch_id=batch_id, received_at=now)
+    return allocations, fresh, ordered
 
 
 @transaction.atomic

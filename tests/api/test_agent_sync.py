@@ -22,9 +22,11 @@ from scheduler_app.services import agent_sync as agent_sync_module
 from scheduler_app.services import report_ingest
 from scheduler_app.services.report_ingest import agent_reports_apply_run
 from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.agent_native import agent_path  # noqa: F401  (the fixture)
 from tests.api.helpers import agent_client, lease_of, make_server, submit, synced, usage_sample
 
-pytestmark = pytest.mark.django_db
+# Each test twice: through Django's handler and DRF's view, and through config/agent_calls.py first.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("agent_path")]
 
 
 @pytest.fixture(autouse=True)
@@ -212,6 +214,54 @@ def test_an_exit_that_ends_its_job_looks_for_no_lease_to_wake(user, server, sett
     statements = [q["sql"] for q in queries.captured_queries]
     assert any("UPDATE" in sql and "scheduler_app_job" in sql for sql in statements)  # the end applied
     assert not [sql for sql in statements if "agent_started_at IS NULL AND server_id" in sql]
+
+
+def test_the_reports_leases_are_read_by_the_statement_that_stores_them(eight_leases, settings):
+    """On PostgreSQL one statement reads the batch's leases on this server and stores its reports with
+    their work list (services/report_rows.py `reports_insert_on_leases`): no read of the leases of its
+    own; another server's lease is still refused alone. Progress left to the applier, as with workers."""
+    settings.ATTUNE_DB_PREPARED_STATEMENTS = False  # the statements' text captured, not EXECUTE names
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "progress_apply_s": 2.0}
+    _, client, leases, t0 = eight_leases
+    pending = AgentReportPending.objects.count()
+    foreign = report("00000000-0000-4000-8000-000000000000", 1, "progress", done_iters=1)
+    reports = [*_progress_reports(leases[:2], 2, first_seq=2, t0=t0), foreign]
+    with CaptureQueriesContext(connection) as queries:
+        answer = synced(client, running=[a.lease_id for a in leases], reports=reports)
+    assert len(answer["acked"]) == 4 and [r["code"] for r in answer["rejected"]] == [404]
+    statements = [q["sql"] for q in queries.captured_queries]
+    (stored,) = [sql for sql in statements if "scheduler_app_agentreport" in sql]
+    assert "INSERT INTO" in stored and 'FROM "scheduler_app_allocation"' in stored
+    assert not [sql for sql in statements if sql.startswith("SELECT id, lease_id, job_id, started_at")]
+    assert AgentReport.objects.count() == 8 + 4 and AgentReportPending.objects.count() == pending + 4
+
+
+def test_reports_dated_outside_their_lease_are_clamped_stored_once_and_acked_again(eight_leases, settings):
+    """A wrong clock: the statement leaves such reports out, they are clamped into the lease's life
+    (the agent's date kept) and stored after it, in the same sync; a resend stores nothing twice."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "progress_apply_s": 2.0}
+    _, client, leases, _ = eight_leases
+    lease = leases[0]
+    early = lease.started_at - timedelta(hours=1)
+    late = timezone.now() + timedelta(days=1)
+    reports = [
+        report(lease.lease_id, 2, "progress", at=early, done_iters=10),
+        report(lease.lease_id, 3, "progress", done_iters=20),
+        report(lease.lease_id, 4, "progress", at=late, done_iters=30),
+    ]
+    running = [a.lease_id for a in leases]
+    pending = AgentReportPending.objects.count()
+    answer = synced(client, running=running, reports=reports)
+    assert answer["acked"] == [[str(lease.lease_id), seq] for seq in (2, 3, 4)] and answer["rejected"] == []
+    stored = {r.seq: r for r in AgentReport.objects.filter(allocation=lease, seq__gte=2)}
+    assert stored[2].at == lease.started_at and stored[2].data["agent_at"] == early.isoformat()
+    assert "agent_at" not in stored[3].data
+    assert stored[4].at < late and stored[4].data["agent_at"] == late.isoformat()
+    assert AgentReportPending.objects.count() == pending + 3
+    again = synced(client, running=running, reports=reports)
+    assert again["acked"] == answer["acked"]
+    assert AgentReport.objects.filter(allocation=lease).count() == 4
+    assert AgentReportPending.objects.count() == pending + 3
 
 
 # --- (c) a batch that cannot be stored is not acknowledged, one that cannot be applied is kept ------
