@@ -330,9 +330,10 @@ def admission_forecasts_serve() -> int:
         if ran is None:
             return filled  # another process forecasts: it answers this task's submissions too
         filled += ran
-        # After letting go: a submission whose task found this run in progress is seen here.
-        if not ran or not admission_forecasts_waiting():
-            return filled  # nothing waits (or nothing could be answered: not again and again)
+        # After letting go: a submission whose task found this run in progress is seen here (every
+        # prediction a run reads is filled: one still pending came after it read them).
+        if not admission_forecasts_waiting():
+            return filled
         if time.monotonic() >= deadline:
             _hand_over()
             return filled
@@ -353,8 +354,12 @@ def admission_forecasts_run() -> int:
     """One coalesced admission forecast (the refresh runs one first when predictions wait): one
     forecast of the live queue for every pending prediction's job (services/forecasts.py, stored as
     their current estimates) fills them; returns how many were filled, 0 when another process is
-    running one (it answers them)."""
-    return _forecasts_run_alone() or 0
+    running one (it answers them). Submissions that came meanwhile get a task of their own: their
+    requests' tasks found this one forecasting and left them to it."""
+    filled = _forecasts_run_alone()
+    if filled is not None and admission_forecasts_waiting():
+        _hand_over()
+    return filled or 0
 
 
 def _forecasts_run_alone() -> int | None:

@@ -98,3 +98,26 @@ def test_a_task_hands_over_after_serving_its_time(user, asked, live_redis, monke
     # another past the debounce key it left.
     assert len(asked) == 2
     assert AdmissionPrediction.objects.filter(detail=FORECAST_PENDING).count() == 1
+
+
+def test_the_refreshs_single_run_hands_the_submissions_that_came_meanwhile_to_a_task(
+    user, asked, live_redis, monkeypatch
+):
+    first = submit(user, "a")
+    asked.clear()
+    real = admission._forecast_of
+
+    def with_a_submission_meanwhile(pending_predictions):
+        estimates = real(pending_predictions)
+        if not asked:
+            submit(user, "b")  # its task would find this run in progress and leave
+        return estimates
+
+    monkeypatch.setattr(admission, "_forecast_of", with_a_submission_meanwhile)
+    assert admission_forecasts_run() == 1
+    assert pending(first) == 0
+    assert len(asked) == 2  # the second's own task, then the hand-over's past its debounce key
+    monkeypatch.setattr(admission, "_forecast_of", real)
+    assert admission_forecasts_run() == 1  # that task's run
+    assert AdmissionPrediction.objects.filter(detail=FORECAST_PENDING).count() == 0
+    assert len(asked) == 2  # nothing waits: nothing more asked
