@@ -302,6 +302,12 @@ ATTUNE_SCHEDULER = {
     # admission forecasts and what-ifs it also serves; the times shown lag the last round by at most the
     # interval plus one refresh, little against a 60 s round. After a quiet spell a round is forecast at once.
     "forecast_refresh_budget_s": env.float("ATTUNE_FORECAST_REFRESH_BUDGET_S", default=5.0),
+    # With a worker the refresh is played in tasks (parts) of this much CPU each (process time): a
+    # part stops before a round that, costing what the costliest of the last few did, would overrun
+    # it, and the forecast goes on in the next part, paced as above (services/forecast_cycle.py).
+    # 0.5: at 4,000 GPUs a round takes up to 0.54 s, and a part stays under 1 s. The budget above
+    # bounds the inline refresh (no worker) and the worker's admission forecast.
+    "forecast_refresh_cpu_s": env.float("ATTUNE_FORECAST_REFRESH_CPU_S", default=0.5),
     "forecast_refresh_min_interval_s": env.float("ATTUNE_FORECAST_REFRESH_MIN_INTERVAL_S", default=10.0),
     # And the next refresh waits this x the last one's duration after its end: a refresh slowed by a
     # loaded host (a thousand nodes under churn) spaces the next ones out instead of taking the CPU the

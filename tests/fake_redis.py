@@ -1,4 +1,4 @@
-"""A fake Redis for the debounce and pacing keys: SET NX/EX/PX, DELETE and PTTL on a clock the test moves."""
+"""A fake Redis for the debounce, pacing and cycle keys: SET NX/EX/PX, GET, DELETE, PTTL on a test's clock."""
 
 
 class FakeRedis:
@@ -21,6 +21,10 @@ class FakeRedis:
         ttl = ex if ex is not None else (px / 1000 if px is not None else None)
         self.keys[key] = (value, None if ttl is None else self.now + ttl)
         return True
+
+    def get(self, key):
+        value = self._live(key)
+        return None if value is None else value[0]
 
     def delete(self, key):
         self.keys.pop(key, None)

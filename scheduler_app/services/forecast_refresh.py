@@ -15,6 +15,7 @@ from scheduler_app.services.admission import (
     admission_forecasts_waiting,
     admission_predictions_fill,
 )
+from scheduler_app.services.forecast_cycle import ASKED_KEY, refresh_part
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s, put_off_for_pace
 from scheduler_app.task_names import FORECAST_REFRESH_TASK
@@ -31,6 +32,8 @@ LAST_START_KEY = "attune:forecast-refresh:last"
 # How long a queued refresh may wait past its countdown before its key (and the message) is given up:
 # a task lost with a dead broker must not block refreshes for long.
 QUEUED_SLACK_S = 60
+# How long a request's mark lives (a cycle longer than this would miss the round that set it).
+ASKED_TTL_S = 3600
 
 
 def job_forecasts_refresh_request(*, trigger: str) -> None:
@@ -38,12 +41,13 @@ def job_forecasts_refresh_request(*, trigger: str) -> None:
     round's commit.
 
     Inline mode (embedded demo, eager Celery): there is no worker, so refresh right here, as before.
-    Otherwise SET NX EX on QUEUED_KEY: the first request of a burst queues one refresh task, at once
+    Otherwise mark ASKED_KEY (a cycle in progress started before this round: the next one is due when
+    it ends) and SET NX EX on QUEUED_KEY: the first request of a burst queues one refresh task, at once
     when none started within `forecast_refresh_min_interval_s`, else when that interval is over (the
     rest of LAST_START_KEY's life); the other requests find the key taken, and the queued task, which
-    reads the queue when it starts, covers their rounds too. The task clears the key as it starts, so a
-    round committed during a refresh queues the next one: no round is left out of the forecast. If
-    Redis or the broker is unreachable the next round's request tries again.
+    reads the queue when it starts a cycle, covers their rounds too. The task clears the key as it
+    starts, so a round committed during a refresh queues the next one: no round is left out of the
+    forecast. If Redis or the broker is unreachable the next round's request tries again.
     """
     conf = scheduler_conf()
     if conf.inline_rounds:
@@ -54,21 +58,25 @@ def job_forecasts_refresh_request(*, trigger: str) -> None:
         return
     try:
         client = _redis(conf.redis_url)
-        countdown_s = pace_left_s(client, LAST_START_KEY)
-        debounced_send(
-            client,
-            key=QUEUED_KEY,
-            value=trigger,
-            countdown_s=countdown_s,
-            slack_s=QUEUED_SLACK_S,
-            send=lambda: task_send(
-                REFRESH_TASK, countdown_s=countdown_s, expires_s=countdown_s + QUEUED_SLACK_S
-            ),
-        )
+        client.set(ASKED_KEY, trigger, ex=ASKED_TTL_S)
+        _queue(client, trigger)
     except Exception:  # a broker outage must not fail the round that asked
         logger.warning(
             "could not queue a forecast refresh (%s); the next round asks again", trigger, exc_info=True
         )
+
+
+def _queue(client, trigger: str) -> None:
+    """Queue one refresh task when the pace allows, unless one is queued already (QUEUED_KEY)."""
+    countdown_s = pace_left_s(client, LAST_START_KEY)
+    debounced_send(
+        client,
+        key=QUEUED_KEY,
+        value=trigger,
+        countdown_s=countdown_s,
+        slack_s=QUEUED_SLACK_S,
+        send=lambda: task_send(REFRESH_TASK, countdown_s=countdown_s, expires_s=countdown_s + QUEUED_SLACK_S),
+    )
 
 
 def job_forecasts_refresh_request_on_commit(*, trigger: str) -> None:
@@ -96,17 +104,19 @@ def job_forecasts_refresh_started() -> None:
 
 
 def job_forecasts_refresh_run() -> int:
-    """The refresh task's body: the refresh, unless the last one's pace puts it off; returns how many
-    estimates were stored (0 when put off).
+    """The refresh task's body: the refresh's next part (services/forecast_cycle.py), unless the last
+    one's pace puts it off; returns how many estimates were stored (0 when put off).
 
-    Paced: once a refresh of d seconds ends, the next starts no sooner than `forecast_refresh_pacing`
-    x d later (and no sooner than the minimum interval after its start, as before). A refresh of six
-    thousand jobs on a loaded host takes seconds, and at a fixed interval it would take a share of the
-    CPU that grows with the load, from the syncs and rounds that need it most; paced, it takes at most
-    1 / (1 + pacing) of one process's time, and the times shown lag a little more on a busy cluster. A
-    task queued during a refresh (its countdown read from the start's mark) is put off again when the
-    pace set at that refresh's end runs longer, keeping QUEUED_KEY, so that requests meanwhile still
-    find it queued.
+    Paced: once a part of d seconds ends, the next starts no sooner than `forecast_refresh_pacing` x d
+    later (a part that starts a cycle also no sooner than the minimum interval after its start, as
+    before). A part on a loaded host takes seconds of wall time for its CPU, and at a fixed interval
+    the refresh would take a share of the CPU that grows with the load, from the syncs and rounds that
+    need it most; paced, it takes at most 1 / (1 + pacing) of one process's time, and the times shown
+    lag a little more on a busy cluster. A task queued during a part (its countdown read from the
+    start's mark) is put off again when the pace set at that part's end runs longer, keeping
+    QUEUED_KEY, so that requests meanwhile still find it queued. A part that leaves the cycle
+    unfinished queues the next at its pace; a cycle that ends after a round was committed (ASKED_KEY)
+    queues the next cycle the same way.
     """
     if _put_off():
         return 0
@@ -116,14 +126,28 @@ def job_forecasts_refresh_run() -> int:
     # admission forecast queued for them waits behind it on this worker.
     if admission_forecasts_waiting():
         admission_forecasts_run()
+    conf = scheduler_conf()
+    if conf.inline_rounds:  # an eager task without a worker: the whole refresh, as inline
+        return _refresh()
+    client = _redis(conf.redis_url)
     t0 = time.perf_counter()
-    stored = _refresh()
-    _pace(time.perf_counter() - t0)
-    return stored
+    part = refresh_part(client, cpu_s=conf.forecast_refresh_cpu_s)
+    if part is None:
+        return 0  # another part is playing; it queues what follows
+    if part.done:
+        admission_predictions_fill(part.estimates or {})
+    _pace(time.perf_counter() - t0, continued=not part.started)
+    if not part.done or part.asked:
+        try:
+            _queue(client, "continue" if not part.done else "asked")
+        except Exception:
+            logger.warning("could not queue the forecast refresh's next part", exc_info=True)
+    return len(part.stored)
 
 
 def _refresh() -> int:
-    """Re-forecast the live queue; the same forecast fills any admission prediction still pending."""
+    """Re-forecast the live queue whole (the inline refresh); the same forecast fills any admission
+    prediction still pending."""
     estimates = job_forecasts_refresh_estimates()
     admission_predictions_fill(estimates)
     return len(estimates)
@@ -149,12 +173,19 @@ def _put_off() -> bool:
         return False
 
 
-def _pace(duration_s: float) -> None:
+def _pace(duration_s: float, *, continued: bool = False) -> None:
     conf = scheduler_conf()
     if conf.inline_rounds or conf.forecast_refresh_pacing <= 0:
         return
     try:
-        # The longer of the two: the minimum interval since this refresh's start, the pace from its end.
-        pace_extend(_redis(conf.redis_url), LAST_START_KEY, conf.forecast_refresh_pacing * duration_s)
+        client = _redis(conf.redis_url)
+        pace_s = conf.forecast_refresh_pacing * duration_s
+        if continued:
+            # A part that went on with a cycle: the next waits for its pace alone, not for the
+            # minimum interval since its start (which spaces out the cycles' starts, the queue reads).
+            client.set(LAST_START_KEY, "1", px=max(1, int(pace_s * 1000)))
+        else:
+            # The longer of the two: the minimum interval since this refresh's start, the pace from its end.
+            pace_extend(client, LAST_START_KEY, pace_s)
     except Exception:
         logger.warning("could not pace the next forecast refresh", exc_info=True)

@@ -18,22 +18,21 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from cluster_app.models import Server
 from cluster_app.selectors import servers_taking_work
-from infra.vendor import is_postgresql
 from notify_app.services import notification_qos_at_risk
 from profiles_app.models import Workload
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.move_guard import one_server_views
-from scheduler_app.core.types import JobView
+from scheduler_app.core.types import ClusterSnapshot, JobView
 from scheduler_app.models import Job, JobForecast, JobState, PendingReason
 from scheduler_app.selectors import (
     borrowing_teams,
@@ -45,8 +44,14 @@ from scheduler_app.selectors import (
     team_quotas_left,
 )
 from scheduler_app.selectors.rounds import RoundInputs
+from scheduler_app.services.forecast_store import (  # noqa: F401 (also this module's: admission.py's)
+    Estimate,
+    job_forecasts_store,
+    job_positions_store,
+)
 from scheduler_app.services.gc_pause import gc_paused
-from scheduler_app.simulator.forecast import forecast
+from scheduler_app.simulator.forecast import ForecastRun, forecast
+from scheduler_app.simulator.forecast import JobForecast as JobForecastTimes
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +61,6 @@ HELD = "held: it starts only once released"
 NOT_SCHEDULABLE = "the job's servers are not schedulable"
 UNKNOWN_LENGTH_ITER_S = 1e12  # far past any horizon
 BEYOND_WINDOW = "queued behind the {window} jobs the forecast plays forward (the last of them starts {after})"
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """A job's predicted start and finish (None: unknown, `detail` says why) and whether the forecast
-    ran out of its time budget before deciding it."""
-
-    start_at: datetime | None
-    finish_at: datetime | None
-    detail: str = ""
-    cut_short: bool = False
 
 
 def _at(seconds: float | None) -> datetime | None:
@@ -153,6 +147,68 @@ def live_queue(extra_jobs: Sequence[Job] = ()) -> LiveQueue:
     return LiveQueue(jobs=jobs, held=held, never=never, waits=waits, servers=servers, inputs=inputs)
 
 
+@dataclass
+class QueueForecast:
+    """A forecast of the live queue made ready to play (live_forecast's first half): the estimates
+    known without playing anything (held jobs, jobs that never start or that no schedulable server
+    takes), the jobs to play forward and those behind the window, and what turns the forecast's
+    times into estimates. `run`: the forecast itself, when queue_forecast made it (None: nothing to
+    play). Picklable, so that the refresh can play it over several tasks (services/forecast_cycle.py)."""
+
+    now: datetime
+    known: dict[int, Estimate]
+    placeable: list[int]
+    behind: list[int]
+    window_jobs: int | None
+    horizon: str
+    # What _estimate reads of each placeable job: its workload id and time limit.
+    lengths: dict[int, tuple[int | None, int | None]] = dataclasses.field(default_factory=dict)
+    started: set[int] = dataclasses.field(default_factory=set)  # placeable jobs already running
+    run: ForecastRun | None = None
+
+    def estimates(
+        self,
+        predicted: Mapping[int, JobForecastTimes],
+        job_ids: Iterable[int],
+        *,
+        cut_short: bool,
+        budget_s: float,
+    ) -> dict[int, Estimate]:
+        """The placeable `job_ids`' estimates from the forecast's times (`predicted`)."""
+        out = {}
+        for job_id in job_ids:
+            workload_id, time_limit_s = self.lengths[job_id]
+            one = predicted[job_id]
+            out[job_id] = _estimate(
+                workload_id,
+                time_limit_s,
+                _at(one.start_s),
+                _at(one.finish_s),
+                cut_short,
+                budget_s,
+                self.horizon,
+            )
+        return out
+
+    def behind_estimates(self, played: Mapping[int, Estimate]) -> dict[int, Estimate]:
+        """The estimates of the jobs behind the window, once `played` holds every placeable job's."""
+        if not self.behind:
+            return {}
+        if not self.placeable:
+            return _behind(self.behind, self.window_jobs, _latest_stored_start())
+        starts = [played[job_id].start_at for job_id in self.placeable if job_id not in self.started]
+        return _behind(self.behind, self.window_jobs, max(starts) if starts and all(starts) else None)
+
+
+@dataclass
+class _Play:
+    """A prepared forecast's arguments: simulator/forecast.py's `forecast` or ForecastRun's."""
+
+    snapshot: ClusterSnapshot
+    views: list[JobView]
+    kwargs: dict[str, Any]
+
+
 def live_forecast(
     *,
     now: datetime,
@@ -172,6 +228,46 @@ def live_forecast(
     in the policy's order have finished; the pending jobs behind them are told so (BEYOND_WINDOW, with
     the latest start in the window as the earliest theirs can be). Under a static order (FIFO) the
     jobs behind are not simulated at all, so the forecast's cost follows the window, not the queue."""
+    ready, play = _prepared(now, targets, extra_jobs, early_round, queue, window_jobs)
+    out = dict(ready.known)
+    if play is None:
+        out.update(ready.behind_estimates({}))
+        return out
+    wall_start = time.perf_counter()
+    # Without the collector's passes (services/gc_pause.py): a forecast builds and frees, round after
+    # round, views, plans and states that reference counting frees (its cyclic garbage: under a
+    # hundred objects), while each full pass walked every live job's objects again: 4.2 of 15 s of
+    # CPU in the whole forecast at 4,000 GPUs (bench.forecast_refresh), the same estimates.
+    with gc_paused():
+        predicted = forecast(play.snapshot, play.views, time_budget_s=budget_s, **play.kwargs)
+    cut_short = time.perf_counter() - wall_start >= budget_s
+    played = ready.estimates(predicted, ready.placeable, cut_short=cut_short, budget_s=budget_s)
+    out.update(played)
+    out.update(ready.behind_estimates(played))
+    return out
+
+
+def queue_forecast(
+    *, now: datetime, window_jobs: int | None = None, queue: LiveQueue | None = None
+) -> QueueForecast:
+    """The forecast of every live job (live_forecast's, on the same arguments) made ready to play in
+    parts: its ForecastRun built, no round played yet."""
+    ready, play = _prepared(now, None, (), False, queue, window_jobs)
+    if play is not None:
+        with gc_paused():  # as live_forecast's: building it copies every played job's state
+            ready.run = ForecastRun(play.snapshot, play.views, **play.kwargs)
+    return ready
+
+
+def _prepared(
+    now: datetime,
+    targets: Collection[int] | None,
+    extra_jobs: Sequence[Job],
+    early_round: bool,
+    queue: LiveQueue | None,
+    window_jobs: int | None,
+) -> tuple[QueueForecast, _Play | None]:
+    """live_forecast's forecast made ready, and its arguments (None: nothing to play forward)."""
     conf = scheduler_conf()
     queue = queue or live_queue(extra_jobs)
     inputs = queue.inputs
@@ -185,60 +281,50 @@ def live_forecast(
             out[job_id] = Estimate(None, None, NOT_SCHEDULABLE)
         else:
             placeable.append(job_id)
+    horizon = f"within the forecast's {conf.forecast_horizon_h:g} h"
+    ready = QueueForecast(now, out, placeable, [], window_jobs, horizon)
     if not placeable:
-        return out
+        return ready, None
     jobs = [j for j in queue.jobs if j.pk not in queue.held and j.pk not in queue.never]
     scale = cluster_time_scale(queue.servers)
     views = [
         _in_wall_time(v, inputs.jobs[v.job_id], inputs.leases_by_job.get(v.job_id, ()), scale, inputs.now_s)
         for v in inputs.views
     ]
-    behind: list[int] = []
     if window_jobs is not None:
-        placeable, behind, views = _window(placeable, views, inputs, now, window_jobs, queue.waits)
+        ready.placeable, ready.behind, views = _window(
+            placeable, views, inputs, now, window_jobs, queue.waits
+        )
     restarts = conf.restarts
     if restarts is not None and restarts.one_server:
         # What the move guard does to every round's views (core/engine.py), done once here: a view
         # already on one server is left as it is, so the simulated rounds no longer copy every job's
         # view each round (most of a deep queue's forecast time). Same views, same plans.
         views = one_server_views(views, inputs.snapshot)
-    if not placeable:  # every target behind the window: nothing to play forward
-        out.update(_behind(behind, window_jobs, _latest_stored_start()))
-        return out
+    if not ready.placeable:  # every target behind the window: nothing to play forward
+        return ready, None
     started_s = {
         j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
     }
-    wall_start = time.perf_counter()
-    # Without the collector's passes (services/gc_pause.py): a forecast builds and frees, round after
-    # round, views, plans and states that reference counting frees (its cyclic garbage: under a
-    # hundred objects), while each full pass walked every live job's objects again: 4.2 of 15 s of
-    # CPU in the whole forecast at 4,000 GPUs (bench.forecast_refresh), the same estimates.
-    with gc_paused():
-        predicted = forecast(
-            inputs.snapshot,
-            views,
-            policy=conf.policy_obj(),
-            allocator=conf.allocator,
-            first_round_s=_first_round_at(now, early_round).timestamp(),
-            round_s=conf.round_s,
-            started_s=started_s,
-            until_finished=placeable,
-            max_rounds=max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
-            time_budget_s=budget_s,
-            team_quota_gpus=team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
-            borrowing_teams=borrowing_teams(),
-            after={job_id: deps.keys() for job_id, deps in queue.waits.items() if job_id not in queue.never},
-            restarts=conf.restarts,
-        )
-    cut_short = time.perf_counter() - wall_start >= budget_s
-    horizon = f"within the forecast's {conf.forecast_horizon_h:g} h"
-    for job_id in placeable:
-        job, one = inputs.jobs[job_id], predicted[job_id]
-        out[job_id] = _estimate(job, _at(one.start_s), _at(one.finish_s), cut_short, budget_s, horizon)
-    if behind:
-        starts = [out[job_id].start_at for job_id in placeable if job_id not in started_s]
-        out.update(_behind(behind, window_jobs, max(starts) if starts and all(starts) else None))
-    return out
+    ready.started = {job_id for job_id in ready.placeable if job_id in started_s}
+    ready.lengths = {
+        job_id: (inputs.jobs[job_id].workload_id, inputs.jobs[job_id].time_limit_s)
+        for job_id in ready.placeable
+    }
+    kwargs = {
+        "policy": conf.policy_obj(),
+        "allocator": conf.allocator,
+        "first_round_s": _first_round_at(now, early_round).timestamp(),
+        "round_s": conf.round_s,
+        "started_s": started_s,
+        "until_finished": ready.placeable,
+        "max_rounds": max(1, math.ceil(conf.forecast_horizon_h * 3600 / conf.round_s)),
+        "team_quota_gpus": team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
+        "borrowing_teams": borrowing_teams(),
+        "after": {job_id: deps.keys() for job_id, deps in queue.waits.items() if job_id not in queue.never},
+        "restarts": restarts,
+    }
+    return ready, _Play(inputs.snapshot, views, kwargs)
 
 
 def _window(
@@ -296,33 +382,6 @@ def _latest_stored_start() -> datetime | None:
     return rows.aggregate(latest=Max("start_at"))["latest"]
 
 
-def job_positions_store(positions: dict[int, int]) -> int:
-    """Store queue positions that differ from the stored ones (a submission moves the jobs behind it
-    down one place; under FIFO that is none, under SWAF thousands). Returns how many rows changed. On
-    PostgreSQL one statement that writes only the rows whose position changed (the ORM's bulk_update
-    built a CASE of thousands of branches: seconds of CPU at 10,000 pending jobs)."""
-    if not positions:
-        return 0
-    if is_postgresql():
-        table = connection.ops.quote_name(JobForecast._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} f SET position = u.position "
-                "FROM unnest(%s::bigint[], %s::integer[]) AS u(job_id, position) "
-                "WHERE f.job_id = u.job_id AND f.position IS DISTINCT FROM u.position",
-                [list(positions), list(positions.values())],
-            )
-            return cursor.rowcount
-    stored = dict(JobForecast.objects.filter(job_id__in=positions.keys()).values_list("job_id", "position"))
-    changed = [
-        JobForecast(job_id=job_id, position=position)
-        for job_id, position in positions.items()
-        if job_id in stored and stored[job_id] != position
-    ]
-    JobForecast.objects.bulk_update(changed, ["position"], batch_size=1000)
-    return len(changed)
-
-
 def queue_positions(queue: LiveQueue, *, now: datetime) -> dict[int, int]:
     """Each pending job's 1-based place in the current policy's order (the core's own ordering, as the
     round sorts them); jobs the round cannot consider (held, never starting, no schedulable server
@@ -351,15 +410,21 @@ def _first_round_at(now: datetime, early_round: bool) -> datetime:
 
 
 def _estimate(
-    job: Job, start: datetime | None, finish: datetime | None, cut_short: bool, budget_s: float, horizon: str
+    workload_id: int | None,
+    time_limit_s: int | None,
+    start: datetime | None,
+    finish: datetime | None,
+    cut_short: bool,
+    budget_s: float,
+    horizon: str,
 ) -> Estimate:
-    if job.workload_id is None and start is not None:
+    if workload_id is None and start is not None:
         # An own command has no profile, so its length is unknown; a time limit bounds it (what
         # Slurm's backfill assumes too). The forecast only placed it with a guessed speed.
-        if job.time_limit_s:
+        if time_limit_s:
             return Estimate(
                 start,
-                start + timedelta(seconds=job.time_limit_s),
+                start + timedelta(seconds=time_limit_s),
                 "own command: finish = start + its time limit",
             )
         return Estimate(start, None, OWN_COMMAND_UNKNOWN)
@@ -389,100 +454,12 @@ def job_forecasts_refresh_estimates(*, now: datetime | None = None) -> dict[int,
         now=now, budget_s=conf.forecast_refresh_budget_s, queue=queue, window_jobs=conf.forecast_window_jobs
     )
     job_forecasts_store(estimates, now=now, positions=queue_positions(queue, now=now))
-    _qos_at_risk_notify(queue.jobs, estimates)
+    qos_at_risk_notify(queue.jobs, estimates)
     return estimates
 
 
-def _job_forecasts_store_portable(
-    estimates: dict[int, Estimate], *, now: datetime, prune: bool, positions: dict[int, int] | None
-) -> int:
-    """job_forecasts_store on a database without PostgreSQL's arrays (the embedded demo's SQLite): the
-    same rows written, through the ORM (a read of the stored rows, then one upsert of those that
-    changed)."""
-    with transaction.atomic():
-        if prune:
-            JobForecast.objects.exclude(job__state__in=[JobState.PENDING, JobState.RUNNING]).delete()
-        if not estimates:
-            return 0
-        stored = {f.job_id: f for f in JobForecast.objects.filter(job_id__in=list(estimates))}
-        changed = []
-        for job_id, e in estimates.items():
-            old = stored.get(job_id)
-            position = (positions or {}).get(job_id) if positions is not None else None
-            row = JobForecast(
-                job_id=job_id,
-                start_at=e.start_at,
-                finish_at=e.finish_at,
-                detail=e.detail[:255],
-                position=position if positions is not None or old is None else old.position,
-                computed_at=now,
-            )
-            fields = (row.start_at, row.finish_at, row.detail, row.position)
-            if old is None or fields != (old.start_at, old.finish_at, old.detail, old.position):
-                changed.append(row)
-        JobForecast.objects.bulk_create(
-            changed,
-            update_conflicts=True,
-            unique_fields=["job"],
-            update_fields=["start_at", "finish_at", "detail", "position", "computed_at"],
-            batch_size=500,
-        )
-        return len(changed)
-
-
-def _qos_at_risk_notify(jobs: Sequence[Job], estimates: dict[int, Estimate]) -> None:
+def qos_at_risk_notify(jobs: Sequence[Job], estimates: dict[int, Estimate]) -> None:
     """Owners who opted in hear once when the forecast puts their job's finish after its QoS target."""
     for job in jobs:
         if job.pk in estimates and (job.qos_deadline_at is not None or job.qos_max_latency_s is not None):
             notification_qos_at_risk(job=job, predicted_finish_at=estimates[job.pk].finish_at)
-
-
-def job_forecasts_store(
-    estimates: dict[int, Estimate],
-    *,
-    now: datetime,
-    prune: bool = True,
-    positions: dict[int, int] | None = None,
-) -> int:
-    """Upsert the estimates in one statement, writing only the rows whose times, detail or position
-    changed (`computed_at`: when a row last changed); with `prune`, drop the rows of jobs that have
-    ended. `positions`: queue positions to store with them (None: keep the stored ones). Returns how
-    many rows were written.
-
-    After a round most of a deep queue's estimates are what they were (the jobs behind the forecast's
-    window, the order under FIFO), so the refresh writes what changed rather than every live job."""
-    if not is_postgresql():
-        return _job_forecasts_store_portable(estimates, now=now, prune=prune, positions=positions)
-    table = connection.ops.quote_name(JobForecast._meta.db_table)
-    job_ids = list(estimates)
-    columns = [
-        job_ids,
-        [estimates[j].start_at for j in job_ids],
-        [estimates[j].finish_at for j in job_ids],
-        [estimates[j].detail[:255] for j in job_ids],
-        [(positions or {}).get(j) for j in job_ids],
-    ]
-    compared = ["start_at", "finish_at", "detail"] + (["position"] if positions is not None else [])
-    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*compared, "computed_at"])
-    old = ", ".join(f"{table}.{c}" for c in compared)
-    new = ", ".join(f"EXCLUDED.{c}" for c in compared)
-    with transaction.atomic(), connection.cursor() as cursor:
-        if prune:
-            # By state, not by absence from `estimates`: a job submitted while this forecast ran (its
-            # row stored by its admission) is live and keeps its row.
-            cursor.execute(
-                f"DELETE FROM {table} f USING {connection.ops.quote_name(Job._meta.db_table)} j "
-                "WHERE f.job_id = j.id AND NOT (j.state = ANY(%s))",
-                [[JobState.PENDING, JobState.RUNNING]],
-            )
-        if not job_ids:
-            return 0
-        cursor.execute(
-            f"INSERT INTO {table} (job_id, start_at, finish_at, detail, position, computed_at) "
-            "SELECT u.*, %s FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[], "
-            "%s::varchar[], %s::integer[]) AS u "
-            f"ON CONFLICT (job_id) DO UPDATE SET {assignments} "
-            f"WHERE ({old}) IS DISTINCT FROM ({new})",
-            [now, *columns],
-        )
-        return cursor.rowcount

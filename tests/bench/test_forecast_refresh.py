@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bench.forecast_refresh import differences
+from bench.forecast_refresh import differences, without_finish
 from scheduler_app.services.forecasts import Estimate
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
@@ -18,3 +18,11 @@ def test_two_refreshes_differ_by_each_job_whose_start_finish_or_detail_differs()
     assert differences(a, b) == 2
     assert differences(a, {1: a[1], 2: a[2]}) == 1  # a job one of them left out
     assert differences(a, {**a, 3: Estimate(None, None, "held", cut_short=True)}) == 0  # not shown
+
+
+def test_a_cut_refresh_counts_the_jobs_it_left_without_the_whole_forecasts_finish() -> None:
+    whole = {1: Estimate(T0, T1), 2: Estimate(T0, T1), 3: Estimate(T0, None, "not finished within 168 h")}
+    cut = {1: Estimate(T0, T1), 2: Estimate(T0, None, "not finished within 5 s of forecasting")}
+    assert without_finish(cut, whole) == 1  # job 3 has none in either
+    assert without_finish({}, whole) == 2
+    assert without_finish(whole, whole) == 0

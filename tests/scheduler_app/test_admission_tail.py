@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from profiles_app.models import Workload
 from scheduler_app.models import AdmissionPrediction, Job, JobForecast
-from scheduler_app.services import admission, admission_tail, admission_window, forecasts
+from scheduler_app.services import admission, admission_tail, admission_window, forecast_store, forecasts
 from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.job_control import job_cancel
@@ -291,7 +291,7 @@ def test_the_workers_forecast_of_a_job_inside_the_window_leaves_out_the_jobs_aft
 @pytest.mark.parametrize("postgresql", [True, False], ids=["postgresql", "portable"])
 def test_positions_are_stored_where_they_changed(deep, monkeypatch, postgresql):
     if not postgresql:
-        monkeypatch.setattr(forecasts, "is_postgresql", lambda: False)
+        monkeypatch.setattr(forecast_store, "is_postgresql", lambda: False)
     job_forecasts_refresh_estimates()
     stored = dict(JobForecast.objects.values_list("job_id", "position"))
     assert forecasts.job_positions_store(stored) == 0

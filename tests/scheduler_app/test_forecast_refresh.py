@@ -7,7 +7,7 @@ from celery import current_app
 
 from scheduler_app import tasks
 from scheduler_app.models import JobForecast
-from scheduler_app.services import forecast_refresh, forecasts
+from scheduler_app.services import forecast_cycle, forecast_refresh, forecasts
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, submit, workload
 from tests.fake_redis import FakeRedis
@@ -58,6 +58,7 @@ def test_rounds_queue_one_debounced_refresh_instead_of_forecasting_inline(
 
     monkeypatch.setattr(forecasts, "job_forecasts_refresh_estimates", not_here)
     monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh_estimates", not_here)
+    monkeypatch.setattr(forecast_refresh, "refresh_part", not_here)
 
     # A burst of rounds (the early rounds after a burst of submissions): one refresh queued, at once.
     for _ in range(5):
@@ -115,21 +116,23 @@ def test_the_refresh_task_refreshes_and_lets_the_next_round_queue_another(
 
 @pytest.fixture
 def refresh_taking(worker_mode, monkeypatch):
-    """The refresh task with a refresh that takes `seconds` on a clock the test owns; returns a
-    function that runs the task that way and the list of refreshes done."""
+    """The refresh task with a refresh (one part that ends its cycle) that takes `seconds` on a clock
+    the test owns; returns a function that runs the task that way and the list of refreshes done."""
     fake, _ = worker_mode
     clock = [0.0]
     done = []
     monkeypatch.setattr(forecast_refresh.time, "perf_counter", lambda: clock[0])
 
-    def run(seconds: float) -> int:
-        def refresh() -> dict:
+    def run(seconds: float, *, cycle_done: bool = True, started: bool = True, asked: bool = False) -> int:
+        def part(client, *, cpu_s: float):
             clock[0] += seconds
             fake.now += seconds
             done.append(seconds)
-            return dict.fromkeys((1, 2, 3))  # three estimates
+            stored = dict.fromkeys((1, 2, 3))  # three estimates
+            estimates = stored if cycle_done else None
+            return forecast_cycle.Part(stored, estimates, cycle_done, asked, 0.1, started)
 
-        monkeypatch.setattr(forecast_refresh, "job_forecasts_refresh_estimates", refresh)
+        monkeypatch.setattr(forecast_refresh, "refresh_part", part)
         return tasks.forecast_refresh_task.apply().get()
 
     return run, done
@@ -150,6 +153,32 @@ def test_a_long_refresh_spaces_out_the_next_one(worker_mode, refresh_taking):
     fake.delete(forecast_refresh.QUEUED_KEY)
     assert run(1.0) == 3
     assert fake.pttl(forecast_refresh.LAST_START_KEY) == (INTERVAL_S - 1.0) * 1000
+
+
+def test_a_part_that_leaves_its_cycle_unfinished_queues_the_next_part_at_its_pace(
+    worker_mode, refresh_taking
+):
+    """The parts of one forecast follow each other at their pace (4 x the last one's duration), not at
+    the minimum interval, which spaces out the cycles' starts (their reads of the queue)."""
+    fake, sent = worker_mode
+    run, done = refresh_taking
+    assert run(1.0, cycle_done=False) == 3  # the cycle's first part: the minimum interval holds
+    assert fake.pttl(forecast_refresh.LAST_START_KEY) == (INTERVAL_S - 1.0) * 1000
+    assert [(s["name"], s["countdown"]) for s in sent] == [(forecast_refresh.REFRESH_TASK, INTERVAL_S - 1.0)]
+    fake.now += INTERVAL_S - 1.0
+    assert run(1.5, cycle_done=False, started=False) == 3  # a part that went on: its pace alone
+    assert fake.pttl(forecast_refresh.LAST_START_KEY) == 6_000
+    assert sent[-1]["countdown"] == pytest.approx(6.0)
+    fake.now += 6.0
+    assert run(0.5, started=False) == 3  # the last part: nothing asked meanwhile, nothing queued
+    assert len(sent) == 2 and done == [1.0, 1.5, 0.5]
+
+
+def test_a_cycle_that_ends_after_a_round_asked_queues_the_next_cycle(worker_mode, refresh_taking):
+    _, sent = worker_mode
+    run, _ = refresh_taking
+    assert run(0.5, started=False, asked=True) == 3
+    assert [(s["name"], s["countdown"]) for s in sent] == [(forecast_refresh.REFRESH_TASK, 2.0)]
 
 
 def test_a_refresh_queued_during_a_long_one_is_put_off_until_its_pace_ends(worker_mode, refresh_taking):
@@ -226,7 +255,7 @@ def test_the_debounce_uses_real_redis_keys(settings, monkeypatch, live_redis):
     }
     settings.CELERY_TASK_ALWAYS_EAGER = False
     client = live_redis
-    keys = (forecast_refresh.QUEUED_KEY, forecast_refresh.LAST_START_KEY)
+    keys = (forecast_refresh.QUEUED_KEY, forecast_refresh.LAST_START_KEY, forecast_refresh.ASKED_KEY)
     client.delete(*keys)
     sent: list[dict] = []
     monkeypatch.setattr(current_app, "send_task", lambda name, **options: sent.append(options))

@@ -7,7 +7,7 @@ from django.test import TestCase
 from django.utils.html import escape
 
 from scheduler_app.models import AdmissionPrediction, JobForecast
-from scheduler_app.services import admission, admission_window, forecasts
+from scheduler_app.services import admission, admission_window, forecast_store, forecasts
 from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.job_control import job_cancel, job_hold, job_release
@@ -54,7 +54,7 @@ def test_the_window_plays_its_jobs_as_the_whole_queue_does_and_tells_those_behin
 @pytest.mark.parametrize("postgresql", [True, False], ids=["postgresql", "portable (the demo's SQLite)"])
 def test_a_refresh_writes_only_the_estimates_that_changed(settings, queue, monkeypatch, postgresql):
     if not postgresql:
-        monkeypatch.setattr(forecasts, "is_postgresql", lambda: False)
+        monkeypatch.setattr(forecast_store, "is_postgresql", lambda: False)
     running, _ = queue
     now = forecasts.timezone.now()
     estimates = job_forecasts_refresh_estimates(now=now)

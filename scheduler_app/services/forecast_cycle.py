@@ -1,0 +1,244 @@
+"""The refresh's forecast in parts of bounded CPU: one forecast of the live queue played over as many
+refresh tasks as it takes, kept in Redis between them, each part storing the estimates it settled.
+
+At 4,000 GPUs and 10,000 live jobs the whole forecast is some 60 core rounds, about 11 s of CPU
+(docs/performance.md, "The forecast refresh at 10,000 live jobs"). One refresh that plays it whole
+takes that much CPU at once; one cut at a time budget leaves most jobs without a finish. Here each
+refresh task (a part) plays rounds until its CPU budget (`forecast_refresh_cpu_s`, process time) would
+be overrun, stores the estimates no later round changes (the jobs that finished in the forecast), and
+keeps the rest of the forecast for the next part; the last part stores everything else (jobs not
+finished within the horizon, the jobs behind the window). The parts give exactly the forecast one
+call gives on the same inputs (simulator/forecast.py's ForecastRun): what users are told is the whole
+forecast, later by the parts' spacing, never a forecast cut short. Until a job's estimate is settled
+its page shows the one stored before.
+
+A cycle starts from the live queue as it is then; rounds committed meanwhile are not in it. They mark
+ASKED_KEY (services/forecast_refresh.py), and a cycle that ends with the mark set asks for the next
+one, which reads the queue again.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import redis
+from django.utils import timezone
+
+from scheduler_app.conf import scheduler_conf
+from scheduler_app.models import Job
+from scheduler_app.services.forecast_store import Estimate, job_forecasts_store, job_positions_store
+from scheduler_app.services.forecasts import (
+    QueueForecast,
+    live_queue,
+    qos_at_risk_notify,
+    queue_forecast,
+    queue_positions,
+)
+from scheduler_app.services.gc_pause import gc_paused
+
+logger = logging.getLogger(__name__)
+
+# The cycle in progress (a pickle) and its token; the format's version in the name, so that a new
+# release never reads an old release's pickle.
+STATE_KEY = "attune:forecast-refresh:cycle:v1"
+TOKEN_KEY = "attune:forecast-refresh:cycle:v1:token"
+# Set by every refresh request (a round committed): a cycle that ends with it set asks for the next.
+ASKED_KEY = "attune:forecast-refresh:asked"
+# Held while a part runs: a second task meanwhile (another forecasts process) leaves it alone.
+LOCK_KEY = "attune:forecast-refresh:part"
+# A cycle no part has continued for this long is given up (a worker down meanwhile): the next
+# refresh starts from the live queue again.
+STATE_TTL_S = 900
+# A part that died without releasing the lock holds off the next ones this long at most.
+LOCK_TTL_S = 300
+
+
+@dataclass
+class RefreshCycle:
+    """One forecast of the live queue being played over several parts, and what its parts stored."""
+
+    ready: QueueForecast
+    positions: dict[int, int]  # the queue positions when it started, for rows not stored yet
+    qos_job_ids: list[int]  # the jobs with a QoS target (their owners may hear of a late finish)
+    token: str = ""
+    stored: set[int] = field(default_factory=set)  # placeable jobs whose estimate a part stored
+    parts: int = 0
+    cpu_s: float = 0.0  # the parts' CPU so far (process time)
+    # The CPU a part spends after its rounds (storing what it settled, keeping the cycle), as the last
+    # part spent it: kept out of the rounds' share of the next part's budget.
+    after_rounds_s: float = 0.0
+    save_s: float = 0.0  # the last keeping's CPU (its pickling)
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one part did: the estimates it stored; `estimates`, once the cycle is done: every
+    estimate of the cycle (for the admission predictions still pending); `done`: the cycle ended;
+    `asked`: a round was committed since it started (the next cycle is due); `cpu_s`: its CPU."""
+
+    stored: dict[int, Estimate]
+    estimates: dict[int, Estimate] | None
+    done: bool
+    asked: bool
+    cpu_s: float
+    started: bool  # this part read the queue and started the cycle
+
+
+# The cycle this process played last (its next part, when it comes here, needs no unpickling).
+_local: RefreshCycle | None = None
+
+
+def refresh_part(client: redis.Redis, *, cpu_s: float, now: datetime | None = None) -> Part | None:
+    """Play the refresh's next part: start a cycle from the live queue when none is in progress, play
+    it until `cpu_s` of this process's CPU (counted from this call) would be overrun by the next round
+    (a part that continues a cycle plays one round at least), and store what it settled. None when
+    another part holds the lock (it will go on)."""
+    cpu_start = time.process_time()
+    lock = uuid.uuid4().hex
+    if not client.set(LOCK_KEY, lock, nx=True, ex=LOCK_TTL_S):
+        return None
+    try:
+        return _part(client, cpu_start, cpu_start + cpu_s, now)
+    except Exception:
+        # A cycle that failed once (a bug, a cycle another release left) would fail every part
+        # until it expires: the next part starts from the queue instead.
+        refresh_cycle_drop(client)
+        raise
+    finally:
+        if _bytes_text(client.get(LOCK_KEY)) == lock:
+            client.delete(LOCK_KEY)
+
+
+def refresh_cycle_drop(client: redis.Redis) -> None:
+    """Give up the cycle in progress (the next part starts one from the live queue)."""
+    refresh_cycle_forget()
+    client.delete(TOKEN_KEY)
+    client.delete(STATE_KEY)
+
+
+def refresh_cycle_forget() -> None:
+    """Forget the copy of the cycle this process keeps: its next part reads the cycle back from Redis,
+    as a part on the other forecasts process does (benches and tests)."""
+    global _local
+    _local = None
+
+
+def _part(client: redis.Redis, cpu_start: float, deadline: float, now: datetime | None) -> Part:
+    cycle = _load(client)
+    started = cycle is None
+    if cycle is None:
+        # Before the queue is read: a round committed from here on is not in this cycle.
+        client.delete(ASKED_KEY)
+        cycle = _start(now or timezone.now())
+    ready, run = cycle.ready, cycle.ready.run
+    deadline -= cycle.after_rounds_s
+    if run is not None and not run.done:
+        must_play = not started  # a part that only continues must move the forecast on
+
+        def stop(round_s: float) -> bool:
+            nonlocal must_play
+            if must_play:
+                must_play = False
+                return False
+            used_s = time.process_time()
+            if not round_s:  # no round played yet: one costs about what reading its jobs did
+                round_s = used_s - cpu_start
+            return used_s + round_s > deadline
+
+        with gc_paused():  # as live_forecast's (services/forecasts.py)
+            run.play(stop)
+    rounds_end = time.process_time()
+    done = run is None or run.done
+    placeable = set(ready.placeable)
+    estimates = None
+    if done:
+        played = _estimates(ready, ready.placeable)
+        stored = {job_id: e for job_id, e in played.items() if job_id not in cycle.stored}
+        stored.update(ready.behind_estimates(played))
+        estimates = {**ready.known, **played, **stored}
+    else:
+        stored = _estimates(ready, sorted((run.settled() & placeable) - cycle.stored))
+    job_forecasts_store(stored, now=ready.now, new_positions=cycle.positions, live_only=True)
+    cycle.stored.update(stored.keys() & placeable)
+    _qos_notify(cycle, stored)
+    cycle.parts += 1
+    cycle.cpu_s += time.process_time() - cpu_start
+    asked = False
+    if done:
+        asked = client.get(ASKED_KEY) is not None
+        refresh_cycle_drop(client)
+        logger.info(
+            "forecast refresh: a cycle of %d parts, %.2f s of CPU, %d live jobs",
+            cycle.parts,
+            cycle.cpu_s,
+            len(estimates or {}),
+        )
+    else:
+        cycle.after_rounds_s = time.process_time() - rounds_end + cycle.save_s
+        save_start = time.process_time()
+        _save(client, cycle)
+        cycle.save_s = time.process_time() - save_start
+    return Part(stored, estimates, done, asked, time.process_time() - cpu_start, started)
+
+
+def _estimates(ready: QueueForecast, job_ids: list[int]) -> dict[int, Estimate]:
+    """The estimates of placeable jobs from the forecast as played (never cut short: played whole)."""
+    if ready.run is None:
+        return {}
+    return ready.estimates(ready.run.results(job_ids), job_ids, cut_short=False, budget_s=0.0)
+
+
+def _start(now: datetime) -> RefreshCycle:
+    """A cycle from the live queue: the forecast made ready, the estimates known without playing it
+    and the queue positions stored at once."""
+    conf = scheduler_conf()
+    queue = live_queue()
+    ready = queue_forecast(now=now, window_jobs=conf.forecast_window_jobs, queue=queue)
+    positions = queue_positions(queue, now=now)
+    job_forecasts_store(ready.known, now=now, positions=positions)  # and the ended jobs' rows dropped
+    job_positions_store(positions)
+    qos = [j.pk for j in queue.jobs if j.qos_deadline_at is not None or j.qos_max_latency_s is not None]
+    return RefreshCycle(ready=ready, positions=positions, qos_job_ids=qos)
+
+
+def _qos_notify(cycle: RefreshCycle, stored: dict[int, Estimate]) -> None:
+    ids = [job_id for job_id in cycle.qos_job_ids if job_id in stored]
+    if ids:  # the jobs read again: one may have ended since the cycle read the queue
+        qos_at_risk_notify(list(Job.objects.filter(pk__in=ids)), stored)
+
+
+def _load(client: redis.Redis) -> RefreshCycle | None:
+    global _local
+    token = _bytes_text(client.get(TOKEN_KEY))
+    if token is None:
+        return None
+    if _local is not None and _local.token == token:
+        return _local
+    blob = client.get(STATE_KEY)
+    try:
+        cycle = pickle.loads(blob) if blob is not None else None
+    except Exception:  # written by another release, or cut: start again from the queue
+        logger.warning("could not read the forecast refresh's cycle; starting a new one", exc_info=True)
+        cycle = None
+    if not isinstance(cycle, RefreshCycle) or cycle.token != token:
+        return None
+    _local = cycle
+    return cycle
+
+
+def _save(client: redis.Redis, cycle: RefreshCycle) -> None:
+    global _local
+    cycle.token = uuid.uuid4().hex
+    blob = pickle.dumps(cycle, protocol=pickle.HIGHEST_PROTOCOL)
+    client.set(STATE_KEY, blob, ex=STATE_TTL_S)
+    client.set(TOKEN_KEY, cycle.token, ex=STATE_TTL_S)  # after the state: a token always has its state
+    _local = cycle
+
+
+def _bytes_text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,123 @@
+"""The worker's refresh in parts (services/forecast_cycle.py): the whole forecast, stored as it settles."""
+
+from collections.abc import Iterator
+
+import pytest
+from django.utils import timezone
+
+from scheduler_app.models import Job, JobForecast, JobState
+from scheduler_app.services import forecast_cycle
+from scheduler_app.services.forecast_cycle import refresh_cycle_drop, refresh_part
+from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
+from scheduler_app.services.rounds import scheduling_round_run
+from tests.api.helpers import make_server, submit, workload
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def queue(settings, user):
+    """Two 4-GPU servers running 1- to 2-GPU jobs of different lengths, a dozen more waiting: their
+    finishes come one by one over many rounds."""
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "policy": "fifo", "allocator": "tune"}
+    workload("res18")
+    workload("res50")
+    for name in ("gpu01", "gpu02"):
+        make_server(name, gpus=4, cpus=12, mem_gb=250)
+    jobs = [
+        submit(user, gpus=1 + (i % 3 == 0), iters=400 * (1 + i % 5), name=f"j{i}", workload=workload(model))
+        for i, model in enumerate(["res18", "res50"] * 9)
+    ]
+    scheduling_round_run()
+    return jobs
+
+
+@pytest.fixture
+def client(live_redis):
+    keys = (forecast_cycle.LOCK_KEY, forecast_cycle.ASKED_KEY)
+    live_redis.delete(*keys)
+    refresh_cycle_drop(live_redis)
+    yield live_redis
+    live_redis.delete(*keys)
+    refresh_cycle_drop(live_redis)
+
+
+def stored_rows() -> dict[int, tuple]:
+    return {f.job_id: (f.start_at, f.finish_at, f.detail, f.position) for f in JobForecast.objects.all()}
+
+
+def play_parts(client, now, *, other_process: bool) -> Iterator[forecast_cycle.Part]:
+    """Parts of no CPU budget (each plays the one round a part must) until the cycle is done."""
+    for _ in range(500):
+        if other_process:
+            forecast_cycle.refresh_cycle_forget()  # read back from Redis, as on the other process
+        part = refresh_part(client, cpu_s=0.0, now=now)
+        yield part
+        if part.done:
+            return
+    pytest.fail("the cycle never ended")
+
+
+@pytest.mark.parametrize("other_process", [True, False], ids=["read back from Redis", "kept in memory"])
+def test_the_parts_store_what_one_whole_refresh_stores(queue, client, other_process):
+    now = timezone.now()
+    whole = job_forecasts_refresh_estimates(now=now)
+    expected = stored_rows()
+    assert sum(e.finish_at is not None for e in whole.values()) == len(queue)  # a whole forecast
+    JobForecast.objects.all().delete()
+
+    parts = list(play_parts(client, now, other_process=other_process))
+
+    assert len(parts) > 3 and parts[0].started and not any(p.started for p in parts[1:])
+    assert parts[-1].estimates == whole
+    assert stored_rows() == expected  # positions too, rows created by the parts included
+    assert client.get(forecast_cycle.TOKEN_KEY) is None  # the cycle ended: nothing kept
+
+
+def test_a_part_stores_only_the_estimates_settled_so_far(queue, client):
+    now = timezone.now()
+    whole = job_forecasts_refresh_estimates(now=now)
+    JobForecast.objects.update(detail="before")
+    seen: set[int] = set()
+    for part in play_parts(client, now, other_process=True):
+        assert not seen & part.stored.keys()  # each estimate stored once
+        seen |= part.stored.keys()
+        changed = {job_id for job_id, row in stored_rows().items() if row[2] != "before"}
+        assert changed == seen
+        assert all(whole[job_id] == e for job_id, e in part.stored.items())  # final when stored
+    assert seen == whole.keys()
+
+
+def test_a_job_that_ends_while_the_cycle_plays_gets_no_row(queue, client):
+    now = timezone.now()
+    first = refresh_part(client, cpu_s=0.0, now=now)
+    assert first.started and not first.done
+    gone = queue[-1]
+    Job.objects.filter(pk=gone.pk).update(state=JobState.CANCELLED)
+    parts = [first, *play_parts(client, now, other_process=True)]
+    assert gone.pk in parts[-1].estimates  # the cycle's forecast read it while it was live
+    assert not JobForecast.objects.filter(job=gone).exists()
+
+
+def test_a_round_committed_while_the_cycle_plays_asks_for_the_next_cycle(queue, client):
+    now = timezone.now()
+    assert not list(play_parts(client, now, other_process=False))[-1].asked
+    first = refresh_part(client, cpu_s=0.0, now=now)
+    client.set(forecast_cycle.ASKED_KEY, "job_end")  # what a round's refresh request marks
+    parts = [first, *play_parts(client, now, other_process=False)]
+    assert parts[-1].done and parts[-1].asked
+
+
+def test_a_second_task_leaves_a_part_in_progress_alone(queue, client):
+    client.set(forecast_cycle.LOCK_KEY, "another process")
+    assert refresh_part(client, cpu_s=1.0) is None
+    assert not JobForecast.objects.exists()
+
+
+def test_a_cycle_left_in_another_releases_format_is_started_again(queue, client):
+    now = timezone.now()
+    refresh_part(client, cpu_s=0.0, now=now)
+    client.set(forecast_cycle.STATE_KEY, b"not a pickle")
+    forecast_cycle.refresh_cycle_forget()
+    part = refresh_part(client, cpu_s=0.0, now=now)
+    assert part.started
