@@ -402,7 +402,8 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
     The whole call three ways: the test client (Django's handler without its request signals), and as
     the image serves it from a WSGI environ, with Django's request signals (each request's connection
     health check, a `SELECT 1`, included): through Django's WSGI handler, and through the agents' path
-    (config/agent_calls.py) that the image runs first."""
+    (config/agent_calls.py) that the image runs first. Each whole call includes the bench's own work
+    (the body's JSON, the request built), timed alone in a row of its own."""
     import psutil
     from django.core.wsgi import get_wsgi_application
     from django.db import connection
@@ -467,6 +468,10 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
     django_wsgi = get_wsgi_application()
     agents_first = AgentCallsFirst(django_wsgi)
 
+    def built() -> None:
+        """What the bench itself spends on each whole call below: the body and the request (no service)."""
+        factory.post(SYNC, data=agent.body(4), content_type="application/json")
+
     def served(app) -> None:
         """One sync as the WSGI server hands it to `app`, its answer read and closed as the server does."""
         environ = factory.post(SYNC, data=agent.body(4), content_type="application/json").environ
@@ -493,6 +498,7 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
         by_parts()
         timed("the view alone (DRF, no middleware)", view_alone)
         timed("the whole call (Django's handler)", lambda: agent.sync(4))
+        timed("the bench's own: a body and its request built", built)
         timed("served: Django's WSGI handler", served, django_wsgi)
         timed("served: the agents' path first", served, agents_first)
 
@@ -503,6 +509,7 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
     total = sum(statistics.median(cpu[label]) for label in parts)
     rows.append(["the parts together", f"{total:.3f}", f"{sum(db[p] for p in parts) * 1000 / count:.3f}"])
     rows += [row("the view alone (DRF, no middleware)"), row("the whole call (Django's handler)")]
+    rows += [row("the bench's own: a body and its request built")]
     rows += [row("served: Django's WSGI handler"), row("served: the agents' path first")]
     return rows
 

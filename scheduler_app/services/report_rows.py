@@ -134,7 +134,8 @@ def reports_insert_on_leases(
     now. `allocation_id` and `job_id` of `reports` are not read (0 will do): the statement joins each
     report to its lease. Only reports of this server's leases dated within their lease's life (from its
     start to `latest`) go in; the caller clamps the others into it and stores them with
-    `reports_insert_new` (a wrong clock: rare). Rows go in the order given, as there."""
+    `reports_insert_new` (a wrong clock: rare). Rows go in the order given, as there. Lease ids come
+    back as psycopg2 reads them (UUIDs, Django registers the type)."""
     if not reports:
         return {}, {}
     with connection.cursor() as cursor:
@@ -155,7 +156,6 @@ def reports_insert_on_leases(
         rows = cursor.fetchall()
     leases, fresh = {}, {}
     for lease_id, seq, row_id, job_id, started_at in rows:
-        lease_id = UUID(str(lease_id))
         if seq is None:
             leases[lease_id] = LeaseOfServer(row_id, lease_id, job_id, started_at)
         else:
