@@ -66,6 +66,27 @@ def schedule_round(
     )
 
 
+def extend_round(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[JobView],
+    previous: RoundPlan,
+    *,
+    policy: str | Policy,
+    allocator: str | Allocator,
+    now_s: float,
+) -> RoundPlan | None:
+    """`schedule_round(snapshot, jobs, policy=..., allocator=..., now_s=...)` (no team quotas, no
+    restart guard) where the allocator can tell its plan from `previous`, a stable plan whose jobs
+    come first in the policy's order, each running on the Placement `previous` gives it, the others
+    having arrived since (`Allocator.extend`); None where it cannot: decide the round then.
+    Pure: the same plan as schedule_round, or None."""
+    policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
+    allocator_obj = ALLOCATORS.get(allocator)() if isinstance(allocator, str) else allocator
+    ordered = policy_obj.order(jobs, snapshot, now_s)
+    plan = allocator_obj.extend(previous, ordered, snapshot)
+    return None if plan is None else with_interference(plan, ordered)
+
+
 def _decide(
     allocator: Allocator,
     ordered: Sequence[JobView],

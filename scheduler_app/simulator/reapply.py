@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
-from scheduler_app.core.types import Outcome, RoundPlan
+from scheduler_app.core.types import Outcome, Placement, RoundPlan
 
 # Must equal sim_run's (a job finishes inside a round within this relative slack); sim_run imports it.
 FINISH_REL_TOL = 1e-9
@@ -57,33 +58,37 @@ def build(plan: RoundPlan, active: Mapping, round_s: float, round_end: bool) -> 
             or resources is None
         ):
             return None
+        rows.append(_row(job, placement, resources, round_s, round_end))
         gpus, cpus, mem_gb, cpus_used, mem_used = resources
-        if round_end:
-            step = math.floor(round_s / (job.iter_time_s / placement.speedup))
-            rate = 0.0
-        else:
-            rate = placement.speedup / job.iter_time_s
-            step = round_s * rate
-        rows.append(
-            (
-                job,
-                step,
-                rate,
-                round_s * gpus,
-                gpus * round_s,
-                cpus * round_s,
-                mem_gb * round_s,
-                cpus_used * round_s,
-                mem_used * round_s,
-                job.owner_id,
-            )
-        )
         sums[0] += gpus
         sums[1] += cpus
         sums[2] += mem_gb
         sums[3] += cpus_used
         sums[4] += mem_used
     return Template(plan, rows, tuple(sums), round_s, round_end)
+
+
+def _row(job: Any, placement: Placement, resources: tuple, round_s: float, round_end: bool) -> tuple:
+    """A placed job's row: what applying its continuing lease for a round adds (see Template)."""
+    gpus, cpus, mem_gb, cpus_used, mem_used = resources
+    if round_end:
+        step = math.floor(round_s / (job.iter_time_s / placement.speedup))
+        rate = 0.0
+    else:
+        rate = placement.speedup / job.iter_time_s
+        step = round_s * rate
+    return (
+        job,
+        step,
+        rate,
+        round_s * gpus,
+        gpus * round_s,
+        cpus * round_s,
+        mem_gb * round_s,
+        cpus_used * round_s,
+        mem_used * round_s,
+        job.owner_id,
+    )
 
 
 def without(template: Template, done: list) -> Template:
@@ -133,6 +138,68 @@ def adopt(template: Template, plan: RoundPlan, active: Mapping) -> Template | No
     if r != n:
         return None
     return Template(plan, rows, template.sums, template.round_s, template.round_end)
+
+
+def adopt_prefix(template: Template, plan: RoundPlan, active: Mapping) -> int | None:
+    """How many of `plan`'s first decisions `template`'s rows apply (SimRun.apply's continue path for
+    each, so `run` gives what applying them one by one would), when `plan` places the rows' jobs
+    first, in the rows' order, each on the very Placement it holds, with only waiting jobs among them:
+    a steady plan with arrivals placed behind it (Allocator.extend). The decisions after them are
+    applied one by one. None when `plan` does not start so, or places nothing after the rows."""
+    decisions = plan.decisions
+    rows = template.rows
+    n = len(rows)
+    if not n or len(decisions) != len(active):
+        return None
+    r = 0
+    for at, decision in enumerate(decisions):
+        if r == n:
+            return at if any(d.placement is not None for d in decisions[at:]) else None
+        placement = decision.placement
+        if placement is None:
+            if decision.outcome is Outcome.INFEASIBLE:
+                return None
+            job = active.get(decision.job_id)
+            if job is None or job.current is not None:
+                return None
+            continue
+        job = rows[r][0]
+        if job.job_id != decision.job_id or placement is not job.current or job.finish_s is not None:
+            return None
+        r += 1
+    return None
+
+
+def with_started(template: Template, plan: RoundPlan, started: list, active: Mapping) -> Template | None:
+    """The template of `plan`, just applied as `template`'s rows then `started` (the jobs it placed
+    after them, in plan order) one by one: their rows added after the others', as `build` would make
+    them for `plan`'s next application; None when `build` would give None (a job with a start-up
+    left or checkpoints, one finished, a job of `plan` waiting that ran)."""
+    if len(plan.decisions) != len(active):
+        return None
+    rows = list(template.rows)
+    sums = list(template.sums)
+    round_s, round_end = template.round_s, template.round_end
+    for job in started:
+        placement = job.current
+        resources = job.resources
+        if (
+            placement is None
+            or job.startup_left_s
+            or job.checkpoint_every_s
+            or job.start_s is None
+            or job.finish_s is not None
+            or resources is None
+        ):
+            return None
+        rows.append(_row(job, placement, resources, round_s, round_end))
+        gpus, cpus, mem_gb, cpus_used, mem_used = resources
+        sums[0] += gpus
+        sums[1] += cpus
+        sums[2] += mem_gb
+        sums[3] += cpus_used
+        sums[4] += mem_used
+    return Template(plan, rows, tuple(sums), round_s, round_end)
 
 
 def run(template: Template, now_s: float, totals: list[float], owner_gained: dict, blind: bool) -> list:

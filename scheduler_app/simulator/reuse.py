@@ -110,6 +110,12 @@ class ReusingAllocator(Allocator):
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         return self.allocate_at(ordered_jobs, snapshot, 0.0)
 
+    def extend(
+        self, previous: RoundPlan, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot
+    ) -> RoundPlan | None:
+        """The inner allocator's (Allocator.extend): pure, nothing to remember."""
+        return self.inner.extend(previous, ordered_jobs, snapshot)
+
     def allocate_at(
         self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
     ) -> RoundPlan:

@@ -162,6 +162,11 @@ class SimRun:
                     self._last_plan = self._template_plan = plan
                     self._template = template
                     return self._reapply(template, now_s)
+        prefix = self._template
+        covered = None
+        if prefix is not None and interval_s is None:
+            # Or its rows are this plan's first decisions, and arrivals are placed after them.
+            covered = reapply.adopt_prefix(prefix, plan, active)
         self._last_plan = self._template_plan = self._template = None
         round_end, in_place, blind = self.round_end, self.in_place, self.progress_blind
         round_s = self.round_s if interval_s is None else interval_s
@@ -171,7 +176,19 @@ class SimRun:
         totals = self.totals
         owner_gained = self.owner_gained_gpu_s
         kept = len(plan.decisions) == len(active)
-        for decision in plan.decisions:
+        decisions = plan.decisions
+        if covered is not None:
+            assert prefix is not None
+            # The rows first, as _reapply applies them (the same operations in the same order), then
+            # the decisions after them one by one below, their sums added to the rows'.
+            done_now = reapply.run(prefix, now_s, totals, owner_gained, blind)
+            sums = list(prefix.sums)
+            for row in prefix.rows:
+                job = row[0]
+                if job.finish_s is None:
+                    new_running[job.job_id] = job
+            decisions = decisions[covered:]
+        for decision in decisions:
             placement = decision.placement
             if placement is None:
                 if decision.outcome is Outcome.INFEASIBLE:
@@ -269,10 +286,20 @@ class SimRun:
         self.kept = kept
         placed = len(new_running) + len(done_now)
         self.series.append(now_s, int(sums[0]), *sums[1:], placed, len(active) - placed)
+        if covered is not None:
+            assert prefix is not None
+            # The plan's template for its next application: the rows', then the jobs it started.
+            started = [active[d.job_id] for d in decisions if d.placement is not None]
+            template = reapply.with_started(prefix, plan, started, active)
+            if template is not None and done_now:
+                template = reapply.without(template, done_now)  # adopted (or not) by the next plan
+            elif template is not None:
+                self._template_plan = plan
+            self._template = template
         for job in done_now:
             del active[job.job_id]
             job.current = None
-        self._last_plan = plan
+        self._last_plan = plan if covered is None or not done_now else None
         return placed, done_now
 
     def _reapply(self, template: reapply.Template, now_s: float) -> tuple[int, list[SimJob]]:

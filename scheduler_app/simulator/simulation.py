@@ -11,7 +11,7 @@ from dataclasses import asdict
 from profiles_app.catalog import load_catalog
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
-from scheduler_app.core.engine import schedule_round
+from scheduler_app.core.engine import extend_round, schedule_round
 from scheduler_app.core.move_guard import one_server_views
 from scheduler_app.core.placement import gpu_admission, infeasible_reason, infeasible_reasons
 from scheduler_app.core.policies import POLICIES, Policy
@@ -302,6 +302,7 @@ def simulate(
     steady_plan: RoundPlan | None = None
     waits_unadmitted = can_reuse and allocator_obj.waits_unadmitted
     decided = 0  # rounds decided by schedule_round (the others reused a steady plan)
+    extended = 0  # of the others, rounds whose plan the allocator extended with arrivals
 
     def next_round_after_arrival() -> int:
         # The first round boundary at or after the next arrival (never the current round again).
@@ -322,11 +323,24 @@ def simulate(
         if next_idx > first_new and steady_plan is not None:
             # Arrivals that only queue behind a full cluster leave the others' plan as it was.
             arrived = sim_jobs[first_new:next_idx]
+            previous_plan = steady_plan
             steady_plan = (
                 _with_waiting(steady_plan, arrived, run, snapshot, policy_obj, now_s)
                 if waits_unadmitted and not _surely_admitted(arrived, active, snapshot)
                 else None
             )
+            if steady_plan is None and can_reuse and previous_plan.stable:
+                # Arrivals placed behind a stable plan's jobs, the plan's own decisions kept, where
+                # the allocator can tell that this is the round's plan (Allocator.extend).
+                steady_plan = extend_round(
+                    snapshot,
+                    run.views(),
+                    previous_plan,
+                    policy=policy_obj,
+                    allocator=allocator_obj,
+                    now_s=now_s,
+                )
+                extended += steady_plan is not None
         if not active:
             if next_idx >= num_jobs:
                 break
@@ -400,9 +414,11 @@ def simulate(
 
     wall_s = time.perf_counter() - wall_start
     logger.debug(
-        "%d of %d rounds decided, the others reused a steady plan; %d allocations made",
+        "%d of %d rounds decided, the others reused a steady plan (%d extended with arrivals); "
+        "%d allocations made",
         decided,
         rounds,
+        extended,
         allocator_obj.decided,
     )
     finish_times = [j.finish_s for j in sim_jobs if j.finish_s is not None]

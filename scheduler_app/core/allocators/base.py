@@ -42,6 +42,16 @@ class Allocator(ABC):
         compare deadlines with the clock, override this; the others do not read the time."""
         return self.allocate(ordered_jobs, snapshot)
 
+    def extend(
+        self, previous: RoundPlan, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot
+    ) -> RoundPlan | None:
+        """`allocate(ordered_jobs, snapshot)` where the allocator can tell it from `previous`, a stable
+        plan (RoundPlan.stable) whose jobs come first in `ordered_jobs`, each running on the Placement
+        `previous` gives it, the others having arrived since; None where it cannot (the caller then
+        decides the round). The same plan as `allocate`, stable flag included, or None: never an
+        approximation. Default: None (tune: allocators/tune_extend.py)."""
+        return None
+
 
 ALLOCATORS: Registry[Allocator] = Registry("allocator")
 register_allocator = ALLOCATORS.register

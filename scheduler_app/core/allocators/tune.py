@@ -64,6 +64,7 @@ from collections.abc import Iterator, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
+from scheduler_app.core.allocators.tune_extend import extend_stable
 from scheduler_app.core.allocators.tune_steady import SteadyRound
 from scheduler_app.core.placement import (
     EPS,
@@ -97,8 +98,9 @@ class TuneRound(SteadyRound, RoundSetup):
         sticky: bool = True,
         keep_homes: bool = True,
         like: RoundSetup | None = None,
+        admission: tuple[list[str | None], list[bool]] | None = None,
     ) -> None:
-        super().__init__(ordered_jobs, snapshot, like)
+        super().__init__(ordered_jobs, snapshot, like, admission=admission)
         self.placement = score_named(placement)
         self.order = order
         self.sticky = sticky
@@ -424,6 +426,23 @@ class TuneAllocator(Allocator):
         self.placement = placement
         self.order = order
         self.repack_gain = repack_gain
+
+    def extend(
+        self, previous: RoundPlan, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot
+    ) -> RoundPlan | None:
+        """Allocator.extend: the stable plan with the arrivals placed at their best case behind its
+        jobs (allocators/tune_extend.py). Only tune's own rounds and order: a subclass that decides
+        otherwise (its own `allocate`) decides every round."""
+        if self.order != ORDER_GPUS or type(self).allocate is not TuneAllocator.allocate:
+            return None
+        placement, round_class = self.placement, self.round_class
+
+        def make_round(
+            jobs: Sequence[JobView], snap: ClusterSnapshot, admission: tuple[list[str | None], list[bool]]
+        ) -> TuneRound:
+            return round_class(jobs, snap, placement, admission=admission)
+
+        return extend_stable(make_round, previous, ordered_jobs, snapshot)
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         """The plan that keeps the most jobs where they run among those within `repack_gain` of the

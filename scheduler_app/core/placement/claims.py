@@ -369,6 +369,77 @@ class Claims:
             shares.append(HeldShare(i, idx, cpus, mem_gb))
         return shares
 
+    def take_kept(self, held: Sequence[tuple[Placement, int, float, float]]) -> bool:
+        """`take_home_now(cur, num_gpus, uniform(c), uniform(m))` (strict, no reservations, not
+        bucketed) for each (cur, num_gpus, c, m) of `held` in turn, where each is kept exactly: its
+        cores and memory on each server (k x c, k x m) are its share's own whole cores and memory, so
+        the Placement built for it would be `cur` itself. The same float operations in the same order;
+        False at the first that is not so (the state is then part-taken: the caller drops it).
+        Rebucket after (`rebucket`)."""
+        assert self._claimed is None, "take_kept comes before any claim"
+        pos_of = self._pos_of
+        if pos_of is None:
+            pos_of = self._pos_of = {sid: i for i, sid in enumerate(self.server_ids)}
+        free_cpus, free_mem, free_idx = self.free_cpus, self.free_mem_gb, self.free_idx
+        num_free, total_cpus, total_mem_gb = self.num_free, self.total_free_cpus, self.total_free_mem_gb
+        free_gpus = self.free_gpu_count
+        done = True
+        # Plain loops and local names: every running job of a round extended with arrivals.
+        for cur, num_gpus, c, m in held:
+            shares = cur.shares
+            if len(shares) != 1:  # a job on several servers: take_home_now's general path
+                self.total_free_cpus, self.total_free_mem_gb = total_cpus, total_mem_gb
+                self.free_gpu_count = free_gpus
+                taken = self.take_home_now(cur, num_gpus, self.uniform(c), self.uniform(m), bucketed=False)
+                total_cpus, total_mem_gb = self.total_free_cpus, self.total_free_mem_gb
+                free_gpus = self.free_gpu_count
+                if taken is None or any(
+                    int(t.cpus + EPS) != s.num_cpus or t.mem_gb != s.mem_gb
+                    for t, s in zip(taken, shares, strict=True)
+                ):
+                    done = False
+                    break
+                continue
+            share = shares[0]
+            i = pos_of.get(share.server_id)
+            idx = share.gpu_indices
+            k = len(idx)
+            if i is None or k != num_gpus:
+                done = False
+                break
+            cpus = k * c
+            mem_gb = k * m
+            # Fits what is free (take_home_now), asks no more than held (strict) and is held exactly.
+            if (
+                cpus > free_cpus[i] + EPS
+                or mem_gb > free_mem[i] + EPS
+                or int(cpus + EPS) != share.num_cpus
+                or mem_gb != share.mem_gb
+            ):
+                done = False
+                break
+            free = free_idx[i]
+            if k == 1:
+                if idx[0] not in free:
+                    done = False
+                    break
+                free.remove(idx[0])
+            else:
+                if len(set(idx)) != k or not set(idx).issubset(free):
+                    done = False
+                    break
+                for g in idx:
+                    free.remove(g)
+            free_cpus[i] -= cpus
+            free_mem[i] -= mem_gb
+            total_cpus -= cpus
+            total_mem_gb -= mem_gb
+            num_free[i] -= k
+            free_gpus -= k
+        self.total_free_cpus, self.total_free_mem_gb = total_cpus, total_mem_gb
+        self.free_gpu_count = free_gpus
+        return done
+
     def rebucket(self) -> None:
         """Bucket the servers by their free GPUs again, from `num_free` (after `take_home_now` calls
         with `bucketed` False): each bucket in position order, as `insort` keeps it. In place, since

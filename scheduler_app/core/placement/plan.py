@@ -84,6 +84,10 @@ class PlanBuilder:
     def infeasible(self, pos: int, reason: str) -> None:
         self._decisions[pos] = Decision(self._jobs[pos].job_id, Outcome.INFEASIBLE, reason)
 
+    def decision(self, pos: int) -> Decision | None:
+        """The decision recorded for the job at `pos` so far (None: none yet)."""
+        return self._decisions[pos]
+
     def is_decided(self, pos: int) -> bool:
         return self._decisions[pos] is not None
 

@@ -20,14 +20,27 @@ class RoundSetup:
     """
 
     def __init__(
-        self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, like: RoundSetup | None = None
+        self,
+        ordered_jobs: Sequence[JobView],
+        snapshot: ClusterSnapshot,
+        like: RoundSetup | None = None,
+        *,
+        admission: tuple[list[str | None], list[bool]] | None = None,
     ) -> None:
         """`like`: an earlier set-up of the same call on the same jobs and snapshot (a second plan of
         one round): what depends only on those (feasibility, admission, node counts, best cases) is
-        taken from it instead of worked out again; the state itself is fresh."""
+        taken from it instead of worked out again; the state itself is fresh. `admission`: the
+        jobs' (`infeasible`, `admitted`) lists, worked out by the caller for jobs of which none has a
+        node count (tune's extension of a stable plan, allocators/tune_extend.py)."""
         self.jobs = ordered_jobs
         self.snapshot = snapshot
         self.builder = PlanBuilder(ordered_jobs)
+        if admission is not None:
+            self.state = RoundState(snapshot)
+            self.shape = cluster_shape(snapshot)
+            self.demands = DemandCache(self.shape)
+            self.infeasible, self.admitted = admission
+            return
         if like is not None and like.jobs is ordered_jobs and like.snapshot is snapshot:
             self.state = RoundState(snapshot)
             self.state.share_nodes(like.state)

@@ -62,3 +62,37 @@ def test_adopted_templates_give_the_same_figures(
     monkeypatch.setattr(reapply, "adopt", lambda *args: None)
     without = _figures(policy=policy, allocator=allocator, finish_at_round_end=round_end)
     assert with_adoption == without
+
+
+@pytest.mark.parametrize("round_end", [False, True])
+@pytest.mark.parametrize("multi_gpu", [False, True])
+def test_templates_as_a_plans_first_rows_give_the_same_figures(
+    monkeypatch: pytest.MonkeyPatch, round_end: bool, multi_gpu: bool
+) -> None:
+    """A steady plan extended with arrivals (Allocator.extend) applied as the last template's rows then
+    the arrivals one by one, and its own template made from them, gives the figures of applying it
+    job by job."""
+    prefixed = {"n": 0}
+    real_prefix = reapply.adopt_prefix
+
+    def counting(*args, **kwargs):
+        covered = real_prefix(*args, **kwargs)
+        prefixed["n"] += covered is not None
+        return covered
+
+    def figures() -> dict:
+        data = simulate(
+            philly_derived_trace(150, jobs_per_hour=4.0, multi_gpu=multi_gpu, seed=7),
+            CLUSTER,
+            policy="fifo",
+            allocator="tune",
+            finish_at_round_end=round_end,
+        ).to_dict(include_records=True, include_series=True)
+        data.pop("wall_s")
+        return data
+
+    monkeypatch.setattr(reapply, "adopt_prefix", counting)
+    with_prefix = figures()
+    assert prefixed["n"] > 0
+    monkeypatch.setattr(reapply, "adopt_prefix", lambda *args: None)
+    assert figures() == with_prefix

@@ -166,3 +166,44 @@ def test_throughput_bound_holds_every_plan_of_the_round(base: type[TuneAllocator
         restarts=RestartPolicy(),
     )
     assert seen["bounds"] > 0 and seen["tight"] > 0
+
+
+@pytest.mark.parametrize("base", [TuneAllocator, TuneMatrixAllocator])
+@pytest.mark.parametrize("multi_gpu", [False, True])
+@pytest.mark.parametrize("round_end", [False, True])
+def test_plans_extended_with_arrivals_are_the_decided_ones(
+    base: type[TuneAllocator], multi_gpu: bool, round_end: bool
+) -> None:
+    """Where the simulator extends a stable plan with arrivals (Allocator.extend) instead of deciding
+    the round, the plan is the one deciding it gives, stable flag included; and the simulation's
+    figures are those of deciding every such round."""
+    seen = {"extended": 0}
+
+    class Checking(base):  # type: ignore[valid-type, misc]
+        def extend(
+            self, previous: RoundPlan, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot
+        ) -> RoundPlan | None:
+            plan = base.extend(self, previous, ordered_jobs, snapshot)
+            if plan is not None:
+                seen["extended"] += 1
+                full = base.allocate(self, ordered_jobs, snapshot)
+                assert plan == full and plan.stable == full.stable
+            return plan
+
+    class Deciding(base):  # type: ignore[valid-type, misc]
+        def extend(self, *args: object) -> None:
+            return None
+
+    def figures(allocator: TuneAllocator) -> dict:
+        data = simulate(
+            philly_derived_trace(150, jobs_per_hour=6.0, multi_gpu=multi_gpu, seed=11),
+            CLUSTER,
+            policy="fifo",
+            allocator=allocator,
+            finish_at_round_end=round_end,
+        ).to_dict(include_records=True, include_series=True)
+        data.pop("wall_s")
+        return data
+
+    assert figures(Checking()) == figures(Deciding())
+    assert seen["extended"] > 0
