@@ -154,7 +154,9 @@ def parts_cost(redis_url: str, *, now: datetime, cpu_s: float | None, same_proce
     forecast_cycle.refresh_cycle_drop(client)
     client.delete(forecast_cycle.LOCK_KEY, forecast_cycle.ASKED_KEY)
     budget_s = scheduler_conf().forecast_refresh_cpu_s if cpu_s is None else cpu_s
-    cpu, wall, inner = [], [], []
+    cpu: list[float] = []
+    wall: list[float] = []
+    blob_bytes = 0
     counts = {"decided": 0}
     part = None
     with mock.patch("django.utils.timezone.now", return_value=now), counted_rounds(counts):
@@ -167,14 +169,15 @@ def parts_cost(redis_url: str, *, now: datetime, cpu_s: float | None, same_proce
             wall.append(time.perf_counter() - start)
             if part is None:
                 raise RuntimeError(f"another refresh holds {forecast_cycle.LOCK_KEY} on {redis_url}")
-            inner.append(part.cpu_s)
+            blob_bytes = max(blob_bytes, len(client.get(forecast_cycle.STATE_KEY) or b""))
     return {
         "cpu_all": cpu,
         "wall_all": wall,
         "budget_s": budget_s,
         "decided": counts["decided"],
         "estimates": part.estimates or {},
-        "blob_bytes": len(client.get(forecast_cycle.STATE_KEY) or b""),
+        "blob_bytes": blob_bytes,
+        "pacing": scheduler_conf().forecast_refresh_pacing,
     }
 
 
@@ -257,9 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nthe worker's refresh: {len(each)} parts of at most {parts['budget_s']:g} s of CPU each"
         f"{' (the cycle kept in memory)' if args.same_process else ' (each reading it back from Redis)'}, "
-        f"the cycle kept in {parts['blob_bytes'] / 1e6:.1f} MB"
+        f"the cycle kept in Redis in {parts['blob_bytes'] / 1e6:.1f} MB"
     )
     print("CPU s of each part:", " ".join(f"{c:.2f}" for c in each))
+    print(
+        f"the cycle's wall time with the worker's pacing ({parts['pacing']:g} x each part's wall time "
+        f"between parts): {sum(parts['wall_all']) * (1 + parts['pacing']):.0f} s"
+    )
     rows = [
         [
             "refresh tasks (parts)",
