@@ -376,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             shares.stop()
             once, stored = stored_once(submitted, submissions.statuses[201])
             predicted = _predicted_starts(list(submitted.sent_at))
+            by_worker = _worker_answers([j for j in submitted.sent_at if j not in submitted.in_answer])
         live, refresh_cpu_s, refresh_wall_s = refresh_cost()
         from django.db import connections
 
@@ -417,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         f"lag p50 {percentile(worker, 50):.2f} s, p99 {percentile(worker, 99):.2f} s"
     )
     print(
+        "the worker's answers: " + (", ".join(f"{n} {what}" for what, n in by_worker.most_common()) or "none")
+    )
+    print(
         f"arrays of 1,000 accepted in: median {statistics.median(arrays_s):.2f} s, max {max(arrays_s):.2f} s"
     )
     print(
@@ -432,6 +436,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntargets ({args.min_rate:g}/s, p99 < {args.p99_ms:g} ms, stored once, lag <= {args.lag_s:g} s): "
           f"{'met' if met else 'NOT met'}")  # fmt: skip
     return 0 if met else 1
+
+
+def _worker_answers(job_ids: list[int]) -> Counter:
+    """What the forecasts worker told these jobs: a predicted start (and finish, or not), cut short by
+    its budget ("not started within 2 s of forecasting"), or another detail (its first words)."""
+    from scheduler_app.models import AdmissionPrediction
+
+    kinds: Counter = Counter()
+    rows = AdmissionPrediction.objects.filter(job_id__in=job_ids)
+    for start, finish, detail in rows.values_list("predicted_start_at", "predicted_finish_at", "detail"):
+        if start is not None:
+            kinds["with a predicted start" + ("" if finish is not None else ", no finish")] += 1
+        elif "of forecasting" in detail:
+            kinds["cut short by the budget"] += 1
+        else:
+            kinds[detail.split(" (")[0][:60] or "(no detail)"] += 1
+    return kinds
 
 
 def _predicted_starts(job_ids: list[int]) -> int:

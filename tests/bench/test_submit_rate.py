@@ -29,3 +29,33 @@ def test_every_201_must_be_one_stored_job_and_nothing_else(user) -> None:
     assert stored_once(seen, accepted=4) == (False, 3)  # a 201 without its job
     seen.ids_seen = [jobs[0].pk, jobs[0].pk, jobs[1].pk]
     assert stored_once(seen, accepted=3)[0] is False  # one job answered twice, one never
+
+
+@pytest.mark.django_db
+def test_the_workers_answers_are_told_apart_by_what_they_say(user) -> None:
+    from django.utils import timezone
+
+    from bench.submit_rate import _worker_answers
+    from scheduler_app.models import AdmissionPrediction
+
+    now = timezone.now()
+    said = [
+        (now, now, ""),
+        (now, None, "not finished within 2 s of forecasting"),
+        (None, None, "not started within 2 s of forecasting"),
+        (None, None, "not started within 2 s of forecasting"),
+        (None, None, "queued behind the 1000 jobs the forecast plays forward (the last of them ...)"),
+    ]
+    jobs = [submit(user, name=f"rate-0-{n}") for n in range(len(said))]
+    for job, (start, finish, detail) in zip(jobs, said, strict=True):
+        AdmissionPrediction.objects.create(
+            job=job, created_at=now, policy="swaf", allocator="genie",
+            predicted_start_at=start, predicted_finish_at=finish, detail=detail,
+        )  # fmt: skip
+    kinds = _worker_answers([job.pk for job in jobs[1:]])
+    assert kinds == {
+        "with a predicted start, no finish": 1,
+        "cut short by the budget": 2,
+        "queued behind the 1000 jobs the forecast plays forward": 1,
+    }
+    assert _worker_answers([jobs[0].pk]) == {"with a predicted start": 1}

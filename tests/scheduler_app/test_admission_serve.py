@@ -1,6 +1,8 @@
 """The admission task's serving of forecasts: one process at a time, back to back while submissions wait,
 a task that finds another forecasting leaving its submissions to it, and a hand-over after SERVE_MAX_S."""
 
+import time
+
 import pytest
 from django.test import TestCase
 
@@ -121,3 +123,21 @@ def test_the_refreshs_single_run_hands_the_submissions_that_came_meanwhile_to_a_
     assert admission_forecasts_run() == 1  # that task's run
     assert AdmissionPrediction.objects.filter(detail=FORECAST_PENDING).count() == 0
     assert len(asked) == 2  # nothing waits: nothing more asked
+
+
+def test_a_costly_forecast_does_not_hold_the_next_one_back_past_the_minimum_interval(
+    user, asked, live_redis, monkeypatch, settings
+):
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "admission_forecast_min_interval_s": 0.1}
+    submit(user, "a")
+    real = admission._forecast_of
+
+    def costly(pending_predictions):
+        until = time.process_time() + 0.3  # CPU, which the next forecast no longer waits out
+        while time.process_time() < until:
+            pass
+        return real(pending_predictions)
+
+    monkeypatch.setattr(admission, "_forecast_of", costly)
+    assert admission_forecasts_serve() == 1
+    assert live_redis.pttl(admission.PACE_KEY) <= 100  # the interval from its start, at most
