@@ -51,9 +51,10 @@ def colocated_comm_jobs(placements: Iterable[Placement]) -> dict[int, int]:
 def with_interference(plan: RoundPlan, jobs: Sequence[JobView] | Mapping[int, JobView]) -> RoundPlan:
     """The plan with each placed job's speed-up divided by its interference factor (the same plan
     when no job's workload has a measured kappa, which is the common case and costs one scan)."""
-    by_id = jobs if isinstance(jobs, Mapping) else {j.job_id: j for j in jobs}
-    if not any(j.profile.interference_kappa > 0 for j in by_id.values()):
+    views = jobs.values() if isinstance(jobs, Mapping) else jobs
+    if not any(j.profile.interference_kappa > 0 for j in views):
         return plan
+    by_id = jobs if isinstance(jobs, Mapping) else {j.job_id: j for j in jobs}
     placements = plan.placements()
     counts = colocated_comm_jobs(placements.values())
     decisions = []

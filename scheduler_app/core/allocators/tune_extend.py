@@ -76,12 +76,20 @@ def extend_stable(
     n = len(decisions)
     if not previous.stable or len(ordered_jobs) <= n:
         return None
+    arrivals = ordered_jobs[n:]
+    infeasible: list[str | None] = [None] * len(ordered_jobs)
+    admitted = [True] * n + [False] * len(arrivals)
+    # The round's set-up is the caller's: these lists, filled in below before the round reads them.
+    tune = make_round(ordered_jobs, snapshot, (infeasible, admitted))
+    state = tune.state
+    best_of = tune.demands.best
     placed = Outcome.PLACED
     best_case = reasons.BEST_CASE
     fewest = None  # the fewest GPUs of a job of the plan (tune's order puts more GPUs first)
     monotone = True  # GPU counts never grow along the plan's order: tune's order is the plan's
     last = None
     used = 0
+    held: list[tuple[Placement, int, float, float]] = []  # what hold_current would take, in order
     for decision, job in zip(decisions, ordered_jobs, strict=False):
         placement = decision.placement
         if (
@@ -97,16 +105,23 @@ def extend_stable(
         ):
             return None
         g = job.num_gpus
+        best = best_of(job)
+        speed = best.speed
+        if placement.speedup != speed:
+            return None  # its decision would not be its current Placement (RoundSetup.is_current)
+        shares_now = placement.shares
+        if len(shares_now) > 1 and with_penalty(speed, job.profile, len(shares_now), g) != speed:
+            return None  # a spread job's penalty: the plan would not be stable
+        held.append((placement, g, best.cpus_per_gpu, best.mem_gb_per_gpu))
         if last is not None and g > last:
             monotone = False
         last = g
         fewest = g if fewest is None or g < fewest else fewest
         used += g
-    arrivals = ordered_jobs[n:]
+    if not monotone:  # tune's order: more GPUs first, ties in the plan's order (a stable sort)
+        held.sort(key=lambda item: -item[1])
     total_gpus = snapshot.total_gpus
     left = snapshot.free_gpu_count - used  # GPU admission's count once the plan's jobs are admitted
-    infeasible: list[str | None] = [None] * len(ordered_jobs)
-    admitted = [True] * n + [False] * len(arrivals)
     for pos, job in enumerate(arrivals, start=n):
         if job.current is not None or job.num_nodes is not None or has_fixed_demand(job):
             return None
@@ -121,32 +136,15 @@ def extend_stable(
     # The plan's jobs were admitted (each holds its GPUs among the free ones, checked as it is held
     # below, so together they fit the free count) and are feasible (no fixed demand or node count,
     # and no more GPUs than the cluster's free ones).
-    tune = make_round(ordered_jobs, snapshot, (infeasible, admitted))
-    state, demands = tune.state, tune.demands
-    order = range(n) if monotone else sorted(range(n), key=lambda p: (-ordered_jobs[p].num_gpus, p))
-    uniform = state.uniform
-    best_of = demands.best
-    held: list[tuple[Placement, int, float, float]] = []
-    for pos in order:
-        job = ordered_jobs[pos]
-        current = job.current
-        assert current is not None
-        best = best_of(job)
-        speed = best.speed
-        if current.speedup != speed:
-            return None  # its decision would not be its current Placement (RoundSetup.is_current)
-        shares_now = current.shares
-        if len(shares_now) > 1 and with_penalty(speed, job.profile, len(shares_now), job.num_gpus) != speed:
-            return None  # a spread job's penalty: the plan would not be stable
-        held.append((current, job.num_gpus, best.cpus_per_gpu, best.mem_gb_per_gpu))
     # hold_current's strict tries (without reservations), each keeping the job's own Placement.
     if not state.take_kept(held):
         return None
     state.rebucket()
+    uniform = state.uniform
     runnable = sorted((-arrivals[p - n].num_gpus, p) for p in range(n, len(ordered_jobs)) if admitted[p])
     for _, pos in runnable:
         job = ordered_jobs[pos]
-        best = demands.best(job)
+        best = best_of(job)
         bc, bm = uniform(best.cpus_per_gpu), uniform(best.mem_gb_per_gpu)
         if not tune.try_place(pos, bc, bm, best, best.speed, best_case) or not tune.settled:
             return None  # below its best case (or room made): not a stable plan

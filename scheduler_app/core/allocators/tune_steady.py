@@ -43,11 +43,11 @@ class SteadyRound:
         best_of, held, on_server = self.demands.best, self.held, self.on_server
         nodes = state.has_node_counts
         unreserved: tuple[list[float], list[float]] | None = None
-        take = state.take_home_now
+        take, uniform, home_points = state.take_home_now, state.uniform, self.home_points
         for pos in order[:count]:
             job = jobs[pos]
-            if has_fixed_demand(job):
-                return self.undo_holds()
+            if job.cpus_per_gpu_override is not None or job.mem_gb_per_gpu_override is not None:
+                return self.undo_holds()  # a fixed demand
             shape = state.node_shape(job.job_id) if nodes else None
             if shape is not None:
                 shares_now = job.current.shares  # type: ignore[union-attr]
@@ -59,8 +59,8 @@ class SteadyRound:
             assert cur is not None
             # keep_home's tries, in its order: each home point strictly, beside the others' claims.
             shares, point, reason = None, None, reasons.BEST_CASE
-            for point in self.home_points(job, best):
-                dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
+            for point in home_points(job, best):
+                dc, dm = uniform(point.cpus_per_gpu), uniform(point.mem_gb_per_gpu)
                 shares = take(cur, job.num_gpus, dc, dm, unreserved, bucketed=False)
                 if shares is None and unreserved is None:
                     # It may ask more than it held (under the move guard every job holds its

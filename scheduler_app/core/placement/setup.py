@@ -83,16 +83,32 @@ class RoundSetup:
         """Record the job at `pos` as placed on `shares` at `speed` before its spread penalty
         (`scale`: genie's factor from a GPU-count variant's speed to the job's own, applied after)."""
         job = self.jobs[pos]
-        speed = with_penalty(speed, job.profile, len(shares), job.num_gpus)
+        if len(shares) > 1:  # (a job on one server runs at its speed: with_penalty leaves it)
+            speed = with_penalty(speed, job.profile, len(shares), job.num_gpus)
         if scale != 1.0:
             speed *= scale
         current = job.current
-        if current is not None and self.is_current(current, job.job_id, shares, speed):
-            # Kept as it ran: its own Placement, not an equal new one (most jobs of a steady round;
-            # cheaper, and a simulator sees the lease continue at once).
-            self.builder.kept(pos, current, reason)
-        else:
-            self.builder.placed(pos, self.state.server_shares(shares), speed, reason)
+        if current is not None and current.speedup == speed:
+            before = current.shares
+            if len(shares) == 1 and len(before) == 1:
+                # is_current for a job on one server (most of them), inline: every running job of a
+                # decided round comes here.
+                share, was = shares[0], before[0]
+                kept = (
+                    current.job_id == job.job_id
+                    and self.state.server_ids[share.server_pos] == was.server_id
+                    and share.gpu_indices == was.gpu_indices
+                    and int(share.cpus + EPS) == was.num_cpus
+                    and share.mem_gb == was.mem_gb
+                )
+            else:
+                kept = self.is_current(current, job.job_id, shares, speed)
+            if kept:
+                # Kept as it ran: its own Placement, not an equal new one (most jobs of a steady
+                # round; cheaper, and a simulator sees the lease continue at once).
+                self.builder.kept(pos, current, reason)
+                return
+        self.builder.placed(pos, self.state.server_shares(shares), speed, reason)
 
     def is_current(self, current: Placement, job_id: int, shares: Sequence[HeldShare], speed: float) -> bool:
         """True when the Placement `placed` would build for `shares` at `speed` equals `current`
