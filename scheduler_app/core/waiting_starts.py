@@ -26,27 +26,34 @@ class _Timeline:
     def __init__(self, free_now: int) -> None:
         self.times: list[float] = [0.0]
         self.deltas: list[int] = [free_now]
+        # The least free count from each change on (non-decreasing), worked out again after an `add`.
+        self._least_from: list[int] | None = None
 
     def add(self, at_s: float, delta: int) -> None:
         k = bisect.bisect_right(self.times, at_s)
         self.times.insert(k, at_s)
         self.deltas.insert(k, delta)
+        self._least_from = None
 
     def earliest(self, need: int, until_s: float) -> float | None:
-        """The earliest offset <= `until_s` from which at least `need` GPUs stay free for good."""
-        free, levels = 0, []
-        for t, d in zip(self.times, self.deltas, strict=True):
-            free += d
-            levels.append((t, free))
-        # From the last change back: the latest start after which the free count never drops below.
-        start = None
-        for t, level in reversed(levels):
-            if level < need:
-                break
-            start = t
-        if start is None or start > until_s:
+        """The earliest offset <= `until_s` from which at least `need` GPUs stay free for good: the
+        first change from which the free count never drops below `need` (a search in the least
+        counts from each change on, which never decrease; a server is asked for every waiting job)."""
+        least = self._least_from
+        if least is None:
+            free, levels = 0, []
+            for d in self.deltas:
+                free += d
+                levels.append(free)
+            low = levels[-1]
+            least = levels
+            for k in range(len(levels) - 1, -1, -1):
+                low = least[k] = min(low, levels[k])
+            self._least_from = least
+        k = bisect.bisect_left(least, need)
+        if k == len(least) or self.times[k] > until_s:
             return None
-        return start
+        return self.times[k]
 
 
 def waiting_start_offsets(
@@ -76,6 +83,8 @@ def waiting_start_offsets(
                 lines[server_id].add(finish_s, gpus)
                 if finish_s <= horizon_s:
                     freeable += gpus
+    # Whether some change lies before now (a finish in the past): then "now" is not the earliest start.
+    earlier = any(finish_s < 0.0 for finish_s, _ in finishes.values())
     starts: dict[int, float] = {}
     for job in waiting:
         if freeable <= 0:
@@ -88,12 +97,15 @@ def waiting_start_offsets(
             at = line.earliest(need, horizon_s)
             if at is not None and (best is None or at < best[0]):
                 best = (at, server_id)
+                if at <= 0.0 and not earlier:
+                    break  # now: no later server starts it sooner (no change before now)
         if best is None:
             continue
         at, server_id = best
         run_s = job.remaining_iters * job.profile.iter_time_s + job.startup_s
         lines[server_id].add(at, -need)
         lines[server_id].add(at + run_s, need)
+        earlier = earlier or at + run_s < 0.0
         freeable -= need
         starts[job.job_id] = at
     return starts

@@ -63,3 +63,33 @@ def test_a_repacking_to_start_a_job_now_is_not_made_when_it_would_start_soon_any
     long_two = dataclasses.replace(two, done_iters=0.0, total_iters=1_000_000.0)
     plan = guarded_plan(scripted(plans), [one, long_two, three], cluster, NOW_S, RestartPolicy())
     assert plan.decision_for(1) == placed(there1)
+
+
+def test_a_servers_earliest_start_is_the_walk_back_from_its_last_change():
+    """_Timeline.earliest searches the least free counts from each change on; the same answer as
+    walking the changes back from the last while at least `need` GPUs are free, on random timelines
+    (changes before now included)."""
+    import random
+
+    from scheduler_app.core.waiting_starts import _Timeline
+
+    def walked(line: _Timeline, need: int, until_s: float) -> float | None:
+        free, levels = 0, []
+        for t, d in zip(line.times, line.deltas, strict=True):
+            free += d
+            levels.append((t, free))
+        start = None
+        for t, level in reversed(levels):
+            if level < need:
+                break
+            start = t
+        return None if start is None or start > until_s else start
+
+    rng = random.Random(5)
+    for _ in range(2000):
+        line = _Timeline(rng.randint(0, 8))
+        for _ in range(rng.randint(0, 10)):
+            at_s = rng.choice([rng.uniform(-10.0, 3000.0), float(rng.randint(0, 20))])
+            line.add(at_s, rng.choice([-1, 1]) * rng.randint(0, 8))
+            need, until_s = rng.randint(0, 9), rng.uniform(0.0, 3000.0)
+            assert line.earliest(need, until_s) == walked(line, need, until_s)
