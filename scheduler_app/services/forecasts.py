@@ -1,7 +1,8 @@
 """One forecast of the live queue: when each pending or running job starts and finishes, from now.
 
 Every time the service shows (the queue, the job page, the API, `cli queue` and `cli show`) reads the
-estimate this module stores (JobForecast), refreshed after every scheduling round and at submission;
+estimate this module stores (JobForecast: services/forecast_store.py), refreshed after scheduling
+rounds (on the forecasts worker in parts, services/forecast_cycle.py) and at submission;
 the prediction made at submission (services/admission.py) comes from the same function, so the two
 differ only by what happened in between.
 
@@ -444,9 +445,11 @@ def job_forecasts_refresh(*, now: datetime | None = None) -> int:
 def job_forecasts_refresh_estimates(*, now: datetime | None = None) -> dict[int, Estimate]:
     """Re-forecast every pending and running job (the pending ones up to `forecast_window_jobs` in the
     policy's order: see live_forecast) and store the estimates and the pending jobs' queue positions
-    (JobForecast); rows of jobs that ended are removed. Returns the estimates. Called after scheduling
-    rounds and for new submissions' admission answers (services/admission.py), so the queue pages read
-    what the round decided instead of ordering tens of thousands of jobs on every request."""
+    (JobForecast); rows of jobs that ended are removed. Returns the estimates. The refresh after
+    scheduling rounds without a worker (inline: the embedded demo), within `forecast_refresh_budget_s`
+    of wall time; the forecasts worker plays the same forecast in parts of bounded CPU instead
+    (services/forecast_cycle.py). So the queue pages read what the round decided instead of ordering
+    tens of thousands of jobs on every request."""
     conf = scheduler_conf()
     now = now or timezone.now()
     queue = live_queue()

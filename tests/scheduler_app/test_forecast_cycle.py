@@ -10,6 +10,7 @@ from scheduler_app.services import forecast_cycle
 from scheduler_app.services.forecast_cycle import refresh_cycle_drop, refresh_part
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.rounds import scheduling_round_run
+from scheduler_app.simulator.forecast import ForecastRun
 from tests.api.helpers import make_server, submit, workload
 
 pytestmark = pytest.mark.django_db
@@ -121,3 +122,20 @@ def test_a_cycle_left_in_another_releases_format_is_started_again(queue, client)
     forecast_cycle.refresh_cycle_forget()
     part = refresh_part(client, cpu_s=0.0, now=now)
     assert part.started
+
+
+def test_a_part_that_fails_gives_up_its_cycle_and_its_lock(queue, client, monkeypatch):
+    now = timezone.now()
+    refresh_part(client, cpu_s=0.0, now=now)
+    assert client.get(forecast_cycle.TOKEN_KEY) is not None
+
+    def broken(self, stop=None):
+        raise RuntimeError("a bug in a round")
+
+    monkeypatch.setattr(ForecastRun, "play", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        refresh_part(client, cpu_s=0.0, now=now)
+    assert client.get(forecast_cycle.TOKEN_KEY) is None  # the next part starts from the queue
+    assert client.get(forecast_cycle.LOCK_KEY) is None
+    monkeypatch.undo()
+    assert refresh_part(client, cpu_s=0.0, now=now).started
