@@ -264,6 +264,45 @@ def test_reports_dated_outside_their_lease_are_clamped_stored_once_and_acked_aga
     assert AgentReportPending.objects.count() == pending + 3
 
 
+def test_an_exits_job_end_runs_in_the_applying_transaction_without_a_savepoint(user, server, settings):
+    """The exit's job end (job_finish) writes within the transaction that applies the reports, without
+    a savepoint of its own, and the job is updated once (its progress with its end)."""
+    settings.ATTUNE_DB_PREPARED_STATEMENTS = False  # the statements' text captured, not EXECUTE names
+    (job,) = placed(submit(user, gpus=2, iters=100))
+    lease = lease_of(job).lease_id
+    client = agent_client(server)
+    synced(client, running=[lease], reports=[report(lease, 1, "started")])
+    with CaptureQueriesContext(connection) as queries:
+        synced(client, running=[], reports=[report(lease, 2, "exited", exit_code=0, done_iters=100)])
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED and job.done_iters == 100
+    statements = [q["sql"] for q in queries.captured_queries]
+    # The test's own transaction makes the applying one a savepoint: that one only.
+    assert len([sql for sql in statements if sql.startswith("SAVEPOINT")]) == 1
+    assert len([sql for sql in statements if sql.startswith('UPDATE "scheduler_app_job"')]) == 1
+
+
+def test_a_job_end_that_fails_leaves_nothing_of_the_exit_applied(user, server, monkeypatch):
+    """Without job_finish's savepoint an error in it still rolls back the whole application: the job
+    stays RUNNING with its lease, the exit stays stored and pending for the applier."""
+    (job,) = placed(submit(user, gpus=2, iters=100))
+    lease = lease_of(job).lease_id
+    client = agent_client(server)
+
+    def failing(**kwargs):
+        raise RuntimeError("a bug in a job's end")
+
+    monkeypatch.setattr("scheduler_app.services.job_control.job_end_followups", failing)
+    monkeypatch.setattr(report_ingest, "agent_reports_apply_request", lambda: None)
+    answer = synced(client, running=[], reports=[report(lease, 1, "exited", exit_code=0, done_iters=100)])
+    assert answer["acked"] == [[str(lease), 1]]
+    job.refresh_from_db()
+    allocation = lease_of(job)
+    assert job.state == JobState.RUNNING and job.done_iters == 0 and job.finished_at is None
+    assert allocation.ended_at is None and allocation.exited_at is None
+    assert AgentReportPending.objects.count() == 1
+
+
 # --- (c) a batch that cannot be stored is not acknowledged, one that cannot be applied is kept ------
 
 
