@@ -305,9 +305,10 @@ ATTUNE_SCHEDULER = {
     # With a worker the refresh is played in tasks (parts) of this much CPU each (process time): a
     # part stops before a round that, costing what the costliest of the last few did, would overrun
     # it, and the forecast goes on in the next part, paced as above (services/forecast_cycle.py).
-    # 0.5: at 4,000 GPUs a round takes up to 0.54 s, and a part stays under 1 s. The budget above
+    # 0.4: at 4,000 GPUs a round takes up to 0.6 s, more on a loaded host, and a part that meets one
+    # stays under 1 s (0.5 reached 0.93 s at load 6 to 9; docs/performance.md). The budget above
     # bounds the inline refresh (no worker) and the worker's admission forecast.
-    "forecast_refresh_cpu_s": env.float("ATTUNE_FORECAST_REFRESH_CPU_S", default=0.5),
+    "forecast_refresh_cpu_s": env.float("ATTUNE_FORECAST_REFRESH_CPU_S", default=0.4),
     "forecast_refresh_min_interval_s": env.float("ATTUNE_FORECAST_REFRESH_MIN_INTERVAL_S", default=10.0),
     # And the next refresh waits this x the last one's duration after its end: a refresh slowed by a
     # loaded host (a thousand nodes under churn) spaces the next ones out instead of taking the CPU the

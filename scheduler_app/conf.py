@@ -88,7 +88,7 @@ def scheduler_conf() -> SchedulerConf:
         forecast_refresh_budget_s=float(raw.get("forecast_refresh_budget_s", 5.0)),
         # Each refresh task's CPU on the forecasts worker: a longer forecast goes on in the next task
         # (services/forecast_cycle.py).
-        forecast_refresh_cpu_s=float(raw.get("forecast_refresh_cpu_s", 0.5)),
+        forecast_refresh_cpu_s=float(raw.get("forecast_refresh_cpu_s", 0.4)),
         forecast_refresh_min_interval_s=float(raw.get("forecast_refresh_min_interval_s", 10.0)),
         forecast_refresh_pacing=float(raw.get("forecast_refresh_pacing", 4.0)),
         # The refresh plays the running jobs and this many pending ones forward (services/forecasts.py):
