@@ -20,10 +20,18 @@ from collections.abc import Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
-from scheduler_app.core.placement import EPS, FIRST_FIT, Score, has_fixed_demand, score_named
+from scheduler_app.core.placement import (
+    EPS,
+    FIRST_FIT,
+    Score,
+    has_fixed_demand,
+    infeasible_reason,
+    score_named,
+)
 from scheduler_app.core.placement.setup import RoundSetup, running_first
 from scheduler_app.core.placement.state import RoundState
-from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.core.throughput import with_penalty
+from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, Placement, RoundPlan
 
 
 @register_allocator("proportional")
@@ -46,6 +54,15 @@ class ProportionalAllocator(Allocator):
 
     def __init__(self, placement: str | Score = FIRST_FIT) -> None:
         self.placement = score_named(placement)
+
+    def extend(
+        self, previous: RoundPlan, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot
+    ) -> RoundPlan | None:
+        """Allocator.extend: the stable plan with the arrivals decided behind its jobs (`extend_stable`).
+        A subclass with its own `allocate` decides every round."""
+        if type(self).allocate is not ProportionalAllocator.allocate:
+            return None
+        return extend_stable(self, previous, ordered_jobs, snapshot)
 
     def allocate(self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
         round_ = RoundSetup(ordered_jobs, snapshot)
@@ -89,6 +106,97 @@ class ProportionalAllocator(Allocator):
                         stable = False
             round_.placed(pos, state.take(plan, dc, dm, job.job_id), speed, reason)
         return builder.build(stable=stable)
+
+
+def extend_stable(
+    allocator: ProportionalAllocator,
+    previous: RoundPlan,
+    ordered_jobs: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+) -> RoundPlan | None:
+    """`allocator.allocate(ordered_jobs, snapshot)` where `previous` is a stable plan whose jobs come
+    first in `ordered_jobs`, each on the very Placement `previous` gives it, and the others arrived
+    (Allocator.extend); None where that is not the round's shape or the plan would not be stable.
+
+    That round is `hold_current`'s: each of the plan's jobs, admitted, holds its share on its GPUs,
+    its decision its current Placement (`RoundState.take_kept`, the same float operations as
+    `take_current`'s in the same order: the plan's own decision, equal to the one `placed` makes);
+    the arrivals are then decided in policy order on the state that leaves, as `allocate` does. Only
+    where the plan stays stable (every admitted arrival placed, fitting what is free at its turn, none
+    infeasible), without fixed demands or node counts, on servers giving every GPU the same share.
+    """
+    decisions = previous.decisions
+    n = len(decisions)
+    if not previous.stable or len(ordered_jobs) <= n:
+        return None
+    arrivals = ordered_jobs[n:]
+    infeasible: list[str | None] = [None] * len(ordered_jobs)
+    admitted = [True] * n + [False] * len(arrivals)
+    # The set-up is the caller's: these lists, filled in below before the round reads them.
+    round_ = RoundSetup(ordered_jobs, snapshot, admission=(infeasible, admitted))
+    state = round_.state
+    prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
+    if not prop_cpus:
+        return None
+    c0, m0 = prop_cpus[0], prop_mem_gb[0]
+    if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
+        return None
+    placed, reason = Outcome.PLACED, reasons.PROPORTIONAL
+    used = 0
+    held: list[tuple[Placement, int, float, float]] = []
+    for decision, job in zip(decisions, ordered_jobs, strict=False):
+        placement = decision.placement
+        if (
+            placement is None
+            or placement is not job.current
+            or placement.job_id != job.job_id
+            or decision.job_id != job.job_id
+            or decision.outcome is not placed
+            or decision.reason != reason
+            or job.num_nodes is not None
+            or job.cpus_per_gpu_override is not None
+            or job.mem_gb_per_gpu_override is not None
+        ):
+            return None
+        shares = placement.shares
+        speed = 1.0 if len(shares) == 1 else with_penalty(1.0, job.profile, len(shares), job.num_gpus)
+        if placement.speedup != speed:
+            return None  # not the Placement `placed` would make for it
+        held.append((placement, job.num_gpus, c0, m0))
+        used += job.num_gpus
+    total_gpus = snapshot.total_gpus
+    left = snapshot.free_gpu_count - used  # GPU admission's count once the plan's jobs are admitted
+    for pos, job in enumerate(arrivals, start=n):
+        if job.current is not None or job.num_nodes is not None or has_fixed_demand(job):
+            return None
+        if infeasible_reason(job, snapshot, total_gpus) is not None:
+            return None  # dropped: the plan is not stable
+        if job.num_gpus <= left:
+            admitted[pos] = True
+            left -= job.num_gpus
+    # The plan's jobs hold their GPUs (checked as they are taken), so they fit the free count and are
+    # feasible (no fixed demand or node count): all admitted, as `gpu_admission` would.
+    if not state.take_kept(held):
+        return None
+    state.rebucket()
+    builder, free_cpus, free_mem_gb = round_.builder, state.free_cpus, state.free_mem_gb
+    out: list[Decision] = []
+    for pos in range(n, len(ordered_jobs)):
+        job = ordered_jobs[pos]
+        if not admitted[pos]:
+            out.append(Decision(job.job_id, Outcome.PENDING, reasons.INSUFFICIENT_GPUS))
+            continue
+        plan = state.find(allocator.placement, job.num_gpus, prop_cpus, prop_mem_gb, job.job_id)
+        if plan is None:
+            return None
+        for i, k in plan:
+            if k * prop_cpus[i] > free_cpus[i] + EPS or k * prop_mem_gb[i] > free_mem_gb[i] + EPS:
+                return None  # beyond what was free (within EPS): not stable
+        round_.placed(pos, state.take(plan, prop_cpus, prop_mem_gb, job.job_id), 1.0, reason)
+        decision = builder.decision(pos)
+        assert decision is not None
+        out.append(decision)
+    return RoundPlan(decisions + tuple(out), True)
 
 
 def hold_current(round_: RoundSetup) -> int:

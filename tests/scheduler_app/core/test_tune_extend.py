@@ -1,4 +1,4 @@
-"""Tune's plan extended with arrivals behind a stable plan (TuneAllocator.extend): allocate's, or None."""
+"""Plans extended with arrivals behind a stable plan (Allocator.extend): allocate's, or None."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from scheduler_app.core import reasons
+from scheduler_app.core.allocators.proportional import ProportionalAllocator
 from scheduler_app.core.allocators.tune import TuneAllocator
 from scheduler_app.core.allocators.tune_matrix import TuneMatrixAllocator
 from scheduler_app.core.engine import extend_round, schedule_round
@@ -116,3 +117,25 @@ def test_extend_round_is_schedule_round() -> None:
     assert extended is not None
     assert extended == schedule_round(snapshot, now, policy="fifo", allocator="tune", now_s=300.0)
     assert extend_round(snapshot, now, plan, policy="fifo", allocator="proportional", now_s=300.0) is None
+
+
+def test_proportional_extends_a_stable_plan_as_it_allocates() -> None:
+    snapshot = make_cluster(2)
+    jobs = [make_job(1, "res18"), make_job(2, "alexnet", gpus=2)]
+    allocator = ProportionalAllocator()
+    plan = allocator.allocate(jobs, snapshot)
+    assert plan.stable
+    arrived = [make_job(3, "res50", gpus=4, arrival_s=300.0), make_job(4, "res18", gpus=16, arrival_s=300.0)]
+    now = [*_running(jobs, plan), *arrived]
+    extended = allocator.extend(plan, now, snapshot)
+    assert extended is not None and extended == allocator.allocate(now, snapshot) and extended.stable
+    assert all(a is b for a, b in zip(extended.decisions, plan.decisions, strict=False))
+    assert outcomes(extended)[2:] == [
+        (3, "placed", "proportional"),
+        (4, "pending", reasons.INSUFFICIENT_GPUS),
+    ]
+    # An arrival that can never fit, or a fixed demand: decided in full.
+    too_big = make_job(5, "res18", gpus=64, arrival_s=300.0)
+    assert allocator.extend(plan, [*_running(jobs, plan), too_big], snapshot) is None
+    fixed = make_job(5, "res18", arrival_s=300.0, cpus_per_gpu=2.0)
+    assert allocator.extend(plan, [*_running(jobs, plan), fixed], snapshot) is None

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from scheduler_app.core.allocators.base import Allocator
+from scheduler_app.core.allocators.proportional import ProportionalAllocator
 from scheduler_app.core.allocators.tune import TuneAllocator, TuneRound
 from scheduler_app.core.allocators.tune_matrix import TuneMatrixAllocator
 from scheduler_app.core.restarts import RestartPolicy
@@ -168,11 +170,11 @@ def test_throughput_bound_holds_every_plan_of_the_round(base: type[TuneAllocator
     assert seen["bounds"] > 0 and seen["tight"] > 0
 
 
-@pytest.mark.parametrize("base", [TuneAllocator, TuneMatrixAllocator])
+@pytest.mark.parametrize("base", [TuneAllocator, TuneMatrixAllocator, ProportionalAllocator])
 @pytest.mark.parametrize("multi_gpu", [False, True])
 @pytest.mark.parametrize("round_end", [False, True])
 def test_plans_extended_with_arrivals_are_the_decided_ones(
-    base: type[TuneAllocator], multi_gpu: bool, round_end: bool
+    base: type[Allocator], multi_gpu: bool, round_end: bool
 ) -> None:
     """Where the simulator extends a stable plan with arrivals (Allocator.extend) instead of deciding
     the round, the plan is the one deciding it gives, stable flag included; and the simulation's
@@ -194,7 +196,7 @@ def test_plans_extended_with_arrivals_are_the_decided_ones(
         def extend(self, *args: object) -> None:
             return None
 
-    def figures(allocator: TuneAllocator) -> dict:
+    def figures(allocator: Allocator) -> dict:
         data = simulate(
             philly_derived_trace(150, jobs_per_hour=6.0, multi_gpu=multi_gpu, seed=11),
             CLUSTER,
