@@ -25,11 +25,25 @@ def keep_gpu_indices(plan: RoundPlan, jobs: Sequence[JobView]) -> RoundPlan:
     placements = plan.placements()
     # server -> [(job id, share position)], in the plan's (policy) order
     on_server: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    # The servers where a running job is planned on other indices than its own there: elsewhere every
+    # running job gets its own indices as planned and the others keep theirs (no GPU is planned twice),
+    # so nothing is relabelled (most servers of a round that keeps its running jobs).
+    dirty: set[int] = set()
     for job_id, placement in placements.items():
+        held = current.get(job_id)
         for k, share in enumerate(placement.shares):
-            on_server[share.server_id].append((job_id, k))
+            server_id = share.server_id
+            on_server[server_id].append((job_id, k))
+            if held is not None and server_id not in dirty:
+                if held is placement:
+                    continue
+                mine = _indices_on(held.shares, server_id)
+                if mine and mine != share.gpu_indices:
+                    dirty.add(server_id)
     new_indices: dict[tuple[int, int], tuple[int, ...]] = {}
     for server_id, entries in on_server.items():
+        if server_id not in dirty:
+            continue
         owned = {
             job_id: _indices_on(current[job_id].shares, server_id) if job_id in current else ()
             for job_id, _ in entries
