@@ -19,6 +19,7 @@ one, which reads the queue again.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import pickle
 import time
@@ -28,6 +29,7 @@ from datetime import datetime
 
 import redis
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import Job
@@ -47,6 +49,9 @@ logger = logging.getLogger(__name__)
 # release never reads an old release's pickle.
 STATE_KEY = "attune:forecast-refresh:cycle:v1"
 TOKEN_KEY = "attune:forecast-refresh:cycle:v1:token"
+# The state is signed (HMAC-SHA256 under SECRET_KEY, this salt) before it is unpickled.
+SIGNATURE_SALT = "attune.forecast-refresh.cycle"
+SIGNATURE_BYTES = 32
 # Set by every refresh request (a round committed): a cycle that ends with it set asks for the next.
 ASKED_KEY = "attune:forecast-refresh:asked"
 # Held while a part runs: a second task meanwhile (another forecasts process) leaves it alone.
@@ -219,9 +224,9 @@ def _load(client: redis.Redis) -> RefreshCycle | None:
         return None
     if _local is not None and _local.token == token:
         return _local
-    blob = client.get(STATE_KEY)
+    payload = _verified(client.get(STATE_KEY))
     try:
-        cycle = pickle.loads(blob) if blob is not None else None
+        cycle = pickle.loads(payload) if payload is not None else None
     except Exception:  # written by another release, or cut: start again from the queue
         logger.warning("could not read the forecast refresh's cycle; starting a new one", exc_info=True)
         cycle = None
@@ -234,10 +239,28 @@ def _load(client: redis.Redis) -> RefreshCycle | None:
 def _save(client: redis.Redis, cycle: RefreshCycle) -> None:
     global _local
     cycle.token = uuid.uuid4().hex
-    blob = pickle.dumps(cycle, protocol=pickle.HIGHEST_PROTOCOL)
-    client.set(STATE_KEY, blob, ex=STATE_TTL_S)
+    payload = pickle.dumps(cycle, protocol=pickle.HIGHEST_PROTOCOL)
+    client.set(STATE_KEY, _signature(payload) + payload, ex=STATE_TTL_S)
     client.set(TOKEN_KEY, cycle.token, ex=STATE_TTL_S)  # after the state: a token always has its state
     _local = cycle
+
+
+def _signature(payload: bytes) -> bytes:
+    """The payload's HMAC under the project's SECRET_KEY: only the service's own processes can write a
+    state this module unpickles (Redis may be reachable by more than them; pickle runs code)."""
+    return salted_hmac(SIGNATURE_SALT, payload, algorithm="sha256").digest()
+
+
+def _verified(blob: bytes | None) -> bytes | None:
+    """The pickle in a stored state, None where its signature does not match (tampered, cut, or written
+    under another SECRET_KEY)."""
+    if blob is None:
+        return None
+    signature, payload = blob[:SIGNATURE_BYTES], blob[SIGNATURE_BYTES:]
+    if hmac.compare_digest(signature, _signature(payload)):
+        return payload
+    logger.warning("the forecast refresh's stored cycle is not signed by this service; starting a new one")
+    return None
 
 
 def _bytes_text(value: bytes | str | None) -> str | None:

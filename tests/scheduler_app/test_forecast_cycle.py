@@ -3,6 +3,7 @@
 from collections.abc import Iterator
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 
 from scheduler_app.models import Job, JobForecast, JobState
@@ -122,6 +123,31 @@ def test_a_cycle_left_in_another_releases_format_is_started_again(queue, client)
     forecast_cycle.refresh_cycle_forget()
     part = refresh_part(client, cpu_s=0.0, now=now)
     assert part.started
+
+
+def test_a_state_not_signed_by_the_service_is_never_unpickled(queue, client, monkeypatch):
+    """Whoever can write to Redis cannot make the worker unpickle what they wrote: a valid pickle
+    without the service's signature (or under another SECRET_KEY) starts a new cycle."""
+    now = timezone.now()
+    refresh_part(client, cpu_s=0.0, now=now)
+    signed = client.get(forecast_cycle.STATE_KEY)
+    unpickled = []
+    monkeypatch.setattr(forecast_cycle.pickle, "loads", lambda data: unpickled.append(data))
+    for forged in (
+        signed[forecast_cycle.SIGNATURE_BYTES :],
+        bytes(32) + signed[forecast_cycle.SIGNATURE_BYTES :],
+    ):
+        client.set(forecast_cycle.STATE_KEY, forged)
+        forecast_cycle.refresh_cycle_forget()
+        assert forecast_cycle._load(client) is None
+    with override_settings(SECRET_KEY="another-service-key-" + "x" * 40):
+        client.set(forecast_cycle.STATE_KEY, signed)
+        forecast_cycle.refresh_cycle_forget()
+        assert forecast_cycle._load(client) is None
+    assert unpickled == []
+    monkeypatch.undo()
+    client.set(forecast_cycle.STATE_KEY, signed)  # the service's own state still reads back
+    assert forecast_cycle._load(client) is not None
 
 
 def test_a_part_that_fails_gives_up_its_cycle_and_its_lock(queue, client, monkeypatch):
