@@ -371,6 +371,10 @@ def _forecasts_run_alone() -> int | None:
         client = _redis(conf.redis_url)
         taken = client.lock(RUNNING_KEY, timeout=RUNNING_TTL_S, blocking=False)
         if not taken.acquire():
+            # The holder answers this task's submissions after it lets go. The key goes: it may be of
+            # a submission that the holder's run already read, and would keep the next ones' requests
+            # from queueing a task after that run.
+            client.delete(QUEUED_KEY)
             return None
         lock = taken
         interval_ms = int(conf.admission_forecast_min_interval_s * 1000)

@@ -54,7 +54,9 @@ def test_a_forecast_leaves_the_submissions_to_the_process_already_forecasting(us
     assert admission_forecasts_serve() == 0
     assert admission_forecasts_run() == 0  # the refresh's run first, too
     assert pending(job) == 1
-    assert live_redis.exists(admission.QUEUED_KEY)  # the run in progress forecasts again, not a task
+    # The run in progress forecasts again after it lets go; the key is cleared, so that the next
+    # submission's request queues a task even if that run had read this one already.
+    assert not live_redis.exists(admission.QUEUED_KEY)
     holder.release()
     assert admission_forecasts_serve() == 1
     assert pending(job) == 0
@@ -141,3 +143,25 @@ def test_a_costly_forecast_does_not_hold_the_next_one_back_past_the_minimum_inte
     monkeypatch.setattr(admission, "_forecast_of", costly)
     assert admission_forecasts_serve() == 1
     assert live_redis.pttl(admission.PACE_KEY) <= 100  # the interval from its start, at most
+
+
+def test_a_submission_after_a_run_that_read_the_last_tasks_own_still_queues_a_task(
+    user, asked, live_redis, monkeypatch
+):
+    first = submit(user, "a")
+    real = admission._forecast_of
+
+    def its_request_late(pending_predictions):
+        # The first's request queued its task after this run cleared the key and before it read the
+        # queue (the run answers it); the task comes while the run goes on, and leaves.
+        live_redis.set(admission.QUEUED_KEY, "submit", ex=60)
+        assert admission_forecasts_serve() == 0
+        return real(pending_predictions)
+
+    monkeypatch.setattr(admission, "_forecast_of", its_request_late)
+    assert admission_forecasts_serve() == 1
+    assert pending(first) == 0
+    asked.clear()
+    second = submit(user, "b")
+    assert asked == [admission.ADMISSION_FORECAST_TASK]  # not held back by the first's key
+    assert pending(second) == 1
