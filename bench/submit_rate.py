@@ -20,7 +20,8 @@ have been filled. Printed: requests a second, p50/p99 and errors of both; every 
 submission to its prediction being filled: in the 201 when it came ready in time, else the monitor's
 first sight), with how many got a predicted start; the CPU of each part of the stack over the window
 (bench/cpu_shares.py; PostgreSQL's and Redis's are every such process on the machine); and the
-forecast refresh of the live queue timed in this process after the window (CPU and wall, median of 3).
+forecast refresh of the live queue in one call, timed in this process after the window (CPU and wall,
+median of 3; the worker's refresh in parts is bench.forecast_refresh's).
 Exits 1 when a target is missed: at least `--min-rate` submissions a second, p99 under `--p99-ms`,
 each stored once, each prediction filled within `--lag-s`.
 """
@@ -255,8 +256,9 @@ def probe(base_url: str, stop: threading.Event, calls: Calls) -> None:
 
 
 def refresh_cost(repeats: int = 3) -> tuple[int, float, float]:
-    """The forecast refresh of the live queue as the forecasts worker runs it, here: live jobs, median
-    CPU seconds and median wall seconds."""
+    """The forecast refresh of the live queue in one call (as the embedded mode runs it; the forecasts
+    worker plays the same forecast in parts of bounded CPU, timed by bench.forecast_refresh): live
+    jobs, median CPU seconds and median wall seconds."""
     from scheduler_app.models import Job, JobState
     from scheduler_app.services.forecasts import job_forecasts_refresh
 
@@ -424,8 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         f"arrays of 1,000 accepted in: median {statistics.median(arrays_s):.2f} s, max {max(arrays_s):.2f} s"
     )
     print(
-        f"forecast refresh of {live} live jobs: {refresh_cpu_s:.2f} s CPU, {refresh_wall_s:.2f} s wall "
-        "(median of 3)"
+        f"forecast refresh of {live} live jobs in one call: {refresh_cpu_s:.2f} s CPU, {refresh_wall_s:.2f} s"
+        " wall (median of 3; the worker's parts: bench.forecast_refresh)"
     )
     print("CPU over the window (cores): " + ", ".join(f"{part} {c:.2f}" for part, c in sorted(cores.items())))
     if accepted and "web" in cores:
