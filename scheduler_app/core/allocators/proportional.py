@@ -28,7 +28,7 @@ from scheduler_app.core.placement import (
     infeasible_reason,
     score_named,
 )
-from scheduler_app.core.placement.setup import RoundSetup, running_first
+from scheduler_app.core.placement.setup import RoundSetup, placed_as_held, running_first
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.throughput import with_penalty
 from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, Placement, RoundPlan
@@ -141,23 +141,13 @@ def extend_stable(
     c0, m0 = prop_cpus[0], prop_mem_gb[0]
     if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
         return None
-    placed, reason = Outcome.PLACED, reasons.PROPORTIONAL
+    reason = reasons.PROPORTIONAL
     used = 0
     held: list[tuple[Placement, int, float, float]] = []
     for decision, job in zip(decisions, ordered_jobs, strict=False):
-        placement = decision.placement
-        if (
-            placement is None
-            or placement is not job.current
-            or placement.job_id != job.job_id
-            or decision.job_id != job.job_id
-            or decision.outcome is not placed
-            or decision.reason != reason
-            or job.num_nodes is not None
-            or job.cpus_per_gpu_override is not None
-            or job.mem_gb_per_gpu_override is not None
-        ):
+        if not placed_as_held(decision, job, reason):
             return None
+        placement = decision.placement
         shares = placement.shares
         speed = 1.0 if len(shares) == 1 else with_penalty(1.0, job.profile, len(shares), job.num_gpus)
         if placement.speedup != speed:

@@ -33,6 +33,7 @@ from scheduler_app.core.placement import (
     has_fixed_demand,
     infeasible_reason,
 )
+from scheduler_app.core.placement.setup import placed_as_held
 from scheduler_app.core.throughput import OperatingPoint, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, Placement, RoundPlan
 
@@ -83,7 +84,6 @@ def extend_stable(
     tune = make_round(ordered_jobs, snapshot, (infeasible, admitted))
     state = tune.state
     best_of = tune.demands.best
-    placed = Outcome.PLACED
     best_case = reasons.BEST_CASE
     fewest = None  # the fewest GPUs of a job of the plan (tune's order puts more GPUs first)
     monotone = True  # GPU counts never grow along the plan's order: tune's order is the plan's
@@ -91,19 +91,9 @@ def extend_stable(
     used = 0
     held: list[tuple[Placement, int, float, float]] = []  # what hold_current would take, in order
     for decision, job in zip(decisions, ordered_jobs, strict=False):
-        placement = decision.placement
-        if (
-            placement is None
-            or placement is not job.current
-            or placement.job_id != job.job_id
-            or decision.job_id != job.job_id
-            or decision.outcome is not placed
-            or decision.reason != best_case
-            or job.num_nodes is not None
-            or job.cpus_per_gpu_override is not None
-            or job.mem_gb_per_gpu_override is not None
-        ):
+        if not placed_as_held(decision, job, best_case):
             return None
+        placement = decision.placement
         g = job.num_gpus
         best = best_of(job)
         speed = best.speed

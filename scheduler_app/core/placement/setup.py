@@ -9,7 +9,7 @@ from scheduler_app.core.placement.plan import EPS, DemandCache, HeldShare, PlanB
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.reasons import INSUFFICIENT_GPUS
 from scheduler_app.core.throughput import cluster_shape, with_penalty
-from scheduler_app.core.types import ClusterSnapshot, JobView, Placement
+from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, Placement
 
 
 class RoundSetup:
@@ -145,3 +145,21 @@ def running_first(jobs: Sequence[JobView], order: Sequence[int]) -> int:
     if not count or any(jobs[pos].current is not None for pos in order[count:]):
         return 0
     return count
+
+
+def placed_as_held(decision: Decision, job: JobView, reason: str) -> bool:
+    """Whether last round's plan placed `job` on its current placement for `reason`, with nothing that
+    makes its demand the job's own (a node count, a per-GPU override): the decisions an allocator's
+    extension of a stable plan (tune_extend.py, proportional.py) may keep as they are."""
+    placement = decision.placement
+    return not (
+        placement is None
+        or placement is not job.current
+        or placement.job_id != job.job_id
+        or decision.job_id != job.job_id
+        or decision.outcome is not Outcome.PLACED
+        or decision.reason != reason
+        or job.num_nodes is not None
+        or job.cpus_per_gpu_override is not None
+        or job.mem_gb_per_gpu_override is not None
+    )
