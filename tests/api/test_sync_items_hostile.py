@@ -12,9 +12,11 @@ from django.utils import timezone
 from cluster_app.models import GpuUsageSample, UsageSample
 from scheduler_app.api.serializers.agents import MAX_GPUS_PER_SERVER
 from scheduler_app.models import AgentReport, Job, JobState
+from tests.api.agent_native import agent_path  # noqa: F401  (the fixture)
 from tests.api.helpers import SYNC, lease_of, sync, synced, usage_sample
 
-pytestmark = pytest.mark.django_db
+# Every hostile item through both of the image's paths: Django's and config/agent_calls.py first.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("agent_path")]
 
 
 def started(lease, seq: int = 1) -> dict:
