@@ -139,15 +139,15 @@ def test_a_state_not_signed_by_the_service_is_never_unpickled(queue, client, mon
     ):
         client.set(forecast_cycle.STATE_KEY, forged)
         forecast_cycle.refresh_cycle_forget()
-        assert forecast_cycle._load(client) is None
+        assert forecast_cycle._load(client) == (None, False)
     with override_settings(SECRET_KEY="another-service-key-" + "x" * 40):
         client.set(forecast_cycle.STATE_KEY, signed)
         forecast_cycle.refresh_cycle_forget()
-        assert forecast_cycle._load(client) is None
+        assert forecast_cycle._load(client) == (None, False)
     assert unpickled == []
     monkeypatch.undo()
     client.set(forecast_cycle.STATE_KEY, signed)  # the service's own state still reads back
-    assert forecast_cycle._load(client) is not None
+    assert forecast_cycle._load(client)[0] is not None
 
 
 def test_a_part_that_fails_gives_up_its_cycle_and_its_lock(queue, client, monkeypatch):
