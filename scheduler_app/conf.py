@@ -35,6 +35,7 @@ class SchedulerConf:
     forecast_time_budget_s: float
     forecast_refresh_budget_s: float
     forecast_refresh_cpu_s: float
+    forecast_refresh_cpu_per_round_s: float
     forecast_refresh_min_interval_s: float
     forecast_refresh_pacing: float
     forecast_window_jobs: int
@@ -89,6 +90,9 @@ def scheduler_conf() -> SchedulerConf:
         # Each refresh task's CPU on the forecasts worker: a longer forecast goes on in the next task
         # (services/forecast_cycle.py).
         forecast_refresh_cpu_s=float(raw.get("forecast_refresh_cpu_s", 0.4)),
+        # And all its tasks together at most this much CPU per round interval (`round_s`): a deep
+        # queue's cycle spans several rounds (0: unbounded).
+        forecast_refresh_cpu_per_round_s=float(raw.get("forecast_refresh_cpu_per_round_s", 1.0)),
         forecast_refresh_min_interval_s=float(raw.get("forecast_refresh_min_interval_s", 10.0)),
         forecast_refresh_pacing=float(raw.get("forecast_refresh_pacing", 4.0)),
         # The refresh plays the running jobs and this many pending ones forward (services/forecasts.py):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from django.db import transaction
@@ -17,7 +18,14 @@ from scheduler_app.services.admission import (
 )
 from scheduler_app.services.forecast_cycle import ASKED_KEY, refresh_part
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
-from scheduler_app.services.pacing import debounced_send, pace_extend, pace_left_s, put_off_for_pace
+from scheduler_app.services.pacing import (
+    cpu_window_charged,
+    cpu_window_left_s,
+    debounced_send,
+    pace_extend,
+    pace_left_s,
+    put_off_for_pace,
+)
 from scheduler_app.task_names import FORECAST_REFRESH_TASK
 
 logger = logging.getLogger(__name__)
@@ -34,6 +42,8 @@ LAST_START_KEY = "attune:forecast-refresh:last"
 QUEUED_SLACK_S = 60
 # How long a request's mark lives (a cycle longer than this would miss the round that set it).
 ASKED_TTL_S = 3600
+# The CPU the parts spent in the current round interval ("index:seconds", pacing.cpu_window_*).
+CPU_WINDOW_KEY = "attune:forecast-refresh:cpu-window"
 
 
 def job_forecasts_refresh_request(*, trigger: str) -> None:
@@ -117,32 +127,85 @@ def job_forecasts_refresh_run() -> int:
     QUEUED_KEY, so that requests meanwhile still find it queued. A part that leaves the cycle
     unfinished queues the next at its pace; a cycle that ends after a round was committed (ASKED_KEY)
     queues the next cycle the same way.
+
+    Bounded per round interval (refresh_part_budget): the parts spend at most
+    `forecast_refresh_cpu_per_round_s` of CPU per `round_s` together, so a deep queue's cycle spans
+    several rounds (its estimates are as old as the cycle's start), while a cycle that costs less
+    still follows every round.
     """
     if _put_off():
         return 0
+    conf = scheduler_conf()
+    budget_s, must_play = conf.forecast_refresh_cpu_s, True
+    if not conf.inline_rounds:
+        client = _redis(conf.redis_url)
+        budget_s, must_play, wait_s = refresh_part_budget(client, now_s=time.time())
+        if wait_s > 0:  # the round interval's CPU is spent: the part waits for the next interval
+            pace_extend(client, LAST_START_KEY, wait_s)
+            if _put_off():
+                return 0
+            # The next interval is a moment away (within the pace's slack): its budget.
+            budget_s, must_play, _ = refresh_part_budget(client, now_s=time.time() + wait_s)
     job_forecasts_refresh_started()
     # Submissions waiting for their first estimate go first: the refresh would fill them too, but
     # only at its end, seconds later on a deep queue (its budget is the longer one), while the
     # admission forecast queued for them waits behind it on this worker.
     if admission_forecasts_waiting():
         admission_forecasts_run()
-    conf = scheduler_conf()
     if conf.inline_rounds:  # an eager task without a worker: the whole refresh, as inline
         return _refresh()
-    client = _redis(conf.redis_url)
-    t0 = time.perf_counter()
-    part = refresh_part(client, cpu_s=conf.forecast_refresh_cpu_s)
+    t0, started_s = time.perf_counter(), time.time()
+    part = refresh_part(client, cpu_s=budget_s, must_play=must_play)
     if part is None:
         return 0  # another part is playing; it queues what follows
     if part.done:
         admission_predictions_fill(part.estimates or {})
     _pace(time.perf_counter() - t0, continued=not part.started)
+    try:
+        wait_s = refresh_cpu_charge(client, started_s=started_s, cpu_s=part.cpu_s, now_s=time.time())
+        if wait_s > 0:  # the next part waits for the next interval (the countdown _queue reads)
+            pace_extend(client, LAST_START_KEY, wait_s)
+    except Exception:
+        logger.warning("could not count the forecast refresh's CPU", exc_info=True)
     if not part.done or part.asked:
         try:
             _queue(client, "continue" if not part.done else "asked")
         except Exception:
             logger.warning("could not queue the forecast refresh's next part", exc_info=True)
     return len(part.stored)
+
+
+def refresh_part_budget(client, *, now_s: float) -> tuple[float, bool, float]:
+    """The next part's CPU budget and whether it must play a round (as refresh_part's), and 0 or the
+    seconds to wait: the round interval's CPU (`forecast_refresh_cpu_per_round_s` per `round_s`) is
+    spent, so the part waits for the next interval, as Slurm's backfill resumes its pass after
+    bf_max_time. A part that finds less than its budget left plays what is left (and no round that
+    would pass it); less than half a budget left is not worth a part's reads."""
+    conf = scheduler_conf()
+    cpu_s, cap_s = conf.forecast_refresh_cpu_s, conf.forecast_refresh_cpu_per_round_s
+    if cap_s <= 0:
+        return cpu_s, True, 0.0
+    left_s, next_s = cpu_window_left_s(
+        client.get(CPU_WINDOW_KEY), now_s=now_s, cap_s=cap_s, window_s=conf.round_s
+    )
+    full_s = min(cpu_s, cap_s)
+    if left_s < full_s / 2:
+        return 0.0, False, next_s
+    return min(cpu_s, left_s), left_s >= full_s, 0.0
+
+
+def refresh_cpu_charge(client, *, started_s: float, cpu_s: float, now_s: float) -> float:
+    """Count a part's CPU in the round interval it started in; returns how long the next part must wait
+    for the next interval (0: it may go on in this one)."""
+    conf = scheduler_conf()
+    cap_s, window_s = conf.forecast_refresh_cpu_per_round_s, conf.round_s
+    if cap_s <= 0:
+        return 0.0
+    charged = cpu_window_charged(
+        client.get(CPU_WINDOW_KEY), now_s=started_s, cap_s=cap_s, window_s=window_s, cpu_s=cpu_s
+    )
+    client.set(CPU_WINDOW_KEY, charged, ex=max(1, math.ceil(2 * window_s)))
+    return refresh_part_budget(client, now_s=now_s)[2]
 
 
 def _refresh() -> int:

@@ -84,3 +84,31 @@ def debounced_send_after_pace(
         client.set(key, value, ex=math.ceil(countdown_s) + slack_s)  # ours: it outlives the longer wait
     send(countdown_s)
     return True
+
+
+def cpu_window_left_s(
+    stored: str | bytes | None, *, now_s: float, cap_s: float, window_s: float
+) -> tuple[float, float]:
+    """CPU seconds left in the current window of a budget of `cap_s` per `window_s` (windows aligned
+    on the clock: k x window_s), from `stored` (cpu_window_charged's value; None: nothing spent), and
+    the seconds until the next window. What a window's last task spent past the cap is taken off the
+    next window's, so that over windows the mean stays within the cap."""
+    index = math.floor(now_s / window_s)
+    spent_s = 0.0
+    if stored is not None:
+        text = stored.decode() if isinstance(stored, bytes) else stored
+        stored_index_text, _, spent_text = text.partition(":")
+        stored_index, stored_spent_s = int(stored_index_text), float(spent_text)
+        if stored_index == index:
+            spent_s = stored_spent_s
+        elif stored_index == index - 1:
+            spent_s = max(0.0, stored_spent_s - cap_s)  # the overrun carried over
+    return cap_s - spent_s, (index + 1) * window_s - now_s
+
+
+def cpu_window_charged(
+    stored: str | bytes | None, *, now_s: float, cap_s: float, window_s: float, cpu_s: float
+) -> str:
+    """The value to store once a task that started at `now_s` has spent `cpu_s` (its window's)."""
+    left_s, _ = cpu_window_left_s(stored, now_s=now_s, cap_s=cap_s, window_s=window_s)
+    return f"{math.floor(now_s / window_s)}:{cap_s - left_s + cpu_s:.6f}"

@@ -76,6 +76,42 @@ def test_the_parts_store_what_one_whole_refresh_stores(queue, client, other_proc
     assert client.get(forecast_cycle.TOKEN_KEY) is None  # the cycle ended: nothing kept
 
 
+def test_a_process_whose_copy_is_behind_goes_on_from_the_checkpoint(queue, client, monkeypatch):
+    """Parts kept in memory write no pickle until CHECKPOINT_CPU_S of CPU is played; a part on another
+    process goes on from the checkpoint (playing again what was played since), and the process that
+    played before, its copy now behind, reads back the newer checkpoint: the whole forecast still."""
+    monkeypatch.setattr(forecast_cycle, "CHECKPOINT_CPU_S", 1e9)  # none but the forced ones
+    now = timezone.now()
+    whole = job_forecasts_refresh_estimates(now=now)
+    first = refresh_part(client, cpu_s=0.0, now=now)
+    checkpoint = client.get(forecast_cycle.STATE_KEY)
+    assert first.started and checkpoint is not None  # a cycle's start is checkpointed
+    refresh_part(client, cpu_s=0.0, now=now)
+    refresh_part(client, cpu_s=0.0, now=now)
+    assert client.get(forecast_cycle.STATE_KEY) == checkpoint  # kept in memory: nothing written
+    ahead = forecast_cycle._local
+    played = ahead.ready.run.k
+    forecast_cycle.refresh_cycle_forget()  # the next part on another process: from the checkpoint
+    other = refresh_part(client, cpu_s=0.0, now=now)
+    assert not other.started and forecast_cycle._local.ready.run.k < played
+    assert client.get(forecast_cycle.STATE_KEY) != checkpoint  # it went on from Redis: checkpointed
+    forecast_cycle._local = ahead  # back on the first process, whose copy is now behind the token
+    parts = list(play_parts(client, now, other_process=False))
+    assert not any(p.started for p in parts)
+    assert forecast_cycle._local is not ahead
+    assert parts[-1].estimates == whole
+
+
+def test_a_part_without_must_play_plays_no_round_past_its_budget(queue, client):
+    now = timezone.now()
+    refresh_part(client, cpu_s=0.0, now=now)
+    k = forecast_cycle._local.ready.run.k
+    part = refresh_part(client, cpu_s=0.0, now=now, must_play=False)
+    assert not part.done and forecast_cycle._local.ready.run.k == k
+    refresh_part(client, cpu_s=0.0, now=now)
+    assert forecast_cycle._local.ready.run.k > k
+
+
 def test_a_part_stores_only_the_estimates_settled_so_far(queue, client):
     now = timezone.now()
     whole = job_forecasts_refresh_estimates(now=now)

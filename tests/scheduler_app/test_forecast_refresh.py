@@ -123,14 +123,26 @@ def refresh_taking(worker_mode, monkeypatch):
     done = []
     monkeypatch.setattr(forecast_refresh.time, "perf_counter", lambda: clock[0])
 
-    def run(seconds: float, *, cycle_done: bool = True, started: bool = True, asked: bool = False) -> int:
-        def part(client, *, cpu_s: float):
+    monkeypatch.setattr(forecast_refresh.time, "time", lambda: fake.now)  # the round intervals' clock
+
+    def run(
+        seconds: float,
+        *,
+        cycle_done: bool = True,
+        started: bool = True,
+        asked: bool = False,
+        part_cpu_s: float = 0.1,
+        budgets: list | None = None,
+    ) -> int:
+        def part(client, *, cpu_s: float, must_play: bool = True):
+            if budgets is not None:
+                budgets.append((cpu_s, must_play))
             clock[0] += seconds
             fake.now += seconds
             done.append(seconds)
             stored = dict.fromkeys((1, 2, 3))  # three estimates
             estimates = stored if cycle_done else None
-            return forecast_cycle.Part(stored, estimates, cycle_done, asked, 0.1, started)
+            return forecast_cycle.Part(stored, estimates, cycle_done, asked, part_cpu_s, started)
 
         monkeypatch.setattr(forecast_refresh, "refresh_part", part)
         return tasks.forecast_refresh_task.apply().get()
@@ -204,6 +216,58 @@ def test_a_refresh_queued_during_a_long_one_is_put_off_until_its_pace_ends(worke
     assert done == [1.0]
 
 
+def test_the_parts_spend_at_most_the_cpu_per_round_and_go_on_in_the_next_interval(
+    settings, worker_mode, refresh_taking
+):
+    """1 s of CPU per 60 s round interval: parts of 0.45 s each, two fit an interval; the next is
+    queued for the next interval, where a part has its whole budget again."""
+    fake, sent = worker_mode
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "round_s": 60.0, "forecast_refresh_pacing": 0}
+    run, _ = refresh_taking
+    fake.now = 6000.0  # an interval's start (windows on the clock: k x 60 s)
+    budgets: list = []
+    assert run(1.0, cycle_done=False, part_cpu_s=0.45, budgets=budgets) == 3
+    fake.now += INTERVAL_S - 1.0  # the minimum interval since the cycle's start
+    assert run(1.0, cycle_done=False, started=False, part_cpu_s=0.45, budgets=budgets) == 3
+    assert budgets == [(0.4, True), (0.4, True)]
+    # 0.9 s spent at 6011: the next part waits for 6060.
+    assert sent[-1]["countdown"] == pytest.approx(60.0 - 11.0)
+    fake.delete(forecast_refresh.QUEUED_KEY)
+    assert run(1.0, cycle_done=False, started=False, budgets=budgets) == 0  # queued early: put off
+    assert sent[-1]["countdown"] == pytest.approx(60.0 - 11.0)
+    assert len(budgets) == 2
+    fake.now = 6060.0
+    assert run(1.0, started=False, budgets=budgets) == 3
+    assert budgets[-1] == (0.4, True)
+
+
+def test_a_part_that_finds_less_than_its_budget_left_plays_only_what_is_left(worker_mode, refresh_taking):
+    fake, _ = worker_mode
+    run, _ = refresh_taking
+    fake.now = 6000.0
+    fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.7")  # 0.7 s spent in this interval (6000 / 60)
+    budgets: list = []
+    assert run(0.5, started=False, budgets=budgets) == 3
+    assert budgets == [(pytest.approx(0.3), False)]  # no round that would pass what is left
+
+
+def test_no_cpu_per_round_bound_when_it_is_0(settings, worker_mode, refresh_taking):
+    fake, _ = worker_mode
+    settings.ATTUNE_SCHEDULER = {
+        **settings.ATTUNE_SCHEDULER,
+        "forecast_refresh_cpu_per_round_s": 0.0,
+        "forecast_refresh_pacing": 0,
+    }
+    run, _ = refresh_taking
+    budgets: list = []
+    fake.now = 6000.0
+    for _ in range(4):
+        fake.now += INTERVAL_S
+        assert run(1.0, cycle_done=False, started=False, part_cpu_s=0.9, budgets=budgets) == 3
+    assert budgets == [(0.4, True)] * 4
+    assert fake.get(forecast_refresh.CPU_WINDOW_KEY) is None
+
+
 def test_forecasts_still_refresh_after_each_round_in_the_embedded_mode(
     settings, queue, monkeypatch, django_capture_on_commit_callbacks
 ):
@@ -271,3 +335,14 @@ def test_the_debounce_uses_real_redis_keys(settings, monkeypatch, live_redis):
         assert len(sent) == 2 and INTERVAL_S - 1 < sent[1]["countdown"] < INTERVAL_S
     finally:
         client.delete(*keys)
+
+
+def test_the_cpu_per_round_setting_defaults_to_1_s_and_is_read_from_the_settings(settings):
+    from scheduler_app.conf import scheduler_conf
+
+    assert (
+        settings.ATTUNE_SCHEDULER["forecast_refresh_cpu_per_round_s"] == 1.0
+    )  # config/settings.py's default
+    assert scheduler_conf().forecast_refresh_cpu_per_round_s == 1.0
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "forecast_refresh_cpu_per_round_s": 2.5}
+    assert scheduler_conf().forecast_refresh_cpu_per_round_s == 2.5

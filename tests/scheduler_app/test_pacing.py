@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_app.services.pacing import debounced_send, debounced_send_after_pace, pace_extend
+from scheduler_app.services.pacing import (
+    cpu_window_charged,
+    cpu_window_left_s,
+    debounced_send,
+    debounced_send_after_pace,
+    pace_extend,
+)
 from tests.fake_redis import FakeRedis
 
 
@@ -67,3 +73,24 @@ def test_a_paced_debounce_waits_for_the_pace_and_costs_the_rest_of_a_burst_one_c
     pace_extend(client, "pace", 7.5)
     assert ask(5) and sent == [2.0, 7.5]
     assert client.pttl("k") == 68_000  # the key outlives the pace's end by the slack
+
+
+def test_a_cpu_window_counts_the_cpu_spent_in_its_interval_on_the_clock():
+    window = {"cap_s": 1.0, "window_s": 60.0}
+    assert cpu_window_left_s(None, now_s=6010.0, **window) == (1.0, 50.0)  # nothing spent: the cap
+    stored = cpu_window_charged(None, now_s=6010.0, cpu_s=0.35, **window)
+    stored = cpu_window_charged(stored, now_s=6030.0, cpu_s=0.4, **window)
+    left_s, next_s = cpu_window_left_s(stored, now_s=6059.0, **window)
+    assert left_s == pytest.approx(0.25) and next_s == pytest.approx(1.0)
+    assert cpu_window_left_s(stored, now_s=6060.0, **window)[0] == 1.0  # the next interval: the cap
+    assert cpu_window_left_s(stored, now_s=6200.0, **window)[0] == 1.0
+
+
+def test_what_a_window_spent_past_its_cap_is_taken_off_the_next():
+    window = {"cap_s": 1.0, "window_s": 60.0}
+    stored = cpu_window_charged(None, now_s=6000.0, cpu_s=0.7, **window)
+    stored = cpu_window_charged(stored, now_s=6050.0, cpu_s=0.6, **window)  # 1.3 s: 0.3 over
+    assert cpu_window_left_s(stored, now_s=6070.0, **window)[0] == pytest.approx(0.7)
+    assert cpu_window_left_s(stored, now_s=6130.0, **window)[0] == 1.0  # only into the next one
+    stored = cpu_window_charged(stored, now_s=6070.0, cpu_s=0.2, **window)
+    assert cpu_window_left_s(stored, now_s=6100.0, **window)[0] == pytest.approx(0.5)
