@@ -1,6 +1,6 @@
-"""The forecast refresh of a deep live queue, in-process: each refresh task's CPU, and its result.
+"""The forecast refresh of a deep live queue, in-process: its CPU per round interval, each part's, its result.
 
-Run: `python -m bench.forecast_refresh [--servers 500] [--queued 10000] [--cpu-s 1] [--redis-url URL]`.
+Run: `python -m bench.forecast_refresh [--servers 500] [--queued 10000] [--cycles 2] [--redis-url URL]`.
 Creates a fresh PostgreSQL database (`attune_bench_forecast_refresh`, dropped at the end, also on
 error), `--servers` servers of 8 GPUs (24 cores, 500 GB), the workload catalog, and queues `--queued`
 jobs through the services as arrays of 1,000 tasks (each array one catalog model, 1 to 8 GPUs, as
@@ -8,29 +8,35 @@ bench.submit_rate fills its queue; admission off). Then one live round (`--round
 service's defaults, its inline refresh left out) starts what fits. The process's objects are frozen
 out of the collector's way first, as the worker's are (config/gc_freeze.py).
 
-Timed in this process at one fixed clock, CPU (process time) and wall:
-- **the refresh as the forecasts worker runs it** (services/forecast_cycle.py): refresh tasks (parts)
-  one after the other until the cycle is done, each with the service's CPU budget
-  (`forecast_refresh_cpu_s`, `--part-cpu-s` to change it), each reading the cycle back from Redis
-  (`--redis-url`; only the refresh's own keys are touched) as a part on the other forecasts process
-  does (`--same-process`: the cycle this process kept, no unpickling). Printed: each part's CPU, the
-  largest (the figure the target reads), the cycle's total, the rounds the core decided.
+Timed in this process at one fixed forecast clock, CPU (process time) and wall:
+- **the refresh as the forecasts worker runs it, over a sequence of rounds**: `--cycles` cycles one
+  after the other (a round asks for the next while one plays), each played in refresh tasks (parts,
+  services/forecast_cycle.py) with the service's budgets: each part's (`forecast_refresh_cpu_s`,
+  `--part-cpu-s`) and the parts' together per round interval (`forecast_refresh_cpu_per_round_s`,
+  `--cpu-per-round-s`; services/forecast_refresh.py's refresh_part_budget and refresh_cpu_charge, on
+  a simulated clock that starts mid-interval and moves on by each part's wall time, its pace
+  (`forecast_refresh_pacing` x that) and the waits for the next interval; `round_s` from the settings).
+  The cycle is kept in this process's memory as on the worker (`--other-process`: each part reads it
+  back from Redis, as a part on the other forecasts process does). Printed: the CPU of each round
+  interval (max and mean, the target's figures), how many intervals a cycle spans, each part's CPU,
+  the rounds the core decided.
 - **the whole forecast in one call** (live_forecast without a time budget) on the same rows and clock:
-  its CPU, and whether the parts gave every job the same start, finish and detail (they must).
+  its CPU (the baseline), and whether each cycle gave every job the same start, finish and detail.
 - `--wall-budget-s S`: also the refresh of one task cut at S s of wall time (the refresh before the
   parts: 5 s), how many of its estimates differ from the whole forecast's and how many jobs it left
   without a finish that the whole forecast gives one.
 - `--baseline`: also the whole forecast with the forecast's shortcuts off (simulator/forecast.py
   `shortcuts=False`), and whether it gives the same estimates.
 
-Exits 1 when the largest part's CPU is at or above `--cpu-s` (1 s) or any comparison differs.
-`--profile FILE` writes one whole forecast's cProfile stats.
+Exits 1 when a round interval's CPU is at or above `--cpu-s` (1 s), a part's is, or any comparison
+differs. `--profile FILE` writes one whole forecast's cProfile stats.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import math
 import random
 import statistics
 import sys
@@ -141,43 +147,90 @@ def whole_cost(*, shortcuts: bool, now: datetime, budget_s: float = 1e9) -> dict
     return {"cpu": cpu, "wall": wall, "decided": counts["decided"], "estimates": estimates}
 
 
-def parts_cost(redis_url: str, *, now: datetime, cpu_s: float | None, same_process: bool) -> dict[str, Any]:
-    """The refresh as the forecasts worker plays it: parts one after the other until the cycle is done
-    (each reading the cycle back from Redis unless `same_process`); each part's CPU and wall seconds,
-    the rounds decided, the cycle's estimates."""
+def rounds_cost(
+    redis_url: str,
+    *,
+    now: datetime,
+    cycles: int,
+    other_process: bool,
+    conf_overrides: dict[str, float],
+) -> dict[str, Any]:
+    """`cycles` refresh cycles as the forecasts worker plays them, one after the other, on a simulated
+    clock (see the module's docstring): each part's CPU and wall seconds, each round interval's CPU,
+    each cycle's span, the rounds decided, the last cycle's estimates."""
     import redis
+    from django.conf import settings
 
     from scheduler_app.conf import scheduler_conf
-    from scheduler_app.services import forecast_cycle
+    from scheduler_app.services import forecast_cycle, forecast_refresh
 
     client = redis.Redis.from_url(redis_url)
-    forecast_cycle.refresh_cycle_drop(client)
-    client.delete(forecast_cycle.LOCK_KEY, forecast_cycle.ASKED_KEY)
-    budget_s = scheduler_conf().forecast_refresh_cpu_s if cpu_s is None else cpu_s
-    cpu: list[float] = []
-    wall: list[float] = []
-    blob_bytes = 0
+    conf_patch = mock.patch.object(
+        settings, "ATTUNE_SCHEDULER", {**settings.ATTUNE_SCHEDULER, **conf_overrides}
+    )
     counts = {"decided": 0}
-    part = None
-    with mock.patch("django.utils.timezone.now", return_value=now), counted_rounds(counts):
-        while part is None or not part.done:
-            if not same_process:
-                forecast_cycle.refresh_cycle_forget()  # as on the other process: read back from Redis
-            start, start_cpu = time.perf_counter(), time.process_time()
-            part = forecast_cycle.refresh_part(client, cpu_s=budget_s, now=now)
-            cpu.append(time.process_time() - start_cpu)
-            wall.append(time.perf_counter() - start)
-            if part is None:
-                raise RuntimeError(f"another refresh holds {forecast_cycle.LOCK_KEY} on {redis_url}")
-            blob_bytes = max(blob_bytes, len(client.get(forecast_cycle.STATE_KEY) or b""))
+    parts: list[dict[str, float]] = []
+    spans: list[dict[str, Any]] = []
+    estimates: list[dict] = []
+    with conf_patch, mock.patch("django.utils.timezone.now", return_value=now), counted_rounds(counts):
+        conf = scheduler_conf()
+        round_s, pacing = conf.round_s, conf.forecast_refresh_pacing
+        forecast_cycle.refresh_cycle_drop(client)
+        client.delete(forecast_cycle.LOCK_KEY, forecast_cycle.ASKED_KEY, forecast_refresh.CPU_WINDOW_KEY)
+        # Mid-interval: a round's request comes at no particular point of the clock's intervals.
+        t = first_round = (math.floor(time.time() / round_s) + 0.5) * round_s
+        last_cycle_start = -math.inf
+        for _ in range(cycles):
+            # A round every round_s from the first asks for a refresh: the next cycle starts at the first
+            # round after the last cycle's start (at once if that came while it played), and no sooner
+            # than the minimum interval after it.
+            if last_cycle_start > -math.inf:
+                rounds_since = math.floor((last_cycle_start - first_round) / round_s) + 1
+                t = max(
+                    t,
+                    first_round + rounds_since * round_s,
+                    last_cycle_start + conf.forecast_refresh_min_interval_s,
+                )
+            part = None
+            cycle_start = t
+            while part is None or not part.done:
+                budget_s, must_play, wait_s = forecast_refresh.refresh_part_budget(client, now_s=t)
+                if wait_s > 0:
+                    t += wait_s
+                    continue
+                if other_process:
+                    forecast_cycle.refresh_cycle_forget()  # as on the other process: read back from Redis
+                start, start_cpu = time.perf_counter(), time.process_time()
+                part = forecast_cycle.refresh_part(client, cpu_s=budget_s, now=now, must_play=must_play)
+                cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
+                if part is None:
+                    raise RuntimeError(f"another refresh holds {forecast_cycle.LOCK_KEY} on {redis_url}")
+                if part.started:
+                    cycle_start = last_cycle_start = t
+                parts.append({"at": t, "cpu": cpu, "wall": wall, "budget": budget_s})
+                forecast_refresh.refresh_cpu_charge(client, started_s=t, cpu_s=part.cpu_s, now_s=t + wall)
+                t += wall * (1 + pacing)  # the part, then its pace
+            spans.append(
+                {"start": cycle_start, "end": t, "parts": sum(1 for p in parts if p["at"] >= cycle_start)}
+            )
+            estimates.append(part.estimates or {})
+        client.delete(forecast_refresh.CPU_WINDOW_KEY)
+    per_interval: dict[int, float] = {}
+    for p in parts:
+        index = math.floor(p["at"] / round_s)
+        per_interval[index] = per_interval.get(index, 0.0) + p["cpu"]
+    first, last = min(per_interval), max(per_interval)
+    intervals = [per_interval.get(i, 0.0) for i in range(first, last + 1)]
     return {
-        "cpu_all": cpu,
-        "wall_all": wall,
-        "budget_s": budget_s,
+        "parts": parts,
+        "intervals": intervals,
+        "spans": spans,
+        "round_s": round_s,
+        "cap_s": conf.forecast_refresh_cpu_per_round_s,
+        "budget_s": conf.forecast_refresh_cpu_s,
+        "pacing": pacing,
         "decided": counts["decided"],
-        "estimates": part.estimates or {},
-        "blob_bytes": blob_bytes,
-        "pacing": scheduler_conf().forecast_refresh_pacing,
+        "estimates": estimates,
     }
 
 
@@ -205,9 +258,23 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--servers", type=int, default=500, help="servers of 8 GPUs")
     parser.add_argument("--queued", type=int, default=10_000, help="jobs queued before the round")
     parser.add_argument("--rounds", type=int, default=1, help="live rounds before the refresh")
-    parser.add_argument("--cpu-s", type=float, default=1.0, help="target: each refresh task's CPU below this")
+    parser.add_argument(
+        "--cpu-s",
+        type=float,
+        default=1.0,
+        help="target: the CPU of a round interval (and of a part) below this",
+    )
+    parser.add_argument("--cycles", type=int, default=2, help="refresh cycles one after the other")
     parser.add_argument("--part-cpu-s", type=float, default=None, help="a part's budget (default: conf)")
-    parser.add_argument("--same-process", action="store_true", help="parts keep the cycle in memory")
+    parser.add_argument(
+        "--cpu-per-round-s",
+        type=float,
+        default=None,
+        help="the parts' budget per round interval (default: conf)",
+    )
+    parser.add_argument(
+        "--other-process", action="store_true", help="each part reads the cycle back from Redis"
+    )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/3", help="the refresh's keys only")
     parser.add_argument("--wall-budget-s", type=float, default=None, help="also one refresh cut at S s")
     parser.add_argument("--baseline", action="store_true", help="also the whole forecast without shortcuts")
@@ -237,7 +304,21 @@ def main(argv: list[str] | None = None) -> int:
         now = timezone.now()
         live = Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).count()
         running = Job.objects.filter(state=JobState.RUNNING).count()
-        parts = parts_cost(args.redis_url, now=now, cpu_s=args.part_cpu_s, same_process=args.same_process)
+        overrides = {
+            key: value
+            for key, value in (
+                ("forecast_refresh_cpu_s", args.part_cpu_s),
+                ("forecast_refresh_cpu_per_round_s", args.cpu_per_round_s),
+            )
+            if value is not None
+        }
+        seq = rounds_cost(
+            args.redis_url,
+            now=now,
+            cycles=args.cycles,
+            other_process=args.other_process,
+            conf_overrides=overrides,
+        )
         if args.profile:
             import cProfile
 
@@ -256,41 +337,65 @@ def main(argv: list[str] | None = None) -> int:
         f"\nforecast refresh: {args.servers} servers x 8 GPUs, {live} live jobs ({running} running), "
         f"after {args.rounds} round(s)"
     )
-    each = parts["cpu_all"]
-    print(
-        f"\nthe worker's refresh: {len(each)} parts of at most {parts['budget_s']:g} s of CPU each"
-        f"{' (the cycle kept in memory)' if args.same_process else ' (each reading it back from Redis)'}, "
-        f"the cycle kept in Redis in {parts['blob_bytes'] / 1e6:.1f} MB"
-    )
-    print("CPU s of each part:", " ".join(f"{c:.2f}" for c in each))
-    print(
-        f"the cycle's wall time with the worker's pacing ({parts['pacing']:g} x each part's wall time "
-        f"between parts): {sum(parts['wall_all']) * (1 + parts['pacing']):.0f} s"
-    )
-    rows = [
-        [
-            "refresh tasks (parts)",
-            f"{max(each):.2f}",
-            f"{statistics.median(each):.2f}",
-            f"{sum(each):.2f}",
-            f"{sum(parts['wall_all']):.2f}",
-            str(parts["decided"]),
-        ],
-        [
-            "whole forecast, one call",
-            f"{whole['cpu']:.2f}",
-            "",
-            f"{whole['cpu']:.2f}",
-            f"{whole['wall']:.2f}",
-            str(whole["decided"]),
-        ],
+    each = [p["cpu"] for p in seq["parts"]]
+    walls = [p["wall"] for p in seq["parts"]]
+    intervals = seq["intervals"]
+    spans = [
+        math.floor(c["end"] / seq["round_s"]) - math.floor(c["start"] / seq["round_s"]) + 1
+        for c in seq["spans"]
     ]
+    cap = f"{seq['cap_s']:g} s" if seq["cap_s"] > 0 else "no bound"
+    print(
+        f"\nthe worker's refresh: {args.cycles} cycle(s) one after the other, parts of at most "
+        f"{seq['budget_s']:g} s of CPU each, {cap} per round interval of {seq['round_s']:g} s, pacing "
+        f"{seq['pacing']:g}, "
+        + (
+            "each part reading the cycle back from Redis"
+            if args.other_process
+            else "the cycle kept in memory"
+        )
+    )
+    print("CPU s of each round interval:", " ".join(f"{c:.2f}" for c in intervals))
+    print("CPU s of each part:", " ".join(f"{c:.2f}" for c in each))
+    for i, (c, n) in enumerate(zip(seq["spans"], spans, strict=True)):
+        print(
+            f"cycle {i + 1}: {c['parts']} parts, {c['end'] - c['start']:.0f} s on the clock, "
+            f"{n} round interval(s)"
+        )
+    per_cycle_cpu = sum(each) / args.cycles
+    print_table(
+        [
+            "",
+            "CPU s per round interval, max",
+            "mean",
+            "intervals a cycle spans",
+            "cycle CPU s",
+            "part CPU s, max",
+        ],
+        [
+            [
+                "refresh tasks (parts)",
+                f"{max(intervals):.2f}",
+                f"{statistics.mean(intervals):.2f}",
+                " / ".join(str(n) for n in spans),
+                f"{per_cycle_cpu:.2f}",
+                f"{max(each):.2f}",
+            ],
+            [
+                "whole forecast, one call (baseline)",
+                f"{whole['cpu']:.2f}",
+                "",
+                "1",
+                f"{whole['cpu']:.2f}",
+                "",
+            ],
+        ],
+    )
+    rows = []
     if cut is not None:
         rows.append(
             [
                 f"one call cut at {args.wall_budget_s:g} s wall",
-                f"{cut['cpu']:.2f}",
-                "",
                 f"{cut['cpu']:.2f}",
                 f"{cut['wall']:.2f}",
                 str(cut["decided"]),
@@ -301,16 +406,21 @@ def main(argv: list[str] | None = None) -> int:
             [
                 "whole, without shortcuts",
                 f"{baseline['cpu']:.2f}",
-                "",
-                f"{baseline['cpu']:.2f}",
                 f"{baseline['wall']:.2f}",
                 str(baseline["decided"]),
             ]
         )
-    print_table(["", "CPU s, most", "median", "total", "wall s", "rounds decided"], rows)
-    differ = differences(parts["estimates"], whole["estimates"])
-    print(f"the parts' estimates as the whole forecast's: {'yes' if not differ else f'no, {differ} differ'}")
-    ok = max(each) < args.cpu_s and not differ
+    rows.append(
+        ["whole forecast, one call", f"{whole['cpu']:.2f}", f"{whole['wall']:.2f}", str(whole["decided"])]
+    )
+    rows.append(["the parts (all cycles)", f"{sum(each):.2f}", f"{sum(walls):.2f}", str(seq["decided"])])
+    print_table(["", "CPU s", "wall s", "rounds decided"], rows)
+    differ = [differences(e, whole["estimates"]) for e in seq["estimates"]]
+    print(
+        "each cycle's estimates as the whole forecast's: "
+        + ("yes" if not any(differ) else "no, " + " / ".join(str(d) for d in differ) + " differ")
+    )
+    ok = max(intervals) < args.cpu_s and max(each) < args.cpu_s and not any(differ)
     if cut is not None:
         cut_differ = differences(cut["estimates"], whole["estimates"])
         print(
@@ -325,7 +435,11 @@ def main(argv: list[str] | None = None) -> int:
             f"same estimates without shortcuts: {'yes' if not base_differ else f'no, {base_differ} differ'}"
         )
         ok = ok and not base_differ
-    print(f"each refresh task under {args.cpu_s:g} s of CPU: {'yes' if max(each) < args.cpu_s else 'NO'}")
+    print(
+        f"each round interval under {args.cpu_s:g} s of CPU: "
+        f"{'yes' if max(intervals) < args.cpu_s else 'NO'}; "
+        f"each refresh task: {'yes' if max(each) < args.cpu_s else 'NO'}"
+    )
     return 0 if ok else 1
 
 
