@@ -223,6 +223,8 @@ class TuneRound(SteadyRound, RoundSetup):
         """The operating points `keep_home` tries before proportional, fastest first. Tune: the best case."""
         return [best]
 
+    home_points.best_only = True  # type: ignore[attr-defined]  # hold_current's inlined try (tune_steady.py)
+
     def make_room_and_place(
         self,
         pos: int,

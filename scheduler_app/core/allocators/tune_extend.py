@@ -33,6 +33,7 @@ from scheduler_app.core.placement import (
     has_fixed_demand,
     infeasible_reason,
 )
+from scheduler_app.core.placement.plan import MEMO_MAX
 from scheduler_app.core.placement.setup import placed_as_held
 from scheduler_app.core.throughput import OperatingPoint, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, Decision, JobView, Outcome, Placement, RoundPlan
@@ -90,19 +91,32 @@ def extend_stable(
     last = None
     used = 0
     held: list[tuple[Placement, int, float, float]] = []  # what hold_current would take, in order
+    # The tests below are pure functions of the (frozen) decision and job view on this shape: a pair
+    # that passed them in an earlier extension (the same objects: a steady plan's decisions, the
+    # simulator's views of jobs that did not move) is answered from the shape's memo.
+    memo = tune.demands.memo
     for decision, job in zip(decisions, ordered_jobs, strict=False):
-        if not placed_as_held(decision, job, best_case):
-            return None
-        placement = decision.placement
-        g = job.num_gpus
-        best = best_of(job)
-        speed = best.speed
-        if placement.speedup != speed:
-            return None  # its decision would not be its current Placement (RoundSetup.is_current)
-        shares_now = placement.shares
-        if len(shares_now) > 1 and with_penalty(speed, job.profile, len(shares_now), g) != speed:
-            return None  # a spread job's penalty: the plan would not be stable
-        held.append((placement, g, best.cpus_per_gpu, best.mem_gb_per_gpu))
+        entry = memo.get(id(decision))
+        if entry is not None and entry[0] is decision and entry[1] is job:
+            item = entry[2]
+            g = item[1]
+        else:
+            if not placed_as_held(decision, job, best_case):
+                return None
+            placement = decision.placement
+            g = job.num_gpus
+            best = best_of(job)
+            speed = best.speed
+            if placement.speedup != speed:
+                return None  # its decision would not be its current Placement (RoundSetup.is_current)
+            shares_now = placement.shares
+            if len(shares_now) > 1 and with_penalty(speed, job.profile, len(shares_now), g) != speed:
+                return None  # a spread job's penalty: the plan would not be stable
+            item = (placement, g, best.cpus_per_gpu, best.mem_gb_per_gpu)
+            if len(memo) >= MEMO_MAX:
+                memo.clear()
+            memo[id(decision)] = (decision, job, item)
+        held.append(item)
         if last is not None and g > last:
             monotone = False
         last = g

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core import reasons
-from scheduler_app.core.placement import EPS, HeldJob, Plan, has_fixed_demand
+from scheduler_app.core.placement import EPS, HeldJob, HeldShare, Plan, has_fixed_demand
 from scheduler_app.core.placement.plan import DemandCache
 from scheduler_app.core.placement.setup import running_first
 from scheduler_app.core.placement.state import RoundState
@@ -44,6 +44,15 @@ class SteadyRound:
         nodes = state.has_node_counts
         unreserved: tuple[list[float], list[float]] | None = None
         take, uniform, home_points = state.take_home_now, state.uniform, self.home_points
+        # Tune's own rounds try only the best case at home (`home_points` says so with `best_only`):
+        # then a job on one server is held by the strict try inlined below, as take_home_now's
+        # `_take_one_now` would hold it (the same tests, float operations and order), without the
+        # calls and lists; any other job, or one that try does not hold, takes the general path.
+        best_only = getattr(type(self).home_points, "best_only", False) and not nodes
+        pos_of = state.server_positions()
+        free_cpus, free_mem, free_idx = state.free_cpus, state.free_mem_gb, state.free_idx
+        num_free = state.num_free
+        best_case = reasons.BEST_CASE
         for pos in order[:count]:
             job = jobs[pos]
             if job.cpus_per_gpu_override is not None or job.mem_gb_per_gpu_override is not None:
@@ -57,6 +66,45 @@ class SteadyRound:
             best = best_of(job)
             cur = job.current
             assert cur is not None
+            if best_only and len(cur.shares) == 1:
+                share = cur.shares[0]
+                i = pos_of.get(share.server_id)
+                idx = share.gpu_indices
+                k = len(idx)
+                if i is not None and k and k == job.num_gpus:
+                    cpus = k * best.cpus_per_gpu
+                    mem_gb = k * best.mem_gb_per_gpu
+                    held_cpus, held_mem_gb = float(share.num_cpus), float(share.mem_gb)
+                    fits = not (cpus > free_cpus[i] + EPS or mem_gb > free_mem[i] + EPS)
+                    if fits and (int(cpus + EPS) > held_cpus or mem_gb > held_mem_gb + EPS):
+                        # Asks more than it held: beside the others' reservations, once they are
+                        # worked out (the general path below does that first).
+                        fits = unreserved is not None and not (
+                            cpus > unreserved[0][i] + held_cpus + EPS
+                            or mem_gb > unreserved[1][i] + held_mem_gb + EPS
+                        )
+                    free = free_idx[i]
+                    if fits and k > 1:
+                        fits = len(set(idx)) == k and set(idx).issubset(free)
+                    elif fits:
+                        fits = idx[0] in free
+                    if fits:
+                        for g in idx:
+                            free.remove(g)
+                        if unreserved is not None:  # as _take_home: its reservation gone, its demand taken
+                            unreserved[0][i] += held_cpus - cpus
+                            unreserved[1][i] += held_mem_gb - mem_gb
+                        free_cpus[i] -= cpus
+                        free_mem[i] -= mem_gb
+                        state.total_free_cpus -= cpus
+                        state.total_free_mem_gb -= mem_gb
+                        num_free[i] -= k
+                        state.free_gpu_count -= k
+                        shares = [HeldShare(i, idx, cpus, mem_gb)]
+                        h = HeldJob(job, pos, len(held), shares, best, best.speed, best_case, True)
+                        held.append(h)
+                        on_server[i].append(h)
+                        continue
             # keep_home's tries, in its order: each home point strictly, beside the others' claims.
             shares, point, reason = None, None, reasons.BEST_CASE
             for point in home_points(job, best):

@@ -33,6 +33,13 @@ class Holds:
     _pos_of: dict[int, int] | None
     uniform: Callable[[float], list[float]]  # RoundState's: a per-GPU value as a per-server vector
 
+    def server_positions(self) -> dict[int, int]:
+        """Server id -> position (made once per round, on first use)."""
+        pos_of = self._pos_of
+        if pos_of is None:
+            pos_of = self._pos_of = {sid: i for i, sid in enumerate(self.server_ids)}
+        return pos_of
+
     def take_current(self, cur: Placement, num_gpus: int, c: float, m: float) -> list[HeldShare] | None:
         """`take_home_now` at the same per-GPU demand (c, m) on every server, asking no more than held."""
         return self.take_home_now(cur, num_gpus, self.uniform(c), self.uniform(m))

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core.throughput import OperatingPoint, ServerShape, best_case, relative_speed
-from scheduler_app.core.types import Decision, JobView, Outcome, Placement, RoundPlan, ServerShare
+from scheduler_app.core.types import (
+    Decision,
+    JobView,
+    Outcome,
+    Placement,
+    RoundPlan,
+    SensitivityProfile,
+    ServerShare,
+)
 
 EPS = 1e-6  # tolerance when comparing cores and GB (floats) across the placement code
 
@@ -63,6 +71,11 @@ class HeldJob:
         return (len(self.shares), -cpus / num_gpus, -mem_gb / num_gpus, self.seq)
 
 
+# id(placement) -> the decision keeping a job on that Placement object (PlanBuilder.kept); bounded.
+_KEPT: dict[int, Decision] = {}
+_KEPT_MAX = 8192
+
+
 class PlanBuilder:
     """Collects one Decision per input job and returns them in input order."""
 
@@ -75,8 +88,16 @@ class PlanBuilder:
         self._decisions[pos] = Decision(job_id, Outcome.PLACED, reason, Placement(job_id, shares, speedup))
 
     def kept(self, pos: int, placement: Placement, reason: str) -> None:
-        """Placed on `placement` itself: the job's current one, equal to what `placed` would build."""
-        self._decisions[pos] = Decision(self._jobs[pos].job_id, Outcome.PLACED, reason, placement)
+        """Placed on `placement` itself: the job's current one (of this job), equal to what `placed`
+        would build. The decision of an earlier round that kept it so is the same frozen value, so it
+        is taken from `_KEPT` (most running jobs of every decided round) instead of built again."""
+        decision = _KEPT.get(id(placement))
+        if decision is None or decision.placement is not placement or decision.reason != reason:
+            decision = Decision(self._jobs[pos].job_id, Outcome.PLACED, reason, placement)
+            if len(_KEPT) >= _KEPT_MAX:
+                _KEPT.clear()
+            _KEPT[id(placement)] = decision  # it holds the placement: the id is not reused meanwhile
+        self._decisions[pos] = decision
 
     def pending(self, pos: int, reason: str) -> None:
         self._decisions[pos] = Decision(self._jobs[pos].job_id, Outcome.PENDING, reason)
@@ -99,24 +120,56 @@ class PlanBuilder:
         return RoundPlan(tuple(self._decisions), stable)  # type: ignore[arg-type]
 
 
-class DemandCache:
-    """Per-call memo of each job's best case on the cluster shape, keyed by (id(profile), num_gpus).
+# Best cases shared by every round on a cluster shape (keyed by the shape's values): (id(profile),
+# GPUs) -> (profile, point), the profile kept so that its id cannot be reused by another while its
+# entry stands. best_case is pure, so a round reads the same point
+# from here as from its own memo; sharing it saves each round a best_case call per profile (which
+# hashes the profile's whole matrix). Cleared whole when it reaches the bound (long-lived services
+# with profiles made per job).
+_BestMemo = dict[tuple[int, int], tuple[SensitivityProfile, OperatingPoint]]
+_SHARED_BEST: dict[tuple[int, float, float], _BestMemo] = {}
+_SHARED_BEST_MAX = 4096
+# Callers' memos of what a (decision, job view) pair gives on a shape (DemandCache.memo): the same
+# sharing and bound.
+_SHARED_MEMO: dict[tuple[int, float, float], dict[int, tuple]] = {}
+MEMO_MAX = 8192
 
-    Hashing a frozen profile walks its whole matrix, so within one allocate() call we look it up
-    by identity (the jobs keep their profiles alive for the whole call) and fall back to the
-    module-level caches in throughput.py only once per distinct profile object.
+
+class DemandCache:
+    """Memo of each job's best case on the cluster shape, keyed by (id(profile), num_gpus).
+
+    Hashing a frozen profile walks its whole matrix, so we look it up by identity and fall back to
+    the module-level caches in throughput.py only once per distinct profile object and shape (the
+    memo is shared by every DemandCache of a shape's values: `_SHARED_BEST`).
     """
 
     def __init__(self, shape: ServerShape | None) -> None:
         self.shape = shape
-        self._best: dict[tuple[int, int], OperatingPoint] = {}
+        if shape is None:
+            self._best: _BestMemo = {}
+            self.memo: dict[int, tuple] = {}
+        else:
+            key = (shape.num_gpus, shape.num_cpus, shape.mem_gb)
+            best = _SHARED_BEST.get(key)
+            if best is None:
+                best = _SHARED_BEST[key] = {}
+                _SHARED_MEMO[key] = {}
+            self._best = best
+            # id(frozen key object) -> (that object, ..., what a pure function of them gave on this
+            # shape); the object kept so that its id is not reused. Bounded as the best cases are.
+            self.memo = _SHARED_MEMO[key]
 
     def best(self, job: JobView) -> OperatingPoint:
-        key = (id(job.profile), job.num_gpus)
-        point = self._best.get(key)
-        if point is None:
-            assert self.shape is not None, "a feasible job implies a non-empty cluster"
-            point = self._best[key] = best_case(job.profile, job.num_gpus, self.shape)
+        profile = job.profile
+        key = (id(profile), job.num_gpus)
+        entry = self._best.get(key)
+        if entry is not None and entry[0] is profile:
+            return entry[1]
+        assert self.shape is not None, "a feasible job implies a non-empty cluster"
+        point = best_case(profile, job.num_gpus, self.shape)
+        if len(self._best) >= _SHARED_BEST_MAX:
+            self._best.clear()
+        self._best[key] = (profile, point)
         return point
 
     def fixed_point(self, job: JobView) -> OperatingPoint:
