@@ -1,22 +1,24 @@
 """What one agent sync costs the web tier: CPU per call and statements, against /healthz in the same run.
 
 Run: `python -m bench.sync_cost [--syncs 200] [--exits 100] [--db NAME] [--redis-url URL] [--profile
-KIND]`. Creates a fresh PostgreSQL database with one server (8 GPUs) running 8 one-GPU jobs placed by a
-real round, then calls `POST /api/v1/agent/sync` through Django's full request handler in this process
-(middleware, authentication, validation, the service, the answer; no network, so the figure is the web
-process's own CPU, not the bench's or the socket's) with a usage sample of 8 GPUs, the 8 running leases
-and 0, 1 or 8 progress reports, and `GET /healthz` as the baseline; then the syncs with progress left
-to the worker's applier (ATTUNE_PROGRESS_APPLY_S, the default with workers) and the applier's own CPU
-per report, applying what they left pending; then a job's end call by call on a second server
-(JobEnds): the exit's sync, the woken sync that delivers the next job's `start` and the sync with its
-`started` report, and the applier's CPU per job end. `--db` and `--redis-url` keep a run off another's
-database and Redis. CPU time (`time.process_time`) is this process only; the database server's share is
-read from its backend process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as a
-mean over the calls, since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90,
-PostgreSQL CPU ms per call, statements per call, and the ratio to /healthz; with `--profile KIND`,
-cProfile's view of that kind's calls. CPU time moves much less than wall time with the machine's load,
-so the figure holds on a shared machine; the fleet's capacity is roughly two cores' worth of these,
-less the agents and the rounds (bench/agent_fleet.py measures that).
+KIND] [--served]`; `--served`: every agent call as the image serves it (config/agent_calls.py's path
+first, Django's request signals), not through the test client. Creates a fresh PostgreSQL database with
+one server (8 GPUs) running 8 one-GPU jobs placed by a real round, then calls `POST /api/v1/agent/sync`
+through Django's full request handler in this process (middleware, authentication, validation, the
+service, the answer; no network, so the figure is the web process's own CPU, not the bench's or the
+socket's) with a usage sample of 8 GPUs, the 8 running leases and 0, 1 or 8 progress reports, and `GET
+/healthz` as the baseline; then the syncs with progress left to the worker's applier
+(ATTUNE_PROGRESS_APPLY_S, the default with workers) and the applier's own CPU per report, applying what
+they left pending; then a job's end call by call on a second server (JobEnds): the exit's sync, the
+woken sync that delivers the next job's `start` and the sync with its `started` report, and the
+applier's CPU per job end. `--db` and `--redis-url` keep a run off another's database and Redis. CPU
+time (`time.process_time`) is this process only; the database server's share is read from its backend
+process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as a mean over the calls,
+since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90, PostgreSQL CPU ms per call,
+statements per call, and the ratio to /healthz; with `--profile KIND`, cProfile's view of that kind's
+calls. CPU time moves much less than wall time with the machine's load, so the figure holds on a shared
+machine; the fleet's capacity is roughly two cores' worth of these, less the agents and the rounds
+(bench/agent_fleet.py measures that).
 """
 
 from __future__ import annotations
@@ -67,6 +69,41 @@ def _setup():
     client = Client(HTTP_AUTHORIZATION=f"Bearer {agent_credential_issue(server=server)}")
     gpus = [{"uuid": f"GPU-sync-000-{g}", "util_pct": 50.0, "mem_used_mb": 1000.0} for g in range(8)]
     return client, leases, gpus
+
+
+class ServedClient:
+    """A test client's `post` and `get` as the image serves an agent's call (`--served`): a WSGI environ
+    through `config/agent_calls.py`'s path first (Django's handler for what it hands back), with Django's
+    request signals (each request's connection check included), the answer read and closed as the
+    server does."""
+
+    def __init__(self, client) -> None:
+        from django.core.wsgi import get_wsgi_application
+        from django.test import RequestFactory
+
+        from config.agent_calls import AgentCallsFirst
+
+        self.defaults = client.defaults
+        self._factory = RequestFactory(**client.defaults)
+        self._app = AgentCallsFirst(get_wsgi_application())
+
+    def _served(self, request):
+        from django.http import HttpResponse
+
+        started = []
+        iterable = self._app(request.environ, lambda status, headers: started.append((status, headers)))
+        content = b"".join(iterable)
+        iterable.close()
+        status, _ = started[0]
+        response = HttpResponse(content, status=int(status.split()[0]))
+        response.json = lambda: json.loads(content)
+        return response
+
+    def post(self, path: str, data: str, content_type: str):
+        return self._served(self._factory.post(path, data=data, content_type=content_type))
+
+    def get(self, path: str):
+        return self._served(self._factory.get(path))
 
 
 class Agent:
@@ -181,7 +218,7 @@ class JobEnds:
     progress reports at the profile's predicted speed and the applier (not measured), so that every
     job that ends has measured speeds to learn from."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, *, served: bool = False) -> None:
         from django.contrib.auth import get_user_model
         from django.test import Client
 
@@ -192,6 +229,8 @@ class JobEnds:
         gpus = [GpuSpec(index=g, uuid=f"GPU-ends-000-{g}", model="V100") for g in range(8)]
         self.server = server_create(name="ends01", num_cpus=24, mem_gb=500.0, gpus=gpus, gpu_model="V100")
         self.client = Client(HTTP_AUTHORIZATION=f"Bearer {agent_credential_issue(server=self.server)}")
+        if served:
+            self.client = ServedClient(self.client)
         self.gpus = [{"uuid": f"GPU-ends-000-{g}", "util_pct": 50.0, "mem_used_mb": 1000.0} for g in range(8)]
         owner = get_user_model().objects.get(username="bench")
         workloads = list(Workload.objects.order_by("name")[:4])
@@ -316,7 +355,9 @@ class Profile:
 PROFILE_KINDS = ("sync0", "sync4", "exit", "deliver", "started")
 
 
-def _job_end_rows(count: int, base: float, profile: Profile | None = None) -> list[list]:
+def _job_end_rows(
+    count: int, base: float, profile: Profile | None = None, served: bool = False
+) -> list[list]:
     """A job's end, call by call: its exit's sync with the end followed up within it (no workers, or
     ATTUNE_PROGRESS_APPLY_S 0), then with the follow-ups left to the applier (the default with
     workers); with the latter, the woken sync that delivers the next job's start and the sync with its
@@ -330,7 +371,7 @@ def _job_end_rows(count: int, base: float, profile: Profile | None = None) -> li
     from scheduler_app.models import JobEndPending
     from scheduler_app.services.job_end import job_end_followups_run
 
-    ends = JobEnds(3 * (count + 10) + 8)
+    ends = JobEnds(3 * (count + 10) + 8, served=served)
     ends.fill()
     ends.measure()
     with connection.cursor() as cursor:
@@ -539,6 +580,12 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the kinds: an interval sync with 4 reports part by part, each timed alone, with"
         " the view without the middleware and the whole call (--syncs of each)",
     )
+    parser.add_argument(
+        "--served",
+        action="store_true",
+        help="every agent call as the image serves it: a WSGI environ through the agents' path"
+        " (config/agent_calls.py) first, with Django's request signals, instead of the test client",
+    )
     args = parser.parse_args(argv)
     logging_setup()
     profile = Profile(args.profile)
@@ -547,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         # and signs a wait ticket, an exit wakes the agents of its job's next leases (Redis).
         django_setup(url, ATTUNE_AGENT_WAKE="1", REDIS_URL=args.redis_url)
         client, leases, gpus = _setup()
+        if args.served:
+            client = ServedClient(client)
         agent = Agent(client, leases, gpus)
         agent.sync(0)  # the leases' `started` reports
         if args.parts:
@@ -586,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile in ("sync0", "sync4"):
             reports = 0 if args.profile == "sync0" else 4
             _measure(profile.around(args.profile, lambda: agent.sync(reports)), args.syncs)
-        rows += _job_end_rows(args.exits, base, profile)
+        rows += _job_end_rows(args.exits, base, profile, served=args.served)
         logger.info("%d calls per kind measured", args.syncs)
         print_table(["call", "cpu ms p50", "cpu ms p90", "postgres cpu ms", "statements", "x healthz"], rows)
         profile.print()

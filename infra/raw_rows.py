@@ -83,3 +83,56 @@ def model_rows(model: type[M], sql: str, params: Sequence[Any] = (), *, using: s
             setattr(instance, name, row[pos])
         instances.append(instance)
     return instances
+
+
+def model_rows_joined(
+    model: type[M],
+    sql: str,
+    params: Sequence[Any] = (),
+    *,
+    joined: dict[str, type[Model]],
+    using: str = "default",
+) -> list[M]:
+    """`model_rows` of a SELECT that also reads related rows: a column named `<attr>__<column>` is the
+    column `<column>` of `joined[attr]`'s row, built as model_rows builds it and set as the instance's
+    `attr` (None where its primary key is NULL: an outer join found none). One statement where a second
+    one read the related rows by their keys."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        to_identifier = connection.introspection.identifier_converter
+        columns = tuple(to_identifier(d[0]) for d in cursor.description)
+        rows = cursor.fetchall()
+    by_attr: dict[str, list[int]] = {attr: [] for attr in joined}
+    own = []
+    for i, column in enumerate(columns):
+        attr, _, rest = column.partition("__")
+        (by_attr[attr] if rest and attr in joined else own).append(i)
+    own_plan = _plan(connection, model, tuple(columns[i] for i in own))
+    related_plans = []  # (attr, model, its columns, its plan, its primary key's position among them)
+    for attr, related in joined.items():
+        plan = _plan(connection, related, tuple(columns[i].partition("__")[2] for i in by_attr[attr]))
+        pk_at = plan.init_positions[plan.init_names.index(related._meta.pk.attname)]
+        related_plans.append((attr, related, by_attr[attr], plan, pk_at))
+    instances = []
+    for row in rows:
+        instance = _built(connection, using, model, own_plan, [row[i] for i in own])
+        for attr, related, positions, plan, pk_at in related_plans:
+            values = [row[i] for i in positions]
+            other = None if values[pk_at] is None else _built(connection, using, related, plan, values)
+            setattr(instance, attr, other)
+        instances.append(instance)
+    return instances
+
+
+def _built(connection, using: str, model: type[M], plan: _Plan, row: list[Any]) -> M:
+    """One instance of `model` from `row` (a list, converted in place), as `plan` reads it."""
+    for pos, convs, expression in plan.converters:
+        value = row[pos]
+        for convert in convs:
+            value = convert(value, expression, connection)
+        row[pos] = value
+    instance = model.from_db(using, plan.init_names, [row[pos] for pos in plan.init_positions])
+    for name, pos in plan.annotations:
+        setattr(instance, name, row[pos])
+    return instance

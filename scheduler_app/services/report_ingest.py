@@ -37,7 +37,12 @@ from scheduler_app.services.job_batches import job_batches_run
 from scheduler_app.services.pacing import debounced_send
 from scheduler_app.services.profiling import profiling_reports_ingest
 from scheduler_app.services.report_apply import LeaseReport, reports_apply
-from scheduler_app.services.report_rows import NewReport, reports_insert_new, reports_insert_on_leases
+from scheduler_app.services.report_rows import (
+    NewReport,
+    jobs_lock_within,
+    reports_insert_new,
+    reports_insert_on_leases,
+)
 from scheduler_app.task_names import AGENT_REPORTS_APPLY_TASK
 
 logger = logging.getLogger(__name__)
@@ -274,10 +279,14 @@ def agent_reports_apply_pending(
     `skip_locked` leaves the jobs another transaction holds for a later call. Agents whose leases wait
     for an exit applied here are woken, except `reporting_server_id`'s (its commands follow in its sync).
     """
-    if lock_wait_ms is not None and is_postgresql():
-        with connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = '{int(lock_wait_ms)}ms'")
-    jobs = jobs_lock(job_ids=job_ids, skip_locked=skip_locked)
+    if lock_wait_ms is not None and is_postgresql() and not skip_locked:
+        # A sync's exit: the wait's bound, the lock and the workloads in one statement (not three).
+        jobs = jobs_lock_within(job_ids=job_ids, lock_wait_ms=lock_wait_ms)
+    else:
+        if lock_wait_ms is not None and is_postgresql():
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = '{int(lock_wait_ms)}ms'")
+        jobs = jobs_lock(job_ids=job_ids, skip_locked=skip_locked)
     if not jobs:
         return 0
     pending = pending_reports(job_ids=jobs)

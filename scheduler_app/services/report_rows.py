@@ -1,10 +1,11 @@
 """A sync's new reports stored with their applier's work-list rows: one statement on PostgreSQL, which
-on a sync's usual path also reads the reports' leases (`reports_insert_on_leases`)."""
+on a sync's usual path also reads the reports' leases (`reports_insert_on_leases`); an exit's jobs
+locked within a bounded wait, with their workloads, in one statement (`jobs_lock_within`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -14,9 +15,11 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from infra.bulk_sql import insert_new
+from infra.raw_rows import model_rows_joined
 from infra.vendor import is_postgresql
-from scheduler_app.models import AgentReport, AgentReportPending, Allocation
-from scheduler_app.selectors.agent_reports import LeaseOfServer
+from profiles_app.models import Workload
+from scheduler_app.models import AgentReport, AgentReportPending, Allocation, Job
+from scheduler_app.selectors.agent_reports import LeaseOfServer, quoted_table
 
 
 @dataclass(frozen=True)
@@ -187,4 +190,33 @@ def _insert_on_leases_sql() -> str:
         f" SELECT new.id, a.job_id FROM new JOIN a ON a.id = new.allocation_id)"
         f" SELECT lease_id, NULL::bigint, id, job_id, started_at FROM a"
         f" UNION ALL SELECT lease_id, seq, id, NULL::bigint, NULL::timestamptz FROM new"
+    )
+
+
+def jobs_lock_within(*, job_ids: Iterable[int], lock_wait_ms: int) -> dict[int, Job]:
+    """PostgreSQL: `jobs_lock` (selectors/agent_reports.py) within a wait of `lock_wait_ms` for the rows
+    (the transaction's lock_timeout, as `SET LOCAL` sets it; the caller gets LockNotAvailable), in one
+    statement where an exit's sync ran three: the SET LOCAL, the jobs' lock and their workloads' read.
+    The timeout is set by an uncorrelated subquery in the WHERE clause: PostgreSQL runs it once, before
+    the scan hands the lock its first row (tests/scheduler_app/test_report_applier.py holds a job and
+    sees the wait end). The caller's transaction keeps it, as it kept SET LOCAL's."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"SELECT j.*, {_workload_columns()} FROM {quoted_table(Job)} j"
+        f" LEFT JOIN {quoted_table(Workload)} w ON w.id = j.workload_id"
+        f" WHERE j.id IN ({marks}) AND (SELECT set_config('lock_timeout', %s, true)) IS NOT NULL"
+        f" ORDER BY j.id FOR NO KEY UPDATE OF j"
+    )
+    jobs = model_rows_joined(Job, sql, [*ids, f"{int(lock_wait_ms)}ms"], joined={"workload": Workload})
+    return {job.pk: job for job in jobs}
+
+
+@cache
+def _workload_columns() -> str:
+    qn = connection.ops.quote_name
+    return ", ".join(
+        f"w.{qn(f.column)} AS {qn('workload__' + f.column)}" for f in Workload._meta.concrete_fields
     )
