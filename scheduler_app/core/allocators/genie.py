@@ -47,7 +47,9 @@ counts the placement penalty of N servers).
 Unlike the Synergy allocators, GENIE may give a job less than its GPU-proportional share: that is
 the point of "fewest resources", and its QoS jobs still meet their deadlines.
 A job's candidate points and GPU-count variants live in genie_candidates.py; the speed a QoS job needs
-and what a round reads of it (need_key) in genie_needs.py.
+and what a round reads of it (need_key) in genie_needs.py; the leftover pass and whether a plan repeats
+in genie_leftovers.py; a steady round (every job kept at its best case) told without the search in
+genie_steady.py.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ from scheduler_app.core.allocators.genie_candidates import (
     gpu_variant,
     points_by_cost,
 )
+from scheduler_app.core.allocators.genie_leftovers import hand_out_leftovers, repeats
 from scheduler_app.core.allocators.genie_needs import need_key, required_speed
 from scheduler_app.core.allocators.genie_points import shape_points
+from scheduler_app.core.allocators.genie_steady import steady_plan
 from scheduler_app.core.interference import communicates, interference_factor
 from scheduler_app.core.placement import PACKED, Plan, has_fixed_demand, pending_reason
 from scheduler_app.core.placement.setup import RoundSetup
@@ -134,35 +138,10 @@ class GenieRound(RoundSetup):
             else:
                 self.decide(pos, job)
         if self.work_conserving:
-            self.hand_out_leftovers()
+            hand_out_leftovers(self)
         for h in self.held:
             self.placed(h.pos, h.shares, h.point.speed, h.reason, h.scale)
-        return self.builder.build()
-
-    def hand_out_leftovers(self) -> None:
-        """Step 4: cores and memory nobody was given go to the placed jobs, in policy order, each
-        moving to its fastest point that the free resources on its own servers allow. Only this
-        round is affected: the next round starts again from the smallest points."""
-        if self.shape is None:
-            return  # an empty cluster placed nothing
-        state = self.state
-        for h in self.held:
-            if h.fixed:
-                continue
-            current = h.point
-            for point in self.points(h.job)[::-1]:
-                if point.speed <= current.speed + EPS:
-                    continue
-                if all(
-                    s.num_gpus * point.cpus_per_gpu - s.cpus <= state.free_cpus[s.server_pos] + EPS
-                    and s.num_gpus * point.mem_gb_per_gpu - s.mem_gb <= state.free_mem_gb[s.server_pos] + EPS
-                    for s in h.shares
-                ):
-                    for s in h.shares:
-                        state.adjust(s, s.num_gpus * point.cpus_per_gpu, s.num_gpus * point.mem_gb_per_gpu)
-                    h.point = point
-                    h.reason = reasons.LEFTOVER
-                    break
+        return self.builder.build(stable=repeats(self))
 
     # -- one job ---------------------------------------------------------------------------------
     def decide(self, pos: int, job: JobView) -> None:
@@ -495,6 +474,9 @@ class GenieAllocator(Allocator):
         effect progress_key holds while each need is compared only with its points' own speeds, and
         the EASY reservation that an unplaced QoS job makes (its start is when the placed jobs
         finish), which the key does not hold (False then). A minimum rate's need is a constant."""
+        steady = steady_plan(ordered_jobs, snapshot)
+        if steady is not None:
+            return steady, True  # read nothing of progress or the clock (genie_steady.py)
         genie_round = GenieRound(ordered_jobs, snapshot, now_s, self.slack, self.work_conserving)
         plan = genie_round.run()
         return plan, genie_round.keyed
@@ -506,4 +488,7 @@ class GenieAllocator(Allocator):
     def allocate_at(
         self, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
     ) -> RoundPlan:
+        steady = steady_plan(ordered_jobs, snapshot)
+        if steady is not None:
+            return steady  # every job kept at its best case (genie_steady.py)
         return GenieRound(ordered_jobs, snapshot, now_s, self.slack, self.work_conserving).run()

@@ -31,6 +31,7 @@ class ShapePoints:
     __slots__ = (
         "_ascending",
         "_best_effort",
+        "_fastest",
         "_gpu_dominant",
         "_options",
         "_points",
@@ -56,6 +57,7 @@ class ShapePoints:
         self._gpu_dominant: list[float] = []
         self._options: dict[int, tuple[list[tuple[OperatingPoint, str]], float, float]] = {}
         self._best_effort: tuple[list[tuple[OperatingPoint, str]], float, float] | None = None
+        self._fastest: float | None = None
 
     @property
     def points(self) -> tuple[OperatingPoint, ...]:
@@ -64,6 +66,14 @@ class ShapePoints:
             self._fill()
         assert self._points is not None
         return self._points
+
+    @property
+    def fastest_speed(self) -> float:
+        """The highest speed of any point (before the servers' slowdown): what the leftover pass can
+        reach at most."""
+        if self._fastest is None:
+            self._fastest = max(p.speed for p in self.points)
+        return self._fastest
 
     @property
     def speeds(self) -> list[float]:

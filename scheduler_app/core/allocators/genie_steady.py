@@ -1,0 +1,168 @@
+"""GENIE's steady round without the per-job search: every job kept at its best case, whatever the order.
+
+A round in which every job already runs at its best case (the best-effort option a round gives first,
+`best_case`), nothing waits and nothing reads progress or the clock is common between arrivals and
+ends; under SWAF the order of such jobs changes every round as they progress, so a simulator cannot
+reuse the last plan (simulator/reuse.py `holds` needs the same order), and deciding it walks every
+job through `GenieRound.decide`. This module tells, in one pass over the jobs, that the decision would
+keep each job where it is, and builds that plan. Exact: `GenieRound.run` on the same inputs gives the
+same plan (tests/scheduler_app/core/test_genie_steady.py checks it on random clusters and orders).
+
+Why deciding keeps every job (each condition below is checked, else None and the round is decided):
+- every job is admitted (its GPUs fit) and feasible, has no QoS target, no GPU-count choices, no node
+  count, no fixed demand, and no interference term that placement would read (kappa on a job that
+  communicates);
+- each job's current placement is valid on the snapshot (known servers, each once; free GPUs that no
+  other job holds), holds the job's GPU count, and is what `GenieRound.place` + `RoundSetup.placed`
+  record for its best case there: floor(k x cores) and k x GB per server, the best case's speed with
+  the spread's penalty;
+- on every server the jobs' demands at their best cases fit what is free (within half the placement
+  code's tolerance): so each job's home holds its demand in any order, `home_plan`'s strict test
+  passes (a job asking what it held always does) and so do the free totals' shortcuts;
+- `starves_gpus` passes for each job in this order, by more than rounding (margin `MARGIN`): the free
+  cores and GB after it, less the proportional share of the GPUs after it, stay positive;
+- no point of a job's matrix is faster than its best case, so the leftover pass moves nobody.
+Each job then finds its home first (`RoundState.find`), takes its own GPUs back (`_take_home`) and is
+recorded as kept (`RoundSetup.placed`: its own Placement, reason `best_case`); the plan is stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler_app.core import reasons
+from scheduler_app.core.allocators.genie_points import shape_points
+from scheduler_app.core.interference import communicates
+from scheduler_app.core.placement.feasibility import has_fixed_demand, infeasible_reasons
+from scheduler_app.core.placement.plan import EPS as PLACEMENT_EPS
+from scheduler_app.core.placement.plan import PlanBuilder
+from scheduler_app.core.throughput import EPS, ServerShape, cluster_shape, with_penalty
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+
+# How far from a test's boundary a sum must be for the order of its additions not to matter: a sum
+# here and the same sum in the full round differ by rounding only (about 1e-13 for a few hundred jobs).
+MARGIN = 1e-6
+
+
+def steady_plan(ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> RoundPlan | None:
+    """The plan `GenieRound.run` gives when every job stays at its best case (module docstring), or
+    None when that is not certain: decide the round then."""
+    if not ordered_jobs:
+        return None
+    shape = cluster_shape(snapshot)
+    if shape is None:
+        return None
+    servers = snapshot.servers
+    pos_of = {s.server_id: i for i, s in enumerate(servers)}
+    need_cpus = [0.0] * len(servers)
+    need_mem_gb = [0.0] * len(servers)
+    taken: list[set[int]] = [set() for _ in servers]
+    best_cpus: list[float] = []  # per job, in order: its demand at its best case, cluster-wide
+    best_mem_gb: list[float] = []
+    above_share: list[bool] = []
+    gpus = 0
+    for job in ordered_jobs:
+        best = _best_if_kept(job, shape)
+        if best is None:
+            return None
+        c, m, speed = best
+        current = job.current
+        assert current is not None  # _best_if_kept
+        shares = current.shares
+        expected_speed = (
+            with_penalty(speed, job.profile, len(shares), job.num_gpus) if len(shares) > 1 else speed
+        )
+        if current.speedup != expected_speed or current.job_id != job.job_id:
+            return None
+        count = 0
+        for share in shares:
+            i = pos_of.get(share.server_id)
+            if i is None:
+                return None
+            k = len(share.gpu_indices)
+            cpus, mem_gb = k * c, k * m
+            if share.num_cpus != int(cpus + PLACEMENT_EPS) or share.mem_gb != mem_gb:
+                return None
+            free, mine = servers[i].free_gpus, taken[i]
+            if not mine.isdisjoint(share.gpu_indices):
+                return None  # a server twice in one placement, or a GPU two jobs hold
+            for g in share.gpu_indices:
+                if g not in free:
+                    return None
+                mine.add(g)
+            if len(set(share.gpu_indices)) != k:
+                return None
+            need_cpus[i] += cpus
+            need_mem_gb[i] += mem_gb
+            count += k
+        if count != job.num_gpus:
+            return None
+        gpus += count
+        best_cpus.append(job.num_gpus * c)
+        best_mem_gb.append(job.num_gpus * m)
+        above_share.append(c > shape.cpus_per_gpu + EPS or m > shape.mem_gb_per_gpu + EPS)
+    # RoundState.home_plan lets a job back onto its home while its demand fits what is free there
+    # + PLACEMENT_EPS: the whole server's demands within half that, so that the full round's sums,
+    # added in another order, pass too.
+    slack = PLACEMENT_EPS / 2
+    for i, server in enumerate(servers):
+        if need_cpus[i] > server.free_cpus + slack or need_mem_gb[i] > server.free_mem_gb + slack:
+            return None
+    if not _never_starves(ordered_jobs, snapshot, shape, best_cpus, best_mem_gb, above_share):
+        return None
+    if any(why is not None for why in infeasible_reasons(ordered_jobs, snapshot)):
+        return None
+    builder = PlanBuilder(ordered_jobs)
+    for pos, job in enumerate(ordered_jobs):
+        assert job.current is not None
+        builder.kept(pos, job.current, reasons.BEST_CASE)
+    return builder.build(stable=True)
+
+
+def _best_if_kept(job: JobView, shape: ServerShape) -> tuple[float, float, float] | None:
+    """The job's best case (cores and GB per GPU, speed) when nothing but it decides where the job
+    goes (no QoS, no choices, no node count, no fixed demand, no interference read, a current
+    placement) and no faster point exists; else None."""
+    if (
+        job.current is None
+        or job.deadline_s is not None
+        or job.min_rate_iters_per_s is not None
+        or job.gpu_choices
+        or job.num_nodes is not None
+        or has_fixed_demand(job)
+        or (job.profile.interference_kappa > 0 and communicates(job.num_gpus))
+    ):
+        return None
+    points = shape_points(job.profile, job.num_gpus, -(-job.num_gpus // shape.num_gpus), shape)
+    best = points.best
+    if points.fastest_speed > best.speed + EPS:
+        # The leftover pass could move it. best_case is the fastest point of every catalog profile
+        # today; this keeps the shortcut right for a matrix where it is not.
+        return None
+    return best.cpus_per_gpu, best.mem_gb_per_gpu, best.speed
+
+
+def _never_starves(
+    ordered_jobs: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+    shape: ServerShape,
+    best_cpus: Sequence[float],
+    best_mem_gb: Sequence[float],
+    above_share: Sequence[bool],
+) -> bool:
+    """`GenieRound.starves_gpus` is False for every job above its proportional share, in this order,
+    by more than MARGIN: free after it (everything free less the demands up to it) against the
+    proportional share of the GPUs after it (every job is admitted)."""
+    c, m = shape.cpus_per_gpu, shape.mem_gb_per_gpu
+    free_cpus = float(sum(float(s.free_cpus) for s in snapshot.servers))
+    free_mem_gb = float(sum(float(s.free_mem_gb) for s in snapshot.servers))
+    later_gpus = sum(job.num_gpus for job in ordered_jobs)
+    for pos, job in enumerate(ordered_jobs):
+        later_gpus -= job.num_gpus
+        free_cpus -= best_cpus[pos]
+        free_mem_gb -= best_mem_gb[pos]
+        if not above_share[pos] or later_gpus <= 0:
+            continue
+        if free_cpus - later_gpus * c < MARGIN or free_mem_gb - later_gpus * m < MARGIN:
+            return False
+    return True
