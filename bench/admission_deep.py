@@ -35,6 +35,7 @@ def timed_steps(totals: dict[str, list[float]]):
     """Time (CPU, wall) the admission forecast's steps, by the functions admission.py calls."""
     import scheduler_app.services.admission as admission
     import scheduler_app.services.forecasts as forecasts
+    import scheduler_app.services.live_queue as live_queue
 
     def wrap(module, name: str, label: str):
         real = getattr(module, name)
@@ -59,7 +60,8 @@ def timed_steps(totals: dict[str, list[float]]):
         (admission, "admission_predictions_fill", "predictions fill"),
         (forecasts, "forecast", "  core forecast"),
         (forecasts, "_window", "  _window"),
-        (forecasts, "round_inputs", "  round_inputs"),
+        (live_queue, "live_jobs", "  live_jobs"),
+        (live_queue, "round_inputs", "  round_inputs"),
     ]
     with ExitStack() as stack:
         for module, name, label in names:

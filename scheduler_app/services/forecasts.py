@@ -28,20 +28,15 @@ from django.db.models import Max
 from django.utils import timezone
 
 from cluster_app.models import Server
-from cluster_app.selectors import servers_taking_work
 from notify_app.services import notification_qos_at_risk
-from profiles_app.models import Workload
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.move_guard import one_server_views
 from scheduler_app.core.types import ClusterSnapshot, JobView
-from scheduler_app.models import Job, JobForecast, JobState, PendingReason
+from scheduler_app.models import Job, JobForecast, JobState
 from scheduler_app.selectors import (
     borrowing_teams,
-    dependency_pending_reason,
-    dependency_waits,
     next_round_at,
     own_command_iter_time_s,
-    round_inputs,
     team_quotas_left,
 )
 from scheduler_app.selectors.rounds import RoundInputs
@@ -51,6 +46,7 @@ from scheduler_app.services.forecast_store import (  # noqa: F401 (also this mod
     job_positions_store,
 )
 from scheduler_app.services.gc_pause import gc_paused
+from scheduler_app.services.live_queue import LiveQueue, live_queue
 from scheduler_app.simulator.forecast import ForecastRun, forecast
 from scheduler_app.simulator.forecast import JobForecast as JobForecastTimes
 
@@ -108,44 +104,6 @@ def _in_wall_time(view: JobView, job: Job, leases, scale: float, now_s: float) -
         startup_s=startup_s,
         lease_started_s=lease_started_s,
     )
-
-
-@dataclass
-class LiveQueue:
-    """The live queue as the forecast sees it: its jobs, who cannot run, and the round's inputs."""
-
-    jobs: list[Job]
-    held: set[int]
-    never: set[int]
-    waits: dict
-    servers: list[Server]
-    inputs: RoundInputs
-
-
-def live_queue(extra_jobs: Sequence[Job] = ()) -> LiveQueue:
-    """Read the live queue once (pending and running jobs, plus just-submitted `extra_jobs`) for a
-    forecast and the queue positions."""
-    jobs = list(Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]))
-    # The catalog once, shared by the jobs: a join would build (and decode the JSON of) one workload
-    # per job, most of reading a deep queue.
-    workloads = Workload.objects.in_bulk({j.workload_id for j in jobs if j.workload_id is not None})
-    for job in jobs:
-        if job.workload_id is not None:
-            job.workload = workloads[job.workload_id]
-    known = {j.pk for j in jobs}
-    jobs += [j for j in extra_jobs if j.pk not in known]
-    # Held jobs do not run until released: not in the forecast. Jobs after others (afterok) join its
-    # queue when those finish in it; a job after one that ended without completing never runs.
-    held = {j.pk for j in jobs if j.held and j.state == JobState.PENDING}
-    waits = dependency_waits(job_ids=[j.pk for j in jobs if j.state == JobState.PENDING and j.pk not in held])
-    never = {
-        job_id
-        for job_id, deps in waits.items()
-        if dependency_pending_reason(deps.values()) == PendingReason.DEPENDENCY_NEVER_SATISFIED
-    }
-    servers = list(servers_taking_work())
-    inputs = round_inputs(servers=servers, jobs=[j for j in jobs if j.pk not in held and j.pk not in never])
-    return LiveQueue(jobs=jobs, held=held, never=never, waits=waits, servers=servers, inputs=inputs)
 
 
 @dataclass
