@@ -49,6 +49,9 @@ def steady_plan(ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> R
     None when that is not certain: decide the round then."""
     if not ordered_jobs:
         return None
+    for job in ordered_jobs:
+        if job.current is None:
+            return None  # a newcomer or a waiting job (most rounds that are not steady): at once
     shape = cluster_shape(snapshot)
     if shape is None:
         return None
