@@ -194,21 +194,31 @@ def rounds_cost(
             part = None
             cycle_start = t
             while part is None or not part.done:
-                budget_s, must_play, wait_s = forecast_refresh.refresh_part_budget(client, now_s=t)
-                if wait_s > 0:
-                    t += wait_s
+                budget = forecast_refresh.refresh_part_budget(client, now_s=t)
+                if budget.wait_s > 0:
+                    t += budget.wait_s
                     continue
                 if other_process:
                     forecast_cycle.refresh_cycle_forget()  # as on the other process: read back from Redis
                 start, start_cpu = time.perf_counter(), time.process_time()
-                part = forecast_cycle.refresh_part(client, cpu_s=budget_s, now=now, must_play=must_play)
+                part = forecast_cycle.refresh_part(
+                    client, cpu_s=budget.cpu_s, now=now, must_play=budget.must_play, limit_s=budget.limit_s
+                )
                 cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
                 if part is None:
                     raise RuntimeError(f"another refresh holds {forecast_cycle.LOCK_KEY} on {redis_url}")
                 if part.started:
                     cycle_start = last_cycle_start = t
-                parts.append({"at": t, "cpu": cpu, "wall": wall, "budget": budget_s})
-                forecast_refresh.refresh_cpu_charge(client, started_s=t, cpu_s=part.cpu_s, now_s=t + wall)
+                parts.append(
+                    {"at": t, "cpu": cpu, "wall": wall, "budget": budget.cpu_s, "rounds": part.rounds}
+                )
+                forecast_refresh.refresh_cpu_charge(
+                    client,
+                    started_s=t,
+                    cpu_s=part.cpu_s,
+                    now_s=t + wall,
+                    rest_of_interval=not (part.done or part.started or part.rounds),
+                )
                 t += wall * (1 + pacing)  # the part, then its pace
             spans.append(
                 {"start": cycle_start, "end": t, "parts": sum(1 for p in parts if p["at"] >= cycle_start)}

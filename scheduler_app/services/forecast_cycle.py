@@ -108,6 +108,7 @@ class Part:
     asked: bool
     cpu_s: float
     started: bool  # this part read the queue and started the cycle
+    rounds: int = 0  # the forecast's rounds it played (0: its budget was less than the next round's cost)
 
 
 # The cycle this process played last (its next part, when it comes here, needs no unpickling).
@@ -115,19 +116,26 @@ _local: RefreshCycle | None = None
 
 
 def refresh_part(
-    client: redis.Redis, *, cpu_s: float, now: datetime | None = None, must_play: bool = True
+    client: redis.Redis,
+    *,
+    cpu_s: float,
+    now: datetime | None = None,
+    must_play: bool = True,
+    limit_s: float | None = None,
 ) -> Part | None:
     """Play the refresh's next part: start a cycle from the live queue when none is in progress, play
-    it until `cpu_s` of this process's CPU (counted from this call) would be overrun by the next round
-    (with `must_play`, a part that continues a cycle plays one round at least; without, a budget
-    smaller than a round plays none), and store what it settled. None when another part holds the
-    lock (it will go on)."""
+    it until `cpu_s` of this process's CPU (counted from this call) would be overrun by the next round,
+    and store what it settled. A part that continues a cycle plays its first round even when it would
+    pass `cpu_s`: always with `must_play`, else when it would not pass `limit_s` (default `cpu_s`;
+    what the caller can spend at most, the rest of the round interval's CPU). None when another part
+    holds the lock (it will go on)."""
     cpu_start = time.process_time()
     lock = uuid.uuid4().hex
     if not client.set(LOCK_KEY, lock, nx=True, ex=LOCK_TTL_S):
         return None
     try:
-        return _part(client, cpu_start, cpu_start + cpu_s, now, must_play=must_play)
+        limit = cpu_start + (cpu_s if limit_s is None else max(cpu_s, limit_s))
+        return _part(client, cpu_start, cpu_start + cpu_s, now, must_play=must_play, limit=limit)
     except Exception:
         # A cycle that failed once (a bug, a cycle another release left) would fail every part
         # until it expires: the next part starts from the queue instead.
@@ -153,7 +161,13 @@ def refresh_cycle_forget() -> None:
 
 
 def _part(
-    client: redis.Redis, cpu_start: float, deadline: float, now: datetime | None, *, must_play: bool
+    client: redis.Redis,
+    cpu_start: float,
+    deadline: float,
+    now: datetime | None,
+    *,
+    must_play: bool,
+    limit: float,
 ) -> Part:
     cycle, from_memory = _load(client)
     started = cycle is None
@@ -162,22 +176,26 @@ def _part(
         client.delete(ASKED_KEY)
         cycle = _start(now or timezone.now())
     ready, run = cycle.ready, cycle.ready.run
+    k_before = run.k if run is not None else 0
     # Decided before the rounds, so that the budget keeps room for the pickling only when it is due.
     checkpoint = (
         not from_memory or cycle.cpu_s - cycle.checkpoint_cpu_s + (deadline - cpu_start) >= CHECKPOINT_CPU_S
     )
-    deadline -= cycle.after_rounds_s + (cycle.save_s if checkpoint else 0.0)
+    after_s = cycle.after_rounds_s + (cycle.save_s if checkpoint else 0.0)
+    deadline -= after_s
+    limit -= after_s
     if run is not None and not run.done:
-        must_play = must_play and not started  # a part that only continues must move the forecast on
+        first = not started  # a part that only continues moves the forecast on when it can
 
         def stop(round_s: float) -> bool:
-            nonlocal must_play
-            if must_play:
-                must_play = False
-                return False
+            nonlocal first
             used_s = time.process_time()
             if not round_s:  # no round played yet: one costs about what reading its jobs did
                 round_s = used_s - cpu_start
+            if first:
+                first = False
+                if must_play or used_s + round_s <= limit:
+                    return False
             return used_s + round_s > deadline
 
         with gc_paused():  # as live_forecast's (services/forecasts.py)
@@ -216,7 +234,8 @@ def _part(
             cycle.save_s = time.process_time() - save_start
         else:
             _keep(client, cycle)
-    return Part(stored, estimates, done, asked, time.process_time() - cpu_start, started)
+    rounds = (run.k if run is not None else 0) - k_before
+    return Part(stored, estimates, done, asked, time.process_time() - cpu_start, started, rounds)
 
 
 def _estimates(ready: QueueForecast, job_ids: list[int]) -> dict[int, Estimate]:

@@ -110,6 +110,11 @@ def test_a_part_without_must_play_plays_no_round_past_its_budget(queue, client):
     assert not part.done and forecast_cycle._local.ready.run.k == k
     refresh_part(client, cpu_s=0.0, now=now)
     assert forecast_cycle._local.ready.run.k > k
+    # What the round interval has left (limit_s) lets its first round pass the part's budget: one round.
+    played = len(forecast_cycle._local.ready.run.recent_round_cpu_s)
+    assert played < forecast_cycle._local.ready.run.recent_round_cpu_s.maxlen
+    part = refresh_part(client, cpu_s=0.0, now=now, must_play=False, limit_s=60.0)
+    assert part.rounds >= 1 and len(forecast_cycle._local.ready.run.recent_round_cpu_s) == played + 1
 
 
 def test_a_part_stores_only_the_estimates_settled_so_far(queue, client):

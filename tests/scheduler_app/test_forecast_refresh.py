@@ -134,15 +134,15 @@ def refresh_taking(worker_mode, monkeypatch):
         part_cpu_s: float = 0.1,
         budgets: list | None = None,
     ) -> int:
-        def part(client, *, cpu_s: float, must_play: bool = True):
+        def part(client, *, cpu_s: float, must_play: bool = True, limit_s: float | None = None):
             if budgets is not None:
-                budgets.append((cpu_s, must_play))
+                budgets.append((cpu_s, must_play, limit_s))
             clock[0] += seconds
             fake.now += seconds
             done.append(seconds)
             stored = dict.fromkeys((1, 2, 3))  # three estimates
             estimates = stored if cycle_done else None
-            return forecast_cycle.Part(stored, estimates, cycle_done, asked, part_cpu_s, started)
+            return forecast_cycle.Part(stored, estimates, cycle_done, asked, part_cpu_s, started, rounds=1)
 
         monkeypatch.setattr(forecast_refresh, "refresh_part", part)
         return tasks.forecast_refresh_task.apply().get()
@@ -229,7 +229,9 @@ def test_the_parts_spend_at_most_the_cpu_per_round_and_go_on_in_the_next_interva
     assert run(1.0, cycle_done=False, part_cpu_s=0.45, budgets=budgets) == 3
     fake.now += INTERVAL_S - 1.0  # the minimum interval since the cycle's start
     assert run(1.0, cycle_done=False, started=False, part_cpu_s=0.45, budgets=budgets) == 3
-    assert budgets == [(0.4, True), (0.4, True)]
+    # The interval's first part must play a round; the next plays those that fit the 0.55 s left less
+    # half a part's budget (a round may cost more than the last ones did).
+    assert budgets == [(0.4, True, 1.0), (pytest.approx(0.35), False, pytest.approx(0.35))]
     # 0.9 s spent at 6011: the next part waits for 6060.
     assert sent[-1]["countdown"] == pytest.approx(60.0 - 11.0)
     fake.delete(forecast_refresh.QUEUED_KEY)
@@ -238,17 +240,40 @@ def test_the_parts_spend_at_most_the_cpu_per_round_and_go_on_in_the_next_interva
     assert len(budgets) == 2
     fake.now = 6060.0
     assert run(1.0, started=False, budgets=budgets) == 3
-    assert budgets[-1] == (0.4, True)
+    assert budgets[-1] == (0.4, True, 1.0)
 
 
 def test_a_part_that_finds_less_than_its_budget_left_plays_only_what_is_left(worker_mode, refresh_taking):
     fake, _ = worker_mode
     run, _ = refresh_taking
     fake.now = 6000.0
-    fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.7")  # 0.7 s spent in this interval (6000 / 60)
+    fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.45")  # 0.45 s spent in this interval (6000 / 60)
     budgets: list = []
     assert run(0.5, started=False, budgets=budgets) == 3
-    assert budgets == [(pytest.approx(0.3), False)]  # no round that would pass what is left
+    assert budgets == [(pytest.approx(0.35), False, pytest.approx(0.35))]  # no round past 0.55 - 0.2
+    fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.65")  # 0.35 left, 0.15 past the reserve: none
+    assert run(0.5, started=False, budgets=budgets) == 0
+    assert len(budgets) == 1
+
+
+def test_a_part_that_played_no_round_leaves_the_rest_of_the_interval(worker_mode, monkeypatch):
+    """Its budget was less than the next round's predicted cost: trying again on what is left would
+    not play one either, so the next part waits for the next interval."""
+    fake, sent = worker_mode
+    monkeypatch.setattr(forecast_refresh.time, "time", lambda: fake.now)
+    fake.now = 6000.0
+    fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.3")  # 0.7 s left
+    budgets: list = []
+
+    def no_round(client, *, cpu_s, must_play=True, limit_s=None):
+        budgets.append((cpu_s, must_play))
+        fake.now += 0.5
+        return forecast_cycle.Part({}, None, False, False, 0.01, False, rounds=0)
+
+    monkeypatch.setattr(forecast_refresh, "refresh_part", no_round)
+    assert tasks.forecast_refresh_task.apply().get() == 0
+    assert budgets == [(0.4, False)]
+    assert sent[-1]["countdown"] == pytest.approx(60.0 - 0.5)
 
 
 def test_no_cpu_per_round_bound_when_it_is_0(settings, worker_mode, refresh_taking):
@@ -264,7 +289,7 @@ def test_no_cpu_per_round_bound_when_it_is_0(settings, worker_mode, refresh_taki
     for _ in range(4):
         fake.now += INTERVAL_S
         assert run(1.0, cycle_done=False, started=False, part_cpu_s=0.9, budgets=budgets) == 3
-    assert budgets == [(0.4, True)] * 4
+    assert budgets == [(0.4, True, 0.4)] * 4
     assert fake.get(forecast_refresh.CPU_WINDOW_KEY) is None
 
 
