@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 
 from scheduler_app.core.types import Decision, JobView, Placement, RoundPlan, SensitivityProfile
 
@@ -48,11 +49,15 @@ def colocated_comm_jobs(placements: Iterable[Placement]) -> dict[int, int]:
     return counts
 
 
+_kappa_of = attrgetter("profile.interference_kappa")
+
+
 def with_interference(plan: RoundPlan, jobs: Sequence[JobView] | Mapping[int, JobView]) -> RoundPlan:
     """The plan with each placed job's speed-up divided by its interference factor (the same plan
     when no job's workload has a measured kappa, which is the common case and costs one scan)."""
     views = jobs.values() if isinstance(jobs, Mapping) else jobs
-    if not any(j.profile.interference_kappa > 0 for j in views):
+    # The distinct kappas (a handful of profiles), gathered without a Python call per job.
+    if not any(kappa > 0 for kappa in set(map(_kappa_of, views))):
         return plan
     by_id = jobs if isinstance(jobs, Mapping) else {j.job_id: j for j in jobs}
     placements = plan.placements()

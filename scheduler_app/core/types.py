@@ -115,7 +115,10 @@ class Placement:
 
     @property
     def num_gpus(self) -> int:
-        return sum(len(s.gpu_indices) for s in self.shares)
+        shares = self.shares
+        if len(shares) == 1:  # most placements (and this is asked of every placement every round)
+            return len(shares[0].gpu_indices)
+        return sum(len(s.gpu_indices) for s in shares)
 
     @property
     def num_cpus(self) -> int:

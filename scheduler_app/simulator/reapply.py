@@ -97,15 +97,16 @@ def without(template: Template, done: list) -> Template:
     Its `plan` is still the old one until then."""
     gone = {id(job) for job in done}
     rows = [row for row in template.rows if id(row[0]) not in gone]
-    sums = [0.0, 0.0, 0.0, 0.0, 0.0]
+    s_gpu = s_cpu = s_mem = s_cpu_used = s_mem_used = 0.0
     for row in rows:
         gpus, cpus, mem_gb, cpus_used, mem_used = row[0].resources
-        sums[0] += gpus
-        sums[1] += cpus
-        sums[2] += mem_gb
-        sums[3] += cpus_used
-        sums[4] += mem_used
-    return Template(template.plan, rows, tuple(sums), template.round_s, template.round_end)
+        s_gpu += gpus
+        s_cpu += cpus
+        s_mem += mem_gb
+        s_cpu_used += cpus_used
+        s_mem_used += mem_used
+    sums = (s_gpu, s_cpu, s_mem, s_cpu_used, s_mem_used)
+    return Template(template.plan, rows, sums, template.round_s, template.round_end)
 
 
 def adopt(template: Template, plan: RoundPlan, active: Mapping) -> Template | None:
@@ -208,23 +209,28 @@ def run(template: Template, now_s: float, totals: list[float], owner_gained: dic
     round_s = template.round_s
     done_now = []
     if template.round_end:
+        # The five totals in locals: each is still added to row by row, in the rows' order.
+        t_gpu, t_cpu, t_mem, t_cpu_used, t_mem_used = totals
         for job, step, _rate, held_gpu_s, g, c, m, cu, mu, owner in template.rows:
-            job.done_iters += step
+            done = job.done_iters + step
             job.since_ckpt_s += round_s
-            if job.done_iters >= job.total_iters:
+            if done >= job.total_iters:
                 job.done_iters = job.total_iters
                 job.finish_s = now_s + round_s
                 done_now.append(job)
+            else:
+                job.done_iters = done
             if not blind:
                 job.view = None
             job.attained_gpu_s += held_gpu_s
             if owner is not None:
                 owner_gained[owner] += held_gpu_s
-            totals[0] += g
-            totals[1] += c
-            totals[2] += m
-            totals[3] += cu
-            totals[4] += mu
+            t_gpu += g
+            t_cpu += c
+            t_mem += m
+            t_cpu_used += cu
+            t_mem_used += mu
+        totals[:] = t_gpu, t_cpu, t_mem, t_cpu_used, t_mem_used
         return done_now
     limit_s = round_s * (1.0 + FINISH_REL_TOL)
     for job, step, rate, held_gpu_s, g, c, m, cu, mu, owner in template.rows:

@@ -113,17 +113,19 @@ class TuneRound(SteadyRound, RoundSetup):
 
     def run(self) -> RoundPlan:
         jobs = self.jobs
-        runnable: list[tuple[int, float, float, int]] = []
-        for pos in self.admit():
-            job = jobs[pos]
-            if self.order == ORDER_DEMAND:
+        admitted = self.admit()
+        if self.order == ORDER_DEMAND:
+            runnable: list[tuple[int, float, float, int]] = []
+            for pos in admitted:
+                job = jobs[pos]
                 point = self.demands.fixed_point(job) if has_fixed_demand(job) else self.demands.best(job)
                 runnable.append((-job.num_gpus, -point.cpus_per_gpu, -point.mem_gb_per_gpu, pos))
-            else:
-                runnable.append((-job.num_gpus, 0.0, 0.0, pos))
-        # Per-GPU and total CPU/memory order alike within one GPU count; pos keeps policy order.
-        runnable.sort()
-        order = [pos for *_, pos in runnable]
+            # Per-GPU and total CPU/memory order alike within one GPU count; pos keeps policy order.
+            runnable.sort()
+            order = [item[3] for item in runnable]
+        else:
+            # More GPUs first, ties in policy order: a stable sort of the positions (in policy order).
+            order = sorted(admitted, key=lambda pos: -jobs[pos].num_gpus)
         start = 0
         if self.sticky:
             start = self.hold_current(order) if self.keep_homes else 0
