@@ -51,7 +51,11 @@ class Aging:
 
     def threshold_s(self, job: JobView) -> float:
         """How long `job` may wait before it is aged: max(k x E_prop, floor), capped at max_wait_s."""
-        threshold = max(self.factor * proportional_execution_s(job), self.floor_s)
+        return self.threshold_for_s(proportional_execution_s(job))
+
+    def threshold_for_s(self, proportional_s: float) -> float:
+        """threshold_s for a job whose E_prop is `proportional_s` (a caller that has it already)."""
+        threshold = max(self.factor * proportional_s, self.floor_s)
         return threshold if self.max_wait_s is None else min(threshold, self.max_wait_s)
 
     def is_aged(self, job: JobView, now_s: float) -> bool:

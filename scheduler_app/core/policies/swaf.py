@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging
+from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging, wait_s
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.policies.execution import (
     best_execution_s,
@@ -86,6 +86,8 @@ class SwafPolicy(Policy):
         return frozenset(j.job_id for j in jobs if _without_qos_target(j) and aging.is_aged(j, now_s))
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
+        if all(_without_qos_target(j) for j in jobs):
+            return _order_without_qos_targets(jobs, now_s, self.aging)
         shape = snapshot_shape(snapshot)
         unguaranteed: set[int] = set()
         if self.plannable_share is not None:
@@ -139,6 +141,26 @@ def _rate_reachable(job: JobView, shape: ServerShape | None) -> bool:
     """Whether a minimum-rate job's best case reaches its rate."""
     assert job.min_rate_iters_per_s is not None
     return best_rate_iters_per_s(job, shape) + EPS >= job.min_rate_iters_per_s
+
+
+def _order_without_qos_targets(jobs: Sequence[JobView], now_s: float, aging: Aging | None) -> list[JobView]:
+    """`SwafPolicy.order` where no job has a QoS target (a Synergy trace, a lab without deadlines):
+    only the aged tail (2) and the shortest-first tail (5), each job's E_prop worked out once for its
+    key and its aging test (the same arithmetic as proportional_execution_s and Aging.is_aged: the
+    same order). The guarantees' pass has nothing to do without deadlines."""
+    keyed: list[tuple[tuple[int, int, float, float, int], JobView]] = []
+    for j in jobs:
+        e_prop_s = proportional_execution_s(j)
+        if aging is not None and wait_s(j, now_s) > aging.threshold_for_s(e_prop_s):
+            keyed.append(((-j.priority, AGED, 0.0, j.arrival_s, j.job_id), j))
+        else:
+            keyed.append(((-j.priority, NO_DEADLINE, e_prop_s, j.arrival_s, j.job_id), j))
+    keyed.sort(key=_first)
+    return [j for _, j in keyed]
+
+
+def _first(item: tuple[tuple[int, int, float, float, int], JobView]) -> tuple[int, int, float, float, int]:
+    return item[0]
 
 
 def _without_qos_target(job: JobView) -> bool:

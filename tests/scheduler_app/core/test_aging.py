@@ -158,3 +158,41 @@ def test_every_aged_job_precedes_every_job_that_is_not_and_aged_jobs_go_by_arriv
     assert [(j.arrival_s, j.job_id) for j in aged] == sorted((j.arrival_s, j.job_id) for j in aged)
     rest = [j for j, f in zip(ordered, flags, strict=True) if not f]
     assert [j.remaining_iters for j in rest] == sorted(j.remaining_iters for j in rest)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # priority
+            st.floats(0.0, 5000.0),  # arrival
+            st.integers(1, 4000),  # total iterations
+            st.integers(0, 4000),  # done
+            st.floats(0.0, 20000.0),  # attained GPU-seconds
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from(
+        [None, Aging(factor=2.0, floor_s=300.0), Aging(factor=4.0, floor_s=0.0, max_wait_s=900.0)]
+    ),
+)
+def test_swaf_without_qos_targets_orders_as_its_keys_say(rows, aging):
+    """SWAF's order of jobs none of which has a QoS target (worked out in one pass, swaf.py
+    `_order_without_qos_targets`) is the documented one: aged jobs by arrival, then shortest remaining
+    proportional execution time first, after a higher priority; ties by arrival, then id."""
+    jobs = [
+        job(i, arrival_s=a, total_iters=t, done_iters=min(d, t), attained_service_gpu_s=s, priority=p)
+        for i, (p, a, t, d, s) in enumerate(rows)
+    ]
+    now_s = 6000.0
+
+    def key(j: JobView) -> tuple:
+        if aging is not None and aging.is_aged(j, now_s):
+            return (-j.priority, 0, 0.0, j.arrival_s, j.job_id)
+        return (-j.priority, 1, j.remaining_iters * j.profile.iter_time_s, j.arrival_s, j.job_id)
+
+    ordered = SwafPolicy(aging=aging).order(jobs, CLUSTER, now_s)
+    assert [j.job_id for j in ordered] == [j.job_id for j in sorted(jobs, key=key)]
+    aged = SwafPolicy(aging=aging).must_not_wait(jobs, CLUSTER, now_s)
+    assert aged == {j.job_id for j in jobs if aging is not None and aging.is_aged(j, now_s)}
