@@ -187,7 +187,10 @@ def live_forecast(
     in the policy's order have finished; the pending jobs behind them are told so (BEYOND_WINDOW, with
     the latest start in the window as the earliest theirs can be). Under a static order (FIFO) the
     jobs behind are not simulated at all, so the forecast's cost follows the window, not the queue."""
-    ready, play = _prepared(now, targets, extra_jobs, early_round, queue, window_jobs)
+    # Made ready without the collector too: its views and (without `queue`) the queue's read are tens
+    # of thousands of objects that reference counting frees (services/gc_pause.py).
+    with gc_paused():
+        ready, play = _prepared(now, targets, extra_jobs, early_round, queue, window_jobs)
     out = dict(ready.known)
     if play is None:
         out.update(ready.behind_estimates({}))
@@ -211,9 +214,9 @@ def queue_forecast(
 ) -> QueueForecast:
     """The forecast of every live job (live_forecast's, on the same arguments) made ready to play in
     parts: its ForecastRun built, no round played yet."""
-    ready, play = _prepared(now, None, (), False, queue, window_jobs)
-    if play is not None:
-        with gc_paused():  # as live_forecast's: building it copies every played job's state
+    with gc_paused():  # as live_forecast's; building the run copies every played job's state
+        ready, play = _prepared(now, None, (), False, queue, window_jobs)
+        if play is not None:
             ready.run = ForecastRun(play.snapshot, play.views, **play.kwargs)
     return ready
 
@@ -347,11 +350,12 @@ def queue_positions(queue: LiveQueue, *, now: datetime) -> dict[int, int]:
     fits them) come last, in submission order."""
     pending = {j.pk: j for j in queue.jobs if j.state == JobState.PENDING}
     policy = scheduler_conf().policy_obj()
-    ordered = [
-        view.job_id
-        for view in policy.order(queue.inputs.views, queue.inputs.snapshot, now.timestamp())
-        if view.job_id in pending
-    ]
+    with gc_paused():  # the order's keys and lists, one per live job, freed by reference counting
+        ordered = [
+            view.job_id
+            for view in policy.order(queue.inputs.views, queue.inputs.snapshot, now.timestamp())
+            if view.job_id in pending
+        ]
     placed = set(ordered)
     ordered += [
         j.pk for j in sorted(pending.values(), key=lambda j: (j.submitted_at, j.pk)) if j.pk not in placed

@@ -14,6 +14,7 @@ from profiles_app.models import Workload
 from scheduler_app.models import Job, JobState, PendingReason
 from scheduler_app.selectors import dependency_pending_reason, dependency_waits, round_inputs
 from scheduler_app.selectors.rounds import RoundInputs
+from scheduler_app.services.gc_pause import gc_paused
 
 LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
 
@@ -32,7 +33,15 @@ class LiveQueue:
 
 def live_queue(extra_jobs: Sequence[Job] = ()) -> LiveQueue:
     """Read the live queue once (pending and running jobs, plus just-submitted `extra_jobs`) for a
-    forecast and the queue positions."""
+    forecast and the queue positions. Without the collector's passes (services/gc_pause.py): the
+    read's rows, Jobs and views are tens of thousands of objects without cycles, and each pass
+    walked them again (the read, the forecast's preparation and the positions at 10,000 live jobs,
+    paused there too: 0.31 to 0.34 s of CPU against 0.33 to 0.36, eight alternated runs each)."""
+    with gc_paused():
+        return _live_queue(extra_jobs)
+
+
+def _live_queue(extra_jobs: Sequence[Job]) -> LiveQueue:
     jobs = live_jobs()
     known = {j.pk for j in jobs}
     jobs += [j for j in extra_jobs if j.pk not in known]

@@ -77,3 +77,21 @@ def test_with_a_receiver_on_jobs_init_every_job_is_built_by_the_orm(queue):
         signals.post_init.disconnect(receiver, sender=Job)
     assert sorted(heard) == sorted(j.pk for j in jobs) == sorted(orm_live_jobs())
     assert all(fields(j) == fields(Job.objects.get(pk=j.pk)) for j in jobs)
+
+
+def test_the_queue_is_read_without_the_collector_which_is_back_after(queue, monkeypatch):
+    import gc
+
+    from scheduler_app.services import live_queue as module
+
+    seen = []
+    real = module.round_inputs
+
+    def spy(**kwargs):
+        seen.append(gc.isenabled())
+        return real(**kwargs)
+
+    monkeypatch.setattr(module, "round_inputs", spy)
+    assert gc.isenabled()
+    module.live_queue()
+    assert seen == [False] and gc.isenabled()
