@@ -225,12 +225,7 @@ def rounds_cost(
             )
             estimates.append(part.estimates or {})
         client.delete(forecast_refresh.CPU_WINDOW_KEY)
-    per_interval: dict[int, float] = {}
-    for p in parts:
-        index = math.floor(p["at"] / round_s)
-        per_interval[index] = per_interval.get(index, 0.0) + p["cpu"]
-    first, last = min(per_interval), max(per_interval)
-    intervals = [per_interval.get(i, 0.0) for i in range(first, last + 1)]
+    intervals = cpu_per_interval([(p["at"], p["cpu"]) for p in parts], round_s)
     return {
         "parts": parts,
         "intervals": intervals,
@@ -242,6 +237,21 @@ def rounds_cost(
         "decided": counts["decided"],
         "estimates": estimates,
     }
+
+
+def cpu_per_interval(parts: list[tuple[float, float]], round_s: float) -> list[float]:
+    """The CPU of each round interval (k x round_s on the clock) from the first part's to the last's,
+    each part's (start, CPU seconds) counted in the interval it started in, as the service counts it."""
+    per_interval: dict[int, float] = {}
+    for at_s, cpu_s in parts:
+        index = math.floor(at_s / round_s)
+        per_interval[index] = per_interval.get(index, 0.0) + cpu_s
+    return [per_interval.get(i, 0.0) for i in range(min(per_interval), max(per_interval) + 1)]
+
+
+def intervals_spanned(start_s: float, end_s: float, round_s: float) -> int:
+    """How many round intervals a cycle from `start_s` to `end_s` touches."""
+    return math.floor(end_s / round_s) - math.floor(start_s / round_s) + 1
 
 
 def without_finish(cut: dict, whole: dict) -> int:
@@ -350,10 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     each = [p["cpu"] for p in seq["parts"]]
     walls = [p["wall"] for p in seq["parts"]]
     intervals = seq["intervals"]
-    spans = [
-        math.floor(c["end"] / seq["round_s"]) - math.floor(c["start"] / seq["round_s"]) + 1
-        for c in seq["spans"]
-    ]
+    spans = [intervals_spanned(c["start"], c["end"], seq["round_s"]) for c in seq["spans"]]
     cap = f"{seq['cap_s']:g} s" if seq["cap_s"] > 0 else "no bound"
     print(
         f"\nthe worker's refresh: {args.cycles} cycle(s) one after the other, parts of at most "

@@ -1,10 +1,12 @@
-"""bench.forecast_refresh's own arithmetic: the comparison of two refreshes' estimates."""
+"""bench.forecast_refresh's own arithmetic: two refreshes' estimates compared, the CPU per round interval."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bench.forecast_refresh import differences, without_finish
+import pytest
+
+from bench.forecast_refresh import cpu_per_interval, differences, intervals_spanned, without_finish
 from scheduler_app.services.forecasts import Estimate
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
@@ -26,3 +28,10 @@ def test_a_cut_refresh_counts_the_jobs_it_left_without_the_whole_forecasts_finis
     assert without_finish(cut, whole) == 1  # job 3 has none in either
     assert without_finish({}, whole) == 2
     assert without_finish(whole, whole) == 0
+
+
+def test_the_cpu_of_each_round_interval_counts_each_part_where_it_started() -> None:
+    parts = [(6000.0, 0.4), (6030.0, 0.35), (6059.9, 0.2), (6125.0, 0.3)]  # 6060-6119: none
+    assert cpu_per_interval(parts, 60.0) == pytest.approx([0.95, 0.0, 0.3])
+    assert intervals_spanned(6030.0, 6125.0, 60.0) == 3
+    assert intervals_spanned(6000.0, 6059.0, 60.0) == 1
