@@ -46,7 +46,7 @@ from scheduler_app.services.forecast_store import (  # noqa: F401 (also this mod
     job_positions_store,
 )
 from scheduler_app.services.gc_pause import gc_paused
-from scheduler_app.services.live_queue import LiveQueue, live_queue
+from scheduler_app.services.live_queue import LiveQueue, live_queue, live_restarts
 from scheduler_app.simulator.forecast import ForecastRun, forecast
 from scheduler_app.simulator.forecast import JobForecast as JobForecastTimes
 
@@ -257,7 +257,7 @@ def _prepared(
         ready.placeable, ready.behind, views = _window(
             placeable, views, inputs, now, window_jobs, queue.waits
         )
-    restarts = conf.restarts
+    restarts = live_restarts(queue.servers)
     if restarts is not None and restarts.one_server:
         # What the move guard does to every round's views (core/engine.py), done once here: a view
         # already on one server is left as it is, so the simulated rounds no longer copy every job's

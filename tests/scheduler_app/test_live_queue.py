@@ -95,3 +95,36 @@ def test_the_queue_is_read_without_the_collector_which_is_back_after(queue, monk
     assert gc.isenabled()
     module.live_queue()
     assert seen == [False] and gc.isenabled()
+
+
+def test_the_forecast_prices_restarts_as_the_live_round_does(user, gpu01_res18, monkeypatch):
+    """A server whose agent cannot resize in place (live_resize off) is static in the forecast as in
+    the live round: a resize there is a restart, not a free change the forecast alone would plan."""
+    import scheduler_app.services.forecasts as forecasts
+    import scheduler_app.services.rounds as rounds
+    from cluster_app.models import Server
+    from tests.api.helpers import make_server
+
+    Server.objects.filter(pk=gpu01_res18.pk).update(live_resize=True)
+    static = make_server("gpu02", gpus=4, cpus=12, mem_gb=250)
+    Server.objects.filter(pk=static.pk).update(live_resize=False)
+    submit(user, gpus=4, iters=1000)
+    submit(user, gpus=4, iters=1000)
+    submit(user, gpus=2, iters=1000)
+    seen = {}
+
+    def spy(module, name, label):
+        real = getattr(module, name)
+
+        def call(*args, **kwargs):
+            seen[label] = kwargs["restarts"]
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    spy(rounds, "schedule_round", "round")
+    spy(forecasts, "forecast", "forecast")
+    scheduling_round_run()
+    forecasts.job_forecasts_refresh()
+    assert seen["forecast"] == seen["round"]
+    assert seen["forecast"].static_servers == {static.pk}
