@@ -47,14 +47,13 @@ counts the placement penalty of N servers).
 Unlike the Synergy allocators, GENIE may give a job less than its GPU-proportional share: that is
 the point of "fewest resources", and its QoS jobs still meet their deadlines.
 A job's candidate points and GPU-count variants live in genie_candidates.py; the speed a QoS job needs
-and what a round reads of it (need_key) in genie_needs.py; the leftover pass and whether a plan repeats
-in genie_leftovers.py; a steady round (every job kept at its best case) told without the search in
-genie_steady.py.
+and what a round reads of it (need_key) in genie_needs.py; a placement's speed and interference test
+in genie_costs.py; the leftover pass and whether a plan repeats in genie_leftovers.py; a steady round
+(every job kept at its best case) told without the search in genie_steady.py.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -66,11 +65,12 @@ from scheduler_app.core.allocators.genie_candidates import (
     gpu_variant,
     points_by_cost,
 )
+from scheduler_app.core.allocators.genie_costs import acceptable, avoiding_comm, comm_neighbours, speed_on
 from scheduler_app.core.allocators.genie_leftovers import hand_out_leftovers, repeats
 from scheduler_app.core.allocators.genie_needs import need_key, required_speed
 from scheduler_app.core.allocators.genie_points import shape_points
 from scheduler_app.core.allocators.genie_steady import steady_plan
-from scheduler_app.core.interference import communicates, interference_factor
+from scheduler_app.core.interference import communicates
 from scheduler_app.core.placement import PACKED, Plan, has_fixed_demand, pending_reason
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.throughput import (
@@ -146,6 +146,15 @@ class GenieRound(RoundSetup):
     # -- one job ---------------------------------------------------------------------------------
     def decide(self, pos: int, job: JobView) -> None:
         assert self.shape is not None  # a feasible job implies a non-empty cluster
+        if (
+            not job.gpu_choices
+            and job.deadline_s is None
+            and job.min_rate_iters_per_s is None
+            and job.cpus_per_gpu_override is None
+            and job.mem_gb_per_gpu_override is None
+        ):
+            self.decide_best_effort(pos, job)
+            return
         reserved_before = self.reservation is not None
         self.spread_too_slow = self.interference_blocked = False
         state = self.state
@@ -176,6 +185,31 @@ class GenieRound(RoundSetup):
             if unfit and least_cpus >= 0 and variant.num_nodes is None:
                 self.unfit[id(options)] = options
         self.wait(pos, job, reserved_before, tries[0][2] if tries[0][0] is job else self.required_speed(job))
+
+    def decide_best_effort(self, pos: int, job: JobView) -> None:
+        """`decide` for a job without a QoS target, GPU-count choices or a fixed demand (most jobs,
+        and nearly all of a deep queue's waiting ones): its steps without `tries`, the QoS need and
+        the option kinds it cannot have, so that a job that cannot fit waits after two tests."""
+        shape = self.shape
+        assert shape is not None
+        reserved_before = self.reservation is not None
+        self.spread_too_slow = self.interference_blocked = False
+        state = self.state
+        num_gpus = job.num_gpus
+        if num_gpus <= state.free_gpu_count:
+            servers = job.num_nodes or -(-num_gpus // shape.num_gpus)
+            options, least_cpus, least_mem_gb = shape_points(
+                job.profile, num_gpus, servers, shape
+            ).best_effort_options()
+            if id(options) not in self.unfit and state.totals_allow(num_gpus, least_cpus, least_mem_gb):
+                unfit = True
+                for point, reason in options:
+                    if self.place(pos, job, point, reason):
+                        return
+                    unfit = unfit and not self.found
+                if unfit and job.num_nodes is None:
+                    self.unfit[id(options)] = options
+        self.wait(pos, job, reserved_before, None)
 
     def wait(self, pos: int, job: JobView, reserved_before: bool, need: float | None) -> None:
         """`job` found no place: its claims go, a QoS job (`need`, at its own GPU count) may reserve,
@@ -322,12 +356,12 @@ class GenieRound(RoundSetup):
             dc, dm = state.uniform(point.cpus_per_gpu), state.uniform(point.mem_gb_per_gpu)
         if reason == reasons.BEST_CASE and self.starves_gpus(plan, point):
             return False  # the proportional share next, where this best case would idle GPUs
-        speed = self.speed_on(job, point, plan)
-        if not self.acceptable(job, plan, speed, need) and self.comm_neighbours(job, plan):
+        speed = speed_on(self, job, point, plan)
+        if not acceptable(self, job, plan, speed, need) and comm_neighbours(self, job, plan):
             # Interference in the way: the same point away from every communicating job, if it fits.
-            far = state.find(PACKED, job.num_gpus, *self.avoiding_comm(dc, dm), owner)
+            far = state.find(PACKED, job.num_gpus, *avoiding_comm(self, dc, dm), owner)
             if far is not None:
-                plan, speed = far, self.speed_on(job, point, far)
+                plan, speed = far, speed_on(self, job, point, far)
         if need is not None and job.deadline_s is not None and self.keyed:
             # need_key holds which points meet the need at the point's own speed on the fewest
             # servers: a comparison of the need with another speed (a spread, interference, a fixed
@@ -335,7 +369,7 @@ class GenieRound(RoundSetup):
             base = with_penalty(point.speed, job.profile, self.min_servers(job), job.num_gpus)
             if speed != base or not own_count or fixed:
                 self.keyed = False
-        if not self.acceptable(job, plan, speed, need):
+        if not acceptable(self, job, plan, speed, need):
             if need is not None and with_penalty(point.speed, job.profile, len(plan), job.num_gpus) < need:
                 self.spread_too_slow = True
             else:
@@ -378,50 +412,6 @@ class GenieRound(RoundSetup):
         free_cpus = sum(state.free_cpus) - gpus * point.cpus_per_gpu
         free_mem_gb = sum(state.free_mem_gb) - gpus * point.mem_gb_per_gpu
         return free_cpus < self.later_gpus * c - EPS or free_mem_gb < self.later_gpus * m - EPS
-
-    # -- placement cost: the spread's slowdown and interference ----------------------------------
-    def comm_neighbours(self, job: JobView, plan: Plan) -> list[Held]:
-        """The communicating jobs placed so far on the servers of `plan` (each once)."""
-        seen: dict[int, Held] = {}
-        for i, _ in plan:
-            for h in self.comm_on_server.get(i, ()):
-                seen.setdefault(h.job.job_id, h)
-        seen.pop(job.job_id, None)
-        return list(seen.values())
-
-    def speed_on(self, job: JobView, point: OperatingPoint, plan: Plan) -> float:
-        """The job's speed at `point` on the servers of `plan`: the spread's slowdown and GENIE's
-        interference from the communicating jobs placed there so far."""
-        speed = with_penalty(point.speed, job.profile, len(plan), job.num_gpus)
-        if job.profile.interference_kappa <= 0 or not communicates(job.num_gpus):
-            return speed  # a factor of 1.0 whatever its neighbours (interference_factor)
-        return speed / interference_factor(job.profile, job.num_gpus, len(self.comm_neighbours(job, plan)))
-
-    def acceptable(self, job: JobView, plan: Plan, speed: float, need: float | None) -> bool:
-        """Whether `plan` keeps the job's QoS (`need`) and, for a communicating job, every communicating
-        QoS neighbour's: one more communicating job next to it must not take it below its need."""
-        if need is not None and speed < need - EPS:
-            return False
-        if not self.kappa_qos_held or not communicates(job.num_gpus):
-            return True
-        for h in self.comm_neighbours(job, plan):
-            if h.need is None or h.job.profile.interference_kappa <= 0:
-                continue
-            if h.job.deadline_s is not None:
-                self.keyed = False  # a neighbour's deadline need against a speed need_key lacks
-            x = len(self.comm_neighbours(h.job, [(s.server_pos, 0) for s in h.shares]))
-            base = with_penalty(h.point.speed, h.job.profile, len(h.shares), h.job.num_gpus)
-            if base / interference_factor(h.job.profile, h.job.num_gpus, x + 1) < h.need - EPS:
-                return False
-        return True
-
-    def avoiding_comm(self, dc: Sequence[float], dm: Sequence[float]) -> tuple[list[float], list[float]]:
-        """Per-server demands that no server holding a communicating job can meet (an infinite one)."""
-        dc, dm = list(dc), list(dm)
-        for i, held in self.comm_on_server.items():
-            if held:
-                dc[i] = dm[i] = math.inf
-        return dc, dm
 
     def reserve(self, job: JobView) -> None:
         """Reserve for `job`: the earliest time the jobs placed so far free enough GPUs for it."""
