@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
-
 from cluster_app.agent_wake import syncing_server, wake_generation
 from cluster_app.models import Server
 from cluster_app.services import UsageReport
@@ -17,12 +15,7 @@ from scheduler_app.models import AgentReportKind
 from scheduler_app.selectors import agent_commands
 from scheduler_app.services.agents import agent_heartbeat, allocations_start_sent
 from scheduler_app.services.report_apply import LeaseReport
-from scheduler_app.services.report_ingest import (
-    URGENT_KINDS,
-    ReportsOutcome,
-    agent_reports_apply_stored,
-    agent_reports_store,
-)
+from scheduler_app.services.report_ingest import URGENT_KINDS, ReportsOutcome, agent_reports_ingest
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +55,8 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     """Mark the server alive with its usage, store its reports (each once) and apply what must be, and
     compute its commands.
 
-    In this order: the reports stored with the heartbeat, then applied, whose exits the commands must
-    see; the commands last, read after both. A server whose reports cannot be stored or applied still
-    counts as alive (`_heartbeat_with_reports`).
+    In this order: the heartbeat first, so that a server whose reports cannot be applied still counts
+    as alive; then the reports, whose exits the commands must see; the commands last, read after both.
     Reports are acknowledged once stored: applying them cannot lose them (services/report_ingest.py),
     and a report that fails to apply (a bug) is logged and retried by the applier while this node's
     commands still go out: a poisoned report must not cut a node off the scheduler.
@@ -76,53 +68,28 @@ def agent_sync(*, server: Server, request: SyncRequest) -> SyncOutcome:
     nor the wait it holds during this sync (its server is left out of the wake: `syncing_server`;
     until 2026-11-29 that wait answered at once, one more sync per job end again).
     """
+    server = agent_heartbeat(server=server, usage=request.usage)
+    outcome = ReportsOutcome()
     if request.reports:
-        server, outcome = _heartbeat_with_reports(server=server, request=request)
-    else:
-        server, outcome = agent_heartbeat(server=server, usage=request.usage), ReportsOutcome()
+        urgent = any(r.kind in WAITING_KINDS for r in request.reports)
+        try:
+            # What the reports change on this server (an exit ends its lease) does not wake this agent:
+            # the commands below answer it (cluster_app/agent_wake.py, `syncing_server`).
+            with syncing_server(server.pk):
+                outcome = agent_reports_ingest(
+                    server=server,
+                    reports=request.reports,
+                    lock_wait_ms=REPORTS_LOCK_WAIT_MS if urgent else PROGRESS_LOCK_WAIT_MS,
+                )
+        except Exception:  # not even stored: unacknowledged, the agent sends them again
+            logger.exception(
+                "server %s: %d reports could not be stored; left for the agent to resend",
+                server.name,
+                len(request.reports),
+            )
     generation = wake_generation(server.pk)
     commands = agent_commands(server=server, running=request.running, sizes=request.sizes)
     # Before the answer leaves: from now on the agent may run these leases, and a later lease of their
     # jobs must wait for their exit or their fence (selectors/lease_starts.py).
     allocations_start_sent(lease_ids=[c["lease_id"] for c in commands if c.get("kind") == "start"])
     return SyncOutcome(server=server, commands=commands, reports=outcome, generation=generation)
-
-
-def _heartbeat_with_reports(*, server: Server, request: SyncRequest) -> tuple[Server, ReportsOutcome]:
-    """The heartbeat and the reports stored in one transaction (one commit's WAL flush where there were
-    two: about 0.1 ms of PostgreSQL's CPU and a flush's wait, every sync with reports), then the
-    reports applied in their own (report_ingest.py).
-
-    The reports go first: the heartbeat's last write, the cluster-wide minute's row, is locked until
-    the commit, and every server's heartbeat waits on it; stored after it, the reports would hold it
-    the longer. When the reports cannot be stored (a bug; the rollback took the heartbeat with them)
-    the heartbeat is written alone, and the reports are left unacknowledged for the agent to resend;
-    a heartbeat that fails (an unregistered server) fails the sync, nothing stored, as before.
-    """
-    urgent = any(r.kind in WAITING_KINDS for r in request.reports)
-    step = "store"
-    try:
-        # What the reports change on this server (an exit ends its lease) does not wake this agent:
-        # the commands below answer it (cluster_app/agent_wake.py, `syncing_server`).
-        with syncing_server(server.pk):
-            with transaction.atomic():
-                stored = agent_reports_store(server=server, reports=request.reports)
-                step = "heartbeat"
-                server = agent_heartbeat(server=server, usage=request.usage)
-                step = "store"  # the commit
-            step = "apply"  # catches its own failures (report_ingest.py)
-            outcome = agent_reports_apply_stored(
-                server=server,
-                stored=stored,
-                lock_wait_ms=REPORTS_LOCK_WAIT_MS if urgent else PROGRESS_LOCK_WAIT_MS,
-            )
-    except Exception:
-        if step != "store":  # the heartbeat's own failure fails the sync, as it did alone
-            raise
-        logger.exception(
-            "server %s: %d reports could not be stored; left for the agent to resend",
-            server.name,
-            len(request.reports),
-        )
-        return agent_heartbeat(server=server, usage=request.usage), ReportsOutcome()
-    return server, outcome

@@ -76,9 +76,7 @@ class ReportsOutcome:
 
 
 @dataclass
-class StoredReports:
-    """What `agent_reports_store` stored: the batch's outcome so far, and the jobs to apply."""
-
+class _Stored:
     outcome: ReportsOutcome
     job_ids: set[int]  # the jobs of the reports stored for the first time
     urgent_job_ids: set[int]  # those of them with an exit (URGENT_KINDS)
@@ -121,21 +119,6 @@ def agent_reports_ingest(
     or (a bug) on each of its runs, logged, as the agent's resends were before.
     """
     stored = agent_reports_store(server=server, reports=reports)
-    return agent_reports_apply_stored(
-        server=server, stored=stored, lock_wait_ms=lock_wait_ms, defer_progress=defer_progress
-    )
-
-
-def agent_reports_apply_stored(
-    *,
-    server: Server,
-    stored: StoredReports,
-    lock_wait_ms: int | None = None,
-    defer_progress: bool | None = None,
-) -> ReportsOutcome:
-    """`agent_reports_ingest`'s second half: apply what `agent_reports_store` stored (see there), once
-    the transaction that stored them committed (agent_sync.py stores a sync's reports in its heartbeat's
-    transaction)."""
     if not stored.job_ids:
         return stored.outcome
     if defer_progress is None:
@@ -164,7 +147,7 @@ def agent_reports_apply_stored(
     return stored.outcome
 
 
-def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> StoredReports:
+def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> _Stored:
     """Store the batch's reports about `server`'s leases, pending, each once; settle the rest.
 
     1. Leases of other servers (or unknown) are rejected: an agent acts only for its own server.
@@ -204,10 +187,10 @@ def agent_reports_store(*, server: Server, reports: Sequence[LeaseReport]) -> St
         fresh, ordered = _stored(allocations, reports=reports, now=now)
     ordered = [r for r in ordered if r.lease_id in allocations]
     if not ordered:
-        return StoredReports(outcome, set(), set())
+        return _Stored(outcome, set(), set())
     new = [r for r in ordered if (r.lease_id, r.seq) in fresh]
     outcome.acked += [(str(r.lease_id), r.seq) for r in ordered]
-    return StoredReports(
+    return _Stored(
         outcome,
         job_ids={allocations[r.lease_id].job_id for r in new},
         urgent_job_ids={allocations[r.lease_id].job_id for r in new if r.kind in URGENT_KINDS},

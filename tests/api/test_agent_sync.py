@@ -236,29 +236,6 @@ def test_the_reports_leases_are_read_by_the_statement_that_stores_them(eight_lea
     assert AgentReport.objects.count() == 8 + 4 and AgentReportPending.objects.count() == pending + 4
 
 
-def test_the_reports_are_stored_with_the_heartbeat_in_one_transaction(eight_leases, settings):
-    """One commit for both (one WAL flush, not two), the reports first: the heartbeat's minute row, which
-    every server's heartbeat locks, is held from its statement to the commit only."""
-    settings.ATTUNE_DB_PREPARED_STATEMENTS = False  # the statements' text captured, not EXECUTE names
-    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "progress_apply_s": 2.0}
-    _, client, leases, t0 = eight_leases
-    with CaptureQueriesContext(connection) as queries:
-        answer = synced(
-            client,
-            running=[a.lease_id for a in leases],
-            reports=_progress_reports(leases[:2], 2, first_seq=2, t0=t0),
-        )
-    assert len(answer["acked"]) == 4
-    statements = [q["sql"] for q in queries.captured_queries]
-    stored = next(i for i, sql in enumerate(statements) if 'INSERT INTO "scheduler_app_agentreport"' in sql)
-    beat = next(i for i, sql in enumerate(statements) if "cluster_app_usagesample" in sql)
-    # The test's own transaction makes the sync's a savepoint: opened just before, released just after.
-    assert statements[stored - 1].startswith("SAVEPOINT") and statements[beat + 1].startswith(
-        "RELEASE SAVEPOINT"
-    )
-    assert beat == stored + 1
-
-
 def test_reports_dated_outside_their_lease_are_clamped_stored_once_and_acked_again(eight_leases, settings):
     """A wrong clock: the statement leaves such reports out, they are clamped into the lease's life
     (the agent's date kept) and stored after it, in the same sync; a resend stores nothing twice."""
@@ -300,9 +277,8 @@ def test_an_exits_job_end_runs_in_the_applying_transaction_without_a_savepoint(u
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED and job.done_iters == 100
     statements = [q["sql"] for q in queries.captured_queries]
-    # The test's own transaction makes the sync's two a savepoint each (the reports stored with the
-    # heartbeat, then the applying one): those only.
-    assert len([sql for sql in statements if sql.startswith("SAVEPOINT")]) == 2
+    # The test's own transaction makes the applying one a savepoint: that one only.
+    assert len([sql for sql in statements if sql.startswith("SAVEPOINT")]) == 1
     assert len([sql for sql in statements if sql.startswith('UPDATE "scheduler_app_job"')]) == 1
 
 
@@ -335,13 +311,13 @@ def test_a_poisoned_batch_still_answers_commands_and_acks_nothing(user, server, 
     lease = lease_of(job).lease_id
 
     def poisoned(**kwargs):
-        raise RuntimeError("a bug in storing reports")
+        raise RuntimeError("a bug in applying reports")
 
     Server.objects.filter(pk=server.pk).update(state=NodeState.DOWN)
     batch = [report(lease, 1, "started", pid=1), report(lease, 2, "progress", done_iters=10)]
     malformed = report(lease, 3, "progress")  # no done_iters: refused before the service sees it
     with monkeypatch.context() as m:
-        m.setattr(agent_sync_module, "agent_reports_store", poisoned)
+        m.setattr(agent_sync_module, "agent_reports_ingest", poisoned)
         answer = synced(agent_client(server), running=[], reports=[*batch, malformed])
     # The node is alive and told what to run...
     assert answer["state"] == NodeState.MIXED
@@ -389,7 +365,7 @@ def test_the_poisoned_batch_is_logged(user, server, monkeypatch, caplog):
     def poisoned(**kwargs):
         raise DatabaseError("deadlock detected")
 
-    monkeypatch.setattr(agent_sync_module, "agent_reports_store", poisoned)
+    monkeypatch.setattr(agent_sync_module, "agent_reports_ingest", poisoned)
     synced(agent_client(server), reports=[report(lease_of(job).lease_id, 1, "progress", done_iters=1)])
     assert "1 reports could not be stored" in caplog.text and "deadlock detected" in caplog.text
 
