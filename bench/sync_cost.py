@@ -13,12 +13,12 @@ they left pending; then a job's end call by call on a second server (JobEnds): t
 woken sync that delivers the next job's `start` and the sync with its `started` report, and the
 applier's CPU per job end. `--db` and `--redis-url` keep a run off another's database and Redis. CPU
 time (`time.process_time`) is this process only; the database server's share is read from its backend
-process (psutil on `pg_backend_pid()`: PostgreSQL must run on this machine), as a mean over the calls,
-since the kernel counts it in ticks. Printed per kind: CPU ms p50 / p90, PostgreSQL CPU ms per call,
-statements per call, and the ratio to /healthz; with `--profile KIND`, cProfile's view of that kind's
-calls. CPU time moves much less than wall time with the machine's load, so the figure holds on a shared
-machine; the fleet's capacity is roughly two cores' worth of these, less the agents and the rounds
-(bench/agent_fleet.py measures that).
+process (`pg_backend_pid()`: PostgreSQL must run on this machine), its run time in /proc/PID/schedstat
+(exact; psutil's user + system time, sampled in ticks, where Linux's is missing), as a mean per call.
+Printed per kind: CPU ms p50 / p90, PostgreSQL CPU ms per call, statements per call, and the ratio to
+/healthz; with `--profile KIND`, cProfile's view of that kind's calls. CPU time moves much less than
+wall time with the machine's load, so the figure holds on a shared machine; the fleet's capacity is
+roughly two cores' worth of these, less the agents and the rounds (bench/agent_fleet.py measures that).
 """
 
 from __future__ import annotations
@@ -154,10 +154,34 @@ class Agent:
         return answer
 
 
+def _backend_cpu_clock():
+    """A function giving the database backend's CPU seconds so far (PostgreSQL on this machine): its
+    exact run time from /proc/PID/schedstat where Linux has it, else psutil's user + system time, which
+    the kernel samples in ticks (at a few hundred calls, identical code read 0.43 and 0.78 ms a sync)."""
+    import psutil
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    schedstat = f"/proc/{pid}/schedstat"
+    try:
+        with open(schedstat) as f:
+            int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        backend = psutil.Process(pid)
+        return lambda: sum(backend.cpu_times()[:2])
+
+    def run_time_s() -> float:
+        with open(schedstat) as f:
+            return int(f.read().split()[0]) / 1e9
+
+    return run_time_s
+
+
 def _measure(call, count: int) -> tuple[list[float], float, int]:
     """CPU ms of each of `count` calls (after 10 unmeasured), the database backend's mean CPU ms per
     call, and the statements per call."""
-    import psutil
     from django.db import connection
 
     for _ in range(10):
@@ -171,13 +195,7 @@ def _measure(call, count: int) -> tuple[list[float], float, int]:
     # Not CaptureQueriesContext: each request clears the connection's query log when it starts.
     with connection.execute_wrapper(counted):
         call()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
-
-    def backend_cpu_s() -> float:
-        times = backend.cpu_times()
-        return times.user + times.system
+    backend_cpu_s = _backend_cpu_clock()
 
     cpu_ms = []
     backend_before = backend_cpu_s()
@@ -191,19 +209,14 @@ def _measure(call, count: int) -> tuple[list[float], float, int]:
 def _applier_row(pending: int, base: float) -> list:
     """One run of the applier over `pending` stored reports: CPU ms per report (this process and the
     database backend's), as the worker would spend it."""
-    import psutil
-    from django.db import connection
-
     from scheduler_app.services.report_ingest import agent_reports_apply_run
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
-    db_before = sum(backend.cpu_times()[:2])
+    backend_cpu_s = _backend_cpu_clock()
+    db_before = backend_cpu_s()
     start = time.process_time()
     applied = agent_reports_apply_run()
     cpu_ms = (time.process_time() - start) * 1000 / max(1, applied)
-    db_ms = (sum(backend.cpu_times()[:2]) - db_before) * 1000 / max(1, applied)
+    db_ms = (backend_cpu_s() - db_before) * 1000 / max(1, applied)
     if applied != pending:
         raise RuntimeError(f"the applier applied {applied} of {pending} pending reports")
     label = f"applier, per report ({applied})"
@@ -364,9 +377,7 @@ def _job_end_rows(
     `started` report; the applier's CPU per job end. A job's end asks for an early round: the request
     (Redis, the bench's --redis-url) is counted in the exit; its task, at most one per debounce, waits
     on that Redis for a worker this bench does not run. The rounds run here, outside the measured calls."""
-    import psutil
     from django.conf import settings
-    from django.db import connection
 
     from scheduler_app.models import JobEndPending
     from scheduler_app.services.job_end import job_end_followups_run
@@ -374,16 +385,14 @@ def _job_end_rows(
     ends = JobEnds(3 * (count + 10) + 8, served=served)
     ends.fill()
     ends.measure()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
+    backend_cpu_s = _backend_cpu_clock()
 
     def timed(call, cpu_ms: list[float], db_s: list[float]) -> None:
-        db_before = sum(backend.cpu_times()[:2])
+        db_before = backend_cpu_s()
         start = time.process_time()
         call()
         cpu_ms.append((time.process_time() - start) * 1000)
-        db_s.append(sum(backend.cpu_times()[:2]) - db_before)
+        db_s.append(backend_cpu_s() - db_before)
 
     def row(label: str, cpu_ms: list[float], db_s: list[float]) -> list:
         cpu_ms, db_s = cpu_ms[5:], db_s[5:]  # the first few warm the code path up
@@ -422,11 +431,11 @@ def _job_end_rows(
     rows.append(row("start delivered (woken sync, 1 start)", *samples["deliver"]))
     rows.append(row("sync, its `started` report", *samples["started"]))
     pending = JobEndPending.objects.count()
-    db_before = sum(backend.cpu_times()[:2])
+    db_before = backend_cpu_s()
     start = time.process_time()
     done = job_end_followups_run()
     cpu_ms = (time.process_time() - start) * 1000 / max(1, done)
-    db_ms = (sum(backend.cpu_times()[:2]) - db_before) * 1000 / max(1, done)
+    db_ms = (backend_cpu_s() - db_before) * 1000 / max(1, done)
     if done != pending:
         raise RuntimeError(f"the applier followed up {done} of {pending} job ends")
     rows.append(
@@ -445,9 +454,7 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
     health check, a `SELECT 1`, included): through Django's WSGI handler, and through the agents' path
     (config/agent_calls.py) that the image runs first. Each whole call includes the bench's own work
     (the body's JSON, the request built), timed alone in a row of its own."""
-    import psutil
     from django.core.wsgi import get_wsgi_application
-    from django.db import connection
     from django.test import RequestFactory
 
     from cluster_app.agent_wake import wait_ticket, wake_generation
@@ -467,18 +474,16 @@ def _parts_rows(agent: Agent, count: int) -> list[list]:
     token = authorization.split()[1]
     factory = RequestFactory(HTTP_AUTHORIZATION=authorization)
     view = AgentSyncView.as_view()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
+    backend_cpu_s = _backend_cpu_clock()
     cpu: dict[str, list[float]] = {}
     db: dict[str, float] = {}
 
     def timed(label: str, call, *args, **kwargs):
-        db_before = sum(backend.cpu_times()[:2])
+        db_before = backend_cpu_s()
         start = time.process_time()
         result = call(*args, **kwargs)
         cpu.setdefault(label, []).append((time.process_time() - start) * 1000)
-        db[label] = db.get(label, 0.0) + sum(backend.cpu_times()[:2]) - db_before
+        db[label] = db.get(label, 0.0) + backend_cpu_s() - db_before
         return result
 
     def checked(data: dict) -> SyncRequest:
