@@ -42,6 +42,37 @@ from scheduler_app.core.placement.stages import (
 )
 from scheduler_app.core.types import ClusterSnapshot, JobView, ServerShare
 
+# id(snapshot) -> (snapshot, then RoundState's fresh lists for it), the snapshot kept so that its id is
+# not reused meanwhile; a few snapshots (a live service makes one a round), cleared whole past that.
+_FRESH: dict[int, tuple] = {}
+_FRESH_MAX = 16
+
+
+def _fresh_lists(snapshot: ClusterSnapshot) -> tuple:
+    """What a fresh RoundState of `snapshot` starts from (its server ids, free GPU indices sorted, free
+    GPU counts, cores and GB, proportional shares, servers bucketed by free GPUs), remembered."""
+    servers = snapshot.servers
+    free_idx = [sorted(s.free_gpus) for s in servers]
+    num_free = [len(x) for x in free_idx]
+    buckets: list[list[int]] = [[] for _ in range(max(num_free, default=0) + 1)]
+    for i, n in enumerate(num_free):
+        buckets[n].append(i)
+    fresh = (
+        snapshot,
+        [s.server_id for s in servers],
+        free_idx,
+        num_free,
+        [float(s.free_cpus) for s in servers],
+        [float(s.free_mem_gb) for s in servers],
+        [s.num_cpus / s.num_gpus if s.num_gpus else 0.0 for s in servers],
+        [s.mem_gb / s.num_gpus if s.num_gpus else 0.0 for s in servers],
+        buckets,
+    )
+    if len(_FRESH) >= _FRESH_MAX:
+        _FRESH.clear()
+    _FRESH[id(snapshot)] = fresh
+    return fresh
+
 
 class RoundState(NodeCounts):
     """Free resources of one round, per server position; mutated as jobs are placed.
@@ -56,20 +87,23 @@ class RoundState(NodeCounts):
         servers = snapshot.servers
         self.servers = servers
         self.num_servers = len(servers)
-        self.server_ids = [s.server_id for s in servers]
-        self.free_idx: list[list[int]] = [sorted(s.free_gpus) for s in servers]
-        self.num_free: list[int] = [len(x) for x in self.free_idx]
-        self.free_cpus: list[float] = [float(s.free_cpus) for s in servers]
-        self.free_mem_gb: list[float] = [float(s.free_mem_gb) for s in servers]
-        self.prop_cpus: list[float] = [s.num_cpus / s.num_gpus if s.num_gpus else 0.0 for s in servers]
-        self.prop_mem_gb: list[float] = [s.mem_gb / s.num_gpus if s.num_gpus else 0.0 for s in servers]
+        fresh = _FRESH.get(id(snapshot))
+        if fresh is None or fresh[0] is not snapshot:
+            fresh = _fresh_lists(snapshot)
+        # Copies of the snapshot's fresh state (worked out once per snapshot: a simulation's rounds
+        # share one), each list this round's own.
+        _, ids, free_idx, num_free, free_cpus, free_mem_gb, prop_cpus, prop_mem_gb, buckets = fresh
+        self.server_ids = list(ids)
+        self.free_idx: list[list[int]] = [list(x) for x in free_idx]
+        self.num_free: list[int] = list(num_free)
+        self.free_cpus: list[float] = list(free_cpus)
+        self.free_mem_gb: list[float] = list(free_mem_gb)
+        self.prop_cpus: list[float] = list(prop_cpus)
+        self.prop_mem_gb: list[float] = list(prop_mem_gb)
         self.free_gpu_count = sum(self.num_free)
         self.total_free_cpus = sum(self.free_cpus)
         self.total_free_mem_gb = sum(self.free_mem_gb)
-        top = max(self.num_free, default=0)
-        self._buckets: list[list[int]] = [[] for _ in range(top + 1)]
-        for i, n in enumerate(self.num_free):
-            self._buckets[n].append(i)
+        self._buckets: list[list[int]] = [list(x) for x in buckets]
         self._uniform: dict[float, list[float]] = {}
         self._failed: dict[tuple[float, float], int] = {}  # (c, m) -> fewest GPUs that did not fit
         self._failed_nodes: dict[tuple[float, float, int], int] = {}  # (c, m, k) -> fewest servers
