@@ -176,7 +176,12 @@ def rounds_cost(
         conf = scheduler_conf()
         round_s, pacing = conf.round_s, conf.forecast_refresh_pacing
         forecast_cycle.refresh_cycle_drop(client)
-        client.delete(forecast_cycle.LOCK_KEY, forecast_cycle.ASKED_KEY, forecast_refresh.CPU_WINDOW_KEY)
+        client.delete(
+            forecast_cycle.LOCK_KEY,
+            forecast_cycle.ASKED_KEY,
+            forecast_refresh.CPU_WINDOW_KEY,
+            forecast_refresh.START_CPU_KEY,
+        )
         # Mid-interval: a round's request comes at no particular point of the clock's intervals.
         t = first_round = (math.floor(time.time() / round_s) + 0.5) * round_s
         last_cycle_start = -math.inf
@@ -218,13 +223,14 @@ def rounds_cost(
                     cpu_s=part.cpu_s,
                     now_s=t + wall,
                     rest_of_interval=not (part.done or part.started or part.rounds),
+                    cycle_start=part.started,
                 )
                 t += wall * (1 + pacing)  # the part, then its pace
             spans.append(
                 {"start": cycle_start, "end": t, "parts": sum(1 for p in parts if p["at"] >= cycle_start)}
             )
             estimates.append(part.estimates or {})
-        client.delete(forecast_refresh.CPU_WINDOW_KEY)
+        client.delete(forecast_refresh.CPU_WINDOW_KEY, forecast_refresh.START_CPU_KEY)
     intervals = cpu_per_interval([(p["at"], p["cpu"]) for p in parts], round_s)
     return {
         "parts": parts,

@@ -140,6 +140,10 @@ def refresh_taking(worker_mode, monkeypatch):
             clock[0] += seconds
             fake.now += seconds
             done.append(seconds)
+            if cycle_done:  # as refresh_part keeps the cycle in progress: its token
+                fake.delete(forecast_cycle.TOKEN_KEY)
+            else:
+                fake.set(forecast_cycle.TOKEN_KEY, "cycle:part")
             stored = dict.fromkeys((1, 2, 3))  # three estimates
             estimates = stored if cycle_done else None
             return forecast_cycle.Part(stored, estimates, cycle_done, asked, part_cpu_s, started, rounds=1)
@@ -248,12 +252,32 @@ def test_a_part_that_finds_less_than_its_budget_left_plays_only_what_is_left(wor
     run, _ = refresh_taking
     fake.now = 6000.0
     fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.45")  # 0.45 s spent in this interval (6000 / 60)
+    fake.set(forecast_cycle.TOKEN_KEY, "cycle:part")  # a cycle in progress
     budgets: list = []
     assert run(0.5, started=False, budgets=budgets) == 3
     assert budgets == [(pytest.approx(0.35), False, pytest.approx(0.35))]  # no round past 0.55 - 0.2
     fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.65")  # 0.35 left, 0.15 past the reserve: none
     assert run(0.5, started=False, budgets=budgets) == 0
     assert len(budgets) == 1
+
+
+def test_a_cycle_starts_where_what_the_last_start_cost_fits_what_is_left(worker_mode, refresh_taking):
+    """A part that starts a cycle reads the live queue whatever its budget: 0.45 s left less the
+    reserve (0.2) holds a start that cost 0.1 s, not one that cost 0.3 s."""
+    fake, sent = worker_mode
+    run, _ = refresh_taking
+    fake.now = 6000.0
+    budgets: list = []
+    fake.set(forecast_refresh.START_CPU_KEY, "0.3")
+    fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.55")
+    assert run(0.5, cycle_done=False, budgets=budgets) == 0
+    assert budgets == [] and sent[-1]["countdown"] == pytest.approx(60.0)  # the next interval
+    fake.delete(forecast_refresh.QUEUED_KEY)
+    fake.delete(forecast_refresh.LAST_START_KEY)  # (that wait's pace)
+    fake.set(forecast_refresh.START_CPU_KEY, "0.1")
+    assert run(0.5, cycle_done=False, part_cpu_s=0.12, budgets=budgets) == 3
+    assert budgets == [(pytest.approx(0.25), False, pytest.approx(0.25))]
+    assert float(fake.get(forecast_refresh.START_CPU_KEY)) == pytest.approx(0.12)  # this start's
 
 
 def test_a_part_that_played_no_round_leaves_the_rest_of_the_interval(worker_mode, monkeypatch):
@@ -263,6 +287,7 @@ def test_a_part_that_played_no_round_leaves_the_rest_of_the_interval(worker_mode
     monkeypatch.setattr(forecast_refresh.time, "time", lambda: fake.now)
     fake.now = 6000.0
     fake.set(forecast_refresh.CPU_WINDOW_KEY, "100:0.3")  # 0.7 s left
+    fake.set(forecast_cycle.TOKEN_KEY, "cycle:part")
     budgets: list = []
 
     def no_round(client, *, cpu_s, must_play=True, limit_s=None):
