@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scheduler_app.core.allocators.genie_candidates import Held
 from scheduler_app.core.interference import communicates, interference_factor
@@ -13,11 +13,16 @@ from scheduler_app.core.placement import Plan
 from scheduler_app.core.throughput import EPS, OperatingPoint, with_penalty
 from scheduler_app.core.types import JobView
 
-if TYPE_CHECKING:
-    from scheduler_app.core.allocators.genie import GenieRound
+
+class GenieRoundPlacing(Protocol):
+    """What these functions read and set of a GenieRound (genie.py) while it places jobs."""
+
+    comm_on_server: dict[int, list[Held]]
+    kappa_qos_held: bool
+    keyed: bool
 
 
-def comm_neighbours(genie_round: GenieRound, job: JobView, plan: Plan) -> list[Held]:
+def comm_neighbours(genie_round: GenieRoundPlacing, job: JobView, plan: Plan) -> list[Held]:
     """The communicating jobs placed so far on the servers of `plan` (each once)."""
     seen: dict[int, Held] = {}
     for i, _ in plan:
@@ -27,7 +32,7 @@ def comm_neighbours(genie_round: GenieRound, job: JobView, plan: Plan) -> list[H
     return list(seen.values())
 
 
-def speed_on(genie_round: GenieRound, job: JobView, point: OperatingPoint, plan: Plan) -> float:
+def speed_on(genie_round: GenieRoundPlacing, job: JobView, point: OperatingPoint, plan: Plan) -> float:
     """The job's speed at `point` on the servers of `plan`: the spread's slowdown and GENIE's
     interference from the communicating jobs placed there so far."""
     speed = with_penalty(point.speed, job.profile, len(plan), job.num_gpus)
@@ -38,7 +43,9 @@ def speed_on(genie_round: GenieRound, job: JobView, point: OperatingPoint, plan:
     )
 
 
-def acceptable(genie_round: GenieRound, job: JobView, plan: Plan, speed: float, need: float | None) -> bool:
+def acceptable(
+    genie_round: GenieRoundPlacing, job: JobView, plan: Plan, speed: float, need: float | None
+) -> bool:
     """Whether `plan` keeps the job's QoS (`need`) and, for a communicating job, every communicating
     QoS neighbour's: one more communicating job next to it must not take it below its need."""
     if need is not None and speed < need - EPS:
@@ -58,7 +65,7 @@ def acceptable(genie_round: GenieRound, job: JobView, plan: Plan, speed: float, 
 
 
 def avoiding_comm(
-    genie_round: GenieRound, dc: Sequence[float], dm: Sequence[float]
+    genie_round: GenieRoundPlacing, dc: Sequence[float], dm: Sequence[float]
 ) -> tuple[list[float], list[float]]:
     """Per-server demands that no server holding a communicating job can meet (an infinite one)."""
     dc, dm = list(dc), list(dm)

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from scheduler_app.core import reasons
-from scheduler_app.core.throughput import EPS
+from scheduler_app.core.allocators.genie_candidates import Held, Reservation
+from scheduler_app.core.placement.state import RoundState
+from scheduler_app.core.throughput import EPS, OperatingPoint, ServerShape
+from scheduler_app.core.types import JobView
 
-if TYPE_CHECKING:
-    from scheduler_app.core.allocators.genie import GenieRound
+
+class GenieRoundDone(Protocol):
+    """What these functions read of a GenieRound (genie.py) once its jobs are decided."""
+
+    jobs: Sequence[JobView]
+    shape: ServerShape | None
+    state: RoundState
+    held: list[Held]
+    reservation: Reservation | None
+    keyed: bool
+
+    def points(self, job: JobView) -> tuple[OperatingPoint, ...]: ...
 
 
-def hand_out_leftovers(genie_round: GenieRound) -> None:
+def hand_out_leftovers(genie_round: GenieRoundDone) -> None:
     """Step 4: cores and memory nobody was given go to the placed jobs, in policy order, each moving
     to its fastest point that the free resources on its own servers allow. Only this round is
     affected: the next round starts again from the smallest points."""
@@ -37,7 +51,7 @@ def hand_out_leftovers(genie_round: GenieRound) -> None:
                 break
 
 
-def repeats(genie_round: GenieRound) -> bool:
+def repeats(genie_round: GenieRoundDone) -> bool:
     """Whether the round's plan is stable (RoundPlan.stable): every job placed at its best case, so
     that deciding the same jobs again in the same order, each from this placement, gives the same
     plan, and deciding only some of them gives each the same decision.
