@@ -18,7 +18,7 @@ from scheduler_app.api.filters import JobFilter
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.job_paths import MAX_PATH_CHARS
 from scheduler_app.models import JobState, Team
-from scheduler_app.services.jobs import MAX_SCRIPT_CHARS, JobRequest
+from scheduler_app.services.job_requests import MAX_SCRIPT_CHARS, JobRequest
 
 # The API's names for directives (batch_script) -> this form's field names, where they differ.
 DIRECTIVE_FIELDS = {

@@ -104,7 +104,7 @@ def test_bad_input_gets_the_serializers_errors_through_the_api(user):
 
 def test_the_capacity_a_submission_checks_is_the_clusters(db):
     from cluster_app.selectors import cluster_capacity
-    from scheduler_app.services.jobs import cluster_gpus_capacity
+    from scheduler_app.services.job_requests import cluster_gpus_capacity
     from tests.api.helpers import make_server
 
     wanted = ("servers", "gpus", "largest_server_gpus")

@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from scheduler_app.models import AdmissionPrediction, Job, JobEvent
 from scheduler_app.selectors import agent_commands
-from scheduler_app.services.jobs import MAX_ARRAY_TASKS, parse_array_spec
+from scheduler_app.services.job_requests import MAX_ARRAY_TASKS, parse_array_spec
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, workload
 

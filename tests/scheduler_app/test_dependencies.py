@@ -12,7 +12,7 @@ from profiles_app.services import workload_register
 from scheduler_app.models import Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import job_queue
 from scheduler_app.services.job_control import job_cancel, job_finish
-from scheduler_app.services.jobs import MAX_DEPENDENCIES
+from scheduler_app.services.job_requests import MAX_DEPENDENCIES
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, submit, workload
 from tests.factories import UserFactory

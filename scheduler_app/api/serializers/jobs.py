@@ -23,7 +23,7 @@ from scheduler_app.job_paths import default_output_pattern, output_path_expand
 from scheduler_app.models import AdmissionPrediction, Allocation, Job, JobEvent, JobState, Team
 from scheduler_app.selectors import job_details_visible, job_estimate, job_restarts
 from scheduler_app.services.admission import qos_at_risk_message
-from scheduler_app.services.jobs import (
+from scheduler_app.services.job_requests import (
     MAX_COMMAND_CHARS,
     MAX_DEPENDENCIES,
     MAX_DURATION_S,
@@ -155,7 +155,7 @@ class JobSubmitSerializer(serializers.Serializer):
         allow_null=True,
         min_value=MIN_QOS_RATE_ITERS_PER_S,
         max_value=MAX_QOS_RATE_ITERS_PER_S,
-        # The service's words (services/jobs.py), whichever of the two says it first.
+        # The service's words (services/job_requests.py), whichever of the two says it first.
         error_messages={
             "min_value": "The minimum rate must be a positive number of iterations per second.",
             "max_value": f"The minimum rate must be at most {MAX_QOS_RATE_ITERS_PER_S:.0e} iterations/s.",
