@@ -87,7 +87,6 @@ def jobs_end(count: int, rng: random.Random) -> None:
 def core_cpu_ms() -> float:
     """The pure core on the inputs the round's selectors build now, with the round's restart costs (its
     move guard): CPU ms of engine.schedule_round."""
-    import dataclasses
 
     from django.db import transaction
     from django.utils import timezone
@@ -96,15 +95,13 @@ def core_cpu_ms() -> float:
     from scheduler_app.conf import scheduler_conf
     from scheduler_app.core.engine import schedule_round
     from scheduler_app.selectors import round_inputs, round_jobs_read
+    from scheduler_app.services.live_queue import live_restarts
 
     conf = scheduler_conf()
     with transaction.atomic():
         servers = list(Server.objects.order_by("id"))
         inputs = round_inputs(servers=servers, jobs=round_jobs_read())
-    restarts = conf.restarts
-    if restarts is not None:  # as services/rounds.py gives them
-        resizable = frozenset(s.id for s in servers if s.live_resize)
-        restarts = dataclasses.replace(restarts, static_servers=frozenset(s.id for s in servers) - resizable)
+    restarts = live_restarts(servers)  # as services/rounds.py gives them
     now_s = timezone.now().timestamp()
     start = time.process_time()
     schedule_round(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from datetime import datetime, timedelta
@@ -29,6 +28,7 @@ from scheduler_app.selectors import (
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_request_on_commit
 from scheduler_app.services.gc_pause import gc_paused
 from scheduler_app.services.jobs import job_dependencies_hold
+from scheduler_app.services.live_queue import live_restarts
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_runs_dispatch
 from scheduler_app.services.round_apply import round_plan_apply, round_plan_recheck
 from scheduler_app.services.round_lock import round_lock_single_flight
@@ -97,9 +97,7 @@ def _round(trigger: str) -> SchedulingRound:
     # Servers whose agents apply a change of cores or memory to running jobs in place; a job resized
     # elsewhere is restarted (round_apply._resize_of), and the restart costs price it so.
     resizable = frozenset(s.id for s in servers if s.live_resize)
-    restarts = conf.restarts
-    if restarts is not None:
-        restarts = dataclasses.replace(restarts, static_servers=frozenset(s.id for s in servers) - resizable)
+    restarts = live_restarts(servers)  # the forecasts decide with the same (services/live_queue.py)
     plan = schedule_round(
         inputs.snapshot,
         inputs.views,
