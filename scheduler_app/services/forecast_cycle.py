@@ -190,12 +190,16 @@ def _part(
         def stop(round_s: float) -> bool:
             nonlocal first
             used_s = time.process_time()
-            if not round_s:  # no round played yet: one costs about what reading its jobs did
-                round_s = used_s - cpu_start
             if first:
                 first = False
-                if must_play or used_s + round_s <= limit:
+                # A round's cost is not known before one is played (the first costs 0.6 s at 4,000
+                # GPUs): only a part that must play one plays it then.
+                if must_play or (round_s and used_s + round_s <= limit):
                     return False
+            if not round_s:
+                if not started:
+                    return True  # the first round of a continued cycle, not a must: unknown cost
+                round_s = used_s - cpu_start  # no round played yet: one costs about what reading its jobs did
             return used_s + round_s > deadline
 
         with gc_paused():  # as live_forecast's (services/forecasts.py)

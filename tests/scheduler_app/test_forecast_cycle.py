@@ -106,6 +106,8 @@ def test_a_part_without_must_play_plays_no_round_past_its_budget(queue, client):
     now = timezone.now()
     refresh_part(client, cpu_s=0.0, now=now)
     k = forecast_cycle._local.ready.run.k
+    # No round played yet: its cost is unknown, so whatever the interval has left none is played.
+    assert refresh_part(client, cpu_s=0.0, now=now, must_play=False, limit_s=60.0).rounds == 0
     part = refresh_part(client, cpu_s=0.0, now=now, must_play=False)
     assert not part.done and forecast_cycle._local.ready.run.k == k
     refresh_part(client, cpu_s=0.0, now=now)
