@@ -15,6 +15,7 @@ are valued alike).
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Mapping, Sequence
 
 from scheduler_app.core.types import ClusterSnapshot, JobView
@@ -83,29 +84,64 @@ def waiting_start_offsets(
                 lines[server_id].add(finish_s, gpus)
                 if finish_s <= horizon_s:
                     freeable += gpus
-    # Whether some change lies before now (a finish in the past): then "now" is not the earliest start.
-    earlier = any(finish_s < 0.0 for finish_s, _ in finishes.values())
     starts: dict[int, float] = {}
+    soonest = _Soonest(list(lines.values()), horizon_s)
     for job in waiting:
         if freeable <= 0:
             break
         need = job.num_gpus
         if need <= 0 or need > largest or (job.num_nodes or 1) > 1:
             continue  # a job over several servers: left out (an estimate; the plans are compared alike)
-        best: tuple[float, int] | None = None
-        for server_id, line in lines.items():
-            at = line.earliest(need, horizon_s)
-            if at is not None and (best is None or at < best[0]):
-                best = (at, server_id)
-                if at <= 0.0 and not earlier:
-                    break  # now: no later server starts it sooner (no change before now)
+        best = soonest.server(need)
         if best is None:
             continue
-        at, server_id = best
+        at, pos = best
         run_s = job.remaining_iters * job.profile.iter_time_s + job.startup_s
-        lines[server_id].add(at, -need)
-        lines[server_id].add(at + run_s, need)
-        earlier = earlier or at + run_s < 0.0
+        soonest.take(pos, at, at + run_s, need)
         freeable -= need
         starts[job.job_id] = at
     return starts
+
+
+class _Soonest:
+    """The server where `need` GPUs are free for good soonest (the first in snapshot order among
+    equals), kept per GPU count in a heap of (earliest start, position) instead of asking every
+    server for every waiting job: taking GPUs on a server only lowers its free counts, so its
+    earliest start for any count can only move later (or past the horizon), and a heap entry older
+    than its server's last change is worked out again when it comes to the top."""
+
+    def __init__(self, lines: list[_Timeline], horizon_s: float) -> None:
+        self.lines = lines
+        self.horizon_s = horizon_s
+        self.changes = [0] * len(lines)  # per server position: how often a job took GPUs there
+        self.heaps: dict[int, list[tuple[float, int, int]]] = {}  # need -> (earliest, position, changes)
+
+    def server(self, need: int) -> tuple[float, int] | None:
+        """(earliest start, server position) for `need` GPUs, or None within the horizon."""
+        heap = self.heaps.get(need)
+        if heap is None:
+            heap = []
+            for pos, line in enumerate(self.lines):
+                at = line.earliest(need, self.horizon_s)
+                if at is not None:
+                    heap.append((at, pos, 0))
+            heapq.heapify(heap)
+            self.heaps[need] = heap
+        changes = self.changes
+        while heap:
+            at, pos, seen = heap[0]
+            if seen == changes[pos]:
+                return at, pos
+            at = self.lines[pos].earliest(need, self.horizon_s)
+            if at is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (at, pos, changes[pos]))
+        return None
+
+    def take(self, pos: int, start_s: float, end_s: float, need: int) -> None:
+        """A waiting job holds `need` GPUs of the server at `pos` from `start_s` to `end_s`."""
+        line = self.lines[pos]
+        line.add(start_s, -need)
+        line.add(end_s, need)
+        self.changes[pos] += 1

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduler_app.core import reasons
 from scheduler_app.core.move_guard import guarded_plan
 from scheduler_app.core.restarts import RestartPolicy
@@ -93,3 +96,66 @@ def test_a_servers_earliest_start_is_the_walk_back_from_its_last_change():
             line.add(at_s, rng.choice([-1, 1]) * rng.randint(0, 8))
             need, until_s = rng.randint(0, 9), rng.uniform(0.0, 3000.0)
             assert line.earliest(need, until_s) == walked(line, need, until_s)
+
+
+def _starts_server_by_server(finishes, waiting, snapshot, horizon_s):
+    """The estimate as first written: every server asked for every waiting job, the first in snapshot
+    order among those where it starts soonest (the reference for the heap's answer)."""
+    from scheduler_app.core.waiting_starts import _Timeline
+
+    used: dict[int, int] = {}
+    for _, shares in finishes.values():
+        for server_id, gpus in shares:
+            used[server_id] = used.get(server_id, 0) + gpus
+    lines = {s.server_id: _Timeline(len(s.free_gpus) - used.get(s.server_id, 0)) for s in snapshot.servers}
+    largest = max((s.num_gpus for s in snapshot.servers), default=0)
+    freeable = sum(max(0, len(s.free_gpus) - used.get(s.server_id, 0)) for s in snapshot.servers)
+    for finish_s, shares in finishes.values():
+        for server_id, gpus in shares:
+            lines[server_id].add(finish_s, gpus)
+            if finish_s <= horizon_s:
+                freeable += gpus
+    starts = {}
+    for job in waiting:
+        if freeable <= 0:
+            break
+        need = job.num_gpus
+        if need > largest or (job.num_nodes or 1) > 1:
+            continue
+        best = None
+        for server_id, line in lines.items():
+            at = line.earliest(need, horizon_s)
+            if at is not None and (best is None or at < best[0]):
+                best = (at, server_id)
+        if best is None:
+            continue
+        at, server_id = best
+        run_s = job.remaining_iters * job.profile.iter_time_s + job.startup_s
+        lines[server_id].add(at, -need)
+        lines[server_id].add(at + run_s, need)
+        freeable -= need
+        starts[job.job_id] = at
+    return starts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    servers=st.integers(1, 6),
+    running=st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from((1, 2, 4, 8)), st.floats(-60.0, 4000.0)), max_size=20
+    ),
+    waiting=st.lists(st.tuples(st.sampled_from((1, 1, 2, 4, 8)), st.integers(1, 5000)), max_size=25),
+    horizon_s=st.sampled_from((600.0, 1800.0, 3600.0)),
+)
+def test_the_soonest_server_is_the_one_asking_every_server_finds(servers, running, waiting, horizon_s):
+    cluster = make_cluster(servers, gpus=8)
+    left = {s: 8 for s in range(servers)}
+    finishes = {}
+    for n, (server, gpus, finish_s) in enumerate(running):
+        server %= servers
+        if left[server] >= gpus:
+            left[server] -= gpus
+            finishes[1000 + n] = (finish_s, ((server, gpus),))
+    jobs = [make_job(i + 1, gpus=g, total_iters=float(t)) for i, (g, t) in enumerate(waiting)]
+    expected = _starts_server_by_server(finishes, jobs, cluster, horizon_s)
+    assert waiting_start_offsets(finishes, jobs, cluster, horizon_s) == expected
