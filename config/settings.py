@@ -311,8 +311,8 @@ ATTUNE_SCHEDULER = {
     "forecast_refresh_cpu_s": env.float("ATTUNE_FORECAST_REFRESH_CPU_S", default=0.4),
     # And the parts together at most this much CPU per round interval (`round_s`, windows on the clock),
     # as Slurm's backfill bounds its pass over a deep queue and resumes it: a cycle that costs more
-    # goes on in the next intervals (at 10,000 live jobs on 4,000 GPUs some 8 rounds, the estimates as
-    # old); a cycle that costs less still runs once a round. 0: unbounded.
+    # goes on in the next intervals (at 10,000 live jobs on 4,000 GPUs 22 to 24 rounds, the estimates
+    # as old); a cycle that costs less still runs once a round. 0: unbounded.
     "forecast_refresh_cpu_per_round_s": env.float("ATTUNE_FORECAST_REFRESH_CPU_PER_ROUND_S", default=1.0),
     "forecast_refresh_min_interval_s": env.float("ATTUNE_FORECAST_REFRESH_MIN_INTERVAL_S", default=10.0),
     # And the next refresh waits this x the last one's duration after its end: a refresh slowed by a
