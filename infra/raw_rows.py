@@ -63,21 +63,12 @@ def _plan(connection, model: type[Model], columns: tuple[str, ...]) -> _Plan:
 def model_rows(model: type[M], sql: str, params: Sequence[Any] = (), *, using: str = "default") -> list[M]:
     """The instances of `model` that `sql` returns (it must select the primary key), as raw() would."""
     connection = connections[using]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        to_identifier = connection.introspection.identifier_converter
-        columns = tuple(to_identifier(d[0]) for d in cursor.description)
-        rows = cursor.fetchall()
+    columns, rows = _fetched(connection, sql, params)
     plan = _plan(connection, model, columns)
+    if plan.converters:
+        return [_built(connection, using, model, plan, list(row)) for row in rows]
     instances = []
-    for row in rows:
-        if plan.converters:
-            row = list(row)
-            for pos, convs, expression in plan.converters:
-                value = row[pos]
-                for convert in convs:
-                    value = convert(value, expression, connection)
-                row[pos] = value
+    for row in rows:  # no converter: the row as fetched, without a copy
         instance = model.from_db(using, plan.init_names, [row[pos] for pos in plan.init_positions])
         for name, pos in plan.annotations:
             setattr(instance, name, row[pos])
@@ -98,11 +89,7 @@ def model_rows_joined(
     `attr` (None where its primary key is NULL: an outer join found none). One statement where a second
     one read the related rows by their keys."""
     connection = connections[using]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        to_identifier = connection.introspection.identifier_converter
-        columns = tuple(to_identifier(d[0]) for d in cursor.description)
-        rows = cursor.fetchall()
+    columns, rows = _fetched(connection, sql, params)
     by_attr: dict[str, list[int]] = {attr: [] for attr in joined}
     own = []
     for i, column in enumerate(columns):
@@ -123,6 +110,15 @@ def model_rows_joined(
             setattr(instance, attr, other)
         instances.append(instance)
     return instances
+
+
+def _fetched(connection, sql: str, params: Sequence[Any]) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    """The statement's column names (as the backend names identifiers) and every row it returns."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        to_identifier = connection.introspection.identifier_converter
+        columns = tuple(to_identifier(d[0]) for d in cursor.description)
+        return columns, cursor.fetchall()
 
 
 def _built(connection, using: str, model: type[M], plan: _Plan, row: list[Any]) -> M:
