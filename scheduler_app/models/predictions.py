@@ -87,8 +87,10 @@ class AdmissionPrediction(models.Model):
 class JobForecast(models.Model):
     """The current estimate of a pending or running job's start and finish (services/forecasts.py).
 
-    One row per live job, replaced after every scheduling round and at submission; every page, the API
-    and the command line show these times. The prediction made at submission stays in
+    One row per live job, written where it changed by the refresh after scheduling rounds and at
+    submission (`computed_at`: when it last changed, the time of the forecast that changed it); every
+    page, the API and the command line show these times, as of the later of `computed_at` and the last
+    finished refresh (ForecastConfirmation). The prediction made at submission stays in
     AdmissionPrediction, to compare with.
     """
 
@@ -103,3 +105,21 @@ class JobForecast(models.Model):
 
     def __str__(self) -> str:
         return f"forecast for job {self.job_id}"
+
+
+class ForecastConfirmation(models.Model):
+    """When the stored forecast as a whole was last confirmed: the time (the forecast's `now`) of the
+    last refresh that finished, a worker's cycle (its start: it answers for the queue as it was then)
+    or an inline refresh. One row (pk 1), written once a refresh has stored its last estimate, in the
+    same transaction; a cycle given up (a worker killed, an error) confirms nothing.
+
+    A job's estimate holds as of the later of this and its row's `computed_at` (when the row last
+    changed: a part of a cycle, or the admission forecast that answered its submission), so that the
+    refresh need not rewrite 10,000 unchanged rows to say they still hold (services/forecast_as_of.py).
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    confirmed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"forecast confirmed at {self.confirmed_at}"

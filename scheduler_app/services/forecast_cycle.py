@@ -24,6 +24,10 @@ the cycle, when it continued one read back from Redis (the parts move between pr
 every CHECKPOINT_CPU_S of CPU played: a process whose copy is not the current one goes on from the
 checkpoint of the same cycle, playing again the rounds played since (the same rounds: the estimates
 stored again are the same, owners hear of a late finish once), or starts a new cycle when there is none.
+
+The last part stores its estimates and records the cycle's start as the time the whole stored forecast
+holds (forecast_as_of.forecast_confirm), in one transaction: what users see says as of when it holds,
+and a cycle given up midway (its state expired, a worker killed, an error) confirms nothing.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import redis
+from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import Job
+from scheduler_app.services.forecast_as_of import forecast_confirm
 from scheduler_app.services.forecast_store import Estimate, job_forecasts_store, job_positions_store
 from scheduler_app.services.forecasts import (
     QueueForecast,
@@ -215,7 +221,13 @@ def _part(
         estimates = {**ready.known, **played, **stored}
     else:
         stored = _estimates(ready, sorted((run.settled() & placeable) - cycle.stored))
-    job_forecasts_store(stored, now=ready.now, new_positions=cycle.positions, live_only=True)
+    with transaction.atomic():
+        job_forecasts_store(stored, now=ready.now, new_positions=cycle.positions, live_only=True)
+        if done:
+            # Every estimate now is this cycle's: those it left unchanged hold as of its start too
+            # (one row, not a rewrite of every row: services/forecast_as_of.py). A cycle given up
+            # before its last part confirms nothing; the rows its parts changed say their own time.
+            forecast_confirm(ready.now)
     cycle.stored.update(stored.keys() & placeable)
     _qos_notify(cycle, stored)
     cycle.parts += 1

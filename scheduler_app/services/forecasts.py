@@ -2,7 +2,8 @@
 
 Every time the service shows (the queue, the job page, the API, `cli queue` and `cli show`) reads the
 estimate this module stores (JobForecast: services/forecast_store.py), refreshed after scheduling
-rounds (on the forecasts worker in parts, services/forecast_cycle.py) and at submission;
+rounds (on the forecasts worker in parts, services/forecast_cycle.py) and at submission, with
+as of when it holds (services/forecast_as_of.py);
 the prediction made at submission (services/admission.py) comes from the same function, so the two
 differ only by what happened in between.
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -40,6 +42,7 @@ from scheduler_app.selectors import (
     team_quotas_left,
 )
 from scheduler_app.selectors.rounds import RoundInputs
+from scheduler_app.services.forecast_as_of import forecast_confirm
 from scheduler_app.services.forecast_store import (  # noqa: F401 (also this module's: admission.py's)
     Estimate,
     job_forecasts_store,
@@ -407,7 +410,8 @@ def job_forecasts_refresh(*, now: datetime | None = None) -> int:
 def job_forecasts_refresh_estimates(*, now: datetime | None = None) -> dict[int, Estimate]:
     """Re-forecast every pending and running job (the pending ones up to `forecast_window_jobs` in the
     policy's order: see live_forecast) and store the estimates and the pending jobs' queue positions
-    (JobForecast); rows of jobs that ended are removed. Returns the estimates. The refresh after
+    (JobForecast); rows of jobs that ended are removed; every estimate then holds as of `now`
+    (forecast_as_of.forecast_confirm). Returns the estimates. The refresh after
     scheduling rounds without a worker (inline: the embedded demo), within `forecast_refresh_budget_s`
     of wall time; the forecasts worker plays the same forecast in parts of bounded CPU instead
     (services/forecast_cycle.py). So the queue pages read what the round decided instead of ordering
@@ -418,7 +422,10 @@ def job_forecasts_refresh_estimates(*, now: datetime | None = None) -> dict[int,
     estimates = live_forecast(
         now=now, budget_s=conf.forecast_refresh_budget_s, queue=queue, window_jobs=conf.forecast_window_jobs
     )
-    job_forecasts_store(estimates, now=now, positions=queue_positions(queue, now=now))
+    positions = queue_positions(queue, now=now)
+    with transaction.atomic():
+        job_forecasts_store(estimates, now=now, positions=positions)
+        forecast_confirm(now)  # every estimate holds as of this forecast (the demo: its round's)
     qos_at_risk_notify(queue.jobs, estimates)
     return estimates
 
