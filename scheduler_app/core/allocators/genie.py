@@ -49,7 +49,9 @@ the point of "fewest resources", and its QoS jobs still meet their deadlines.
 A job's candidate points and GPU-count variants live in genie_candidates.py; the speed a QoS job needs
 and what a round reads of it (need_key) in genie_needs.py; a placement's speed and interference test
 in genie_costs.py; the leftover pass and whether a plan repeats in genie_leftovers.py; a steady round
-(every job kept at its best case) told without the search in genie_steady.py.
+(every job kept at its best case) told without the search in genie_steady.py; a decided round's running
+jobs that go back to their own GPUs at their best case, without the search, in genie_home.py (both read
+what genie_kept.py works out once per Placement).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from scheduler_app.core.allocators.genie_candidates import (
     points_by_cost,
 )
 from scheduler_app.core.allocators.genie_costs import acceptable, avoiding_comm, comm_neighbours, speed_on
+from scheduler_app.core.allocators.genie_home import keep_home
 from scheduler_app.core.allocators.genie_leftovers import hand_out_leftovers, repeats
 from scheduler_app.core.allocators.genie_needs import need_key, required_speed
 from scheduler_app.core.allocators.genie_points import shape_points
@@ -98,7 +101,9 @@ class GenieRound(RoundSetup):
         self.now_s = now_s
         self.slack = slack
         self.work_conserving = work_conserving
-        self.releases: list[tuple[float, int]] = []  # (predicted finish, GPUs) of jobs placed so far
+        # (job, speed) of the jobs placed so far: their predicted finishes, worked out when a
+        # reservation needs them (rarely).
+        self.releases: list[tuple[JobView, float]] = []
         self.reservation: Reservation | None = None
         self.held: list[Held] = []
         self.comm_on_server: dict[int, list[Held]] = defaultdict(list)  # server position -> jobs
@@ -135,12 +140,16 @@ class GenieRound(RoundSetup):
             why = infeasible[pos]
             if why is not None:
                 self.builder.infeasible(pos, why)
-            else:
+            elif not keep_home(self, pos, job):
                 self.decide(pos, job)
         if self.work_conserving:
             hand_out_leftovers(self)
+        builder = self.builder
         for h in self.held:
-            self.placed(h.pos, h.shares, h.point.speed, h.reason, h.scale)
+            if h.kept:
+                builder.kept(h.pos, h.job.current, h.reason)  # what `placed` finds (genie_home.py)
+            else:
+                self.placed(h.pos, h.shares, h.point.speed, h.reason, h.scale)
         return self.builder.build(stable=repeats(self))
 
     # -- one job ---------------------------------------------------------------------------------
@@ -375,10 +384,11 @@ class GenieRound(RoundSetup):
             else:
                 self.interference_blocked = True
             return False
-        finish_s = self.now_s + job.remaining_iters * job.profile.iter_time_s / max(speed, EPS)
         backfill = False
+        finish_s = 0.0
         if self.reservation is not None:
             res = self.reservation
+            finish_s = self.finish_s(job, speed)
             if finish_s <= res.start_s + EPS or job.num_gpus <= res.spare_gpus:
                 backfill = True
             else:
@@ -390,7 +400,7 @@ class GenieRound(RoundSetup):
             if finish_s > res.start_s + EPS:
                 res.spare_gpus -= job.num_gpus
             reason = reasons.BACKFILLED
-        self.releases.append((finish_s, job.num_gpus))
+        self.releases.append((job, speed))
         self.held.append(Held(pos, job, shares, point, reason, fixed, need, scale))
         if communicates(job.num_gpus):
             for i, _ in plan:
@@ -398,6 +408,10 @@ class GenieRound(RoundSetup):
             if need is not None and job.profile.interference_kappa > 0:
                 self.kappa_qos_held = True
         return True
+
+    def finish_s(self, job: JobView, speed: float) -> float:
+        """When `job` finishes at `speed` from now (the reservation's clock)."""
+        return self.now_s + job.remaining_iters * job.profile.iter_time_s / max(speed, EPS)
 
     def starves_gpus(self, plan: Plan, point: OperatingPoint) -> bool:
         """Whether `point` on `plan` would leave the cluster fewer cores or GB than the proportional
@@ -418,7 +432,7 @@ class GenieRound(RoundSetup):
         self.keyed = False  # from the placed jobs' predicted finishes: progress and the clock
         free = self.state.free_gpu_count
         start_s = self.now_s
-        for finish_s, gpus in sorted(self.releases):
+        for finish_s, gpus in sorted((self.finish_s(j, v), j.num_gpus) for j, v in self.releases):
             if free >= job.num_gpus:
                 break
             free += gpus

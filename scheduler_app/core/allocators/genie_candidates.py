@@ -92,7 +92,7 @@ class Reservation:
 class Held:
     """A job placed in this round (its point may still grow in the leftover pass)."""
 
-    __slots__ = ("fixed", "job", "need", "point", "pos", "reason", "scale", "shares")
+    __slots__ = ("fixed", "job", "kept", "need", "point", "pos", "reason", "scale", "shares", "top")
 
     def __init__(
         self,
@@ -113,3 +113,5 @@ class Held:
         self.point = point
         self.reason = reason
         self.fixed = fixed
+        self.top = False  # known to hold its fastest point: the leftover pass skips it (genie_home.py)
+        self.kept = False  # ... and to be on its own Placement as RoundSetup.placed records it

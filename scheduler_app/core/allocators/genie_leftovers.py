@@ -33,7 +33,7 @@ def hand_out_leftovers(genie_round: GenieRoundDone) -> None:
         return  # an empty cluster placed nothing
     state = genie_round.state
     for h in genie_round.held:
-        if h.fixed:
+        if h.fixed or h.top:
             continue
         current = h.point
         for point in genie_round.points(h.job)[::-1]:

@@ -15,7 +15,7 @@ Why deciding keeps every job (each condition below is checked, else None and the
 - each job's current placement is valid on the snapshot (known servers, each once; free GPUs that no
   other job holds), holds the job's GPU count, and is what `GenieRound.place` + `RoundSetup.placed`
   record for its best case there: floor(k x cores) and k x GB per server, the best case's speed with
-  the spread's penalty;
+  the spread's penalty (genie_kept.py, worked out once per Placement object and snapshot);
 - on every server the jobs' demands at their best cases fit what is free (within half the placement
   code's tolerance): so each job's home holds its demand in any order, `home_plan`'s strict test
   passes (a job asking what it held always does) and so do the free totals' shortcuts;
@@ -31,12 +31,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators.genie_points import shape_points
-from scheduler_app.core.interference import communicates
-from scheduler_app.core.placement.feasibility import has_fixed_demand, infeasible_reasons
+from scheduler_app.core.allocators.genie_kept import kept_job
 from scheduler_app.core.placement.plan import EPS as PLACEMENT_EPS
 from scheduler_app.core.placement.plan import PlanBuilder
-from scheduler_app.core.throughput import EPS, ServerShape, cluster_shape, with_penalty
+from scheduler_app.core.throughput import ServerShape, cluster_shape
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 
 # How far from a test's boundary a sum must be for the order of its additions not to matter: a sum
@@ -56,54 +54,35 @@ def steady_plan(ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> R
     if shape is None:
         return None
     servers = snapshot.servers
-    pos_of = {s.server_id: i for i, s in enumerate(servers)}
-    need_cpus = [0.0] * len(servers)
-    need_mem_gb = [0.0] * len(servers)
-    taken: list[set[int]] = [set() for _ in servers]
+    num_servers = len(servers)
+    need_cpus = [0.0] * num_servers
+    need_mem_gb = [0.0] * num_servers
+    taken = [0] * num_servers  # per server: the GPUs held so far, as a bit mask
     best_cpus: list[float] = []  # per job, in order: its demand at its best case, cluster-wide
     best_mem_gb: list[float] = []
     above_share: list[bool] = []
-    gpus = 0
     for job in ordered_jobs:
-        best = _best_if_kept(job, shape)
-        if best is None:
+        if (
+            job.deadline_s is not None
+            or job.min_rate_iters_per_s is not None
+            or job.gpu_choices
+            or job.num_nodes is not None
+            or job.cpus_per_gpu_override is not None
+            or job.mem_gb_per_gpu_override is not None
+        ):
             return None
-        c, m, speed = best
-        current = job.current
-        assert current is not None  # _best_if_kept
-        shares = current.shares
-        expected_speed = (
-            with_penalty(speed, job.profile, len(shares), job.num_gpus) if len(shares) > 1 else speed
-        )
-        if current.speedup != expected_speed or current.job_id != job.job_id:
+        kept = kept_job(job, snapshot, shape)
+        if kept is None:
             return None
-        count = 0
-        for share in shares:
-            i = pos_of.get(share.server_id)
-            if i is None:
-                return None
-            k = len(share.gpu_indices)
-            cpus, mem_gb = k * c, k * m
-            if share.num_cpus != int(cpus + PLACEMENT_EPS) or share.mem_gb != mem_gb:
-                return None
-            free, mine = servers[i].free_gpus, taken[i]
-            if not mine.isdisjoint(share.gpu_indices):
-                return None  # a server twice in one placement, or a GPU two jobs hold
-            for g in share.gpu_indices:
-                if g not in free:
-                    return None
-                mine.add(g)
-            if len(set(share.gpu_indices)) != k:
-                return None
+        for i, mask, cpus, mem_gb in kept.shares:
+            if taken[i] & mask:
+                return None  # a GPU two jobs hold
+            taken[i] |= mask
             need_cpus[i] += cpus
             need_mem_gb[i] += mem_gb
-            count += k
-        if count != job.num_gpus:
-            return None
-        gpus += count
-        best_cpus.append(job.num_gpus * c)
-        best_mem_gb.append(job.num_gpus * m)
-        above_share.append(c > shape.cpus_per_gpu + EPS or m > shape.mem_gb_per_gpu + EPS)
+        best_cpus.append(kept.cpus)
+        best_mem_gb.append(kept.mem_gb)
+        above_share.append(kept.above_share)
     # RoundState.home_plan lets a job back onto its home while its demand fits what is free there
     # + PLACEMENT_EPS: the whole server's demands within half that, so that the full round's sums,
     # added in another order, pass too.
@@ -113,36 +92,13 @@ def steady_plan(ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> R
             return None
     if not _never_starves(ordered_jobs, snapshot, shape, best_cpus, best_mem_gb, above_share):
         return None
-    if any(why is not None for why in infeasible_reasons(ordered_jobs, snapshot)):
-        return None
+    # Every job is feasible (infeasible_reasons): none has a node count or a fixed demand, and each
+    # holds its 1 to total_gpus GPUs on the snapshot's servers (genie_kept.py).
     builder = PlanBuilder(ordered_jobs)
     for pos, job in enumerate(ordered_jobs):
         assert job.current is not None
         builder.kept(pos, job.current, reasons.BEST_CASE)
     return builder.build(stable=True)
-
-
-def _best_if_kept(job: JobView, shape: ServerShape) -> tuple[float, float, float] | None:
-    """The job's best case (cores and GB per GPU, speed) when nothing but it decides where the job
-    goes (no QoS, no choices, no node count, no fixed demand, no interference read, a current
-    placement) and no faster point exists; else None."""
-    if (
-        job.current is None
-        or job.deadline_s is not None
-        or job.min_rate_iters_per_s is not None
-        or job.gpu_choices
-        or job.num_nodes is not None
-        or has_fixed_demand(job)
-        or (job.profile.interference_kappa > 0 and communicates(job.num_gpus))
-    ):
-        return None
-    points = shape_points(job.profile, job.num_gpus, -(-job.num_gpus // shape.num_gpus), shape)
-    best = points.best
-    if points.fastest_speed > best.speed + EPS:
-        # The leftover pass could move it. best_case is the fastest point of every catalog profile
-        # today; this keeps the shortcut right for a matrix where it is not.
-        return None
-    return best.cpus_per_gpu, best.mem_gb_per_gpu, best.speed
 
 
 def _never_starves(
