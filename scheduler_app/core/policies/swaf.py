@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
-from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging, wait_s
+from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.policies.execution import (
     best_execution_s,
@@ -86,8 +87,9 @@ class SwafPolicy(Policy):
         return frozenset(j.job_id for j in jobs if _without_qos_target(j) and aging.is_aged(j, now_s))
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
-        if all(_without_qos_target(j) for j in jobs):
-            return _order_without_qos_targets(jobs, now_s, self.aging)
+        ordered = _order_without_qos_targets(jobs, now_s, self.aging)
+        if ordered is not None:
+            return ordered
         shape = snapshot_shape(snapshot)
         unguaranteed: set[int] = set()
         if self.plannable_share is not None:
@@ -143,24 +145,46 @@ def _rate_reachable(job: JobView, shape: ServerShape | None) -> bool:
     return best_rate_iters_per_s(job, shape) + EPS >= job.min_rate_iters_per_s
 
 
-def _order_without_qos_targets(jobs: Sequence[JobView], now_s: float, aging: Aging | None) -> list[JobView]:
-    """`SwafPolicy.order` where no job has a QoS target (a Synergy trace, a lab without deadlines):
-    only the aged tail (2) and the shortest-first tail (5), each job's E_prop worked out once for its
-    key and its aging test (the same arithmetic as proportional_execution_s and Aging.is_aged: the
-    same order). The guarantees' pass has nothing to do without deadlines."""
+def _order_without_qos_targets(
+    jobs: Sequence[JobView], now_s: float, aging: Aging | None
+) -> list[JobView] | None:
+    """`SwafPolicy.order` where no job has a QoS target (a Synergy trace, a lab without deadlines), or
+    None when one has: only the aged tail (2) and the shortest-first tail (5), each job's E_prop
+    worked out once for its key and its aging test. The arithmetic is proportional_execution_s's,
+    aging.wait_s's and Aging.threshold_for_s's, inline (every job of every round comes here): the
+    same floats, the same order. The guarantees' pass has nothing to do without deadlines."""
     keyed: list[tuple[tuple[int, int, float, float, int], JobView]] = []
+    append = keyed.append
+    if aging is not None and type(aging) is not Aging:
+        aging_s = aging.threshold_for_s  # a subclass: its own threshold
+        factor = floor_s = 0.0
+        max_wait_s = None
+    else:
+        aging_s = None
+        factor = aging.factor if aging is not None else 0.0
+        floor_s = aging.floor_s if aging is not None else 0.0
+        max_wait_s = aging.max_wait_s if aging is not None else None
     for j in jobs:
-        e_prop_s = proportional_execution_s(j)
-        if aging is not None and wait_s(j, now_s) > aging.threshold_for_s(e_prop_s):
-            keyed.append(((-j.priority, AGED, 0.0, j.arrival_s, j.job_id), j))
-        else:
-            keyed.append(((-j.priority, NO_DEADLINE, e_prop_s, j.arrival_s, j.job_id), j))
-    keyed.sort(key=_first)
+        if j.deadline_s is not None or j.min_rate_iters_per_s is not None:
+            return None
+        remaining = j.total_iters - j.done_iters  # JobView.remaining_iters
+        e_prop_s = (remaining if remaining > 0.0 else 0.0) * j.profile.iter_time_s
+        if aging is not None:
+            num_gpus = j.num_gpus
+            ran_s = j.attained_service_gpu_s / num_gpus if num_gpus > 0 else 0.0
+            waited_s = max(0.0, now_s - j.arrival_s - ran_s)  # wait_s
+            if aging_s is not None:
+                threshold_s = aging_s(e_prop_s)
+            else:
+                threshold_s = max(factor * e_prop_s, floor_s)
+                if max_wait_s is not None:
+                    threshold_s = min(threshold_s, max_wait_s)
+            if waited_s > threshold_s:
+                append(((-j.priority, AGED, 0.0, j.arrival_s, j.job_id), j))
+                continue
+        append(((-j.priority, NO_DEADLINE, e_prop_s, j.arrival_s, j.job_id), j))
+    keyed.sort(key=itemgetter(0))  # the key alone: ties never compare JobViews
     return [j for _, j in keyed]
-
-
-def _first(item: tuple[tuple[int, int, float, float, int], JobView]) -> tuple[int, int, float, float, int]:
-    return item[0]
 
 
 def _without_qos_target(job: JobView) -> bool:
