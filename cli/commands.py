@@ -14,7 +14,7 @@ from cli.api import Api, CliError, error_lines
 from cli.config import program, save_login
 from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_rate, parse_time_limit_s
 from cli.options import option_fields, with_option_names
-from cli.output import choices_text, instant, table, when
+from cli.output import choices_text, estimates_as_of_line, instant, table, when
 
 
 def login(api: Api, *, username: str | None, token: str | None = None, out: TextIO) -> int:
@@ -390,6 +390,8 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
             + (restart_cells(job) if long else [])
         )
     table(rows, out)
+    # As of when the estimates hold, on stderr: a terminal shows it, a script reading the table does not.
+    sys.stderr.write(estimates_as_of_line(jobs))
     return 0
 
 

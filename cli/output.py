@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TextIO
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, TextIO
 
 MAX_CHOICES_SHOWN = 20
 
@@ -41,3 +42,34 @@ def clock(seconds: float) -> str:
     days, rest = divmod(whole, 86400)
     text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
     return f"{days}-{text}" if days else text
+
+
+def ago(value: str, *, now: datetime | None = None) -> str:
+    """How long before `now` an API timestamp was: "just now", "3 min ago", "2 h 05 min ago" (the web
+    pages' rules: scheduler_app/templatetags/as_of.py)."""
+    age_s = max(0, int(((now or datetime.now(UTC)) - instant(value)).total_seconds()))
+    if age_s < 60:
+        return "just now"
+    minutes, hours, days = age_s // 60, age_s // 3600, age_s // 86400
+    if hours < 1:
+        return f"{minutes} min ago"
+    if days < 1:
+        return f"{hours} h {minutes % 60:02d} min ago"
+    return f"{days} d {hours % 24} h ago"
+
+
+def as_of(value: str | None, *, now: datetime | None = None) -> str:
+    """As of when an estimate holds: "2026-11-30 12:04 (3 min ago)"; "-" when the service gave none."""
+    if not value:
+        return "-"
+    return f"{when(value)} ({ago(value, now=now)})"
+
+
+def estimates_as_of_line(jobs: Iterable[dict[str, Any]], *, now: datetime | None = None) -> str:
+    """queue's last line: as of when the oldest estimate shown holds ("" when none shows one: no
+    estimate, or a service that does not say)."""
+    times = [job["estimate_as_of"] for job in jobs if job.get("estimate_as_of")]
+    if not times:
+        return ""
+    oldest = min(times, key=instant)
+    return f"Estimates as of {as_of(oldest, now=now)} or newer\n"

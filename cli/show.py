@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from cli.api import Api, CliError
 from cli.commands import FINAL_STATES, LIVE_STATES, job_name_text
-from cli.output import clock, instant, when
+from cli.output import as_of, clock, instant, when
 
 
 def restarts_text(restarts: dict[str, Any] | None) -> str:
@@ -127,6 +127,8 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
     if job["state"] in LIVE_STATES:
         detail = f" ({job['estimate_detail']})" if job.get("estimate_detail") else ""
         facts.append(("Estimated finish", when(job.get("estimated_finish_at")) + detail))
+        if job.get("estimate_as_of"):  # as of when it holds (scontrol's LastSchedEval)
+            facts.append(("Estimate as of", as_of(job["estimate_as_of"])))
     facts += _admission_facts(job.get("admission") or {})
     for lease in job.get("allocations") or []:
         if lease.get("ended_at") is None:

@@ -52,8 +52,11 @@ def job_queue_of(job: Job) -> dict[int, QueueEntry]:
 
 
 def job_estimate(job: Job) -> JobForecast:
-    """The job's stored forecast, or an empty one (not forecast yet, or the job has ended)."""
+    """The job's stored forecast, or an empty one (not forecast yet, or the job has ended), by id: an
+    empty one built with `job=` would be cached as the job's `forecast`, read later as if stored."""
     try:
         return job.forecast
     except JobForecast.DoesNotExist:
-        return JobForecast(job=job, start_at=None, finish_at=None, detail="", computed_at=timezone.now())
+        return JobForecast(
+            job_id=job.pk, start_at=None, finish_at=None, detail="", computed_at=timezone.now()
+        )

@@ -41,7 +41,7 @@ def forecast_confirmed_at() -> datetime | None:
 def estimate_as_of(row: JobForecast | None, confirmed_at: datetime | None) -> datetime | None:
     """As of when a stored estimate (`row`) holds: the later of when it last changed and the last
     finished refresh (`confirmed_at`); None without a stored row (no estimate yet)."""
-    if row is None or row._state.adding or row.computed_at is None:
+    if row is None or row.computed_at is None:
         return None
     if confirmed_at is None:
         return row.computed_at

@@ -34,6 +34,7 @@ from scheduler_app.selectors import (
     job_restarts,
 )
 from scheduler_app.services.admission import qos_at_risk_message
+from scheduler_app.services.forecast_as_of import forecast_confirmed_at, job_estimate_as_of
 from scheduler_app.services.job_control import (
     JobStateError,
     job_cancel,
@@ -69,6 +70,7 @@ def queue(request: HttpRequest) -> HttpResponse:
             "filter": jobs,
             "page": page,
             "rows": rows,
+            "estimates_confirmed_at": forecast_confirmed_at(),
             "query": query.urlencode(),
             "everyone": request.user.is_staff or not scheduler_conf().private_jobs,
         },
@@ -140,6 +142,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "details_visible": mine,
         "queue_entry": entry,
         "estimate": job_estimate(job),
+        "estimate_as_of": job_estimate_as_of(job),
         "prediction": prediction,
         "speeds": job_lease_speeds(job=job),
         "restarts": job_restarts(job),  # read from job_detail_queryset's annotations: no query

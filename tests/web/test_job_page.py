@@ -154,8 +154,9 @@ def test_the_job_page_costs_a_bounded_number_of_queries(
         job_event_append(job=job, kind=f"e{i}")
     client = client_of(user)
     client.get(f"/jobs/{job.pk}/")
-    # session, user, job, leases, GPU holds, events, speed observations, log tail, admission prediction
-    with django_assert_max_num_queries(10):
+    # session, user, job, leases, GPU holds, events, speed observations, log tail, admission prediction,
+    # the last finished forecast refresh (as of when the estimate holds)
+    with django_assert_max_num_queries(11):
         client.get(f"/jobs/{job.pk}/")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -23,6 +24,7 @@ from scheduler_app.job_paths import default_output_pattern, output_path_expand
 from scheduler_app.models import AdmissionPrediction, Allocation, Job, JobEvent, JobState, Team
 from scheduler_app.selectors import job_details_visible, job_estimate, job_restarts
 from scheduler_app.services.admission import qos_at_risk_message
+from scheduler_app.services.forecast_as_of import forecast_confirmed_at, job_estimate_as_of
 from scheduler_app.services.job_requests import (
     MAX_COMMAND_CHARS,
     MAX_DEPENDENCIES,
@@ -279,6 +281,9 @@ def job_request_plain(data: Any) -> JobRequest | None:
     )
 
 
+# The serializer context's key for the last finished refresh's time (JobSerializer._confirmed_at).
+CONFIRMED_AT = "estimates_confirmed_at"
+
 # What another user's job does not show: what it runs and where it writes (its owner's business).
 HIDDEN_FROM_OTHERS = ("command", "script", "run_as", "work_dir", "output_path", "error_path")
 
@@ -297,6 +302,11 @@ class JobSerializer(FieldsOnceModelSerializer):
         help_text="A pending or running job's current estimate (null: unknown, see estimate_detail)"
     )
     estimate_detail = serializers.SerializerMethodField(help_text="Why an estimate is unknown")
+    estimate_as_of = serializers.SerializerMethodField(
+        help_text="As of when the estimate (its times or detail) holds: the start of the last forecast "
+        "refresh that finished, or the later forecast that last changed it, such as its submission's "
+        "(null: no estimate; docs/rest-api.md)"
+    )
     deadline_at = serializers.DateTimeField(
         read_only=True,
         allow_null=True,
@@ -358,6 +368,7 @@ class JobSerializer(FieldsOnceModelSerializer):
             "estimated_start_at",
             "estimated_finish_at",
             "estimate_detail",
+            "estimate_as_of",
             "details_hidden",
             "submitted_at",
             "started_at",
@@ -400,6 +411,17 @@ class JobSerializer(FieldsOnceModelSerializer):
 
     def get_estimate_detail(self, job: Job) -> str:
         return job_estimate(job).detail if job.state in (JobState.PENDING, JobState.RUNNING) else ""
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_estimate_as_of(self, job: Job) -> str | None:
+        at = job_estimate_as_of(job, self._confirmed_at)
+        return serializers.DateTimeField().to_representation(at) if at else None
+
+    def _confirmed_at(self) -> datetime | None:
+        """The last finished refresh's time, read once per response (a list's rows share the context)."""
+        if CONFIRMED_AT not in self.context:
+            self.context[CONFIRMED_AT] = forecast_confirmed_at()
+        return self.context[CONFIRMED_AT]
 
     def get_details_hidden(self, job: Job) -> bool:
         request = self.context.get("request")

@@ -1,0 +1,62 @@
+"""`{% as_of at %}`: as of when an estimate holds, "as of 12:04, 3 min ago" (services/forecast_as_of.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from scheduler_app.models import Job
+from scheduler_app.services.forecast_as_of import job_estimate_as_of
+
+register = template.Library()
+
+# Older than this, the day is shown too ("as of 2026-11-29 23:50").
+TIME_ONLY_WITHIN = timedelta(hours=12)
+
+
+def as_of_words(at: datetime, now: datetime | None = None) -> tuple[str, str]:
+    """(the time, how long ago): ("12:04", "3 min ago"); the day too when it is another day or long
+    ago; "just now" under a minute."""
+    now = now or timezone.now()
+    local, local_now = timezone.localtime(at), timezone.localtime(now)
+    same_day = local.date() == local_now.date() and now - at < TIME_ONLY_WITHIN
+    clock = local.strftime("%H:%M") if same_day else local.strftime("%Y-%m-%d %H:%M")
+    return clock, ago_words((now - at).total_seconds())
+
+
+def ago_words(age_s: float) -> str:
+    """How long ago, in whole units as clocks are read: "just now", "3 min ago", "1 h 05 min ago",
+    "2 d 4 h ago" (cli/output.py's `ago`, the same rules)."""
+    whole = max(0, int(age_s))
+    minutes, hours, days = whole // 60, whole // 3600, whole // 86400
+    if minutes < 1:
+        return "just now"
+    if hours < 1:
+        return f"{minutes} min ago"
+    if days < 1:
+        return f"{hours} h {minutes % 60:02d} min ago"
+    return f"{days} d {hours % 24} h ago"
+
+
+@register.simple_tag
+def as_of(at: datetime | None) -> SafeString | str:
+    """`<time>` "as of 12:04, 3 min ago"; "" when `at` is None (no estimate)."""
+    if at is None:
+        return ""
+    clock, ago = as_of_words(at)
+    return format_html('as of <time datetime="{}">{}</time>, {}', at.isoformat(), clock, ago)
+
+
+@register.simple_tag
+def job_as_of(job: Job, confirmed_at: datetime | None) -> str:
+    """A live job's estimate's "as of 12:04, 3 min ago" as plain text (for a title), given the last
+    finished refresh's time (read once for the page); "" without an estimate."""
+    at = job_estimate_as_of(job, lambda: confirmed_at)
+    if at is None:
+        return ""
+    clock, ago = as_of_words(at)
+    return f"as of {clock}, {ago}"
