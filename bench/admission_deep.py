@@ -31,6 +31,41 @@ from bench.live_common import bench_database, django_setup, logging_setup
 
 
 @contextmanager
+def counted_rounds(played: list[tuple[int, int]], dump: str | None = None):
+    """Record each core forecast's rounds: (played, decided by the core), read from its ForecastRun
+    once it returns; with `dump`, pickle the first one's inputs (snapshot, views, keyword arguments)
+    there, for bench.admission_rounds."""
+    import pickle
+
+    import scheduler_app.services.forecasts as forecasts
+    import scheduler_app.simulator.forecast as core_forecast
+
+    runs: list = []
+    real_run, real_forecast = core_forecast.ForecastRun, forecasts.forecast
+
+    class CountedRun(real_run):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            runs.append(self)
+
+    def counted(snapshot, views, **kwargs):
+        if dump and not played:
+            with open(dump, "wb") as out:
+                pickle.dump((snapshot, list(views), kwargs), out)
+        runs.clear()
+        try:
+            return real_forecast(snapshot, views, **kwargs)
+        finally:
+            played.extend((run.k, run.decided) for run in runs)
+
+    with (
+        mock.patch.object(core_forecast, "ForecastRun", CountedRun),
+        mock.patch.object(forecasts, "forecast", counted),
+    ):
+        yield
+
+
+@contextmanager
 def timed_steps(totals: dict[str, list[float]]):
     """Time (CPU, wall) the admission forecast's steps, by the functions admission.py calls."""
     import scheduler_app.services.admission as admission
@@ -109,6 +144,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--db", default="attune_bench_admission_deep", help="database to create and drop")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/13", help="flushed first")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dump", help="pickle the first admission forecast's core inputs to this file")
     return parser.parse_args(argv)
 
 
@@ -148,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         answered = 0
         runs: list[tuple[float, float, int]] = []
         totals: dict[str, list[float]] = defaultdict(list)
+        rounds: list[tuple[int, int]] = []
         profiler = None
         for repeat in range(args.repeats):
             cpu, now_answered = submit(args.submissions, rng)
@@ -155,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             answered += now_answered
             last = repeat == args.repeats - 1
             profiler = cProfile.Profile(time.process_time) if args.profile and last else None
-            with timed_steps(totals):
+            with counted_rounds(rounds, args.dump), timed_steps(totals):
                 start, start_cpu = time.perf_counter(), time.process_time()
                 if profiler:
                     profiler.enable()
@@ -180,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"answers: {starts} with a predicted start; details {dict(Counter(details))}")
     print(f"the refresh after the round: {refresh[0]:.2f} s CPU, {refresh[1]:.2f} s wall")
-    for cpu_s, wall_s, filled in runs:
-        print(f"admission forecast: {cpu_s:.2f} s CPU, {wall_s:.2f} s wall, {filled} filled")
+    for (cpu_s, wall_s, filled), (played, decided) in zip(runs, rounds, strict=False):
+        print(
+            f"admission forecast: {cpu_s:.2f} s CPU, {wall_s:.2f} s wall, {filled} filled; "
+            f"{played} rounds played, {decided} decided by the core"
+        )
     for label in sorted({k.rsplit(" ", 1)[0] for k in totals}, key=lambda k: k.strip()):
         cpu_s, wall_s = totals[label + " cpu"], totals[label + " wall"]
         print(

@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import ALLOCATORS, Allocator
 from scheduler_app.core.gpu_labels import keep_gpu_indices
+from scheduler_app.core.guard_trace import GuardTrace
 from scheduler_app.core.interference import with_interference
 from scheduler_app.core.move_guard import guarded_plan, one_server_views
 from scheduler_app.core.policies import POLICIES, Policy
@@ -24,6 +25,7 @@ def schedule_round(
     team_quota_gpus: Mapping[int, int] | None = None,
     borrowing_teams: Collection[int] = (),
     restarts: RestartPolicy | None = None,
+    guard_trace: GuardTrace | None = None,
 ) -> RoundPlan:
     """Decide one round: every job in `jobs` gets exactly one Decision in the returned plan.
 
@@ -38,7 +40,8 @@ def schedule_round(
     `restarts`: weigh restarts (core/move_guard.py): running jobs stay where they are unless a change
     pays for itself, and jobs that fit on one server run on one, except for the jobs the policy says
     must not wait (an aging rule, Policy.must_not_wait); None re-decides every job freely, as the
-    papers' simulators do.
+    papers' simulators do. `guard_trace`: filled with what the restart guard decided (a simulation's
+    replay of it: core/guard_trace.py).
     Pure: same inputs, same plan.
     """
     policy_obj = POLICIES.get(policy)() if isinstance(policy, str) else policy
@@ -62,7 +65,14 @@ def schedule_round(
     held_back = within_team_quotas(ordered, team_quota_gpus)[1] if team_quota_gpus else set()
     aged = policy_obj.must_not_wait(ordered, snapshot, now_s)
     return guarded_plan(
-        decide, ordered, snapshot, now_s, restarts, never_pinned=held_back, must_not_wait=aged
+        decide,
+        ordered,
+        snapshot,
+        now_s,
+        restarts,
+        never_pinned=held_back,
+        must_not_wait=aged,
+        trace=guard_trace,
     )
 
 

@@ -26,7 +26,8 @@ from dataclasses import fields, replace
 from operator import attrgetter
 
 from scheduler_app.core import reasons
-from scheduler_app.core.restarts import Change, RestartPolicy, change_of, is_restart, plan_value, resizes_live
+from scheduler_app.core.guard_trace import GuardTrace
+from scheduler_app.core.restarts import Change, PlanValuer, RestartPolicy, change_of, is_restart, resizes_live
 from scheduler_app.core.throughput import relative_speed, shape_of
 from scheduler_app.core.types import (
     ClusterSnapshot,
@@ -80,6 +81,7 @@ def guarded_plan(
     *,
     never_pinned: frozenset[int] | set[int] = frozenset(),
     must_not_wait: frozenset[int] = frozenset(),
+    trace: GuardTrace | None = None,
 ) -> RoundPlan:
     """The round's plan with running jobs kept in place unless moving them pays (module docstring).
 
@@ -89,6 +91,9 @@ def guarded_plan(
     their proportional cores and memory: its stickiness then keeps GPUs, not surplus cores, so a
     newcomer packs onto a server whose GPUs are free but whose cores a young 1-GPU job was given
     (tune gives such a job up to a whole server's), instead of taking a server of its own.
+    `trace`: filled with what the guard decided from the lease ages, the plan values and the jobs
+    that must not wait, when it pinned or weighed anything (core/guard_replay.py: a later round
+    with the same inputs but for progress and the clock replays those steps alone).
     """
     # Each running job's proportional floor, worked out once for the round's every decision.
     floors: dict[int, Placement | None] = {}
@@ -120,11 +125,12 @@ def guarded_plan(
         plan = _pinned_plan(decide, ordered, snapshot, young, free_decisions, young_ids, policy, floors)
     else:
         plan = free_plan
+    unweighed = plan
     restarted = _restarted(plan, running, young_ids, policy)
+    kept: RoundPlan | None = None
+    candidates: list[RoundPlan] = []
     if restarted:
         kept = _pinned_plan(decide, ordered, snapshot, running, free_decisions, young_ids, policy, floors)
-        kept_value = plan_value(kept.placements(), ordered, now_s, policy, snapshot=snapshot)
-        best, best_advantage = kept, 0.0
         candidates = [plan]
         # The moving plan's restarts that gain their own jobs nothing (the same speed or less elsewhere,
         # or a preemption) pay only if they make room that others use: the same plan decided with
@@ -137,13 +143,13 @@ def guarded_plan(
             candidates.append(
                 _pinned_plan(decide, ordered, snapshot, pinned, free_decisions, young_ids, policy, floors)
             )
-        for candidate in candidates:
-            advantage = _advantage(candidate, kept_value, ordered, now_s, policy, snapshot)
-            if advantage > best_advantage:
-                best, best_advantage = candidate, advantage
-        plan = best
-    urgent = _urgent_jobs(plan, free_plan, ordered, now_s, policy, must_not_wait)
+        plan = weighed_best(kept, candidates, ordered, now_s, policy, snapshot)
+    urgent = urgent_jobs(plan, free_plan, ordered, now_s, policy, must_not_wait)
+    if trace is not None:
+        trace.record(running, young_ids, free_plan, unweighed, kept, candidates, plan, urgent)
     if not urgent:
+        if trace is not None:
+            trace.result = plan
         return plan
     # What cannot wait gets its resources, and only those: the running jobs that hold none of the GPUs
     # the unguarded plan gives the urgent jobs stay pinned (none of them restarts for nothing); the
@@ -151,7 +157,69 @@ def guarded_plan(
     needed = {g for job_id in urgent for g in _gpu_keys(free[job_id])}
     stay = [j for j in running if not needed & set(_gpu_keys(j.current))]
     narrow = _pinned_plan(decide, ordered, snapshot, stay, free_decisions, young_ids, policy, floors)
-    return narrow if urgent <= narrow.placements().keys() else free_plan
+    result = narrow if urgent <= narrow.placements().keys() else free_plan
+    if trace is not None:
+        trace.result = result
+    return result
+
+
+def guarded_replay(
+    trace: GuardTrace,
+    ordered: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+    now_s: float,
+    policy: RestartPolicy,
+    must_not_wait: Callable[[frozenset[int]], frozenset[int]],
+) -> RoundPlan | None:
+    """`guarded_plan`'s plan for a round whose inputs are the traced round's but for progress and the
+    clock (the same order, jobs, placements and snapshot, and allocations that give the same plans:
+    simulator/reuse.py), redoing only what it reads of them (core/guard_trace.py): the same lease
+    ages under the minimum run time, the weighing of the traced plans on `ordered`'s progress at
+    `now_s`, and the jobs that cannot wait. None where one of them would take the guard down another
+    path (other young jobs; jobs that cannot wait other than those traced): decide the round then.
+    `must_not_wait(ids)`: the policy's answer for those of the jobs (Policy.must_not_wait: whether
+    each job has waited long enough, a property of the job and the clock), asked only for the jobs
+    that could be urgent."""
+    assert trace.recorded and trace.free_plan is not None and trace.unweighed is not None
+    by_id = {j.job_id: j for j in ordered}
+    min_run_s = policy.min_run_s
+    for job_id in trace.running_ids:
+        started = by_id[job_id].lease_started_s
+        young = started is not None and now_s - started < min_run_s
+        if young != (job_id in trace.young_ids):
+            return None
+    plan = trace.unweighed
+    if trace.kept is not None:
+        plan = weighed_best(trace.kept, trace.candidates, ordered, now_s, policy, snapshot)
+    if plan is trace.free_plan or not trace.left_out(plan, ordered):
+        return plan  # no pending job the allocator starts that this plan leaves waiting: none urgent
+    left_out = trace.left_out(plan, ordered)
+    urgent = urgent_jobs(plan, trace.free_plan, ordered, now_s, policy, must_not_wait(left_out))
+    if not urgent:
+        return plan
+    if plan is trace.chosen and urgent == trace.urgent:
+        return trace.result
+    return None
+
+
+def weighed_best(
+    kept: RoundPlan,
+    candidates: Sequence[RoundPlan],
+    ordered: Sequence[JobView],
+    now_s: float,
+    policy: RestartPolicy,
+    snapshot: ClusterSnapshot,
+) -> RoundPlan:
+    """Of `kept` (every running job past its minimum run time kept) and the `candidates` that restart
+    some, the one worth most net of (1 + margin) times its restart costs: kept unless one pays."""
+    valuer = PlanValuer(ordered, now_s, policy, snapshot)
+    kept_value = valuer.value(kept.placements())
+    best, best_advantage = kept, 0.0
+    for candidate in candidates:
+        advantage = _advantage(candidate, kept_value, valuer, policy)
+        if advantage > best_advantage:
+            best, best_advantage = candidate, advantage
+    return best
 
 
 def _restarted(
@@ -174,19 +242,11 @@ def _gains(job: JobView, placement: Placement | None) -> bool:
     return placement is not None and placement.speedup > job.current.speedup * (1.0 + 1e-9)
 
 
-def _advantage(
-    plan: RoundPlan,
-    kept_value: float,
-    ordered: Sequence[JobView],
-    now_s: float,
-    policy: RestartPolicy,
-    snapshot: ClusterSnapshot,
-) -> float:
+def _advantage(plan: RoundPlan, kept_value: float, valuer: PlanValuer, policy: RestartPolicy) -> float:
     """How much more `plan` is worth than keeping every running job, beyond (1 + margin) times the
     restart costs it causes: it is made only when this is positive (gain > (1 + margin) x cost)."""
-    placements = plan.placements()
-    moving = plan_value(placements, ordered, now_s, policy, charge_restarts=False, snapshot=snapshot)
-    cost = moving - plan_value(placements, ordered, now_s, policy, snapshot=snapshot)
+    moving, charged = valuer.pair(plan.placements())
+    cost = moving - charged
     return (moving - kept_value) - (1.0 + policy.margin) * cost
 
 
@@ -334,7 +394,7 @@ def _regrow(
     return Placement(target.job_id, tuple(shares), target.speedup * min(1.0, ratio))
 
 
-def _urgent_jobs(
+def urgent_jobs(
     plan: RoundPlan,
     free_plan: RoundPlan,
     ordered: Sequence[JobView],

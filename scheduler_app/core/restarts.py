@@ -137,49 +137,158 @@ def plan_value(
     plan's jobs finish and free its GPUs (core/waiting_starts.py), at its proportional speed: so a
     plan that keeps every running job is not taken to starve its queue for the whole horizon.
     """
-    horizon_s = policy.horizon_s
-    value = 0.0
-    n = len(ordered)
-    finishes: dict[int, tuple[float, tuple[tuple[int, int], ...]]] = {}
-    waiting: list[tuple[JobView, float]] = []
-    for rank, job in enumerate(ordered):
-        remaining = job.remaining_iters
-        if remaining <= 0 or job.profile.iter_time_s <= 0:
-            continue
-        weight = 1.0 + (n - rank) / n
-        # Its present speed (a job not running: its proportional one), the speed after the horizon.
-        now_rate = (job.current.speedup if job.current is not None else 1.0) / job.profile.iter_time_s
-        placement = placements.get(job.job_id)
+    return PlanValuer(ordered, now_s, policy, snapshot).value(placements, charge_restarts=charge_restarts)
+
+
+# A job's part of a plan's value where the plan leaves it waiting (valued after the plan's own jobs).
+_WAITS: tuple = ("waits",)
+
+
+class PlanValuer:
+    """`plan_value` of several plans of one round (the same jobs in order, clock, policy and snapshot):
+    each job's part is worked out once per placement it has among them (a round's guard values up to
+    five plans that differ in a few hundred of thousands of jobs), with the same operations in the
+    same order, so every value is the float `plan_value` gives."""
+
+    def __init__(
+        self,
+        ordered: Sequence[JobView],
+        now_s: float,
+        policy: RestartPolicy,
+        snapshot: ClusterSnapshot | None = None,
+    ) -> None:
+        self.now_s = now_s
+        self.policy = policy
+        self.snapshot = snapshot
+        n = len(ordered)
+        # The jobs that count, in order: (job, weight, remaining iterations, present rate).
+        self._jobs: list[tuple[JobView, float, float, float]] = []
+        for rank, job in enumerate(ordered):
+            remaining = job.remaining_iters
+            if remaining <= 0 or job.profile.iter_time_s <= 0:
+                continue
+            weight = 1.0 + (n - rank) / n
+            # Its present speed (a job not running: its proportional one), the speed after the horizon.
+            now_rate = (job.current.speedup if job.current is not None else 1.0) / job.profile.iter_time_s
+            self._jobs.append((job, weight, remaining, now_rate))
+        self._ids = [job.job_id for job, _, _, _ in self._jobs]
+        # Per job (as _jobs): the parts worked out, (placement, charge_restarts or None for either,
+        # part), the first one apart (most plans a guard compares share most placements, as objects).
+        # A part: _WAITS, or (weight x (finish - deadline bonus), (finish, GPUs per server) or None).
+        self._first: list[tuple[Placement | None, bool | None, tuple] | None] = [None] * len(self._jobs)
+        self._more: dict[int, list[tuple[Placement | None, bool | None, tuple]]] = {}
+
+    def value(self, placements: Mapping[int, Placement], *, charge_restarts: bool = True) -> float:
+        """`plan_value(placements, ordered, now_s, policy, charge_restarts=..., snapshot=...)`."""
+        return self._value(placements, charge_restarts, {})
+
+    def pair(self, placements: Mapping[int, Placement]) -> tuple[float, float]:
+        """`value(placements, charge_restarts=False)` and `value(placements)`: where the two differ only
+        in finishes after the horizon, the waiting jobs' starts are worked out once (they read the
+        finishes within it alone: core/waiting_starts.py)."""
+        starts_memo: dict[tuple, dict[int, float]] = {}
+        return self._value(placements, False, starts_memo), self._value(placements, True, starts_memo)
+
+    def _value(
+        self,
+        placements: Mapping[int, Placement],
+        charge_restarts: bool,
+        starts_memo: dict[tuple, dict[int, float]],
+    ) -> float:
+        horizon_s, now_s, snapshot = self.policy.horizon_s, self.now_s, self.snapshot
+        value = 0.0
+        finishes: dict[int, tuple[float, tuple[tuple[int, int], ...]]] = {}
+        within: list[tuple[int, float, tuple[tuple[int, int], ...]]] = []
+        waiting: list[tuple[JobView, float]] = []
+        ids, first = self._ids, self._first
+        get = placements.get
+        for k, placement in enumerate([get(job_id) for job_id in ids]):
+            entry = first[k]
+            if (
+                entry is not None
+                and entry[0] is placement
+                and (entry[1] is None or entry[1] == charge_restarts)
+            ):
+                part = entry[2]
+            else:
+                part = self._part_of(k, placement, charge_restarts)
+            if part is _WAITS:
+                job, weight, _, _ = self._jobs[k]
+                waiting.append((job, weight))
+                continue
+            value -= part[0]
+            finish = part[1]
+            if snapshot is not None and finish is not None:
+                finishes[ids[k]] = finish
+                if finish[0] <= horizon_s:
+                    within.append((ids[k], *finish))
+        if snapshot is not None and waiting:
+            key = tuple(within)
+            starts = starts_memo.get(key)
+            if starts is None:
+                starts = starts_memo[key] = waiting_start_offsets(
+                    finishes, [job for job, _ in waiting], snapshot, horizon_s
+                )
+        else:
+            starts = {}
+        for job, weight in waiting:
+            rate = 1.0 / job.profile.iter_time_s
+            at_s = starts.get(job.job_id, horizon_s)  # not within the horizon: after it
+            finish_s = finish_offset_s(at_s + job.startup_s, job.remaining_iters, rate, rate, horizon_s)
+            value -= weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
+        return value
+
+    def _part_of(self, k: int, placement: Placement | None, charge_restarts: bool) -> tuple:
+        """The part of the job at `k` (in _jobs) under `placement`: one worked out before for an equal
+        placement and the same charge (or where the placement restarts nothing), else worked out."""
+        entries = self._more.setdefault(k, [])
+        first = self._first[k]
+        for seen, charge, part in entries if first is None else [first, *entries]:
+            if (charge is None or charge == charge_restarts) and (
+                seen is placement or (seen is not None and placement is not None and seen == placement)
+            ):
+                return part
+        job, weight, remaining, now_rate = self._jobs[k]
+        part, a_restart = self._part(job, weight, remaining, now_rate, placement, charge_restarts)
+        entry = (placement, charge_restarts if a_restart else None, part)
+        if first is None:
+            self._first[k] = entry
+        else:
+            entries.append(entry)
+        return part
+
+    def _part(
+        self,
+        job: JobView,
+        weight: float,
+        remaining: float,
+        now_rate: float,
+        placement: Placement | None,
+        charge_restarts: bool,
+    ) -> tuple[tuple, bool]:
+        """The job's part of a plan that gives it `placement`, and whether that placement restarts it
+        (charged or not)."""
+        policy, now_s, horizon_s = self.policy, self.now_s, self.policy.horizon_s
         change = change_of(job.current, placement)
-        restarted = charge_restarts and is_restart(change, policy, job.current)
+        a_restart = is_restart(change, policy, job.current)
+        restarted = charge_restarts and a_restart
         redo_iters = lost_work_s(job, now_s) * now_rate if restarted and job.current is not None else 0.0
         rate = placement.speedup / job.profile.iter_time_s if placement is not None else 0.0
         if placement is None or rate <= 0:
             if placement is None and job.current is None:
-                waiting.append((job, weight))
-                continue
+                return _WAITS, a_restart
             owed_s = job.startup_s if restarted else 0.0
             finish_s = horizon_s + owed_s + (remaining + redo_iters) / now_rate
-            value -= weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
-            continue
+            return (
+                weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s)),
+                None,
+            ), a_restart
         started = job.current is None or restarted
         delay_s = job.startup_s if started else 0.0
         finish_s = finish_offset_s(delay_s, remaining + redo_iters, rate, now_rate, horizon_s)
-        value -= weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
-        if snapshot is not None:
-            shares = tuple((share.server_id, len(share.gpu_indices)) for share in placement.shares)
-            finishes[job.job_id] = (finish_s, shares)
-    starts = (
-        waiting_start_offsets(finishes, [job for job, _ in waiting], snapshot, horizon_s)
-        if snapshot is not None and waiting
-        else {}
-    )
-    for job, weight in waiting:
-        rate = 1.0 / job.profile.iter_time_s
-        at_s = starts.get(job.job_id, horizon_s)  # not within the horizon: after it
-        finish_s = finish_offset_s(at_s + job.startup_s, job.remaining_iters, rate, rate, horizon_s)
-        value -= weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
-    return value
+        term = weight * (finish_s - _deadline_bonus_s(job, now_s + finish_s, horizon_s))
+        shares = tuple((share.server_id, len(share.gpu_indices)) for share in placement.shares)
+        return (term, (finish_s, shares)), a_restart
 
 
 def _deadline_bonus_s(job: JobView, finish_at_s: float, horizon_s: float) -> float:

@@ -79,11 +79,15 @@ def waiting_start_offsets(
     # What frees within the horizon bounds what can start: stop once it is spoken for.
     freeable = sum(max(0, len(s.free_gpus) - used.get(s.server_id, 0)) for s in snapshot.servers)
     for finish_s, shares in finishes.values():
+        if finish_s > horizon_s:
+            # What frees after the horizon starts nothing within it: on a timeline only GPUs freed
+            # follow the horizon (finishes, and the ends of the waiting jobs' runs), so no free count
+            # within it, nor the least from any change within it on, depends on them (`earliest`).
+            continue
         for server_id, gpus in shares:
             if server_id in lines:
                 lines[server_id].add(finish_s, gpus)
-                if finish_s <= horizon_s:
-                    freeable += gpus
+                freeable += gpus
     starts: dict[int, float] = {}
     soonest = _Soonest(list(lines.values()), horizon_s)
     for job in waiting:

@@ -18,11 +18,18 @@ from dataclasses import dataclass
 
 from scheduler_app.core.allocators import Allocator
 from scheduler_app.core.engine import schedule_round
-from scheduler_app.core.move_guard import one_server_views
+from scheduler_app.core.guard_trace import GuardTrace
+from scheduler_app.core.move_guard import guarded_replay, one_server_views
 from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
-from scheduler_app.simulator.reuse import ReusingAllocator, holds, reusable
+from scheduler_app.simulator.reuse import (
+    ReusingAllocator,
+    guard_reusable,
+    holds,
+    ordered_if_holds,
+    reusable,
+)
 from scheduler_app.simulator.sim_run import SimJob, SimRun
 from scheduler_app.simulator.simulation import keeps_everyone, resolve_run
 
@@ -194,7 +201,9 @@ class ForecastRun:
         self.previous: RoundPlan | None = None
         self.reuse: RoundPlan | None = None  # a plan reuse.py's conditions let the next round reuse
         self.reuse_key: object = None  # its progress key
+        self.guard: GuardTrace | None = None  # the guard's trace, where `reuse` was pinned or weighed
         self.k = 0  # rounds played (skipped ones included)
+        self.decided = 0  # rounds the core decided (the others reused or skipped)
         self.stopped = False  # nothing fits and nothing will change: no arrivals in a forecast
         # The CPU the last rounds played took (play's `stop` reads them).
         self.recent_round_cpu_s: deque[float] = deque(maxlen=RECENT_ROUNDS)
@@ -225,27 +234,44 @@ class ForecastRun:
         allocator_obj, policy_obj, snapshot = self.allocator, self.policy, self.snapshot
         now_s = self.first_round_s + k * round_s
         views = run.views()
-        reuse = self.reuse
-        if reuse is not None and holds(
-            reuse, self.reuse_key, views, policy_obj, allocator_obj, snapshot, now_s
-        ):
-            plan, decided = reuse, False
-        else:
+        reuse, guard = self.reuse, self.guard
+        plan: RoundPlan | None = None
+        if reuse is not None and guard is None:
+            if holds(reuse, self.reuse_key, views, policy_obj, allocator_obj, snapshot, now_s):
+                plan = reuse
+        elif reuse is not None and guard is not None:
+            ordered = ordered_if_holds(
+                reuse, self.reuse_key, views, policy_obj, allocator_obj, snapshot, now_s
+            )
+            if ordered is not None:
+                assert self.restarts is not None
+                plan = guarded_replay(
+                    guard,
+                    ordered,
+                    snapshot,
+                    now_s,
+                    self.restarts,
+                    lambda ids: policy_obj.must_not_wait(
+                        [j for j in ordered if j.job_id in ids], snapshot, now_s
+                    ),
+                )
+        decided = plan is None
+        trace = GuardTrace() if self.recheck and self.restarts is not None else None
+        if plan is None:
             if self.shortcuts:
                 allocator_obj.begin_round()
-            plan, decided = (
-                schedule_round(
-                    snapshot,
-                    views,
-                    policy=policy_obj,
-                    allocator=allocator_obj,
-                    now_s=now_s,
-                    team_quota_gpus=self.team_quota_gpus,
-                    borrowing_teams=self.borrowing_teams,
-                    restarts=self.restarts,
-                ),
-                True,
+            plan = schedule_round(
+                snapshot,
+                views,
+                policy=policy_obj,
+                allocator=allocator_obj,
+                now_s=now_s,
+                team_quota_gpus=self.team_quota_gpus,
+                borrowing_teams=self.borrowing_teams,
+                restarts=self.restarts,
+                guard_trace=trace,
             )
+            self.decided += 1
         previous, can_skip = self.previous, self.can_skip
         steady = can_skip and previous is not None and plan.decisions == previous.decisions
         if self.shortcuts and can_skip and not steady:
@@ -258,9 +284,16 @@ class ForecastRun:
             # Reused next round while nothing arrives, finishes or is dropped and the order holds.
             kept = run.kept and not done_now and not released
             if not kept:
-                self.reuse = None
+                self.reuse, self.guard = None, None
             elif decided:
+                self.guard = None
                 self.reuse_key = reusable(plan, allocator_obj, self.restarts)
+                if self.reuse_key is None and trace is not None and trace.recorded:
+                    # A plan the guard pinned or weighed: replayed while its inputs hold (reuse.py, 4').
+                    by_id = {v.job_id: v for v in views}
+                    ordered = [by_id[d.job_id] for d in plan.decisions]
+                    self.reuse_key = guard_reusable(trace, allocator_obj, ordered, snapshot, now_s)
+                    self.guard = trace if self.reuse_key is not None else None
                 self.reuse = plan if self.reuse_key is not None else None
         for job_id in released:
             run.active[job_id] = self.held.pop(job_id)
@@ -295,6 +328,9 @@ class ForecastRun:
             # Its memory left out (the class docstring); the next round's reuse of the last plan
             # (`holds`) reads only the progress key kept here.
             state["allocator"] = ReusingAllocator(allocator.inner, remember=allocator.remember)
+        if self.guard is not None:
+            # A guarded plan's trace holds several whole plans: the next part decides that round.
+            state["guard"] = state["reuse"] = None
         return state
 
 

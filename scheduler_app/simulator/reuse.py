@@ -34,6 +34,28 @@ the plan of a later round when
    before reading lease ages, plan values or the aged jobs, and returns it again for the same one.
 Then engine.schedule_round (pure) would return P. Every round is still applied one by one, so every
 figure is the one deciding each round gives (bench.sim_identity).
+
+**A repeated guarded round replays the guard alone** (`guard_reusable`, `ordered_if_holds`, then
+move_guard.guarded_replay; the forecast only). Where P's round pinned or weighed (rule 4 fails), the
+guard's trace (core/guard_trace.py) kept the plans it built and what it read of progress and the
+clock. A later round gets the plan the guard would give when
+1. as above: P kept everyone and nothing arrived, finished, was dropped or was released;
+2. as above: the policy orders the jobs as P's decisions are ordered;
+3'. every allocation of P's round was decided from its key (none read a reservation), and the
+   progress key of the whole order is what it was: each of the guard's allocations is of a
+   subsequence of that order (pinned jobs left out, borrowers last) on a snapshot with the same
+   servers (GPUs, cores and memory taken out, totals kept), and genie's key is one entry per
+   deadline job read from the job, the clock and the servers' totals (genie_needs.need_key), so
+   every allocation's key is what it was and it gives the plan it gave;
+4'. the running jobs within their minimum run time are those that were (lease ages), so the guard
+   builds the same plans; and it redoes on them what reads progress and the clock: the weighing of
+   the kept plan against the candidates (restarts.plan_value on this round's views), and the
+   pending jobs that cannot wait (deadline slack, `Policy.must_not_wait` asked for the jobs the
+   allocator's plan starts and the weighed one does not: whether a job has waited long enough is
+   its own).
+The guard then returns what its weighing chose, or, where jobs cannot wait, the traced result only
+when those jobs are the traced ones (else None: the round is decided). The replayed weighing costs
+its plan values; the allocations, the pinned plans and the moves found are not done again.
 """
 
 from __future__ import annotations
@@ -42,6 +64,7 @@ from collections.abc import Hashable, Sequence
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators import Allocator
+from scheduler_app.core.guard_trace import GuardTrace
 from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
@@ -96,9 +119,11 @@ class ReusingAllocator(Allocator):
         self.allocations = 0  # since begin_round
         self.last_key: Hashable | None = None  # the last allocation's key, when it was decided from it
         self.decided = 0  # allocations decided by `inner` (the others answered from memory)
+        self.unkeyed = 0  # since begin_round: allocations not decided from their key alone
 
     def begin_round(self) -> None:
         self.allocations = 0
+        self.unkeyed = 0
         self.last_key = None
 
     def progress_key(
@@ -123,6 +148,7 @@ class ReusingAllocator(Allocator):
         self.last_key = None
         if self._keyed is None and self.inner.reads_progress:
             self.decided += 1
+            self.unkeyed += 1
             return self.inner.allocate_at(ordered_jobs, snapshot, now_s)
         progress = self.progress_key(ordered_jobs, snapshot, now_s)
         if not self.remember:
@@ -132,6 +158,7 @@ class ReusingAllocator(Allocator):
             else:
                 plan, keyed = self._keyed(ordered_jobs, snapshot, now_s)
             self.last_key = (None, None, progress) if keyed else None
+            self.unkeyed += not keyed
             return plan
         key = (snapshot, tuple(_fixed(j) for j in ordered_jobs), progress)
         hit = self._memo.get(key)
@@ -148,6 +175,8 @@ class ReusingAllocator(Allocator):
                 self._memo.clear()
             self._memo[key] = (plan, ordered_jobs)
             self.last_key = key
+        else:
+            self.unkeyed += 1
         return plan
 
 
@@ -197,6 +226,23 @@ def reusable(plan: RoundPlan, allocator: ReusingAllocator, restarts: RestartPoli
     return allocator.last_key[2]  # type: ignore[index]
 
 
+def guard_reusable(
+    trace: GuardTrace,
+    allocator: ReusingAllocator,
+    ordered: Sequence[JobView],
+    snapshot: ClusterSnapshot,
+    now_s: float,
+) -> Hashable | None:
+    """Condition 4' for a plan the guard pinned or weighed, just decided with `trace` (condition 1 is
+    the caller's; `ordered`: the round's views in the plan's order): the progress key of the whole
+    order, under which a later round may replay the guard on it (`ordered_if_holds`, then
+    move_guard.guarded_replay); None when it may not (an allocation of the round not decided from
+    its key alone)."""
+    if not trace.recorded or allocator.allocations == 0 or allocator.unkeyed:
+        return None
+    return allocator.progress_key(ordered, snapshot, now_s)
+
+
 def holds(
     plan: RoundPlan,
     progress: Hashable,
@@ -208,16 +254,33 @@ def holds(
 ) -> bool:
     """Conditions 2 and 3 now, for `plan` reusable under `progress`: the policy orders `jobs` as the
     plan's decisions are ordered, and the allocator's progress key for them is `progress`."""
+    if policy.static_order and progress == ():
+        return len(plan.decisions) == len(jobs)
+    return ordered_if_holds(plan, progress, jobs, policy, allocator, snapshot, now_s) is not None
+
+
+def ordered_if_holds(
+    plan: RoundPlan,
+    progress: Hashable,
+    jobs: Sequence[JobView],
+    policy: Policy,
+    allocator: ReusingAllocator,
+    snapshot: ClusterSnapshot,
+    now_s: float,
+) -> Sequence[JobView] | None:
+    """`jobs` in the policy's order when conditions 2 and 3 hold now for `plan` (`holds`), else None."""
     decisions = plan.decisions
     if len(decisions) != len(jobs):
-        return False
+        return None
     if policy.static_order:
-        if progress == ():
-            return True
         by_id = {j.job_id: j for j in jobs}
         ordered: Sequence[JobView] = [by_id[d.job_id] for d in decisions]
+        if progress == ():
+            return ordered
     else:
         ordered = policy.order(jobs, snapshot, now_s)
         if any(d.job_id != j.job_id for d, j in zip(decisions, ordered, strict=True)):
-            return False
-    return progress == () or allocator.progress_key(ordered, snapshot, now_s) == progress
+            return None
+    if progress == () or allocator.progress_key(ordered, snapshot, now_s) == progress:
+        return ordered
+    return None

@@ -112,3 +112,56 @@ def test_swaf_genie_reuse_gives_the_same_forecast_with_fewer_allocations(restart
     assert fast_rounds < len(calls)  # rounds reused
     assert fast_allocations < 0.8 * allocations["n"]  # and allocations
     assert keyed_reuses["n"] > 0  # some while deadline jobs were running
+
+
+def busy_cluster_queue(checkpoint_every_s: float | None) -> tuple:
+    """A full cluster of long runs placed a few minutes ago, and shorter jobs waiting behind them: under
+    a shortest-first order the allocator's plan would preempt the long runs each round and the
+    restart guard keeps them (their minimum run time, then their restart costs)."""
+    cluster = make_cluster(2, gpus=4, cpus=12, mem_gb=250.0)
+    models = ["res18", "alexnet", "lstm", "m5"]
+    long_runs = [
+        make_job(i, models[i % 4], arrival_s=float(i), total_iters=6000.0 + 500 * i) for i in range(1, 9)
+    ]
+    placed = schedule_round(cluster, long_runs, policy="fifo", allocator="genie", now_s=0.0).placements()
+    running = [
+        replace(
+            j,
+            current=placed[j.job_id],
+            lease_started_s=-30.0 * j.job_id,
+            startup_s=30.0,
+            checkpoint_every_s=checkpoint_every_s,
+        )
+        for j in long_runs
+    ]
+    waiting = [
+        make_job(100 + i, models[i % 4], arrival_s=10.0 + i, total_iters=400.0 + 150 * i) for i in range(6)
+    ]
+    return cluster, running + [replace(j, startup_s=30.0) for j in waiting]
+
+
+@pytest.mark.parametrize("aging", [Aging(factor=1.0, floor_s=0.0), None], ids=["aging", "no aging"])
+@pytest.mark.parametrize("checkpoint_every_s", [None, 600.0], ids=["no checkpoints", "checkpoints"])
+def test_swaf_genie_guarded_plans_replayed_give_the_same_forecast(aging, checkpoint_every_s, monkeypatch):
+    """Plans the restart guard pinned or weighed are replayed (core/guard_trace.py: the lease ages, the
+    weighing and the urgent jobs redone on the round's progress and clock, the allocations not), and
+    the estimates are those of deciding every round, to the last bit."""
+    from scheduler_app.core.move_guard import guarded_replay
+
+    replays = {"plans": 0, "weighed": 0}
+
+    def counted_replay(trace, *args):
+        plan = guarded_replay(trace, *args)
+        replays["plans"] += plan is not None
+        replays["weighed"] += plan is not None and trace.kept is not None
+        return plan
+
+    monkeypatch.setattr("scheduler_app.simulator.forecast.guarded_replay", counted_replay)
+    cluster, jobs = busy_cluster_queue(checkpoint_every_s)
+    kwargs = dict(policy=SwafPolicy(aging=aging), first_round_s=0.0, round_s=60.0, restarts=RestartPolicy())
+    fast = forecast(cluster, jobs, allocator=GenieAllocator(), **kwargs)
+    slow = forecast(cluster, jobs, allocator=GenieDecidingEveryRound(), **kwargs, shortcuts=False)
+    assert all(f.finish_s is not None for f in slow.values())  # a whole forecast, not cut short
+    assert fast == slow
+    assert replays["plans"] > 0  # guarded plans replayed instead of decided
+    assert replays["weighed"] > 0  # the weighing redone on the round's progress, not the allocations
