@@ -44,11 +44,12 @@ def ago_words(age_s: float) -> str:
 
 @register.simple_tag
 def as_of(at: datetime | None) -> SafeString | str:
-    """`<time>` "as of 12:04, 3 min ago"; "" when `at` is None (no estimate)."""
+    """ "as of 12:04, 3 min ago", the time whole on hover; "" when `at` is None (no estimate). A span,
+    not a `<time>`: the estimate's own `<time>` stays the one in its element (`#estimated-start time`)."""
     if at is None:
         return ""
     clock, ago = as_of_words(at)
-    return format_html('as of <time datetime="{}">{}</time>, {}', at.isoformat(), clock, ago)
+    return format_html('as of <span class="as-of" title="{}">{}</span>, {}', at.isoformat(), clock, ago)
 
 
 @register.simple_tag
