@@ -68,7 +68,7 @@ from scheduler_app.core.allocators.genie_candidates import (
     points_by_cost,
 )
 from scheduler_app.core.allocators.genie_costs import acceptable, avoiding_comm, comm_neighbours, speed_on
-from scheduler_app.core.allocators.genie_home import keep_home
+from scheduler_app.core.allocators.genie_home import decide_jobs
 from scheduler_app.core.allocators.genie_leftovers import hand_out_leftovers, repeats
 from scheduler_app.core.allocators.genie_needs import need_key, required_speed
 from scheduler_app.core.allocators.genie_points import shape_points
@@ -131,17 +131,8 @@ class GenieRound(RoundSetup):
         return shape_points(job.profile, job.num_gpus, self.min_servers(job), self.shape).points
 
     def run(self) -> RoundPlan:
-        jobs, infeasible, likely = self.jobs, self.infeasible, self.admitted
         self.claim_admitted(remember_others=True)
-        self.later_gpus = sum(job.num_gpus for pos, job in enumerate(jobs) if likely[pos])
-        for pos, job in enumerate(jobs):
-            if likely[pos]:
-                self.later_gpus -= job.num_gpus
-            why = infeasible[pos]
-            if why is not None:
-                self.builder.infeasible(pos, why)
-            elif not keep_home(self, pos, job):
-                self.decide(pos, job)
+        decide_jobs(self)  # each job in order: `decide`, or the lean path home (genie_home.py)
         if self.work_conserving:
             hand_out_leftovers(self)
         builder = self.builder

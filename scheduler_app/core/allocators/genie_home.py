@@ -3,27 +3,31 @@
 Most jobs of a decided round (one where genie_steady.py could not tell the plan: a newcomer, a job
 waiting) run already and are decided exactly as they ran: `GenieRound.decide` takes the best-effort
 path, tries the best case first, `RoundState.find_uniform` finds the job's home (its claim, the
-strict HOME stage) and `place` takes it back. `keep_home` tells that outcome from the same tests in
-the same order, without the generic steps that cannot apply to such a job (the QoS need, GPU-count
-variants, node counts, fixed demands, interference, a reservation), and records the same placement;
-when any test would send `place` elsewhere it returns False having changed nothing, and the caller
-decides the job in full. Exact: the same state changes, the same `Held`, the same plan
-(tests/scheduler_app/core/test_genie_home.py compares rounds decided with and without it).
+strict HOME stage) and `place` takes it back. `decide_jobs`, GenieRound.run's walk over the jobs,
+tells that outcome from the same tests in the same state, without the generic steps that cannot
+apply to such a job (the QoS need, GPU-count variants, node counts, fixed demands, interference, a
+reservation), and records the same placement; when any test would send `place` elsewhere it has
+changed nothing, and the job is decided in full. Exact: the same state changes, the same `Held`, the
+same plan (tests/scheduler_app/core/test_genie_home.py compares rounds decided with it and with
+`decide` for every job).
 
 Why each test stands for `decide_best_effort` + `place` on such a job:
 - the job has no QoS target, no GPU-count choices, no node count and no fixed demand (else it is not
   `decide_best_effort`'s); it still claims its home (`RoundState.release` not called on it), so its
-  GPUs are free and `num_gpus <= free_gpu_count`; no reservation stands (no backfill test);
+  GPUs are free; no reservation stands (no backfill test);
 - `unfit` and the free totals of its options, then `find_uniform`'s failure memo and totals for the
-  best case, are read as `decide_best_effort` and `find_uniform` read them;
+  best case, are read as `decide_best_effort` and `find_uniform` read them (with the memos empty,
+  as they nearly always are, from what genie_kept.py worked out for its Placement);
 - `find` for an owner with a home and no filters tries the strict home first (`home_plan`); when that
-  fails the walk would look elsewhere: the caller decides the job then;
-- `starves_gpus`, as `place` asks it for a best case;
+  fails the walk would look elsewhere: the job is decided in full then;
+- `starves_gpus`, as `place` asks it for a best case (never True at or below the proportional share);
 - its speed there is the best case's after the spread's slowdown: no interference factor, since it
   either does not communicate or its workload has no interference term; `acceptable` without a need
   is True unless a communicating QoS job with an interference term is placed and this job
-  communicates (then the caller decides it);
+  communicates (then it is decided in full);
 - `take` of the home plan is `_take_home`.
+A job whose placement genie_kept.py knows to be its best case's holds its fastest point (the leftover
+pass skips it: `Held.top`) and is on its own Placement as `RoundSetup.placed` would find (`Held.kept`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.genie_candidates import Held
-from scheduler_app.core.allocators.genie_kept import kept_job
+from scheduler_app.core.allocators.genie_kept import KEPT_ENTRIES, kept_job
 from scheduler_app.core.allocators.genie_points import shape_points
 from scheduler_app.core.placement.plan import EPS as PLACEMENT_EPS
 from scheduler_app.core.throughput import EPS, ServerShape, with_penalty
@@ -42,73 +46,109 @@ if TYPE_CHECKING:
     from scheduler_app.core.allocators.genie import GenieRound
 
 
-def keep_home(genie_round: GenieRound, pos: int, job: JobView) -> bool:
-    """Place `job` (at `pos`) back on its home at its best case as `GenieRound.decide` would, and
-    return True; or change nothing and return False (see the module docstring)."""
+def decide_jobs(genie_round: GenieRound) -> None:
+    """`GenieRound.run`'s walk over the jobs in policy order: the infeasible recorded, each running job
+    that goes back to its home at its best case placed here (module docstring), every other job
+    decided by `GenieRound.decide`. The lean path reads what `kept_job` worked out for the job's
+    Placement and the round's state through local names (every running job of a decided round)."""
+    jobs, infeasible, likely = genie_round.jobs, genie_round.infeasible, genie_round.admitted
     state = genie_round.state
-    if (
-        genie_round.reservation is not None
-        or job.job_id not in state._claimants
-        or job.deadline_s is not None
-        or job.min_rate_iters_per_s is not None
-        or job.gpu_choices
-        or job.num_nodes is not None
-        or job.cpus_per_gpu_override is not None
-        or job.mem_gb_per_gpu_override is not None
-    ):
-        return False
-    shape = genie_round.shape
-    assert shape is not None  # a claimant implies a non-empty cluster
-    kept = None
-    if not genie_round.unfit and not state._failed:
-        kept = kept_job(job, genie_round.snapshot, shape)
-    if kept is None:
-        return _keep_home_searched(genie_round, pos, job, shape)
-    # Its placement is its best case's (genie_kept.py): the tests below are those of the searched
-    # path with what they read of the job worked out already. `unfit` and the failure memo are empty.
-    if kept.communicating and genie_round.kappa_qos_held:
-        return False
-    num_gpus = job.num_gpus
-    best = kept.best
-    _, least_cpus, least_mem_gb = kept.options
-    room_cpus = state.total_free_cpus + PLACEMENT_EPS
-    room_mem_gb = state.total_free_mem_gb + PLACEMENT_EPS
-    if (
-        num_gpus > state.free_gpu_count
-        or num_gpus * least_cpus > room_cpus
-        or num_gpus * least_mem_gb > room_mem_gb
-        or num_gpus * best.cpus_per_gpu > room_cpus
-        or num_gpus * best.mem_gb_per_gpu > room_mem_gb
-    ):
-        return False  # state.totals_allow, for the options and then for the best case
-    # home_plan(strict): each share's demand within what is free there; it asks what it held, so the
-    # strict test's "no more than held" holds.
+    builder = genie_round.builder
+    snapshot, shape = genie_round.snapshot, genie_round.shape
+    claimants, home_plans = state._claimants, state._home_plan
+    failed, unfit = state._failed, genie_round.unfit
     free_cpus, free_mem_gb = state.free_cpus, state.free_mem_gb
-    for i, _, cpus, mem_gb in kept.shares:
-        if cpus > free_cpus[i] + PLACEMENT_EPS or mem_gb > free_mem_gb[i] + PLACEMENT_EPS:
-            return False
-    plan = state._home_plan[job.job_id]
-    genie_round.found = True
-    if kept.above_share and genie_round.starves_gpus(plan, best):
-        return False
-    shares = state.take(
-        plan, state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu), job.job_id
-    )
-    held = Held(pos, job, shares, best, reasons.BEST_CASE, False)
-    held.top = True  # best_if_kept: no faster point
-    held.kept = True  # on its own Placement, as RoundSetup.placed finds
-    genie_round.releases.append((job, kept.speed))
-    genie_round.held.append(held)
-    if kept.communicating:
-        comm_on_server = genie_round.comm_on_server
-        for i, _ in plan:
-            comm_on_server[i].append(held)
-    return True
+    held_list, releases = genie_round.held, genie_round.releases
+    entries = KEPT_ENTRIES
+    best_case = reasons.BEST_CASE
+    genie_round.later_gpus = sum(job.num_gpus for pos, job in enumerate(jobs) if likely[pos])
+    for pos, job in enumerate(jobs):
+        if likely[pos]:
+            genie_round.later_gpus -= job.num_gpus
+        why = infeasible[pos]
+        if why is not None:
+            builder.infeasible(pos, why)
+            continue
+        owner = job.job_id
+        current = job.current
+        if (
+            current is None
+            or genie_round.reservation is not None
+            or owner not in claimants
+            or job.deadline_s is not None
+            or job.min_rate_iters_per_s is not None
+            or job.gpu_choices
+            or job.num_nodes is not None
+            or job.cpus_per_gpu_override is not None
+            or job.mem_gb_per_gpu_override is not None
+        ):
+            genie_round.decide(pos, job)
+            continue
+        assert shape is not None  # a claimant implies a non-empty cluster
+        kept = None
+        if not unfit and not failed:
+            hit = entries.get(id(current))
+            if (
+                hit is not None
+                and hit[0] is current
+                and hit[1] is snapshot
+                and hit[2] is job.profile
+                and hit[3] == owner
+                and hit[4] == job.num_gpus
+            ):
+                kept = hit[5]
+            else:
+                kept = kept_job(job, snapshot, shape)
+        if kept is None:
+            if not _keep_home_searched(genie_round, pos, job, shape):
+                genie_round.decide(pos, job)
+            continue
+        # Its placement is its best case's (genie_kept.py): the tests of the searched path below, with
+        # what they read of the job worked out already; `unfit` and the failure memo are empty.
+        if kept.communicating and genie_round.kappa_qos_held:
+            genie_round.decide(pos, job)
+            continue
+        room_cpus = state.total_free_cpus + PLACEMENT_EPS
+        room_mem_gb = state.total_free_mem_gb + PLACEMENT_EPS
+        if (
+            job.num_gpus > state.free_gpu_count
+            or kept.least_cpus > room_cpus
+            or kept.least_mem_gb > room_mem_gb
+            or kept.cpus > room_cpus
+            or kept.mem_gb > room_mem_gb
+        ):
+            genie_round.decide(pos, job)  # state.totals_allow, for the options, then the best case
+            continue
+        # home_plan(strict): each share's demand within what is free there; it asks what it held, so
+        # the strict test's "no more than held" holds.
+        for i, _, cpus, mem_gb in kept.shares:
+            if cpus > free_cpus[i] + PLACEMENT_EPS or mem_gb > free_mem_gb[i] + PLACEMENT_EPS:
+                break
+        else:
+            plan = home_plans[owner]
+            best = kept.best
+            genie_round.found = True
+            if not kept.above_share or not genie_round.starves_gpus(plan, best):
+                shares = state.take(
+                    plan, state.uniform(best.cpus_per_gpu), state.uniform(best.mem_gb_per_gpu), owner
+                )
+                held = Held(pos, job, shares, best, best_case, False)
+                held.top = True  # best_if_kept: no faster point
+                held.kept = True  # on its own Placement, as RoundSetup.placed finds
+                releases.append((job, kept.speed))
+                held_list.append(held)
+                if kept.communicating:
+                    comm_on_server = genie_round.comm_on_server
+                    for i, _ in plan:
+                        comm_on_server[i].append(held)
+                continue
+        genie_round.decide(pos, job)
 
 
 def _keep_home_searched(genie_round: GenieRound, pos: int, job: JobView, shape: ServerShape) -> bool:
-    """keep_home for a job whose placement is not known to be its best case's (or while `unfit` or the
-    failure memo holds something): each test worked out from the job's points."""
+    """The lean path for a job whose placement is not known to be its best case's (or while `unfit` or
+    the failure memo holds something), each test worked out from the job's points: True when it placed
+    the job, False (nothing changed) when the search must decide it."""
     state = genie_round.state
     owner = job.job_id
     num_gpus = job.num_gpus

@@ -26,9 +26,21 @@ class KeptJob:
     same floats `RoundState.take` subtracts); `cpus`, `mem_gb`: its demand cluster-wide at its best
     case; `above_share`: whether the best case asks more than the GPU-proportional share (only then
     may `starves_gpus` say True); `best`, `speed`: the best case and its speed after the spread's
-    slowdown (the placement's speed-up); `options`: ShapePoints.best_effort_options."""
+    slowdown (the placement's speed-up); `least_cpus`, `least_mem_gb`: the GPUs x the least cores and
+    GB per GPU of its best-effort options (ShapePoints.best_effort_options), as
+    `RoundState.totals_allow` multiplies them."""
 
-    __slots__ = ("above_share", "best", "communicating", "cpus", "mem_gb", "options", "shares", "speed")
+    __slots__ = (
+        "above_share",
+        "best",
+        "communicating",
+        "cpus",
+        "least_cpus",
+        "least_mem_gb",
+        "mem_gb",
+        "shares",
+        "speed",
+    )
 
     def __init__(
         self,
@@ -38,7 +50,8 @@ class KeptJob:
         above_share: bool,
         best: OperatingPoint,
         speed: float,
-        options: tuple[list[tuple[OperatingPoint, str]], float, float],
+        least_cpus: float,
+        least_mem_gb: float,
         communicating: bool,
     ) -> None:
         self.shares = shares
@@ -47,14 +60,15 @@ class KeptJob:
         self.above_share = above_share
         self.best = best
         self.speed = speed
-        self.options = options
+        self.least_cpus = least_cpus
+        self.least_mem_gb = least_mem_gb
         self.communicating = communicating
 
 
 # id(placement) -> (placement, snapshot, profile, job id, GPUs, KeptJob or None), the placement and the
 # snapshot kept so that their ids are not reused meanwhile. Cleared whole at the bound.
-_ENTRIES: dict[int, tuple[Placement, ClusterSnapshot, SensitivityProfile, int, int, KeptJob | None]] = {}
-_ENTRIES_MAX = 8192
+KEPT_ENTRIES: dict[int, tuple[Placement, ClusterSnapshot, SensitivityProfile, int, int, KeptJob | None]] = {}
+KEPT_ENTRIES_MAX = 8192
 
 
 def kept_job(job: JobView, snapshot: ClusterSnapshot, shape: ServerShape) -> KeptJob | None:
@@ -63,7 +77,7 @@ def kept_job(job: JobView, snapshot: ClusterSnapshot, shape: ServerShape) -> Kep
     new Placement) on `snapshot` of `shape`, or None when its placement is not its best case's (or
     the best case is not certain, or the placement is not valid on the snapshot)."""
     current = job.current
-    hit = _ENTRIES.get(id(current))
+    hit = KEPT_ENTRIES.get(id(current))
     if (
         hit is None
         or hit[0] is not current
@@ -72,11 +86,11 @@ def kept_job(job: JobView, snapshot: ClusterSnapshot, shape: ServerShape) -> Kep
         or hit[3] != job.job_id
         or hit[4] != job.num_gpus
     ):
-        if len(_ENTRIES) >= _ENTRIES_MAX:
-            _ENTRIES.clear()
+        if len(KEPT_ENTRIES) >= KEPT_ENTRIES_MAX:
+            KEPT_ENTRIES.clear()
         assert current is not None
         hit = (current, snapshot, job.profile, job.job_id, job.num_gpus, _kept_job(job, snapshot, shape))
-        _ENTRIES[id(current)] = hit
+        KEPT_ENTRIES[id(current)] = hit
     return hit[5]
 
 
@@ -128,6 +142,7 @@ def _kept_job(job: JobView, snapshot: ClusterSnapshot, shape: ServerShape) -> Ke
     if count != job.num_gpus:
         return None
     points = shape_points(job.profile, job.num_gpus, -(-job.num_gpus // shape.num_gpus), shape)
+    _, least_cpus, least_mem_gb = points.best_effort_options()
     return KeptJob(
         tuple(out),
         job.num_gpus * c,
@@ -135,7 +150,8 @@ def _kept_job(job: JobView, snapshot: ClusterSnapshot, shape: ServerShape) -> Ke
         c > shape.cpus_per_gpu + EPS or m > shape.mem_gb_per_gpu + EPS,
         best,
         speed,
-        points.best_effort_options(),
+        job.num_gpus * least_cpus,
+        job.num_gpus * least_mem_gb,
         communicates(job.num_gpus),
     )
 
