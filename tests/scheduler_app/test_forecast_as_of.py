@@ -134,3 +134,12 @@ def test_the_confirmation_never_moves_back():
     assert forecast_confirmed_at() == at
     forecast_confirm(at + timedelta(minutes=1))
     assert forecast_confirmed_at() == at + timedelta(minutes=1)
+
+
+def test_the_portable_read_gives_what_postgresqls_gives(monkeypatch):
+    """The embedded demo's SQLite reads the row through the ORM; PostgreSQL in one plain statement."""
+    at = timezone.now().replace(microsecond=0)
+    forecast_confirm(at)
+    assert forecast_confirmed_at() == at
+    monkeypatch.setattr("scheduler_app.services.forecast_as_of.is_postgresql", lambda: False)
+    assert forecast_confirmed_at() == at
