@@ -165,3 +165,30 @@ def test_swaf_genie_guarded_plans_replayed_give_the_same_forecast(aging, checkpo
     assert fast == slow
     assert replays["plans"] > 0  # guarded plans replayed instead of decided
     assert replays["weighed"] > 0  # the weighing redone on the round's progress, not the allocations
+
+
+def test_a_guarded_forecast_played_in_pickled_parts_is_the_one_call():
+    """A part pickled while a guarded plan is being replayed leaves the trace out (its plans are large):
+    the next part decides that round, and the estimates are those of one call."""
+    import pickle
+
+    from scheduler_app.simulator.forecast import ForecastRun
+
+    cluster, jobs = busy_cluster_queue(None)
+    kwargs = dict(policy=SwafPolicy(aging=None), first_round_s=0.0, round_s=60.0, restarts=RestartPolicy())
+    whole = forecast(cluster, jobs, allocator=GenieAllocator(), **kwargs)
+    run = ForecastRun(cluster, jobs, allocator=GenieAllocator(), **kwargs)
+    guarded = 0
+    while not run.done:
+        asked = {"n": 0}
+
+        def three_rounds(_cpu_s: float, asked: dict = asked) -> bool:
+            asked["n"] += 1
+            return asked["n"] > 3
+
+        run.play(three_rounds)
+        guarded += run.guard is not None
+        run = pickle.loads(pickle.dumps(run))
+        assert run.guard is None
+    assert guarded > 0  # some parts ended while a guarded plan was replayed
+    assert run.results() == whole
