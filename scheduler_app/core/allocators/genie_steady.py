@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators.genie_kept import kept_job
+from scheduler_app.core.allocators.genie_kept import KEPT_ENTRIES, kept_job
 from scheduler_app.core.placement.plan import EPS as PLACEMENT_EPS
 from scheduler_app.core.placement.plan import PlanBuilder
 from scheduler_app.core.throughput import ServerShape, cluster_shape
@@ -61,6 +61,7 @@ def steady_plan(ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> R
     best_cpus: list[float] = []  # per job, in order: its demand at its best case, cluster-wide
     best_mem_gb: list[float] = []
     above_share: list[bool] = []
+    entries = KEPT_ENTRIES
     for job in ordered_jobs:
         if (
             job.deadline_s is not None
@@ -71,7 +72,19 @@ def steady_plan(ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> R
             or job.mem_gb_per_gpu_override is not None
         ):
             return None
-        kept = kept_job(job, snapshot, shape)
+        current = job.current
+        hit = entries.get(id(current))  # kept_job's memo, read inline (every job of a steady round)
+        if (
+            hit is not None
+            and hit[0] is current
+            and hit[1] is snapshot
+            and hit[2] is job.profile
+            and hit[3] == job.job_id
+            and hit[4] == job.num_gpus
+        ):
+            kept = hit[5]
+        else:
+            kept = kept_job(job, snapshot, shape)
         if kept is None:
             return None
         for i, mask, cpus, mem_gb in kept.shares:
