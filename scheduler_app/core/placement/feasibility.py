@@ -101,7 +101,20 @@ def infeasible_reasons(jobs: Sequence[JobView], snapshot: ClusterSnapshot) -> li
     """`infeasible_reason` for every job (the cluster's GPU total and server counts computed once)."""
     total_gpus = snapshot.total_gpus
     memo: dict[tuple[int, float | None, float | None], int] = {}
-    return [infeasible_reason(job, snapshot, total_gpus, memo) for job in jobs]
+    out: list[str | None] = []
+    append = out.append
+    for job in jobs:
+        num_gpus = job.num_gpus
+        if (
+            0 < num_gpus <= total_gpus
+            and job.num_nodes is None
+            and job.cpus_per_gpu_override is None
+            and job.mem_gb_per_gpu_override is None
+        ):
+            append(None)  # infeasible_reason's answer for such a job (most jobs), without the call
+        else:
+            append(infeasible_reason(job, snapshot, total_gpus, memo))
+    return out
 
 
 def gpu_admission(

@@ -74,6 +74,10 @@ class HeldJob:
 # id(placement) -> the decision keeping a job on that Placement object (PlanBuilder.kept); bounded.
 _KEPT: dict[int, Decision] = {}
 _KEPT_MAX = 8192
+# (job id, reason) -> the pending decision (PlanBuilder.pending): a frozen value of those two alone,
+# so every round's waiting jobs share one object each instead of building it again; bounded.
+_PENDING: dict[tuple[int, str], Decision] = {}
+_PENDING_MAX = 16384
 
 
 class PlanBuilder:
@@ -100,7 +104,13 @@ class PlanBuilder:
         self._decisions[pos] = decision
 
     def pending(self, pos: int, reason: str) -> None:
-        self._decisions[pos] = Decision(self._jobs[pos].job_id, Outcome.PENDING, reason)
+        key = (self._jobs[pos].job_id, reason)
+        decision = _PENDING.get(key)
+        if decision is None:
+            if len(_PENDING) >= _PENDING_MAX:
+                _PENDING.clear()
+            decision = _PENDING[key] = Decision(key[0], Outcome.PENDING, reason)
+        self._decisions[pos] = decision
 
     def infeasible(self, pos: int, reason: str) -> None:
         self._decisions[pos] = Decision(self._jobs[pos].job_id, Outcome.INFEASIBLE, reason)
