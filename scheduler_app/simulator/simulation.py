@@ -19,6 +19,7 @@ from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, Decision, Outcome, RoundPlan, SensitivityProfile
 from scheduler_app.simulator.cluster import ClusterSpec
 from scheduler_app.simulator.metrics import ResourceTotals, SimulationResult, jct_stats
+from scheduler_app.simulator.permuted import permuted_plan
 from scheduler_app.simulator.restart_costs import RestartCosts
 from scheduler_app.simulator.reuse import RememberingPolicy, ReusingAllocator, holds, reusable
 from scheduler_app.simulator.sim_run import SimJob, SimRun, first_finish_s
@@ -350,12 +351,14 @@ def simulate(
                 k = next_round_after_arrival()  # idle cluster
             continue
 
-        if (
-            steady_plan is not None
-            and recheck
-            and not holds(steady_plan, reuse_key, run.views(), policy_obj, allocator_obj, snapshot, now_s)
-        ):
-            steady_plan = None  # the order or a QoS need changed: decided again
+        if steady_plan is not None and recheck:
+            views_now = run.views()
+            if not holds(steady_plan, reuse_key, views_now, policy_obj, allocator_obj, snapshot, now_s):
+                # The order or a QoS need changed: decided again, unless only the order among the
+                # running jobs of a stable proportional plan did (permuted.py).
+                steady_plan = permuted_plan(
+                    steady_plan, reuse_key, views_now, policy_obj, allocator_obj, snapshot, now_s, restarts
+                )
         if steady_plan is not None:
             plan = steady_plan  # applied to the state it left: it keeps everyone again
             steady = True
