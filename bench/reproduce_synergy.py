@@ -223,12 +223,36 @@ def _record(key: RunKey, outcome: tuple[dict[tuple[int, int], float], float, int
             f.write(json.dumps(entry) + "\n")
 
 
+# Rough CPU seconds of one sweep run by (policy, multi-GPU jobs), from single runs timed on the
+# 2-core machine (2026-11-30, docs/performance.md "Reproduction sweeps on every core"): only the
+# order in which the workers are handed the runs, longest first, so that none is left alone with a
+# long run at the end. Unknown kinds count as the longest.
+_RUN_COST_S = {
+    ("las", True): 45.0,
+    ("las", False): 35.0,
+    ("srtf", True): 30.0,
+    ("srtf", False): 18.0,
+    ("fifo", True): 16.0,
+    ("fifo", False): 6.0,
+}
+
+
+def longest_first(keys: Sequence[RunKey]) -> list[int]:
+    """Positions of `keys` by their rough cost, longest first (ties in the keys' order)."""
+    cost = [_RUN_COST_S.get((k[1], k[0].multi_gpu), 60.0) for k in keys]
+    return sorted(range(len(keys)), key=lambda i: -cost[i])
+
+
 def prefetch(keys: Sequence[RunKey], workers: int) -> None:
-    """Make the runs of `keys` not made yet, `workers` at a time (bench.common.parallel_map); they are
-    recorded in the keys' order, so the --json and --progress files do not depend on the workers."""
+    """Make the runs of `keys` not made yet, `workers` at a time (bench.common.parallel_map), handed
+    to the workers longest first; they are recorded in the keys' order, so the --json and --progress
+    files do not depend on the workers."""
     todo = list(dict.fromkeys(k for k in keys if k not in _RUNS))
-    for key, outcome in zip(todo, parallel_map(_simulate_windows, todo, workers=workers), strict=True):
-        _record(key, outcome)
+    order = longest_first(todo) if workers > 1 else list(range(len(todo)))
+    outcomes = parallel_map(_simulate_windows, [todo[i] for i in order], workers=workers)
+    by_pos = dict(zip(order, outcomes, strict=True))
+    for pos, key in enumerate(todo):
+        _record(key, by_pos[pos])
 
 
 def preload(path: Path) -> None:

@@ -46,3 +46,33 @@ def test_workers_default_is_every_core() -> None:
     add_workers_argument(parser)
     assert parser.parse_args([]).workers == (os.cpu_count() or 1)
     assert parser.parse_args(["--workers", "1"]).workers == 1
+
+
+def test_synergy_runs_handed_longest_first_recorded_in_order(monkeypatch) -> None:
+    """reproduce_synergy hands its sweep runs to the workers longest first (multi-GPU las first, fifo
+    single-GPU last) and records them in the keys' order whatever the workers."""
+    from bench import reproduce_synergy as rs
+
+    cfg = rs.FULL
+    keys = list(dict.fromkeys(rs.sweep_keys(cfg, {"load", "multi"})))
+    order = rs.longest_first(keys)
+    assert sorted(order) == list(range(len(keys)))
+    assert keys[order[0]][1] == "las" and keys[order[0]][0].multi_gpu
+    assert keys[order[-1]][1] == "fifo" and not keys[order[-1]][0].multi_gpu
+
+    seen: list[object] = []
+
+    def fake_map(fn, items, *, workers):  # answers each run with its position in the keys
+        items = list(items)
+        seen.extend(items)
+        return [({(0, 1): float(keys.index(k))}, 0.0, 0) for k in items]
+
+    recorded: list[object] = []
+    monkeypatch.setattr(rs, "parallel_map", fake_map)
+    monkeypatch.setattr(rs, "_record", lambda key, outcome: recorded.append((key, outcome)))
+    monkeypatch.setattr(rs, "_RUNS", {})
+    few = keys[:3] + keys[-3:]
+    rs.prefetch(few, workers=2)
+    assert seen[0] in keys[-3:]  # the multi-GPU runs went first
+    assert [k for k, _ in recorded] == few
+    assert all(outcome[0][(0, 1)] == float(keys.index(k)) for k, outcome in recorded)
