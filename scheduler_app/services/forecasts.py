@@ -50,7 +50,7 @@ from scheduler_app.services.forecast_store import (  # noqa: F401 (also this mod
 )
 from scheduler_app.services.gc_pause import gc_paused
 from scheduler_app.services.live_queue import LiveQueue, live_queue, live_restarts
-from scheduler_app.simulator.forecast import ForecastRun, forecast
+from scheduler_app.simulator.forecast import ForecastRun
 from scheduler_app.simulator.forecast import JobForecast as JobForecastTimes
 
 logger = logging.getLogger(__name__)
@@ -135,8 +135,11 @@ class QueueForecast:
         *,
         cut_short: bool,
         budget_s: float,
+        reached: datetime | None = None,
     ) -> dict[int, Estimate]:
-        """The placeable `job_ids`' estimates from the forecast's times (`predicted`)."""
+        """The placeable `job_ids`' estimates from the forecast's times (`predicted`). `reached`: where
+        a forecast cut short stopped (its next round's time), the earliest start or finish of a job it
+        had not started or finished by then."""
         out = {}
         for job_id in job_ids:
             workload_id, time_limit_s = self.lengths[job_id]
@@ -149,6 +152,7 @@ class QueueForecast:
                 cut_short,
                 budget_s,
                 self.horizon,
+                reached,
             )
         return out
 
@@ -204,9 +208,13 @@ def live_forecast(
     # hundred objects), while each full pass walked every live job's objects again: 4.2 of 15 s of
     # CPU in the whole forecast at 4,000 GPUs (bench.forecast_refresh), the same estimates.
     with gc_paused():
-        predicted = forecast(play.snapshot, play.views, time_budget_s=budget_s, **play.kwargs)
-    cut_short = time.perf_counter() - wall_start >= budget_s
-    played = ready.estimates(predicted, ready.placeable, cut_short=cut_short, budget_s=budget_s)
+        run = ForecastRun(play.snapshot, play.views, **play.kwargs)
+        cut_short = not run.play(lambda _round_cpu_s: time.perf_counter() - wall_start > budget_s)
+        predicted = run.results()
+    reached = _at(run.next_round_s) if cut_short else None
+    played = ready.estimates(
+        predicted, ready.placeable, cut_short=cut_short, budget_s=budget_s, reached=reached
+    )
     out.update(played)
     out.update(ready.behind_estimates(played))
     return out
@@ -383,6 +391,7 @@ def _estimate(
     cut_short: bool,
     budget_s: float,
     horizon: str,
+    reached: datetime | None = None,
 ) -> Estimate:
     if workload_id is None and start is not None:
         # An own command has no profile, so its length is unknown; a time limit bounds it (what
@@ -397,6 +406,13 @@ def _estimate(
     if finish is not None:
         return Estimate(start, finish)
     what = "started" if start is None else "finished"
+    if cut_short and reached is not None:
+        # A lower bound, as the answer behind the window gives (BEYOND_WINDOW): in the rounds the budget
+        # allowed the job did not start (finish), so in this forecast it cannot before the next one.
+        when = f"{timezone.localtime(reached):%Y-%m-%d %H:%M}"
+        verb = "starts" if start is None else "finishes"
+        detail = f"{verb} after {when} at the earliest (as far as {budget_s:g} s of forecasting played)"
+        return Estimate(start, None, detail, cut_short=True)
     within = f"within {budget_s:g} s of forecasting" if cut_short else horizon
     return Estimate(start, None, f"not {what} {within}", cut_short=cut_short)
 

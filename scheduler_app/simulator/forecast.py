@@ -209,6 +209,12 @@ class ForecastRun:
         self.recent_round_cpu_s: deque[float] = deque(maxlen=RECENT_ROUNDS)
 
     @property
+    def next_round_s(self) -> float:
+        """When the next round to play would be: a job that has not started in the rounds played so far
+        starts at this time at the earliest (the lower bound a forecast cut short can still give)."""
+        return self.first_round_s + self.k * self.round_s
+
+    @property
     def done(self) -> bool:
         """Every target finished (or dropped), the horizon reached, or nothing left that can change."""
         return self.stopped or not (self.k < self.max_rounds and self.waiting_for and self.run.active)

@@ -218,7 +218,7 @@ def test_a_long_submission_is_answered_in_its_request_as_the_worker_would(deep, 
     # The worker's answer for the same job, word for word, without playing anything forward.
     prediction.detail = FORECAST_PENDING
     prediction.save()
-    monkeypatch.setattr(forecasts, "forecast", lambda *a, **k: pytest.fail("played forward"))
+    monkeypatch.setattr(forecasts, "ForecastRun", lambda *a, **k: pytest.fail("played forward"))
     assert admission_forecasts_run() == 1
     assert AdmissionPrediction.objects.get(job=job).detail == stored.detail
 
@@ -257,13 +257,13 @@ def test_the_workers_forecast_of_a_job_inside_the_window_leaves_out_the_jobs_aft
     """The admission forecast plays the jobs up to its last target in the policy's order; here the
     target's estimate is the same as with the whole queue (the jobs after it only take what it leaves)."""
     played = []
-    real = forecasts.forecast
+    real = forecasts.ForecastRun
 
     def spy(snapshot, views, **kwargs):
         played.append({v.job_id for v in views})
         return real(snapshot, views, **kwargs)
 
-    monkeypatch.setattr(forecasts, "forecast", spy)
+    monkeypatch.setattr(forecasts, "ForecastRun", spy)
     (job,) = submit_new(user, total_iters=50)
     prediction = AdmissionPrediction.objects.get(job=job)
     assert prediction.detail == FORECAST_PENDING

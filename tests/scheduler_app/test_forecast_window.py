@@ -81,7 +81,7 @@ def test_the_worker_answers_a_job_behind_the_window_without_playing_anything_for
     def not_here(*args, **kwargs):
         raise AssertionError("a job behind the window was played forward")
 
-    monkeypatch.setattr(forecasts, "forecast", not_here)
+    monkeypatch.setattr(forecasts, "ForecastRun", not_here)
     assert admission_forecasts_run() == 1
     prediction = AdmissionPrediction.objects.get(job=job)
     assert prediction.predicted_start_at is None and prediction.attainable is None
@@ -126,7 +126,7 @@ def test_a_submission_behind_the_window_is_answered_in_its_request_as_the_worker
     # What the worker's forecast says of the same job, word for word.
     prediction.detail = FORECAST_PENDING
     prediction.save()
-    monkeypatch.setattr(forecasts, "forecast", lambda *a, **k: pytest.fail("played forward"))
+    monkeypatch.setattr(forecasts, "ForecastRun", lambda *a, **k: pytest.fail("played forward"))
     assert admission_forecasts_run() == 1
     assert AdmissionPrediction.objects.get(job=job).detail == stored.detail
     assert f"{forecasts.timezone.localtime(last_start):%Y-%m-%d %H:%M}" in stored.detail

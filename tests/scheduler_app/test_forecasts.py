@@ -137,3 +137,35 @@ def test_jobs_the_round_cannot_consider_come_last_in_submission_order(user, gpu0
     job_forecasts_refresh()
     positions = {k: e.position for k, e in job_queue().items()}
     assert positions == {first.pk: 1, second.pk: 2, held.pk: 3, held_too.pk: 4}
+
+
+def test_a_forecast_cut_short_by_its_budget_still_says_how_late_at_the_earliest(
+    user, gpu01_res18, monkeypatch, settings
+):
+    """A forecast that runs out of its budget before a job starts answers with the lower bound it
+    has (the time of the round it would have played next), which the whole forecast respects. Under
+    swaf + genie, whose rounds are played one by one (FIFO's forecast jumps to the next finish)."""
+    from types import SimpleNamespace
+
+    from scheduler_app.services import forecasts
+
+    settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "policy": "swaf", "allocator": "genie"}
+
+    submit(user, gpus=4, iters=50_000)
+    waiting = submit(user, gpus=4, iters=100_000)  # longer: it waits for the first under swaf too
+    scheduling_round_run()
+    now = timezone.now()
+    whole = forecasts.live_forecast(now=now, budget_s=60.0)[waiting.pk]
+    assert whole.start_at is not None and not whole.cut_short
+    ticks = iter(range(1_000_000))  # a wall clock that moves 1 s each time it is read: 3 rounds
+    monkeypatch.setattr(forecasts, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    cut = forecasts.live_forecast(now=now, budget_s=3.5)[waiting.pk]
+    assert cut.cut_short and cut.start_at is None
+    assert cut.detail.startswith("starts after ") and cut.detail.endswith(
+        "at the earliest (as far as 3.5 s of forecasting played)"
+    )
+    shown = cut.detail.split(" at the earliest")[0][len("starts after ") :]
+    earliest = datetime.strptime(shown, "%Y-%m-%d %H:%M")
+    earliest = timezone.make_aware(earliest, timezone.get_current_timezone())
+    assert now < earliest + timedelta(minutes=1)  # the minute shown holds the fourth round's time
+    assert earliest <= whole.start_at

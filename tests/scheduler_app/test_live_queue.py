@@ -123,7 +123,7 @@ def test_the_forecast_prices_restarts_as_the_live_round_does(user, gpu01_res18, 
         monkeypatch.setattr(module, name, call)
 
     spy(rounds, "schedule_round", "round")
-    spy(forecasts, "forecast", "forecast")
+    spy(forecasts, "ForecastRun", "forecast")
     scheduling_round_run()
     forecasts.job_forecasts_refresh()
     assert seen["forecast"] == seen["round"]
