@@ -41,13 +41,13 @@ class Pair:
         return f"{self.policy}+{self.allocator}"
 
 
-SHIPPED = Pair("fifo", "tune")  # config/settings.py: ATTUNE_POLICY and ATTUNE_ALLOCATOR defaults
+SHIPPED = Pair("swaf", "genie")  # config/settings.py: ATTUNE_POLICY and ATTUNE_ALLOCATOR defaults
 CANDIDATES = (
-    Pair("swaf", "genie"),
+    SHIPPED,
     Pair("sjf", "genie"),
     Pair("srtf", "genie"),
     Pair("swaf", "tune"),
-    SHIPPED,
+    Pair("fifo", "tune"),  # the default before
 )
 SYNERGY_SPECIALISED = {"fifo": Pair("fifo", "tune"), "srtf": Pair("srtf", "tune")}
 GENIE_SPECIALISED = Pair("swaf", "genie")

@@ -29,7 +29,7 @@ from scheduler_app.simulator.compare import SimulationRequest, simulation_compar
 TARGET_S = 2.0
 # The what-if form's default grid: config/settings.py's ATTUNE_POLICY and ATTUNE_ALLOCATOR defaults (this
 # bench runs without Django).
-SHIPPED_POLICY, SHIPPED_ALLOCATOR = "fifo", "tune"
+SHIPPED_POLICY, SHIPPED_ALLOCATOR = "swaf", "genie"
 
 
 def main() -> None:

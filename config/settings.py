@@ -253,13 +253,11 @@ SPECTACULAR_SETTINGS = {
 
 # Every scheduler knob lives here and is read only by scheduler_app/conf.py.
 ATTUNE_SCHEDULER = {
-    # swaf + genie measures within 5 % of the best specialised scheduler on both papers' benchmarks,
-    # with restart costs too, but is not the default yet: at a busy lab's peak (10,000 queued, 4,000
-    # GPUs) a submission's first estimate came 30 s after it (issue 37: 10 s), since only FIFO's static
-    # order lets a job behind the forecast's window be answered without the forecasts worker
-    # (docs/reproduction.md, "One default for both papers"). ATTUNE_POLICY=swaf ATTUNE_ALLOCATOR=genie.
-    "policy": env("ATTUNE_POLICY", default="fifo"),
-    "allocator": env("ATTUNE_ALLOCATOR", default="tune"),
+    # swaf + genie: within 5 % of the best specialised scheduler on both papers' benchmarks, with restart
+    # costs too, jobs without a deadline aged (no starvation) (docs/reproduction.md, "One default for
+    # both papers"). ATTUNE_POLICY=fifo ATTUNE_ALLOCATOR=tune: the default before, FIFO with Synergy's tune.
+    "policy": env("ATTUNE_POLICY", default="swaf"),
+    "allocator": env("ATTUNE_ALLOCATOR", default="genie"),
     "round_s": env.int("ATTUNE_ROUND_S", default=60),
     # A submission or a job's end asks for an early round this many seconds later (debounced).
     "early_round_delay_s": env.float("ATTUNE_EARLY_ROUND_DELAY_S", default=2.0),

@@ -71,8 +71,8 @@ def scheduler_conf() -> SchedulerConf:
     # Read on every call (a dict lookup) so that tests can override settings.
     raw = settings.ATTUNE_SCHEDULER
     return SchedulerConf(
-        policy=raw.get("policy", "fifo"),
-        allocator=raw.get("allocator", "tune"),
+        policy=raw.get("policy", "swaf"),
+        allocator=raw.get("allocator", "genie"),
         round_s=float(raw.get("round_s", 60)),
         early_round_delay_s=float(raw.get("early_round_delay_s", 2.0)),
         round_pacing=float(raw.get("round_pacing", 2.0)),

@@ -27,10 +27,9 @@ def test_no_limit_means_never_short():
 def test_by_default_a_worker_forecasts_every_submission_whatever_the_queue_and_pair(
     settings, user, gpu01_res18, monkeypatch, django_capture_on_commit_callbacks
 ):
-    """The shipped limit (`admission_in_request_max_jobs` 0), under the costlier pair (swaf + genie):
-    with a worker, a submission to an empty queue plays nothing forward in its request; its prediction
-    is pending and the worker asked once, after commit. Without a worker (the embedded demo) it is
-    forecast there."""
+    """The shipped default (`admission_in_request_max_jobs` 0, swaf + genie): with a worker, a
+    submission to an empty queue plays nothing forward in its request; its prediction is pending and
+    the worker asked once, after commit. Without a worker (the embedded demo) it is forecast there."""
     from dataclasses import replace
 
     from scheduler_app.models import AdmissionPrediction
