@@ -196,3 +196,35 @@ def test_swaf_without_qos_targets_orders_as_its_keys_say(rows, aging):
     assert [j.job_id for j in ordered] == [j.job_id for j in sorted(jobs, key=key)]
     aged = SwafPolicy(aging=aging).must_not_wait(jobs, CLUSTER, now_s)
     assert aged == {j.job_id for j in jobs if aging is not None and aging.is_aged(j, now_s)}
+
+
+class _CappedAging(Aging):
+    """An aging rule of another threshold: SWAF's inline order must ask it, not the base rule's."""
+
+    def threshold_for_s(self, proportional_s: float) -> float:
+        return 10.0
+
+
+def test_swaf_asks_an_aging_subclass_for_its_threshold() -> None:
+    short = job(1, arrival_s=0.0, total_iters=100, done_iters=0, attained_service_gpu_s=0.0, priority=0)
+    long = job(2, arrival_s=0.0, total_iters=4000, done_iters=0, attained_service_gpu_s=0.0, priority=0)
+    now_s = 600.0  # both have waited 600 s: within the base rule's floor, past the subclass's 10 s
+    assert [j.job_id for j in SwafPolicy(aging=Aging()).order([long, short], CLUSTER, now_s)] == [1, 2]
+    # Both aged: arrival order, then id.
+    ordered = SwafPolicy(aging=_CappedAging()).order([long, short], CLUSTER, now_s)
+    assert [j.job_id for j in ordered] == [1, 2]
+    late = job(3, arrival_s=500.0, total_iters=50, done_iters=0, attained_service_gpu_s=0.0, priority=0)
+    # The shortest job, arrived at 500 s, has waited 100 s: aged only under the subclass, where it
+    # comes after the two that arrived earlier.
+    assert [j.job_id for j in SwafPolicy(aging=Aging()).order([long, short, late], CLUSTER, now_s)] == [
+        3,
+        1,
+        2,
+    ]
+    assert [
+        j.job_id for j in SwafPolicy(aging=_CappedAging()).order([long, short, late], CLUSTER, now_s)
+    ] == [
+        1,
+        2,
+        3,
+    ]
