@@ -32,18 +32,43 @@ pass skips it: `Held.top`) and is on its own Placement as `RoundSetup.placed` wo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from scheduler_app.core import reasons
-from scheduler_app.core.allocators.genie_candidates import Held
+from scheduler_app.core.allocators.genie_candidates import Held, Reservation
 from scheduler_app.core.allocators.genie_kept import KEPT_ENTRIES, kept_job
 from scheduler_app.core.allocators.genie_points import shape_points
 from scheduler_app.core.placement.plan import EPS as PLACEMENT_EPS
-from scheduler_app.core.throughput import EPS, ServerShape, with_penalty
-from scheduler_app.core.types import JobView
+from scheduler_app.core.placement.plan import Plan, PlanBuilder
+from scheduler_app.core.placement.state import RoundState
+from scheduler_app.core.throughput import EPS, OperatingPoint, ServerShape, with_penalty
+from scheduler_app.core.types import ClusterSnapshot, JobView
 
-if TYPE_CHECKING:
-    from scheduler_app.core.allocators.genie import GenieRound
+
+class GenieRound(Protocol):
+    """What this walk reads and sets of a GenieRound (genie.py, which imports this module: the round
+    is named by what it offers, not imported, so there is no import circle)."""
+
+    jobs: Sequence[JobView]
+    snapshot: ClusterSnapshot
+    builder: PlanBuilder
+    state: RoundState
+    shape: ServerShape | None
+    infeasible: list[str | None]
+    admitted: list[bool]
+    held: list[Held]
+    comm_on_server: dict[int, list[Held]]
+    kappa_qos_held: bool
+    releases: list[tuple[JobView, float]]
+    reservation: Reservation | None
+    unfit: dict[int, list[tuple[OperatingPoint, str]]]
+    found: bool
+    later_gpus: int
+
+    def decide(self, pos: int, job: JobView) -> None: ...
+
+    def starves_gpus(self, plan: Plan, point: OperatingPoint) -> bool: ...
 
 
 def decide_jobs(genie_round: GenieRound) -> None:
