@@ -51,12 +51,18 @@ def job_queue_of(job: Job) -> dict[int, QueueEntry]:
     return {job.pk: QueueEntry(forecast.position, forecast.start_at, forecast.finish_at)}
 
 
-def job_estimate(job: Job) -> JobForecast:
-    """The job's stored forecast, or an empty one (not forecast yet, or the job has ended), by id: an
-    empty one built with `job=` would be cached as the job's `forecast`, read later as if stored."""
+def job_forecast_row(job: Job) -> JobForecast | None:
+    """The job's stored forecast row as read with it (select_related), or None (none stored)."""
     try:
         return job.forecast
     except JobForecast.DoesNotExist:
-        return JobForecast(
-            job_id=job.pk, start_at=None, finish_at=None, detail="", computed_at=timezone.now()
-        )
+        return None
+
+
+def job_estimate(job: Job) -> JobForecast:
+    """The job's stored forecast, or an empty one (not forecast yet, or the job has ended), by id: an
+    empty one built with `job=` would be cached as the job's `forecast`, read later as if stored."""
+    row = job_forecast_row(job)
+    if row is not None:
+        return row
+    return JobForecast(job_id=job.pk, start_at=None, finish_at=None, detail="", computed_at=timezone.now())

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from infra.vendor import is_postgresql
 from scheduler_app.models import Job, JobForecast, JobState
 from scheduler_app.models.predictions import ForecastConfirmation
+from scheduler_app.selectors.queue import job_forecast_row
 
 ROW_ID = 1
 
@@ -66,11 +67,3 @@ def job_estimate_as_of(
         return None
     row = job_forecast_row(job)
     return estimate_as_of(row, confirmed_at()) if row is not None else None
-
-
-def job_forecast_row(job: Job) -> JobForecast | None:
-    """The job's stored forecast row as read with it (select_related), or None (none stored)."""
-    try:
-        return job.forecast
-    except JobForecast.DoesNotExist:
-        return None
