@@ -13,16 +13,18 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler_app.core.allocators import Allocator
+from scheduler_app.core.allocators.genie_needs import unchanging_key
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.guard_trace import GuardTrace
 from scheduler_app.core.move_guard import guarded_replay, one_server_views
 from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
-from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.core.types import ClusterSnapshot, JobView, Outcome, RoundPlan
+from scheduler_app.simulator import reapply
 from scheduler_app.simulator.reuse import (
     ReusingAllocator,
     guard_reusable,
@@ -261,6 +263,10 @@ class ForecastRun:
                         [j for j in ordered if j.job_id in ids], snapshot, now_s
                     ),
                 )
+        if plan is not None and guard is None and unchanging_key(self.reuse_key):
+            # The order by progress and the clock, checked once for a stretch of rounds, not each.
+            k = self._jump(plan, views, k)
+            now_s = self.first_round_s + k * round_s
         decided = plan is None
         trace = GuardTrace() if self.recheck and self.restarts is not None else None
         if plan is None:
@@ -310,6 +316,71 @@ class ForecastRun:
         self.previous = None if released else plan  # a new job in the queue: the plan may change
         self.k = k + 1
 
+    def _jump(self, plan: RoundPlan, views: Sequence[JobView], k: int) -> int:
+        """Apply `plan`, reused at round k (`holds` there), to rounds k, k+1, ... without ordering the
+        jobs at each, where that gives what playing them does; return the round to play next (k when
+        none was applied).
+
+        Where the policy's groups move linearly (Policy.linear_regime), the plan's progress key
+        cannot change (genie_needs.unchanging_key) and every placed job continues on its lease
+        (`_continuing`), rounds k to k+n-1 repeat the plan as long as no job finishes in them
+        and, at round k+n, the groups are those of round k and the order holds: linear keys that
+        agree at two times agree between them. The n rounds are applied one by one as playing them
+        does (every float the same); only the orders of the rounds between are not worked out. n is
+        the number of rounds before a job's finish (or the horizon), halved until the order holds at
+        its end."""
+        run = self.run
+        regime = self.policy.linear_regime(views, self.snapshot, self.first_round_s + k * self.round_s)
+        if regime is None:
+            return k
+        rows = _continuing(plan, run.active, self.round_s)
+        if not rows:
+            return k
+        rounds = _rounds_before_a_finish(rows, self.round_s, self.max_rounds - 1 - k)
+        while rounds > 1:
+            if self._holds_after(plan, rows, regime, k + rounds, rounds):
+                round_s, first_round_s = self.round_s, self.first_round_s
+                for r in range(k, k + rounds):
+                    run.apply(plan, first_round_s + r * round_s)
+                return k + rounds
+            rounds //= 2
+        return k
+
+    def _holds_after(
+        self, plan: RoundPlan, rows: list[tuple], regime: Hashable, at_round: int, rounds: int
+    ) -> bool:
+        """Whether, once `plan` has been applied for `rounds` rounds to the jobs of `rows`
+        (`_continuing`: the progress and service it adds, in the same float operations, worked out on
+        the jobs, then put back as it was), the policy's groups are `regime` and `holds` is true for
+        `plan` at round `at_round`."""
+        run = self.run
+        owner_gained = run.owner_gained_gpu_s
+        saved = [(row[0], row[0].done_iters, row[0].attained_gpu_s) for row in rows]
+        saved_owners = dict(owner_gained)
+        for job, step, _rate, held_gpu_s, owner in rows:
+            done, attained = job.done_iters, job.attained_gpu_s
+            for _ in range(rounds):
+                done += step
+                attained += held_gpu_s
+            job.done_iters, job.attained_gpu_s, job.view = done, attained, None
+            if owner is not None:
+                gained = owner_gained[owner]
+                for _ in range(rounds):
+                    gained += held_gpu_s
+                owner_gained[owner] = gained
+        try:
+            now_s = self.first_round_s + at_round * self.round_s
+            views = run.views()
+            policy = self.policy
+            return policy.linear_regime(views, self.snapshot, now_s) == regime and holds(
+                plan, self.reuse_key, views, policy, self.allocator, self.snapshot, now_s
+            )
+        finally:
+            for job, done, attained in saved:
+                job.done_iters, job.attained_gpu_s, job.view = done, attained, None
+            owner_gained.clear()
+            owner_gained.update(saved_owners)
+
     def settled(self) -> set[int]:
         """The jobs whose forecast no later round changes: finished, or dropped as infeasible (all of
         them once the forecast is done)."""
@@ -350,6 +421,52 @@ def _release(
         for job_id in held
         if all(dep in sim_jobs and sim_jobs[dep].finish_s is not None for dep in waits_for[job_id])
     ]
+
+
+def _continuing(plan: RoundPlan, active: Mapping[int, SimJob], round_s: float) -> list[tuple] | None:
+    """(job, iterations a round, iterations a second, GPU-seconds a round, owner) for each job `plan`
+    places, as SimRun.apply adds them when the job continues its lease on the very Placement it holds
+    (no start-up left): None where applying `plan` would do anything else to a job (start, move,
+    pause or drop it), or to a job already finished."""
+    rows = []
+    for decision in plan.decisions:
+        job = active.get(decision.job_id)
+        if job is None or decision.outcome is Outcome.INFEASIBLE:
+            return None
+        placement = decision.placement
+        if placement is None:
+            if job.current is not None:
+                return None  # paused
+            continue
+        if (
+            placement is not job.current
+            or job.startup_left_s
+            or job.start_s is None
+            or job.finish_s is not None
+            or job.resources is None
+        ):
+            return None
+        rate = placement.speedup / job.iter_time_s
+        rows.append((job, round_s * rate, rate, round_s * job.resources[0], job.owner_id))
+    return rows
+
+
+def _rounds_before_a_finish(rows: list[tuple], round_s: float, most: int) -> int:
+    """How many rounds (at most `most`) the jobs of `rows` (`_continuing`) run before the round in which
+    one of them finishes: SimRun.apply's test, on the progress their earlier rounds add."""
+    limit_s = round_s * (1.0 + reapply.FINISH_REL_TOL)
+    nearest_first = sorted(
+        ((job.total_iters, job.done_iters, step, rate) for job, step, rate, _, _ in rows),
+        key=lambda row: (row[0] - row[1]) / row[2] if row[2] > 0 else math.inf,
+    )  # the nearest finish bounds the walk of the others
+    fewest = most
+    for total_iters, done_iters, step, rate in nearest_first:
+        rounds = 0
+        while rounds < fewest and (total_iters - done_iters) / rate > limit_s:
+            done_iters += step
+            rounds += 1
+        fewest = rounds
+    return fewest
 
 
 def _skip_steady_rounds(plan: RoundPlan, active: dict[int, SimJob], round_s: float, most: int) -> int:

@@ -144,14 +144,15 @@ def test_a_forecast_cut_short_by_its_budget_still_says_how_late_at_the_earliest(
 ):
     """A forecast that runs out of its budget before a job starts answers with the lower bound it
     has (the time of the round it would have played next), which the whole forecast respects. Under
-    swaf + genie, whose rounds are played one by one (FIFO's forecast jumps to the next finish)."""
+    swaf + genie with a deadline that can still be met, whose rounds are played one by one (FIFO's
+    forecast, and swaf's without such deadlines, jump to the next finish)."""
     from types import SimpleNamespace
 
     from scheduler_app.services import forecasts
 
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "policy": "swaf", "allocator": "genie"}
 
-    submit(user, gpus=4, iters=50_000)
+    submit(user, gpus=4, iters=50_000, qos_deadline_at=timezone.now() + timedelta(days=20))
     waiting = submit(user, gpus=4, iters=100_000)  # longer: it waits for the first under swaf too
     scheduling_round_run()
     now = timezone.now()

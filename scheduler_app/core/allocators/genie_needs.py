@@ -6,7 +6,7 @@ between rounds, through GenieAllocator.progress_key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from scheduler_app.core.allocators.genie_points import shape_points
 from scheduler_app.core.throughput import EPS, ServerShape, cluster_shape
@@ -67,3 +67,14 @@ def need_key(
         servers = job.num_nodes or -(-job.num_gpus // shape.num_gpus)
         out.append((job.job_id, shape_points(job.profile, job.num_gpus, servers, shape).meeting_count(need)))
     return tuple(out)
+
+
+def unchanging_key(key: Hashable) -> bool:
+    """True for a progress key that stays what it is while no job arrives, finishes, starts or stops:
+    an empty one (an allocator blind to progress, or no deadline job), or need_key's where no deadline
+    job has a need (each past its deadline or out of reach: its work left less what its best case does
+    by the deadline is linear in time, so out of reach at two times is out of reach between them). A
+    need that some points meet may rise and fall between two times (the slack's switch)."""
+    return key == () or (
+        isinstance(key, tuple) and all(isinstance(e, tuple) and len(e) == 2 and e[1] is None for e in key)
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import ClassVar
 
 from scheduler_app.core.registry import Registry
@@ -36,6 +36,18 @@ class Policy(ABC):
         the engine starts them as soon as the unguarded plan does, stopping the running jobs that
         hold their GPUs even where restart costs would keep those in place (core/move_guard.py)."""
         return frozenset()
+
+    def linear_regime(
+        self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> Hashable | None:
+        """A token for the groups this order puts the jobs in now, where, while no job arrives,
+        finishes, starts, stops or is in its start-up (progress and attained service grow at a fixed
+        rate, the clock at one second a second), every key it orders by within a group is linear in
+        time and each job switches group at most once: where the tokens at two such times are equal,
+        no job switched, and the order at both times is the order at every time between them (two
+        linear keys cross at most once). The forecast checks a repeated plan at the end of a stretch
+        of rounds instead of at each (simulator/forecast.py). None (the default): not known."""
+        return None
 
     @abstractmethod
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:

@@ -7,7 +7,7 @@ Reference: msr-fiddle/synergy simulator/schedulers/las_synergy_new.py sorts by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.types import ClusterSnapshot, JobView
@@ -16,6 +16,13 @@ from scheduler_app.core.types import ClusterSnapshot, JobView
 @register_policy("las")
 class LasPolicy(Policy):
     """Fewest attained GPU-seconds first."""
+
+    def linear_regime(
+        self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> Hashable | None:
+        """One group: a running job's attained GPU-seconds grow at the rate of the GPUs it holds, a
+        waiting job's stay as they are, and priority, arrival and id are fixed."""
+        return ()
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         return sorted(jobs, key=lambda j: (-j.priority, j.attained_service_gpu_s, j.arrival_s, j.job_id))

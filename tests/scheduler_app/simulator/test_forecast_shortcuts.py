@@ -192,3 +192,124 @@ def test_a_guarded_forecast_played_in_pickled_parts_is_the_one_call():
         assert run.guard is None
     assert guarded > 0  # some parts ended while a guarded plan was replayed
     assert run.results() == whole
+
+
+def long_runs_and_a_queue(n_waiting: int) -> list:
+    """Long runs of different models (different speeds: the shortest-first order among them changes
+    as they progress) on 1 and 2 GPUs, and jobs waiting behind them, some long enough to age."""
+    models = ["res18", "alexnet", "lstm", "m5", "res50", "mobilenet"]
+    running = [
+        make_job(
+            i, models[i % 6], gpus=(1, 2)[i % 2], arrival_s=float(i), total_iters=3000.0 + 1700 * (i % 5)
+        )
+        for i in range(1, 7)
+    ]
+    waiting = [
+        make_job(100 + i, models[(i + 2) % 6], gpus=1, arrival_s=50.0 + i, total_iters=900.0 + 2500 * (i % 3))
+        for i in range(n_waiting)
+    ]
+    return running + waiting
+
+
+@pytest.mark.parametrize(
+    ("policy", "allocator"),
+    [
+        (SwafPolicy(aging=Aging(factor=1.0, floor_s=0.0)), "genie"),
+        (SwafPolicy(aging=None), "genie"),
+        (SwafPolicy(aging=Aging(factor=0.5, floor_s=600.0)), "tune"),
+        ("las", "tune"),
+        ("las", "proportional"),
+    ],
+    ids=["swaf+genie, aging", "swaf+genie", "swaf+tune, aging", "las+tune", "las+proportional"],
+)
+@pytest.mark.parametrize("late", [False, True], ids=["no deadline", "a deadline out of reach"])
+@pytest.mark.parametrize("costs", [False, True], ids=["free restarts", "restart costs, checkpoints"])
+def test_stretches_of_a_reused_plan_checked_once_give_the_same_forecast(
+    policy, allocator, late, costs, monkeypatch
+):
+    """A plan reused under an order that moves linearly (Policy.linear_regime) is checked at
+    the end of a stretch of rounds, not at each (ForecastRun._jump): the estimates are those of
+    deciding every round, to the last bit, where the order among the running jobs changes as they
+    progress, waiting jobs age and jobs finish in the middle of what would be a stretch."""
+    from scheduler_app.simulator.forecast import ForecastRun
+
+    jumped = {"stretches": 0, "rounds": 0}
+    real_jump = ForecastRun._jump
+
+    def counted_jump(self, plan, views, k):
+        to = real_jump(self, plan, views, k)
+        jumped["stretches"] += to > k
+        jumped["rounds"] += to - k
+        return to
+
+    monkeypatch.setattr(ForecastRun, "_jump", counted_jump)
+    cluster = make_cluster(2, gpus=4, cpus=12, mem_gb=250.0)
+    jobs = long_runs_and_a_queue(5)
+    if late:  # a deadline job in the late tail (genie's need key: out of reach)
+        jobs[2] = replace(jobs[2], deadline_s=30.0)
+    kwargs = dict(policy=policy, allocator=allocator, first_round_s=0.0, round_s=60.0, max_rounds=20000)
+    if costs:  # start-ups, checkpoints (the run since the last one lost at a restart) and the guard
+        jobs = [replace(j, startup_s=30.0, checkpoint_every_s=600.0) for j in jobs]
+        kwargs["restarts"] = RestartPolicy()
+    fast = forecast(cluster, jobs, **kwargs)
+    assert jumped["stretches"] > 0 and jumped["rounds"] > 5 * jumped["stretches"]
+    slow = forecast(cluster, jobs, **kwargs, shortcuts=False)
+    assert all(f.finish_s is not None for f in slow.values())  # a whole forecast, not cut short
+    assert fast == slow
+
+
+def test_no_stretch_where_a_qos_target_may_be_met_or_a_job_runs_on_other_gpus_than_asked():
+    """SWAF's keys are linear only where every deadline is out of reach (the late tail, by E_best) and
+    every running job holds the GPUs it asked for (its wait is then constant while it runs); the
+    groups it gives are the aged jobs."""
+    from dataclasses import replace as with_
+
+    cluster = make_cluster(1, gpus=4, cpus=12, mem_gb=250.0)
+    jobs = long_runs_and_a_queue(2)
+    swaf = SwafPolicy(aging=Aging(factor=1.0, floor_s=0.0))
+    assert swaf.linear_regime(jobs, cluster, 0.0) == frozenset()
+    late = with_(jobs[-1], deadline_s=5.0)  # out of reach at 100 s
+    assert swaf.linear_regime([*jobs[:-1], late], cluster, 100.0) is not None
+    assert swaf.linear_regime([*jobs[:-1], with_(late, deadline_s=1e9)], cluster, 100.0) is None
+    for rate in (0.1, 1e6):  # a minimum rate the best case reaches (its group), and one it does not
+        assert (
+            swaf.linear_regime([*jobs[:-1], with_(jobs[-1], min_rate_iters_per_s=rate)], cluster, 0.0)
+            == set()
+        )
+    two = jobs[0]
+    assert two.num_gpus == 2
+    placed = schedule_round(cluster, [two], policy="fifo", allocator="tune", now_s=0.0).placements()
+    on_two = with_(two, current=placed[two.job_id])
+    assert swaf.linear_regime([on_two], cluster, 0.0) is not None
+    assert swaf.linear_regime([with_(on_two, num_gpus=1)], cluster, 0.0) is None  # holds 2, asked 1
+    # The aged jobs are the groups: a job that waited longer than it is long.
+    assert swaf.linear_regime(jobs, cluster, 1e6) == frozenset(j.job_id for j in jobs)
+
+
+@pytest.mark.parametrize("allocator", ["genie", "tune", "proportional"])
+def test_a_job_that_ages_in_the_middle_of_a_stretch_starts_when_it_would(allocator, monkeypatch):
+    """Four long runs fill the cluster and a longer job waits behind them, shortest first, until it has
+    waited a third of its length (aging factor 0.3): then it goes first and starts. The stretches of
+    the reused plan end where the order no longer holds, and the forecast is deciding every round's."""
+    from scheduler_app.simulator.forecast import ForecastRun
+
+    jumped = {"rounds": 0}
+    real_jump = ForecastRun._jump
+
+    def counted_jump(self, plan, views, k):
+        to = real_jump(self, plan, views, k)
+        jumped["rounds"] += to - k
+        return to
+
+    monkeypatch.setattr(ForecastRun, "_jump", counted_jump)
+    cluster = make_cluster(1, gpus=4, cpus=12, mem_gb=250.0)
+    running = [make_job(i, "res18", arrival_s=float(i), total_iters=40000.0 + 3000 * i) for i in range(1, 5)]
+    waiting = make_job(9, "res18", arrival_s=10.0, total_iters=60000.0)
+    policy = SwafPolicy(aging=Aging(factor=0.3, floor_s=0.0))
+    kwargs = dict(policy=policy, allocator=allocator, first_round_s=0.0, round_s=60.0, max_rounds=50000)
+    fast = forecast(cluster, [*running, waiting], **kwargs)
+    slow = forecast(cluster, [*running, waiting], **kwargs, shortcuts=False)
+    assert fast == slow
+    assert jumped["rounds"] > 100
+    # It started (aged) before the first of the long runs finished.
+    assert fast[9].start_s < min(fast[i].finish_s for i in range(1, 5))
