@@ -78,3 +78,24 @@ def aged_ids(jobs: Sequence[JobView], aging: Aging | None, now_s: float) -> froz
     if aging is None:
         return frozenset()
     return frozenset(j.job_id for j in jobs if aging.is_aged(j, now_s))
+
+
+def aged_if_linear(
+    jobs: Sequence[JobView], aging: Aging | None, now_s: float, aged_ids_now: frozenset[int]
+) -> frozenset[int] | None:
+    """`aged_ids_now` (the jobs of `jobs` aged now) where being aged switches at most once and never
+    back while no job arrives, finishes, starts or stops (Policy.linear_regime), else None. A job's
+    wait, now - arrival - run time, is then constant while it runs on the GPUs it asked for (its
+    attained GPU-seconds over its GPUs grow with the clock) and grows while it waits, and its
+    threshold, max(k x E_prop, floor) capped, never grows. On more or fewer GPUs than asked its wait
+    would fall or rise against a falling threshold, which may cross twice; a subclass's threshold is
+    its own."""
+    if aging is None:
+        return aged_ids_now
+    if type(aging) is not Aging:
+        return None
+    for j in jobs:
+        current = j.current
+        if current is not None and current.num_gpus != j.num_gpus:
+            return None
+    return aged_ids_now

@@ -9,9 +9,9 @@ configured one) the jobs that have waited past their threshold go first, by arri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
-from scheduler_app.core.policies.aging import Aging, aged_ids
+from scheduler_app.core.policies.aging import Aging, aged_ids, aged_if_linear
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.policies.execution import proportional_execution_s
 from scheduler_app.core.types import ClusterSnapshot, JobView
@@ -30,6 +30,14 @@ class SjfPolicy(Policy):
         self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
     ) -> frozenset[int]:
         return aged_ids(jobs, self.aging, now_s)
+
+    def linear_regime(
+        self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
+    ) -> Hashable | None:
+        """The aged jobs (aging.aged_if_linear): a job's predicted execution time (remaining
+        iterations x iteration time) is linear in its progress, and constant while it waits; the
+        aged go first by arrival."""
+        return aged_if_linear(jobs, self.aging, now_s, aged_ids(jobs, self.aging, now_s))
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         aged = aged_ids(jobs, self.aging, now_s)

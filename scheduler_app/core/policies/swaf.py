@@ -33,7 +33,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging
+from scheduler_app.core.policies.aging import DEFAULT_AGING, Aging, aged_if_linear
 from scheduler_app.core.policies.base import Policy, register_policy
 from scheduler_app.core.policies.execution import (
     best_execution_s,
@@ -89,28 +89,22 @@ class SwafPolicy(Policy):
     def linear_regime(
         self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float
     ) -> Hashable | None:
-        """The aged jobs, where every deadline job is late (WA < 0: tail 4) and every running job holds
-        the GPUs it asked for; None otherwise. Then every key is linear or constant: E_prop and E_best
-        in a job's progress (constant while it waits), WA = deadline - now - E_best too, so a job
-        late at two times is late between them; a minimum-rate job's group (2, by arrival, or the
-        late tail where its best case falls short) is fixed. A job's wait, now - arrival - run time,
-        is constant while it runs on the GPUs it asked for (its attained GPU-seconds over its GPUs
-        grow with the clock) and grows while it waits, against a threshold that never grows (max(k x
-        E_prop, floor), capped): a job ages at most once and stays aged. (On more or fewer GPUs than
-        asked its wait would fall or rise against a falling threshold, which may cross twice; jobs
-        that can still make their deadlines are ordered by the guarantees' pass, not by a key.)"""
+        """The aged jobs, where every deadline job is late (WA < 0: tail 4) and aging is linear
+        (aging.aged_if_linear: with a rule, every running job on the GPUs it asked for); None
+        otherwise. Then every key is linear or constant: E_prop and E_best in a job's progress
+        (constant while it waits), WA = deadline - now - E_best too, so a job late at two times is
+        late between them; a minimum-rate job's group (2, by arrival, or the late tail where its best
+        case falls short) is fixed; a job without a QoS target ages at most once and stays aged. Jobs
+        that can still make their deadlines are ordered by the guarantees' pass, not by a key."""
         shape = None
         for j in jobs:
-            current = j.current
-            if current is not None and current.num_gpus != j.num_gpus:
-                return None
             if j.deadline_s is not None:
                 if shape is None:
                     shape = snapshot_shape(snapshot)
                 wa = waiting_allowance_s(j, now_s, shape)
                 if wa is None or wa >= 0:
                     return None
-        return self.must_not_wait(jobs, snapshot, now_s)
+        return aged_if_linear(jobs, self.aging, now_s, self.must_not_wait(jobs, snapshot, now_s))
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         ordered = _order_without_qos_targets(jobs, now_s, self.aging)

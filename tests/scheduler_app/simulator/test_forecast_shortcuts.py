@@ -9,6 +9,8 @@ import pytest
 from scheduler_app.core.allocators.genie import GenieAllocator, GenieRound
 from scheduler_app.core.engine import schedule_round
 from scheduler_app.core.policies.aging import Aging
+from scheduler_app.core.policies.sjf import SjfPolicy
+from scheduler_app.core.policies.srtf import SrtfPolicy
 from scheduler_app.core.policies.swaf import SwafPolicy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.simulator.forecast import forecast
@@ -219,8 +221,18 @@ def long_runs_and_a_queue(n_waiting: int) -> list:
         (SwafPolicy(aging=Aging(factor=0.5, floor_s=600.0)), "tune"),
         ("las", "tune"),
         ("las", "proportional"),
+        (SrtfPolicy(aging=Aging(factor=0.5, floor_s=600.0)), "tune"),
+        (SjfPolicy(aging=Aging(factor=1.0, floor_s=0.0)), "genie"),
     ],
-    ids=["swaf+genie, aging", "swaf+genie", "swaf+tune, aging", "las+tune", "las+proportional"],
+    ids=[
+        "swaf+genie, aging",
+        "swaf+genie",
+        "swaf+tune, aging",
+        "las+tune",
+        "las+proportional",
+        "srtf+tune, aging",
+        "sjf+genie, aging",
+    ],
 )
 @pytest.mark.parametrize("late", [False, True], ids=["no deadline", "a deadline out of reach"])
 @pytest.mark.parametrize("costs", [False, True], ids=["free restarts", "restart costs, checkpoints"])
@@ -285,9 +297,23 @@ def test_no_stretch_where_a_qos_target_may_be_met_or_a_job_runs_on_other_gpus_th
     # The aged jobs are the groups: a job that waited longer than it is long.
     assert swaf.linear_regime(jobs, cluster, 1e6) == frozenset(j.job_id for j in jobs)
 
+    class OwnThreshold(Aging):
+        def threshold_for_s(self, proportional_s: float) -> float:
+            return 100.0
+
+    for policy in (
+        SwafPolicy(aging=OwnThreshold()),
+        SrtfPolicy(aging=OwnThreshold()),
+        SjfPolicy(aging=OwnThreshold()),
+    ):
+        assert policy.linear_regime(jobs, cluster, 0.0) is None  # a threshold of its own: not known
+
 
 @pytest.mark.parametrize("allocator", ["genie", "tune", "proportional"])
-def test_a_job_that_ages_in_the_middle_of_a_stretch_starts_when_it_would(allocator, monkeypatch):
+@pytest.mark.parametrize("policy_class", [SwafPolicy, SrtfPolicy, SjfPolicy])
+def test_a_job_that_ages_in_the_middle_of_a_stretch_starts_when_it_would(
+    allocator, policy_class, monkeypatch
+):
     """Four long runs fill the cluster and a longer job waits behind them, shortest first, until it has
     waited a third of its length (aging factor 0.3): then it goes first and starts. The stretches of
     the reused plan end where the order no longer holds, and the forecast is deciding every round's."""
@@ -305,7 +331,7 @@ def test_a_job_that_ages_in_the_middle_of_a_stretch_starts_when_it_would(allocat
     cluster = make_cluster(1, gpus=4, cpus=12, mem_gb=250.0)
     running = [make_job(i, "res18", arrival_s=float(i), total_iters=40000.0 + 3000 * i) for i in range(1, 5)]
     waiting = make_job(9, "res18", arrival_s=10.0, total_iters=60000.0)
-    policy = SwafPolicy(aging=Aging(factor=0.3, floor_s=0.0))
+    policy = policy_class(aging=Aging(factor=0.3, floor_s=0.0))
     kwargs = dict(policy=policy, allocator=allocator, first_round_s=0.0, round_s=60.0, max_rounds=50000)
     fast = forecast(cluster, [*running, waiting], **kwargs)
     slow = forecast(cluster, [*running, waiting], **kwargs, shortcuts=False)
