@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -26,6 +27,10 @@ from agent.launcher import ISOLATION_MODES
 from agent.spool import SpoolLockedError
 
 log = logging.getLogger("agent")
+
+# Beyond the leases' grace and one HTTP call, a shutdown waits only on bounded joins: one still running
+# this long after its signal is stuck somewhere, and an agent must not outlive what stopped it.
+EXIT_WATCHDOG_MARGIN_S = 30.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,6 +170,20 @@ def default_workload_python() -> str | None:
     return None
 
 
+def exit_watchdog_s(config: AgentConfig) -> float:
+    """How long after its stop signal the agent's process may still run."""
+    return config.exit_grace_s + config.http_timeout_s + EXIT_WATCHDOG_MARGIN_S
+
+
+def arm_exit_watchdog(config: AgentConfig) -> float:
+    """Dump every thread's stack to stderr and exit(1) unless the process has ended within
+    exit_watchdog_s; returns it. faulthandler's own thread does it, without the GIL, so a thread stuck
+    holding a lock or in a C call cannot hold it up."""
+    exit_after_s = exit_watchdog_s(config)
+    faulthandler.dump_traceback_later(exit_after_s, exit=True, file=sys.stderr)
+    return exit_after_s
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -224,8 +243,19 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 2
 
+    watchdog_armed = False
+
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("%s received: stopping", signal.Signals(signum).name)
+        nonlocal watchdog_armed
+        if not watchdog_armed:
+            watchdog_armed = True
+            exit_after_s = arm_exit_watchdog(config)
+            log.info(
+                "%s received: stopping (not stopped in %.0f s: every thread's stack goes to this log and "
+                "the agent exits)",
+                signal.Signals(signum).name,
+                exit_after_s,
+            )
         agent.stop()
 
     signal.signal(signal.SIGTERM, on_signal)

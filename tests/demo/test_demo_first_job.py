@@ -12,9 +12,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
+
+from agent.agent import AgentConfig
+from agent.cli import exit_watchdog_s
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -184,7 +188,13 @@ def test_agents_never_outlive_their_demo(demo, tmp_path: Path, agent_dir: Path):
 
     proc.kill()
     proc.wait(timeout=10)
-    deadline = time.monotonic() + 20
+    # A clean stop takes a second or two; a stuck one ends at the agent's exit watchdog, whose stack
+    # dump is the only trace of what held it (CI shows it in the warnings summary).
+    deadline = time.monotonic() + exit_watchdog_s(AgentConfig(server_url="", token="")) + 10
     while agent_pids(agent_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not agent_pids(agent_dir), "agents outlived their demo"
+    logs = {path.parent.name: path.read_text() for path in agent_dir.glob("*/agent.log")}
+    assert not agent_pids(agent_dir), f"agents outlived their demo:\n{logs}"
+    for name, text in logs.items():
+        if "Timeout (" in text:
+            warnings.warn(f"agent {name} stopped only at its exit watchdog:\n{text[-6000:]}", stacklevel=1)

@@ -1,0 +1,58 @@
+"""The agent's exit watchdog: a stop stuck past its bound dumps every thread's stack and ends the process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from agent.agent import AgentConfig
+from agent.cli import EXIT_WATCHDOG_MARGIN_S, exit_watchdog_s
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A process whose main thread waits forever on a lock that a helper thread holds (what a shutdown
+# stuck behind the supervisor's lock looks like), with the watchdog armed as the agent's SIGTERM does.
+STUCK = textwrap.dedent(
+    """
+    import threading, time
+    from agent import cli
+    from agent.agent import AgentConfig
+
+    cli.EXIT_WATCHDOG_MARGIN_S = 0.5
+    held = threading.Lock()
+
+    def holds_the_lock_forever():
+        held.acquire()
+        time.sleep(3600)
+
+    threading.Thread(target=holds_the_lock_forever, daemon=True).start()
+    time.sleep(0.2)
+    cli.arm_exit_watchdog(AgentConfig(server_url="", token="", exit_grace_s=0.5, http_timeout_s=0.5))
+    print("armed", flush=True)
+    held.acquire()
+    print("never here", flush=True)
+    """
+)
+
+
+def test_a_stuck_stop_ends_the_process_with_every_threads_stack():
+    started_s = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", STUCK], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    took_s = time.monotonic() - started_s
+    assert done.stdout == "armed\n"
+    assert done.returncode == 1
+    assert took_s < 30
+    assert "Timeout (0:00:01.500000)!" in done.stderr, done.stderr
+    assert "holds_the_lock_forever" in done.stderr  # the helper thread's stack
+    assert "<module>" in done.stderr  # the main thread's, stuck on the lock
+
+
+def test_the_bound_covers_a_clean_shutdown():
+    """A clean shutdown waits the leases' grace, then one HTTP call: the watchdog leaves both room."""
+    config = AgentConfig(server_url="", token="")
+    bound_s = exit_watchdog_s(config)
+    assert bound_s == config.exit_grace_s + config.http_timeout_s + EXIT_WATCHDOG_MARGIN_S
+    assert bound_s > config.exit_grace_s + config.http_timeout_s + 2 * 5.0 + 5.0  # two joins, stop_all's wait
