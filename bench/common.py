@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
+from scheduler_app.simulator.parallel import tune_gc_for_simulations
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -65,7 +67,8 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int) -> l
     items = list(items)
     if workers <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
-    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+    pool_size = min(workers, len(items))
+    with ProcessPoolExecutor(max_workers=pool_size, initializer=tune_gc_for_simulations) as pool:
         # One item per task: runs differ in length by minutes, so small chunks balance the cores.
         return list(pool.map(fn, items, chunksize=1))
 

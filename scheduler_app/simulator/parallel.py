@@ -17,6 +17,7 @@ docker-compose.yml runs two), the runs run one after the other in the calling pr
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing
 import queue as queue_module
 from collections.abc import Callable, Sequence
@@ -24,13 +25,18 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wai
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
-__all__ = ["process_context", "run_parallel"]
+__all__ = ["process_context", "run_parallel", "tune_gc_for_simulations"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 # What a worker needs before its first run; the fork server imports it once for every worker.
 _PRELOAD = ["scheduler_app.simulator.compare"]
+# A round allocates hundreds of thousands of short-lived tuples, lists and views and almost no cycles:
+# the default young threshold (700) runs a collection every few jobs and a full one (over every live
+# object) dozens of times a run. These take about 10 % off a long run at the same peak memory
+# (docs/performance.md).
+SIMULATION_GC_THRESHOLDS = (20_000, 20, 100)
 _POLL_S = 0.05  # how often the caller looks for a worker that died without a word (a killed process)
 
 _progress_queue: Any = None  # in a worker: where its runs' progress goes (set by _worker_init)
@@ -111,9 +117,16 @@ def _relay(reports: Any, futures: list[Future], progress: Callable[[int, float],
             progress(index, fraction)
 
 
+def tune_gc_for_simulations() -> None:
+    """Set this process's collector for simulations (SIMULATION_GC_THRESHOLDS): only in a process
+    that runs nothing else, a pool's worker."""
+    gc.set_threshold(*SIMULATION_GC_THRESHOLDS)
+
+
 def _worker_init(reports: Any) -> None:
     global _progress_queue
     _progress_queue = reports
+    tune_gc_for_simulations()
 
 
 def _worker_call(fn: Callable[[T, Callable[[float], None] | None], R], index: int, item: T) -> R:

@@ -6,6 +6,7 @@ import os
 
 from bench import reproduce_genie
 from bench.common import parallel_map
+from scheduler_app.simulator.parallel import SIMULATION_GC_THRESHOLDS
 
 
 def _square_after(x: int) -> int:
@@ -14,6 +15,16 @@ def _square_after(x: int) -> int:
 
     time.sleep(0.02 * (5 - x))
     return x * x
+
+
+def _gc_thresholds(_x: int) -> tuple[int, ...]:
+    import gc
+
+    return gc.get_threshold()
+
+
+def test_parallel_map_workers_collect_garbage_for_simulations() -> None:
+    assert parallel_map(_gc_thresholds, range(2), workers=2) == [SIMULATION_GC_THRESHOLDS] * 2
 
 
 def test_parallel_map_keeps_the_items_order() -> None:

@@ -4,6 +4,7 @@ same order as in-process, progress back on the caller's thread, a run's exceptio
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from scheduler_app.simulator.compare import SimulationRequest, simulation_compare, simulation_trace_build
-from scheduler_app.simulator.parallel import run_parallel
+from scheduler_app.simulator.parallel import SIMULATION_GC_THRESHOLDS, run_parallel
 from scheduler_app.simulator.trace import TraceError
 
 REQUEST = SimulationRequest(
@@ -71,6 +72,10 @@ def _worker_state(item: int, report: Callable[[float], None] | None) -> tuple[in
     return os.getpid(), any(m == "django" or m.startswith("django.") for m in sys.modules)
 
 
+def _gc_thresholds(item: int, report: Callable[[float], None] | None) -> tuple[int, ...]:
+    return gc.get_threshold()
+
+
 def test_results_in_the_items_order_and_progress_by_index() -> None:
     seen: list[tuple[int, float]] = []
     out = run_parallel(
@@ -92,6 +97,13 @@ def test_workers_are_fresh_processes_without_django() -> None:
     states = run_parallel(_worker_state, [0, 1], workers=2)
     assert all(pid != os.getpid() for pid, _ in states)
     assert not any(django for _, django in states)
+
+
+def test_workers_collect_garbage_for_simulations_and_the_caller_keeps_its_own() -> None:
+    before = gc.get_threshold()
+    assert run_parallel(_gc_thresholds, [0, 1], workers=2) == [SIMULATION_GC_THRESHOLDS] * 2
+    assert run_parallel(_gc_thresholds, [0, 1], workers=1) == [before] * 2  # in-process: untouched
+    assert gc.get_threshold() == before
 
 
 def _compare_in_a_daemonic_process(workers: int) -> tuple[bool, list[dict]]:
