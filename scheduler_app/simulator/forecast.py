@@ -37,6 +37,11 @@ from scheduler_app.simulator.simulation import keeps_everyone, resolve_run
 
 # How many of the last rounds' CPU `ForecastRun.play` weighs for the next round's.
 RECENT_ROUNDS = 8
+# The most rounds one stretch of a reused plan applies (`ForecastRun._jump`). `play` asks its caller's
+# budget between stretches as between rounds, and a stretch still applies its rounds one by one, so
+# this bounds how far past a CPU budget one stretch can run: at most this many rounds' applying (each
+# a fraction of a decided round's cost), plus the check at its end.
+STRETCH_MOST_ROUNDS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,8 +332,8 @@ class ForecastRun:
         and, at round k+n, the groups are those of round k and the order holds: linear keys that
         agree at two times agree between them. The n rounds are applied one by one as playing them
         does (every float the same); only the orders of the rounds between are not worked out. n is
-        the number of rounds before a job's finish (or the horizon), halved until the order holds at
-        its end."""
+        the number of rounds before a job's finish (or the horizon, or STRETCH_MOST_ROUNDS), halved
+        until the order holds at its end."""
         run = self.run
         regime = self.policy.linear_regime(views, self.snapshot, self.first_round_s + k * self.round_s)
         if regime is None:
@@ -336,7 +341,8 @@ class ForecastRun:
         rows = _continuing(plan, run.active, self.round_s)
         if not rows:
             return k
-        rounds = _rounds_before_a_finish(rows, self.round_s, self.max_rounds - 1 - k)
+        most = min(self.max_rounds - 1 - k, STRETCH_MOST_ROUNDS)
+        rounds = _rounds_before_a_finish(rows, self.round_s, most)
         while rounds > 1:
             if self._holds_after(plan, rows, regime, k + rounds, rounds):
                 round_s, first_round_s = self.round_s, self.first_round_s
@@ -453,8 +459,8 @@ def _continuing(plan: RoundPlan, active: Mapping[int, SimJob], round_s: float) -
 
 def _rounds_before_a_finish(rows: list[tuple], round_s: float, most: int) -> int:
     """How many rounds (at most `most`) the jobs of `rows` (`_continuing`) run before the round in which
-    one of them finishes: SimRun.apply's test, on the progress their earlier rounds add."""
-    limit_s = round_s * (1.0 + reapply.FINISH_REL_TOL)
+    one of them finishes: SimRun.apply's test (reapply.finishes_within), on the progress their earlier
+    rounds add."""
     nearest_first = sorted(
         ((job.total_iters, job.done_iters, step, rate) for job, step, rate, _, _ in rows),
         key=lambda row: (row[0] - row[1]) / row[2] if row[2] > 0 else math.inf,
@@ -462,7 +468,7 @@ def _rounds_before_a_finish(rows: list[tuple], round_s: float, most: int) -> int
     fewest = most
     for total_iters, done_iters, step, rate in nearest_first:
         rounds = 0
-        while rounds < fewest and (total_iters - done_iters) / rate > limit_s:
+        while rounds < fewest and not reapply.finishes_within(total_iters - done_iters, rate, round_s):
             done_iters += step
             rounds += 1
         fewest = rounds

@@ -8,8 +8,14 @@ from typing import Any
 
 from scheduler_app.core.types import Outcome, Placement, RoundPlan
 
-# Must equal sim_run's (a job finishes inside a round within this relative slack); sim_run imports it.
+# A job finishes inside a round within this relative slack (`finishes_within`); sim_run imports it.
 FINISH_REL_TOL = 1e-9
+
+
+def finishes_within(remaining_iters: float, rate: float, run_s: float) -> bool:
+    """Whether a job with `remaining_iters` left at `rate` iterations a second finishes within `run_s`.
+    The hot paths (SimRun.apply, `run` below) inline it, in the same float operations."""
+    return remaining_iters / rate <= run_s * (1.0 + FINISH_REL_TOL)
 
 
 class Template:
@@ -232,7 +238,7 @@ def run(template: Template, now_s: float, totals: list[float], owner_gained: dic
             t_mem_used += mu
         totals[:] = t_gpu, t_cpu, t_mem, t_cpu_used, t_mem_used
         return done_now
-    limit_s = round_s * (1.0 + FINISH_REL_TOL)
+    limit_s = round_s * (1.0 + FINISH_REL_TOL)  # finishes_within, inlined
     for job, step, rate, held_gpu_s, g, c, m, cu, mu, owner in template.rows:
         need_s = (job.total_iters - job.done_iters) / rate
         if not blind:

@@ -89,7 +89,7 @@ def _advance(job: SimJob, placement: Placement, now_s: float, round_s: float, ro
             job.finish_s = now_s + round_s
         return round_s
     need_s = (job.total_iters - job.done_iters) / rate
-    if need_s <= run_s * (1.0 + _FINISH_REL_TOL):
+    if need_s <= run_s * (1.0 + _FINISH_REL_TOL):  # reapply.finishes_within, inlined
         job.done_iters = job.total_iters
         job.finish_s = now_s + overhead_s + need_s
         return overhead_s + need_s
@@ -218,7 +218,7 @@ class SimRun:
                 else:
                     rate = placement.speedup / job.iter_time_s
                     need_s = (job.total_iters - job.done_iters) / rate
-                    if need_s <= round_s * (1.0 + _FINISH_REL_TOL):
+                    if need_s <= round_s * (1.0 + _FINISH_REL_TOL):  # reapply.finishes_within
                         job.done_iters = job.total_iters
                         job.finish_s = now_s + 0.0 + need_s
                         held_s = 0.0 + need_s

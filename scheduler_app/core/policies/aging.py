@@ -81,7 +81,7 @@ def aged_ids(jobs: Sequence[JobView], aging: Aging | None, now_s: float) -> froz
 
 
 def aged_if_linear(
-    jobs: Sequence[JobView], aging: Aging | None, now_s: float, aged_ids_now: frozenset[int]
+    jobs: Sequence[JobView], aging: Aging | None, aged_ids_now: frozenset[int]
 ) -> frozenset[int] | None:
     """`aged_ids_now` (the jobs of `jobs` aged now) where being aged switches at most once and never
     back while no job arrives, finishes, starts or stops (Policy.linear_regime), else None. A job's

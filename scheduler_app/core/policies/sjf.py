@@ -37,7 +37,7 @@ class SjfPolicy(Policy):
         """The aged jobs (aging.aged_if_linear): a job's predicted execution time (remaining
         iterations x iteration time) is linear in its progress, and constant while it waits; the
         aged go first by arrival."""
-        return aged_if_linear(jobs, self.aging, now_s, aged_ids(jobs, self.aging, now_s))
+        return aged_if_linear(jobs, self.aging, aged_ids(jobs, self.aging, now_s))
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         aged = aged_ids(jobs, self.aging, now_s)

@@ -104,7 +104,7 @@ class SwafPolicy(Policy):
                 wa = waiting_allowance_s(j, now_s, shape)
                 if wa is None or wa >= 0:
                     return None
-        return aged_if_linear(jobs, self.aging, now_s, self.must_not_wait(jobs, snapshot, now_s))
+        return aged_if_linear(jobs, self.aging, self.must_not_wait(jobs, snapshot, now_s))
 
     def order(self, jobs: Sequence[JobView], snapshot: ClusterSnapshot, now_s: float) -> list[JobView]:
         ordered = _order_without_qos_targets(jobs, now_s, self.aging)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
@@ -339,3 +340,32 @@ def test_a_job_that_ages_in_the_middle_of_a_stretch_starts_when_it_would(
     assert jumped["rounds"] > 100
     # It started (aged) before the first of the long runs finished.
     assert fast[9].start_s < min(fast[i].finish_s for i in range(1, 5))
+
+
+def test_a_stretch_applies_at_most_its_cap_of_rounds_between_two_budget_checks(monkeypatch):
+    """`play` asks its caller's budget before each round; a stretch of a reused plan plays at most
+    STRETCH_MOST_ROUNDS rounds (then the round at its end) in one go, so a bounded refresh cannot run
+    far past its CPU budget in one stretch, and the cap changes no estimate."""
+    from scheduler_app.simulator import forecast as forecast_module
+    from scheduler_app.simulator.forecast import ForecastRun
+
+    cluster = make_cluster(2, gpus=4, cpus=12, mem_gb=250.0)
+    jobs = long_runs_and_a_queue(5)
+    kwargs = dict(policy="las", allocator="tune", first_round_s=0.0, round_s=60.0, max_rounds=20000)
+    slow = forecast(cluster, jobs, **kwargs, shortcuts=False)
+
+    def longest_stretch(most_rounds: int) -> int:
+        monkeypatch.setattr(forecast_module, "STRETCH_MOST_ROUNDS", most_rounds)
+        run = ForecastRun(cluster, jobs, **kwargs)
+        asked_at: list[int] = []
+
+        def never_stop(_cpu_s: float) -> bool:
+            asked_at.append(run.k)
+            return False
+
+        assert run.play(never_stop)
+        assert run.results() == slow
+        return max(b - a for a, b in pairwise(asked_at)) - 1
+
+    assert longest_stretch(10**6) > 4  # uncapped, some stretch is longer than 4 rounds
+    assert longest_stretch(4) == 4
