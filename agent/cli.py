@@ -246,17 +246,20 @@ def main(argv: list[str] | None = None) -> int:
     watchdog_armed = False
 
     def on_signal(signum: int, _frame: object) -> None:
-        nonlocal watchdog_armed
-        if not watchdog_armed:
-            watchdog_armed = True
-            exit_after_s = arm_exit_watchdog(config)
-            log.info(
-                "%s received: stopping (not stopped in %.0f s: every thread's stack goes to this log and "
-                "the agent exits)",
-                signal.Signals(signum).name,
-                exit_after_s,
-            )
+        # The stop and the watchdog first: the log line may raise (a signal that interrupts this
+        # thread's own write to stderr finds the stream's lock taken), and must not lose the stop.
         agent.stop()
+        nonlocal watchdog_armed
+        if watchdog_armed:
+            return
+        watchdog_armed = True
+        exit_after_s = arm_exit_watchdog(config)
+        log.info(
+            "%s received: stopping (not stopped in %.0f s: every thread's stack goes to this log and "
+            "the agent exits)",
+            signal.Signals(signum).name,
+            exit_after_s,
+        )
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -56,3 +58,27 @@ def test_the_bound_covers_a_clean_shutdown():
     bound_s = exit_watchdog_s(config)
     assert bound_s == config.exit_grace_s + config.http_timeout_s + EXIT_WATCHDOG_MARGIN_S
     assert bound_s > config.exit_grace_s + config.http_timeout_s + 2 * 5.0 + 5.0  # two joins, stop_all's wait
+
+
+def test_a_real_agent_stops_on_sigterm_and_says_how_long_it_may_take(tmp_path: Path):
+    """The agent's own signal handler: the stop first, then the watchdog armed and the line that says
+    so; an agent with no service to reach (its registration retrying) exits 0 at once."""
+    argv = [sys.executable, "-m", "agent", "--server", "http://127.0.0.1:1", "--name", "watchdog-test"]
+    argv += ["--fake-gpus", "1", "--spool-dir", str(tmp_path / "spool"), "--work-dir", str(tmp_path / "work")]
+    env = {**os.environ, "ATTUNE_AGENT_TOKEN": "not-a-real-token"}
+    log_path = tmp_path / "agent.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "register failed" not in log_path.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, log_path.read_text()
+    finally:
+        proc.kill()
+    text = log_path.read_text()
+    bound_s = exit_watchdog_s(AgentConfig(server_url="", token=""))
+    assert f"SIGTERM received: stopping (not stopped in {bound_s:.0f} s" in text
+    assert "Timeout (" not in text  # the watchdog did not fire
