@@ -31,8 +31,8 @@ def simulation_run_view(run: SimulationRun) -> dict[str, Any]:
     a run over the recorded history, what really happened to those jobs.
 
     `qos_jobs`: how many jobs of the trace had a QoS target (None until the run has results). With
-    none, the deadline policies (edf, swaf) order jobs by arrival exactly as fifo does, and no QoS
-    rate exists: the page says so rather than show identical rows and a QoS column of dashes.
+    none, no QoS rate exists, edf orders the jobs as fifo and swaf as sjf (with aging): the page says
+    so rather than show a QoS column of dashes unexplained.
     """
     params = run.parameters or {}
     extra = params.get("extra") or {}
