@@ -20,7 +20,8 @@ POLICIES = {
     "edf": "Earliest deadline first: jobs with the nearest QoS deadline first, then minimum-rate jobs, then "
     "the rest.",
     "swaf": "Shortest waiting allowance first (GENIE): least slack before the deadline first, then "
-    "minimum-rate jobs, then late QoS jobs, then jobs without a QoS target.",
+    "minimum-rate jobs, then late QoS jobs, then jobs without a QoS target, shortest first (one that "
+    "has waited long goes ahead: aging).",
 }
 
 ALLOCATORS = {
