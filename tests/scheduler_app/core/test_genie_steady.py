@@ -128,3 +128,26 @@ def test_a_steady_plan_is_always_the_full_rounds(
             assert steady == full and steady.stable and full.stable
             assert all(d.reason == "best_case" for d in full.decisions)
         running = _running(running, full)
+
+
+def test_the_kept_jobs_memo_pins_at_most_two_snapshots_and_still_answers() -> None:
+    """kept_job's memo serves one snapshot per entry: a live service's new snapshot every round must
+    not leave ended placements' entries pinning old ones (genie_kept.KEPT_SNAPSHOTS_MAX)."""
+    from scheduler_app.core.allocators.genie_kept import KEPT_ENTRIES, KEPT_SNAPSHOTS_MAX, kept_job
+    from scheduler_app.core.throughput import cluster_shape
+
+    first = make_cluster(2)
+    jobs = [make_job(1, "res18"), make_job(2, "alexnet", gpus=2), make_job(3, "lstm")]
+    running = _running(jobs, _full(jobs, first))
+    snapshots = [first] + [make_cluster(2) for _ in range(4)]  # equal servers, other objects: new rounds
+    for snapshot in snapshots:
+        shape = cluster_shape(snapshot)
+        # Every round the jobs hold Placements of their own (as jobs that ended and others that started
+        # on the same GPUs would): the last round's entries are never asked for again.
+        running = [dataclasses.replace(j, current=dataclasses.replace(j.current)) for j in running]
+        kept = [kept_job(job, snapshot, shape) for job in running]
+        assert all(k is not None for k in kept)  # each at its best case, kept on every snapshot
+        assert [kept_job(job, snapshot, shape) for job in running] == kept  # the memo's answers
+        pinned = {id(entry[1]) for entry in KEPT_ENTRIES.values()}
+        assert id(snapshot) in pinned and len(pinned) <= KEPT_SNAPSHOTS_MAX
+    assert all(entry[1] is not first for entry in KEPT_ENTRIES.values())
