@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -108,11 +109,14 @@ def main() -> int:
             save_checkpoint(ckpt, step, model.module if distributed else model, optimizer)
         print(f"done: {args.steps} steps", flush=True)
     if distributed:
-        # Leave together: a rank that tore its process group down while rank 0 was still saving
-        # aborted in gloo's teardown ("terminate called without an active exception", exit -6), and
-        # the job failed after all its steps were done.
+        # Leave together, then without tearing the process group down: a rank whose teardown overlapped
+        # a peer's exit aborted in gloo ("terminate called without an active exception", exit -6), even
+        # after a barrier, and the job failed after all its steps were done. The checkpoint is saved
+        # and the output flushed; os._exit skips the C++ destructors that abort.
         dist.barrier()
-        dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
