@@ -1,17 +1,15 @@
-"""Launching leases as real processes: identity, isolation (systemd-run or affinity+rlimit), exit status."""
+"""Launching leases as real processes: isolation (systemd-run or affinity+rlimit), the job's identity and
+environment, the shim's command line."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +25,10 @@ from agent.accounts import (
     make_private_dir,
     own_account,
 )
-from agent.host import BYTES_PER_GB, real_cpu_ids
-from agent.lease_resources import RESOURCES_FILE_NAME, resources_write
+from agent.host import real_cpu_ids
+from agent.launch_spec import LaunchSpec
+from agent.lease_process import AdoptedProcess, ChildProcess, LeaseProcess
+from agent.lease_resources import resources_write
 
 log = logging.getLogger(__name__)
 
@@ -38,268 +38,6 @@ ISOLATION_MODES = (ISOLATION_SYSTEMD, ISOLATION_AFFINITY)
 
 SHIM_PATH = Path(__file__).resolve().parent / "shim.py"
 AGENT_ROOT = Path(__file__).resolve().parent.parent  # the directory holding the `agent` package
-
-# Exit code 137 (128 + SIGKILL) is what shells and container runtimes report for an OOM-killed process;
-# a job the agent did not stop that exits with it is classified OOM (agent.workload uses it on MemoryError).
-OOM_EXIT_CODE = 137
-# A job killed by SIGKILL that the agent did not send counts as OOM when its peak RSS reached this
-# fraction of its memory cap (the kernel's OOM killer picks the biggest process).
-OOM_NEAR_CAP_FRACTION = 0.9
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchSpec:
-    """Everything needed to start one lease. `cpus` are the agent's logical core ids (0..num_cpus-1).
-
-    `account` is who the job runs as (None: the agent's own identity, no switch). `workdir` "" is the
-    job directory; `stdout_path`/`stderr_path` "" mean the shim's log and "merged into stdout", relative
-    ones are relative to the working directory. With `script`, the job is `bash <script file>` and
-    `argv` is not used. Layout of `lease_dir`: the shim's log, status and the job's environment, root's
-    alone; `job/` (the job's own, 0700: progress file, script). `job_subdir` is False only for leases
-    started by an agent from before that layout (their progress file is in `lease_dir` itself).
-    """
-
-    lease_id: str
-    job_id: int | None
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    gpu_uuids: tuple[str, ...]
-    cpus: tuple[int, ...]
-    mem_gb: float
-    resume_iters: int
-    lease_dir: Path
-    checkpoint_path: Path
-    time_scale: float = 1.0
-    account: Account | None = None
-    workdir: str = ""
-    script: str | None = None
-    stdout_path: str = ""
-    stderr_path: str = ""
-    job_subdir: bool = True
-
-    @property
-    def log_path(self) -> Path:
-        return self.lease_dir / "output.log"
-
-    @property
-    def status_path(self) -> Path:
-        return self.lease_dir / "exit-status.json"
-
-    @property
-    def renewal_path(self) -> Path:
-        """The lease's last renewal (agent/fence.py), which its shim enforces."""
-        return self.lease_dir / "renewal.json"
-
-    @property
-    def env_path(self) -> Path:
-        return self.lease_dir / "job-env.json"
-
-    @property
-    def resources_path(self) -> Path:
-        """What the job holds now (agent/lease_resources.py), rewritten when the lease is resized."""
-        return self.lease_dir / RESOURCES_FILE_NAME
-
-    @property
-    def job_dir(self) -> Path:
-        return self.lease_dir / "job" if self.job_subdir else self.lease_dir
-
-    @property
-    def progress_path(self) -> Path:
-        return self.job_dir / "progress.json"
-
-    @property
-    def script_path(self) -> Path:
-        return self.job_dir / "batch-script"
-
-    @property
-    def cwd(self) -> Path:
-        return self.job_dir / self.workdir if self.workdir else self.job_dir  # an absolute workdir wins
-
-    @property
-    def stdout_file(self) -> Path | None:
-        return self.cwd / self.stdout_path if self.stdout_path else None
-
-    @property
-    def stderr_file(self) -> Path | None:
-        """The job's separate stderr file; None when stderr goes with stdout."""
-        path = self.cwd / self.stderr_path if self.stderr_path else None
-        return None if path == self.stdout_file else path
-
-    @property
-    def job_output_files(self) -> tuple[Path, ...]:
-        """Files the job itself opened for its output (owned by its account)."""
-        return tuple(p for p in (self.stdout_file, self.stderr_file) if p is not None)
-
-    @property
-    def job_uid(self) -> int:
-        return self.account.uid if self.account is not None else os.geteuid()
-
-    @property
-    def mem_cap_bytes(self) -> int:
-        return int(self.mem_gb * BYTES_PER_GB)
-
-
-@dataclass(frozen=True, slots=True)
-class ExitStatus:
-    """How a lease's process ended: an exit code or a signal number; `error` when it never ran or was lost."""
-
-    exit_code: int | None
-    signal: int | None
-    peak_rss_kb: int | None = None
-    error: str | None = None
-    fenced: bool = False  # the shim stopped the job: its lease went unrenewed past the fence
-
-
-def classify_oom(
-    status: ExitStatus,
-    *,
-    stop_requested: bool,
-    mem_cap_bytes: int,
-    log_tail: Sequence[str] = (),
-    cgroup_oom_kills: int = 0,
-) -> bool:
-    """Did the job die of memory exhaustion? Pure, so that each rule is tested on its own.
-
-    - the cgroup recorded an OOM kill (systemd-run mode);
-    - it failed with a Python MemoryError in its last log lines (RLIMIT_AS makes allocations fail);
-    - it exited with OOM_EXIT_CODE, or died of a SIGKILL that the agent did not send while its peak RSS
-      was near its cap. When the agent itself stopped the job, SIGKILL/137 are the agent's doing.
-    """
-    if cgroup_oom_kills > 0:
-        return True
-    if status.exit_code not in (None, 0) and any("MemoryError" in line for line in log_tail[-20:]):
-        return True
-    if stop_requested:
-        return False
-    if status.exit_code == OOM_EXIT_CODE:
-        return True
-    if status.signal == signal.SIGKILL and status.peak_rss_kb and mem_cap_bytes > 0:
-        return status.peak_rss_kb * 1024 >= OOM_NEAR_CAP_FRACTION * mem_cap_bytes
-    return False
-
-
-def read_exit_status(path: Path) -> ExitStatus | None:
-    """The status the shim wrote, or None when there is none (the shim was killed or never ran)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return ExitStatus(
-        data.get("exit_code"),
-        data.get("signal"),
-        data.get("peak_rss_kb"),
-        data.get("error"),
-        fenced=bool(data.get("fenced")),
-    )
-
-
-def proc_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (with the pid, a unique process identity)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces and parentheses
-    if fields[0] == "Z":  # a zombie has ended; only its parent's wait is missing
-        return None
-    return int(fields[19])
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    # The lease runs in its own session and process group (start_new_session), so a group signal reaches
-    # the job and everything it forked, and never the agent.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-class LeaseProcess(ABC):
-    """A running lease: its shim is the leader of the lease's process group (pgid == pid)."""
-
-    def __init__(self, pid: int, start_ticks: int | None, status_path: Path) -> None:
-        self.pid = pid
-        self.start_ticks = start_ticks
-        self.status_path = status_path
-        self._cgroup_events: Path | None = None
-        self._oom_kills = 0
-
-    def signal_group(self, signum: int) -> None:
-        _signal_group(self.pid, signum)
-
-    @abstractmethod
-    def exited(self) -> ExitStatus | None:
-        """Non-blocking: None while the shim runs; once it has ended, its status (group stragglers killed)."""
-
-    def cgroup_oom_kills(self) -> int:
-        """OOM kills recorded by the lease's cgroup v2 (0 outside systemd-run mode); remembers the maximum.
-
-        Read while the lease runs, since a scope's cgroup disappears with its last process.
-        """
-        if self._cgroup_events is None:
-            try:
-                line = Path(f"/proc/{self.pid}/cgroup").read_text().splitlines()[0]
-            except (OSError, IndexError):
-                return self._oom_kills
-            if not line.startswith("0::"):
-                return self._oom_kills
-            self._cgroup_events = Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.events"
-        try:
-            for entry in self._cgroup_events.read_text().splitlines():
-                key, _, value = entry.partition(" ")
-                if key == "oom_kill":
-                    self._oom_kills = max(self._oom_kills, int(value))
-        except (OSError, ValueError):
-            pass
-        return self._oom_kills
-
-
-class ChildProcess(LeaseProcess):
-    """A shim this agent started (its child)."""
-
-    def __init__(self, popen: subprocess.Popen, status_path: Path) -> None:
-        super().__init__(popen.pid, proc_start_ticks(popen.pid), status_path)
-        self.popen = popen
-        self._status: ExitStatus | None = None
-
-    def exited(self) -> ExitStatus | None:
-        if self._status is not None:
-            return self._status
-        try:
-            # WNOWAIT: look without reaping. While the leader is an unreaped zombie its pid, and so the
-            # pgid, cannot be reused, which makes the straggler kill below safe.
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            info = True  # already reaped
-        if info is None:
-            return None
-        # Processes the job forked and left behind would keep its GPUs busy: end them with the job.
-        _signal_group(self.pid, signal.SIGKILL)
-        returncode = self.popen.wait()
-        status = read_exit_status(self.status_path)
-        if status is None:  # the shim itself died (SIGKILL from us or the OOM killer)
-            status = (
-                ExitStatus(None, -returncode)
-                if returncode < 0
-                else ExitStatus(returncode, None, error="the shim ended without an exit status")
-            )
-        self._status = status
-        return status
-
-
-class AdoptedProcess(LeaseProcess):
-    """A shim started by an earlier run of the agent, found alive at start-up (not our child)."""
-
-    def exited(self) -> ExitStatus | None:
-        if self.start_ticks is not None and proc_start_ticks(self.pid) == self.start_ticks:
-            return None
-        # A zombie re-parented to us (agent running as PID 1 in a container) must be reaped here.
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, os.WNOHANG)
-        # Members left in the group keep the pgid from being reused, so this reaches only them.
-        _signal_group(self.pid, signal.SIGKILL)
-        status = read_exit_status(self.status_path)
-        return status or ExitStatus(
-            None, None, error="lost: the job ended while the agent was down and left no exit status"
-        )
 
 
 class Launcher(Protocol):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.accounts import job_file_size, read_job_file
-from agent.launcher import LaunchSpec
+from agent.launch_spec import LaunchSpec
 from agent.lease_state import Lease
 from agent.spool import Spool
 

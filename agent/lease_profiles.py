@@ -13,7 +13,8 @@ from typing import Any
 
 from agent.accounts import JobIdentity
 from agent.bandwidth import NodeBandwidths
-from agent.launcher import ExitStatus, Launcher
+from agent.exit_status import ExitStatus
+from agent.launcher import Launcher
 from agent.lease_state import Lease
 from agent.profiler import GENIE_TERM_GRACE_S, POINT_TIMEOUT_S, ProfileTask, point_result, point_spec
 from agent.spool import Spool

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.accounts import Account, JobIdentity
-from agent.launcher import LaunchSpec
+from agent.launch_spec import LaunchSpec
 from agent.lease_profiles import SAFE_LEASE_ID
 from agent.lease_state import StartError
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.accounts import Account, read_job_file
-from agent.launcher import LaunchSpec, LeaseProcess
+from agent.launch_spec import LaunchSpec
+from agent.lease_process import LeaseProcess
 
 
 class StartError(ValueError):

@@ -18,14 +18,10 @@ from agent.accounts import (
     JobIdentity,
 )
 from agent.bandwidth import NodeBandwidths
+from agent.exit_status import ExitStatus, classify_oom
 from agent.fence import FenceTimes, boot_clock_s, renewal_read, renewal_write
-from agent.launcher import (
-    ISOLATION_SYSTEMD,
-    ExitStatus,
-    Launcher,
-    LaunchSpec,
-    classify_oom,
-)
+from agent.launch_spec import LaunchSpec
+from agent.launcher import ISOLATION_SYSTEMD, Launcher
 from agent.lease_output import logs_spool, output_offsets_at_launch, progress_spool
 from agent.lease_profiles import ProfileRuns
 from agent.lease_spec import launch_spec_of

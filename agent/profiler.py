@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.accounts import TRAVERSE_ONLY_MODE, Account, make_private_dir, read_job_file
-from agent.launcher import ExitStatus, LaunchSpec, LeaseProcess
+from agent.exit_status import ExitStatus
+from agent.launch_spec import LaunchSpec
+from agent.lease_process import LeaseProcess
 
 POINT_TIMEOUT_S = 900.0  # a point is ~50 iterations: this bounds a hung one
 GENIE_METHOD = "genie"

@@ -30,7 +30,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.launcher import ISOLATION_AFFINITY, ISOLATION_SYSTEMD, LaunchSpec
+from agent.launch_spec import LaunchSpec
+from agent.launcher import ISOLATION_AFFINITY, ISOLATION_SYSTEMD
 from agent.lease_resources import resources_write
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ CATALOG_PATH = (
     Path(__file__).resolve().parent.parent / "profiles_app" / "data" / "synergy_model_profiles.json"
 )
 DEFAULT_PROFILE_SET = "models"
-OOM_EXIT_CODE = 137  # agent.launcher.OOM_EXIT_CODE (not imported: this module stays dependency-free)
+OOM_EXIT_CODE = 137  # agent.exit_status.OOM_EXIT_CODE (not imported: this module stays dependency-free)
 BYTES_PER_GB = 1024**3
 EPS = 1e-9
 TICK_S = 0.05  # wake-up period: bounds SIGTERM latency without busy-waiting on tiny iterations

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.agent import AgentFatalError
-from agent.launcher import proc_start_ticks
+from agent.lease_process import proc_start_ticks
 from tests.agent.conftest import python_job, start_cmd
 from tests.agent.fake_service import wait_for
 

@@ -8,7 +8,8 @@ import signal
 import time
 
 from agent.fence import FenceTimes, boot_clock_s, renewal_read
-from agent.launcher import ProcessLauncher, proc_start_ticks
+from agent.launcher import ProcessLauncher
+from agent.lease_process import proc_start_ticks
 from tests.agent.conftest import python_job, start_cmd
 from tests.agent.fake_service import wait_for
 from tests.agent.test_launcher import make_spec, wait_exit

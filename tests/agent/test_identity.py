@@ -267,7 +267,7 @@ def test_separate_output_files_are_shipped_and_a_swapped_in_symlink_is_not(servi
 
 
 def test_lease_records_carry_the_new_fields_and_old_records_still_load(tmp_path):
-    from agent.launcher import AdoptedProcess
+    from agent.lease_process import AdoptedProcess
 
     account = Account("alice", 1234, 1234, (1234, 27), "/home/alice", "/bin/bash")
     spec = make_spec(tmp_path, [], lease_id="x")

@@ -9,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.launcher import (
-    ISOLATION_AFFINITY,
-    ExitStatus,
-    LaunchSpec,
-    LeaseProcess,
-    ProcessLauncher,
-    classify_oom,
-    proc_start_ticks,
-    systemd_run_unavailable_reason,
-)
+from agent.exit_status import ExitStatus, classify_oom
+from agent.launch_spec import LaunchSpec
+from agent.launcher import ISOLATION_AFFINITY, ProcessLauncher, systemd_run_unavailable_reason
+from agent.lease_process import LeaseProcess, proc_start_ticks
 from tests.agent.conftest import python_job
 from tests.agent.fake_service import wait_for
 

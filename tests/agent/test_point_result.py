@@ -6,7 +6,8 @@ import json
 import signal
 from pathlib import Path
 
-from agent.launcher import ExitStatus, LaunchSpec
+from agent.exit_status import ExitStatus
+from agent.launch_spec import LaunchSpec
 from agent.profiler import point_result
 
 IDENT = {"config": "n1k1b8", "node_rank": 0}
