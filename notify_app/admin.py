@@ -7,7 +7,7 @@ from django.http import HttpRequest
 
 from notify_app.models import Notification, NotificationSettings
 from notify_app.senders import webhook_host
-from notify_app.services import SENDING_STALE_AFTER_S, notifications_resend
+from notify_app.services.dispatch import SENDING_STALE_AFTER_S, notifications_resend
 
 
 @admin.register(NotificationSettings)

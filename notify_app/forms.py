@@ -1,4 +1,4 @@
-"""The notification settings form (validated again by services.notification_settings_save)."""
+"""The notification settings form (validated again by services.settings.notification_settings_save)."""
 
 from django import forms
 

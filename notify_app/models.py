@@ -74,7 +74,8 @@ class Notification(models.Model):
     """One message about one job event on one channel: the unique constraint makes it at most one.
 
     A worker claims a pending row (conditional UPDATE to `sending`) before it sends and marks it
-    `sent` after, so a retried or redelivered task never sends it twice (services.notification_deliver).
+    `sent` after, so a retried or redelivered task never sends it twice
+    (services.delivery.notification_deliver).
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")

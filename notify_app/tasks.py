@@ -2,7 +2,8 @@
 
 from celery import shared_task
 
-from notify_app.services import DELIVER_TASK, notification_deliver
+from notify_app.services.delivery import notification_deliver
+from notify_app.services.dispatch import DELIVER_TASK
 
 
 # acks_late (also the project default): a worker that dies before it finishes leaves the message to

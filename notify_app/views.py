@@ -9,7 +9,7 @@ from django.views.decorators.http import require_POST
 
 from notify_app.forms import NotificationSettingsForm
 from notify_app.selectors import notification_list, notification_settings_of
-from notify_app.services import (
+from notify_app.services.settings import (
     NotificationTestThrottledError,
     notification_settings_save,
     notification_test_send,

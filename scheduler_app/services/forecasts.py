@@ -30,7 +30,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from cluster_app.models import Server
-from notify_app.services import notification_qos_at_risk
+from notify_app.services.events import notification_qos_at_risk
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.core.move_guard import one_server_views
 from scheduler_app.core.types import ClusterSnapshot, JobView

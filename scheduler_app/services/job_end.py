@@ -14,7 +14,8 @@ from typing import Any
 from django.db import connection, transaction
 
 from notify_app.models import NotificationSettings
-from notify_app.services import notification_job_ended, notification_settings_of
+from notify_app.services.events import notification_job_ended
+from notify_app.services.settings import notification_settings_of
 from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_corrections_fold
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import Job, JobEndPending

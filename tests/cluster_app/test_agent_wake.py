@@ -102,7 +102,7 @@ def rounds(settings, monkeypatch):
     monkeypatch.setattr(
         "scheduler_app.services.round_requests.scheduling_round_request", lambda *, trigger: None
     )
-    monkeypatch.setattr("notify_app.services.notifications_dispatch", lambda *, notification_ids: None)
+    monkeypatch.setattr("notify_app.services.events.notifications_dispatch", lambda *, notification_ids: None)
     monkeypatch.setattr("scheduler_app.services.admission.admission_forecast_request", lambda: None)
 
 

@@ -212,7 +212,7 @@ def test_the_settings_form_refuses_an_internal_webhook(owner, settings):
 @pytest.mark.django_db
 def test_a_saved_webhook_that_now_resolves_inside_is_refused_at_send(owner, settings):
     """Saved while allowed (or while the name was public), sent after: the send checks again."""
-    from notify_app.services import notification_test_send
+    from notify_app.services.settings import notification_test_send
     from tests.notify_app.helpers import opt_in
 
     receiver = HttpReceiver().start()

@@ -11,9 +11,10 @@ import pytest
 from celery.exceptions import Retry
 from django.db import connection
 
-from notify_app import services
 from notify_app.models import Notification, NotificationChannel, NotificationEvent, NotificationState
-from notify_app.services import notification_deliver, notification_job_ended, notification_qos_at_risk
+from notify_app.services import delivery
+from notify_app.services.delivery import notification_deliver
+from notify_app.services.events import notification_job_ended, notification_qos_at_risk
 from notify_app.tasks import notification_deliver_task
 from scheduler_app.models import JobState
 from tests.api.helpers import make_server, submit
@@ -205,7 +206,7 @@ def test_a_worker_dying_after_sending_never_sends_twice(owner, smtp, receiver, m
         raise SystemExit("worker killed after sending, before recording it")
 
     with monkeypatch.context() as m:
-        m.setattr(services, "_record_sent", die)
+        m.setattr(delivery, "_record_sent", die)
         for n in notes:
             with pytest.raises(SystemExit):
                 notification_deliver_task.run(n.pk)

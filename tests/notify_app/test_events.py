@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 from notify_app.models import Notification, NotificationChannel, NotificationEvent, NotificationState
-from notify_app.services import notification_job_ended, notification_qos_at_risk
+from notify_app.services.events import notification_job_ended, notification_qos_at_risk
 from scheduler_app.models import JobState
 from scheduler_app.services.job_control import job_cancel, job_finish
 from tests.api.helpers import make_server, started, submit

@@ -95,7 +95,7 @@ def test_recent_notifications_are_listed_with_their_state(client, owner, queued)
     make_server("gpu01")
     opt_in(owner)
     job = submit(owner, name="visible-job")
-    from notify_app.services import notification_job_ended
+    from notify_app.services.events import notification_job_ended
 
     (n,) = notification_job_ended(job=job, state=JobState.FAILED)
     Notification.objects.filter(pk=n.pk).update(
@@ -136,7 +136,7 @@ def test_the_test_button_without_a_channel(client):
 def test_admin_pages(owner, staff_user, queued):
     make_server("gpu01")
     opt_in(owner, webhook_url="https://hooks.example.org/services/secret")
-    from notify_app.services import notification_job_ended
+    from notify_app.services.events import notification_job_ended
 
     (email, webhook) = notification_job_ended(job=submit(owner), state=JobState.FAILED)
     Notification.objects.filter(pk=email.pk).update(state=NotificationState.FAILED, tries=3)
