@@ -38,7 +38,7 @@ def timed_submission(mode: str) -> tuple[float, float, Any]:
     from django.db import transaction
 
     from profiles_app.models import Workload
-    from scheduler_app.services.admission import admission_forecasts_run
+    from scheduler_app.services.admission_worker import admission_forecasts_run
     from scheduler_app.services.jobs import JobRequest, job_submit
 
     owner = get_user_model().objects.get(username="bench")
@@ -61,7 +61,7 @@ def timed_submission(mode: str) -> tuple[float, float, Any]:
         with (
             transaction.atomic(),
             mock.patch("scheduler_app.services.round_requests.scheduling_round_request"),
-            mock.patch("scheduler_app.services.admission.task_send"),
+            mock.patch("scheduler_app.services.admission_worker.task_send"),
         ):
             (job,) = job_submit(owner=owner, request=request, admission=mode != "plain")
             elapsed = time.perf_counter() - start

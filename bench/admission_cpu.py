@@ -38,7 +38,7 @@ def timed(qos: bool, worker: bool) -> tuple[float, float, int, bool]:
     from django.db import transaction
 
     from profiles_app.models import Workload
-    from scheduler_app.services.admission import admission_forecasts_run
+    from scheduler_app.services.admission_worker import admission_forecasts_run
     from scheduler_app.services.jobs import JobRequest, job_submit
     from scheduler_app.simulator import forecast as forecast_module
 
@@ -65,7 +65,7 @@ def timed(qos: bool, worker: bool) -> tuple[float, float, int, bool]:
         with (
             transaction.atomic(),
             mock.patch("scheduler_app.services.round_requests.scheduling_round_request"),
-            mock.patch("scheduler_app.services.admission.task_send"),
+            mock.patch("scheduler_app.services.admission_worker.task_send"),
             mock.patch.object(forecast_module, "schedule_round", counted),
         ):
             start = time.process_time()

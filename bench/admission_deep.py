@@ -108,7 +108,7 @@ def submit(count: int, rng: random.Random) -> tuple[list[float], int]:
 
     from profiles_app.models import Workload
     from scheduler_app.models import AdmissionPrediction
-    from scheduler_app.services.admission import FORECAST_PENDING
+    from scheduler_app.services.admission_worker import FORECAST_PENDING
     from scheduler_app.services.jobs import JobRequest, job_submit
 
     owner = get_user_model().objects.get(username="refresh")
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from scheduler_app.conf import scheduler_conf
         from scheduler_app.models import Job, JobState
-        from scheduler_app.services.admission import admission_forecasts_run
+        from scheduler_app.services.admission_worker import admission_forecasts_run
         from scheduler_app.services.forecasts import job_forecasts_refresh
 
         conf = scheduler_conf()

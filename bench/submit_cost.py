@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connections
         from django.test import Client
 
-        from scheduler_app.services.admission import SECONDS_KEY
+        from scheduler_app.services.admission_worker import SECONDS_KEY
 
         token, workloads = seed(args.servers)
         start = time.perf_counter()

@@ -147,7 +147,7 @@ def more_forecasts_workers(env: dict[str, str], count: int) -> Iterator[dict[str
 
 def pending_predictions() -> int:
     from scheduler_app.models import AdmissionPrediction
-    from scheduler_app.services.admission import FORECAST_PENDING
+    from scheduler_app.services.admission_worker import FORECAST_PENDING
 
     return AdmissionPrediction.objects.filter(detail=FORECAST_PENDING).count()
 
@@ -192,7 +192,7 @@ def closed_loop(
 def submitter(workloads: list[str], submitted: Submitted):
     """The submission call: one catalog job; its id and send time recorded, and its prediction's
     filling when the 201 already has it."""
-    from scheduler_app.services.admission import FORECAST_PENDING
+    from scheduler_app.services.admission_worker import FORECAST_PENDING
 
     def call(http: httpx.Client, client: int, n: int) -> int:
         rng = random.Random(client * 1_000_003 + n)
@@ -223,7 +223,7 @@ def monitor(submitted: Submitted, stop: threading.Event) -> None:
     from django.db import connection
 
     from scheduler_app.models import AdmissionPrediction
-    from scheduler_app.services.admission import FORECAST_PENDING
+    from scheduler_app.services.admission_worker import FORECAST_PENDING
 
     try:
         while not stop.is_set():

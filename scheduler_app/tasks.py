@@ -6,7 +6,7 @@ from celery import shared_task
 
 from cluster_app.services import usage_samples_rollup
 from scheduler_app.dashboards.services import whatif_run_execute
-from scheduler_app.services.admission import admission_forecasts_serve
+from scheduler_app.services.admission_worker import admission_forecasts_serve
 from scheduler_app.services.agents import agent_reports_prune
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_run
 from scheduler_app.services.idempotency import idempotency_keys_prune
@@ -117,6 +117,6 @@ def forecast_refresh_task() -> int:
 @shared_task(name=ADMISSION_FORECAST_TASK, ignore_result=True)
 def admission_forecast_task(job_id: int | None = None) -> int:
     """Coalesced forecasts that fill every pending admission prediction, back to back while submissions
-    wait, one process at a time (services/admission.py); returns how many. `job_id`: ignored (messages
+    wait, one process at a time (services/admission_worker.py); returns how many. `job_id`: ignored (messages
     queued by an older version name one job)."""
     return admission_forecasts_serve()

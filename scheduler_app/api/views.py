@@ -57,7 +57,7 @@ from scheduler_app.selectors import (
     job_submitted_detail,
     jobs_with_restarts,
 )
-from scheduler_app.services.admission import admission_answer_wait, admission_pending
+from scheduler_app.services.admission_worker import admission_answer_wait, admission_pending
 from scheduler_app.services.idempotency import (
     IDEMPOTENCY_KEY_PATTERN,
     IdempotencyKeyError,

@@ -42,7 +42,7 @@ from scheduler_app.models import (
 )
 
 NO_TEAM = "(no team)"
-# A rate exactly at its target must not miss it by a floating-point rounding (services/admission.py).
+# A rate exactly at its target must not miss it by a floating-point rounding (services/admission_judge.py).
 RATE_REL_TOL = 1e-9
 OWN_COMMANDS = "(own commands)"
 

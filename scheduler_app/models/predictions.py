@@ -46,7 +46,8 @@ class AdmissionPrediction(models.Model):
     """What Attune predicted at submission (start, finish, QoS attainable) and, later, what happened.
 
     Written once by services/admission.py when the job is submitted; `actual_*` and the errors are
-    filled when the job ends, so predictions can be audited (dashboards, docs/genie.md).
+    filled when the job ends (services/admission_judge.py), so predictions can be audited (dashboards,
+    docs/genie.md).
     """
 
     job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="admission_prediction")

@@ -134,7 +134,7 @@ def job_submitted_as_stored(*, job: Job, dependencies: bool, no_estimate_since: 
     never started has no lease nor restart, and one without dependencies none; the answer is the job
     as committed (a round that places it a moment later shows on its page). `no_estimate_since`: the
     caller knows that no forecast can have stored an estimate of the job since its commit (its answer
-    did not wait for the forecasts worker: services/admission.py admission_answer_wait), so a job
+    did not wait for the forecasts worker: services/admission_worker.py admission_answer_wait), so a job
     known to have none (left to the worker) is answered as stored too."""
     if dependencies or not (Job.forecast.is_cached(job) and Job.admission_prediction.is_cached(job)):
         return None

@@ -12,7 +12,7 @@ from django.db import transaction
 from config.redis_pool import redis_client as _redis
 from infra.task_send import task_send
 from scheduler_app.conf import scheduler_conf
-from scheduler_app.services.admission import (
+from scheduler_app.services.admission_worker import (
     admission_forecasts_run,
     admission_forecasts_waiting,
     admission_predictions_fill,

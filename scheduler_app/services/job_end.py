@@ -19,7 +19,7 @@ from notify_app.services.settings import notification_settings_of
 from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_corrections_fold
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import Job, JobEndPending
-from scheduler_app.services.admission import admission_outcome_record
+from scheduler_app.services.admission_judge import admission_outcome_record
 from scheduler_app.services.job_batches import job_batches_run
 
 FOLLOWUPS_PER_BATCH = 200  # job ends per transaction of the applier

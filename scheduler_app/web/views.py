@@ -33,7 +33,7 @@ from scheduler_app.selectors import (
     job_queue_page_queryset,
     job_restarts,
 )
-from scheduler_app.services.admission import qos_at_risk_message
+from scheduler_app.services.admission_judge import qos_at_risk_message
 from scheduler_app.services.forecast_as_of import forecast_confirmed_at, job_estimate_as_of
 from scheduler_app.services.job_control import (
     JobStateError,

@@ -6,8 +6,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduler_app.models import AdmissionPrediction, Job, JobState
-from scheduler_app.services import admission
-from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
+from scheduler_app.services import admission_worker
+from scheduler_app.services.admission_worker import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.job_control import job_finish
 from tests.api.helpers import make_server, workload
 
@@ -115,11 +115,11 @@ def no_worker(live_redis, monkeypatch, settings) -> list[str]:
     waits: the admission forecast tasks queued (names) are listed instead of sent to a broker, its
     debounce and pace keys cleared first."""
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "admission_in_request_max_jobs": 0}
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
     names: list[str] = []
-    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: names.append(name))
+    monkeypatch.setattr(admission_worker, "task_send", lambda name, **kwargs: names.append(name))
     yield names
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
 
 
 def test_the_answer_does_not_wait_for_a_forecast_and_one_forecast_fills_a_burst(
@@ -162,7 +162,7 @@ def test_a_job_that_ended_before_its_forecast_is_said_to_have(client, no_worker)
     job = Job.objects.get(pk=body["id"])
     job_finish(job=job, state=JobState.CANCELLED, now=job.submitted_at + timedelta(seconds=1))
     admission_forecasts_run()
-    assert AdmissionPrediction.objects.get(job=job).detail == admission.ENDED_FIRST
+    assert AdmissionPrediction.objects.get(job=job).detail == admission_worker.ENDED_FIRST
 
 
 def test_an_own_command_gets_a_start_and_a_finish_only_from_its_time_limit(client):

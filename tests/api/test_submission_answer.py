@@ -157,7 +157,7 @@ def test_a_submission_behind_the_forecasts_window_is_answered_as_stored_as_its_d
         "admission_in_request_max_jobs": 0,
         "reject_unattainable_qos": False,
     }
-    monkeypatch.setattr("scheduler_app.services.admission.task_send", lambda name, **kwargs: None)
+    monkeypatch.setattr("scheduler_app.services.admission_worker.task_send", lambda name, **kwargs: None)
     monkeypatch.setattr("scheduler_app.services.round_requests.task_send", lambda name, **kwargs: None)
     make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
     workload("res18")
@@ -205,14 +205,14 @@ def test_a_submission_left_to_the_worker_is_answered_as_stored_as_its_detail_rea
     """Inside the forecast's window with a worker, and its answer not waiting for it (the last admission
     forecast too long): what its request stored (the prediction pending, no estimate), not read again;
     the same, field for field, as the detail's read after it."""
-    from scheduler_app.services.admission import FORECAST_PENDING, PACE_KEY, QUEUED_KEY, SECONDS_KEY
+    from scheduler_app.services.admission_worker import FORECAST_PENDING, PACE_KEY, QUEUED_KEY, SECONDS_KEY
 
     settings.ATTUNE_SCHEDULER = {
         **settings.ATTUNE_SCHEDULER,
         "admission_in_request_max_jobs": 0,
         "reject_unattainable_qos": False,
     }
-    monkeypatch.setattr("scheduler_app.services.admission.task_send", lambda name, **kwargs: None)
+    monkeypatch.setattr("scheduler_app.services.admission_worker.task_send", lambda name, **kwargs: None)
     monkeypatch.setattr("scheduler_app.services.round_requests.task_send", lambda name, **kwargs: None)
     live_redis.delete(QUEUED_KEY, PACE_KEY)
     live_redis.set(SECONDS_KEY, "5")  # the answer would only wait: it does not

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduler_app.services import admission_tail, admission_window
-from scheduler_app.services.admission import FORECAST_PENDING
+from scheduler_app.services.admission_worker import FORECAST_PENDING
 from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import make_server, submit, workload
@@ -29,7 +29,7 @@ def queued(user, settings, live_redis, monkeypatch):
         "admission_in_request_max_jobs": 0,
         "reject_unattainable_qos": False,
     }
-    monkeypatch.setattr("scheduler_app.services.admission.task_send", lambda name, **kwargs: None)
+    monkeypatch.setattr("scheduler_app.services.admission_worker.task_send", lambda name, **kwargs: None)
     monkeypatch.setattr("scheduler_app.services.round_requests.task_send", lambda name, **kwargs: None)
     make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
     workload("res18")

@@ -10,8 +10,8 @@ import time
 from django.db import connection
 
 from scheduler_app.models import AdmissionPrediction, Job
-from scheduler_app.services import admission
-from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
+from scheduler_app.services import admission_worker
+from scheduler_app.services.admission_worker import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.job_control import job_cancel
 from tests.cli.helpers import run
 
@@ -25,7 +25,7 @@ def test_submit_wait_prints_the_forecast_when_the_worker_has_it(
         "admission_in_request_max_jobs": 0,  # the forecasts worker's, as with a deep queue
         "admission_answer_wait_s": 0.0,  # and not in the answer
     }
-    keys = (admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    keys = (admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
     live_redis.delete(*keys)
 
     def worker_later(name: str, **kwargs) -> None:
@@ -36,7 +36,7 @@ def test_submit_wait_prints_the_forecast_when_the_worker_has_it(
 
         threading.Thread(target=forecast).start()
 
-    monkeypatch.setattr(admission, "task_send", worker_later)
+    monkeypatch.setattr(admission_worker, "task_send", worker_later)
     monkeypatch.setattr(
         "scheduler_app.services.round_requests.scheduling_round_request", lambda *, trigger: None
     )

@@ -104,6 +104,7 @@ def rounds(settings, monkeypatch):
     )
     monkeypatch.setattr("notify_app.services.events.notifications_dispatch", lambda *, notification_ids: None)
     monkeypatch.setattr("scheduler_app.services.admission.admission_forecast_request", lambda: None)
+    monkeypatch.setattr("scheduler_app.services.admission_worker.admission_forecast_request", lambda: None)
 
 
 def wake_callbacks(callbacks) -> list:

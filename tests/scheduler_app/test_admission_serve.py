@@ -7,8 +7,8 @@ import pytest
 from django.test import TestCase
 
 from scheduler_app.models import AdmissionPrediction
-from scheduler_app.services import admission
-from scheduler_app.services.admission import (
+from scheduler_app.services import admission_worker
+from scheduler_app.services.admission_worker import (
     FORECAST_PENDING,
     admission_forecasts_run,
     admission_forecasts_serve,
@@ -18,7 +18,12 @@ from tests.api.helpers import workload
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
 
-KEYS = (admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY, admission.RUNNING_KEY)
+KEYS = (
+    admission_worker.QUEUED_KEY,
+    admission_worker.PACE_KEY,
+    admission_worker.SECONDS_KEY,
+    admission_worker.RUNNING_KEY,
+)
 
 
 @pytest.fixture
@@ -31,7 +36,7 @@ def asked(settings, live_redis, monkeypatch, gpu01_res18):
     }
     live_redis.delete(*KEYS)
     sent = []
-    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: sent.append(name))
+    monkeypatch.setattr(admission_worker, "task_send", lambda name, **kwargs: sent.append(name))
     yield sent
     live_redis.delete(*KEYS)
 
@@ -49,18 +54,18 @@ def pending(*jobs) -> int:
 
 def test_a_forecast_leaves_the_submissions_to_the_process_already_forecasting(user, asked, live_redis):
     job = submit(user, "a")
-    holder = live_redis.lock(admission.RUNNING_KEY, timeout=10, blocking=False)
+    holder = live_redis.lock(admission_worker.RUNNING_KEY, timeout=10, blocking=False)
     assert holder.acquire()  # another process's forecast in progress
     assert admission_forecasts_serve() == 0
     assert admission_forecasts_run() == 0  # the refresh's run first, too
     assert pending(job) == 1
     # The run in progress forecasts again after it lets go; the key is cleared, so that the next
     # submission's request queues a task even if that run had read this one already.
-    assert not live_redis.exists(admission.QUEUED_KEY)
+    assert not live_redis.exists(admission_worker.QUEUED_KEY)
     holder.release()
     assert admission_forecasts_serve() == 1
     assert pending(job) == 0
-    assert not live_redis.exists(admission.RUNNING_KEY)
+    assert not live_redis.exists(admission_worker.RUNNING_KEY)
 
 
 def test_submissions_during_a_forecast_are_answered_by_the_same_task_right_after(
@@ -68,7 +73,7 @@ def test_submissions_during_a_forecast_are_answered_by_the_same_task_right_after
 ):
     first = submit(user, "a")
     later = []
-    real = admission._forecast_of
+    real = admission_worker._forecast_of
 
     def with_a_submission_meanwhile(pending_predictions):
         estimates = real(pending_predictions)
@@ -77,7 +82,7 @@ def test_submissions_during_a_forecast_are_answered_by_the_same_task_right_after
             assert admission_forecasts_serve() == 0
         return estimates
 
-    monkeypatch.setattr(admission, "_forecast_of", with_a_submission_meanwhile)
+    monkeypatch.setattr(admission_worker, "_forecast_of", with_a_submission_meanwhile)
     assert admission_forecasts_serve() == 2
     assert pending(first, *later) == 0
     assert AdmissionPrediction.objects.get(job=later[0]).predicted_start_at is not None
@@ -86,7 +91,7 @@ def test_submissions_during_a_forecast_are_answered_by_the_same_task_right_after
 def test_a_task_hands_over_after_serving_its_time(user, asked, live_redis, monkeypatch):
     first = submit(user, "a")
     asked.clear()
-    real = admission._forecast_of
+    real = admission_worker._forecast_of
 
     def with_a_submission_meanwhile(pending_predictions):
         estimates = real(pending_predictions)
@@ -94,8 +99,8 @@ def test_a_task_hands_over_after_serving_its_time(user, asked, live_redis, monke
             submit(user, "b")  # its request queues a task (the key taken), which left
         return estimates
 
-    monkeypatch.setattr(admission, "SERVE_MAX_S", 0.0)
-    monkeypatch.setattr(admission, "_forecast_of", with_a_submission_meanwhile)
+    monkeypatch.setattr(admission_worker, "SERVE_MAX_S", 0.0)
+    monkeypatch.setattr(admission_worker, "_forecast_of", with_a_submission_meanwhile)
     assert admission_forecasts_serve() == 1
     assert pending(first) == 0
     # The second's task was sent, found nothing to do here (not run: asked only): the hand-over sends
@@ -109,7 +114,7 @@ def test_the_refreshs_single_run_hands_the_submissions_that_came_meanwhile_to_a_
 ):
     first = submit(user, "a")
     asked.clear()
-    real = admission._forecast_of
+    real = admission_worker._forecast_of
 
     def with_a_submission_meanwhile(pending_predictions):
         estimates = real(pending_predictions)
@@ -117,11 +122,11 @@ def test_the_refreshs_single_run_hands_the_submissions_that_came_meanwhile_to_a_
             submit(user, "b")  # its task would find this run in progress and leave
         return estimates
 
-    monkeypatch.setattr(admission, "_forecast_of", with_a_submission_meanwhile)
+    monkeypatch.setattr(admission_worker, "_forecast_of", with_a_submission_meanwhile)
     assert admission_forecasts_run() == 1
     assert pending(first) == 0
     assert len(asked) == 2  # the second's own task, then the hand-over's past its debounce key
-    monkeypatch.setattr(admission, "_forecast_of", real)
+    monkeypatch.setattr(admission_worker, "_forecast_of", real)
     assert admission_forecasts_run() == 1  # that task's run
     assert AdmissionPrediction.objects.filter(detail=FORECAST_PENDING).count() == 0
     assert len(asked) == 2  # nothing waits: nothing more asked
@@ -132,7 +137,7 @@ def test_a_costly_forecast_does_not_hold_the_next_one_back_past_the_minimum_inte
 ):
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "admission_forecast_min_interval_s": 0.1}
     submit(user, "a")
-    real = admission._forecast_of
+    real = admission_worker._forecast_of
 
     def costly(pending_predictions):
         until = time.process_time() + 0.3  # CPU, which the next forecast no longer waits out
@@ -140,28 +145,28 @@ def test_a_costly_forecast_does_not_hold_the_next_one_back_past_the_minimum_inte
             pass
         return real(pending_predictions)
 
-    monkeypatch.setattr(admission, "_forecast_of", costly)
+    monkeypatch.setattr(admission_worker, "_forecast_of", costly)
     assert admission_forecasts_serve() == 1
-    assert live_redis.pttl(admission.PACE_KEY) <= 100  # the interval from its start, at most
+    assert live_redis.pttl(admission_worker.PACE_KEY) <= 100  # the interval from its start, at most
 
 
 def test_a_submission_after_a_run_that_read_the_last_tasks_own_still_queues_a_task(
     user, asked, live_redis, monkeypatch
 ):
     first = submit(user, "a")
-    real = admission._forecast_of
+    real = admission_worker._forecast_of
 
     def its_request_late(pending_predictions):
         # The first's request queued its task after this run cleared the key and before it read the
         # queue (the run answers it); the task comes while the run goes on, and leaves.
-        live_redis.set(admission.QUEUED_KEY, "submit", ex=60)
+        live_redis.set(admission_worker.QUEUED_KEY, "submit", ex=60)
         assert admission_forecasts_serve() == 0
         return real(pending_predictions)
 
-    monkeypatch.setattr(admission, "_forecast_of", its_request_late)
+    monkeypatch.setattr(admission_worker, "_forecast_of", its_request_late)
     assert admission_forecasts_serve() == 1
     assert pending(first) == 0
     asked.clear()
     second = submit(user, "b")
-    assert asked == [admission.ADMISSION_FORECAST_TASK]  # not held back by the first's key
+    assert asked == [admission_worker.ADMISSION_FORECAST_TASK]  # not held back by the first's key
     assert pending(second) == 1

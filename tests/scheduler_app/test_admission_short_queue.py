@@ -33,7 +33,7 @@ def test_by_default_a_worker_forecasts_every_submission_whatever_the_queue_and_p
     from dataclasses import replace
 
     from scheduler_app.models import AdmissionPrediction
-    from scheduler_app.services import admission
+    from scheduler_app.services import admission, admission_worker
     from scheduler_app.services.jobs import JobRequest, job_submit
     from tests.api.helpers import workload
 
@@ -51,11 +51,13 @@ def test_by_default_a_worker_forecasts_every_submission_whatever_the_queue_and_p
     with django_capture_on_commit_callbacks(execute=True):
         (job,) = job_submit(owner=user, request=request)
         assert not asked  # after commit
-    assert AdmissionPrediction.objects.get(job=job).detail == admission.FORECAST_PENDING
+    assert AdmissionPrediction.objects.get(job=job).detail == admission_worker.FORECAST_PENDING
     assert asked == [1]
 
     monkeypatch.undo()
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": True}
     (job,) = job_submit(owner=user, request=replace(request, name="demo"))
     prediction = AdmissionPrediction.objects.get(job=job)
-    assert prediction.detail != admission.FORECAST_PENDING and prediction.predicted_finish_at is not None
+    assert (
+        prediction.detail != admission_worker.FORECAST_PENDING and prediction.predicted_finish_at is not None
+    )

@@ -7,8 +7,8 @@ from django.test import TestCase
 from django.utils.html import escape
 
 from scheduler_app.models import AdmissionPrediction, JobForecast
-from scheduler_app.services import admission, admission_window, forecast_store, forecasts
-from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
+from scheduler_app.services import admission_window, admission_worker, forecast_store, forecasts
+from scheduler_app.services.admission_worker import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.job_control import job_cancel, job_hold, job_release
 from scheduler_app.services.jobs import JobRequest, job_submit
@@ -70,8 +70,8 @@ def test_the_worker_answers_a_job_behind_the_window_without_playing_anything_for
     settings, queue, user, live_redis, monkeypatch
 ):
     window(settings, 10, admission_in_request_max_jobs=0)
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
-    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: None)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
+    monkeypatch.setattr(admission_worker, "task_send", lambda name, **kwargs: None)
     request = JobRequest(name="late", num_gpus=4, total_iters=1000, workload=workload("res18"))
     (job,) = job_submit(owner=user, request=request)  # inside a window of 10: the worker's
     assert AdmissionPrediction.objects.get(job=job).detail == FORECAST_PENDING
@@ -88,7 +88,7 @@ def test_the_worker_answers_a_job_behind_the_window_without_playing_anything_for
     assert prediction.detail.startswith(
         "queued behind the 2 jobs the forecast plays forward (the last of them"
     )
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
 
 
 @pytest.fixture
@@ -96,13 +96,13 @@ def worker_asked(settings, live_redis, monkeypatch):
     """A service with a worker, a deep queue's settings; the admission forecasts asked of it."""
     window(settings, 2, admission_in_request_max_jobs=0)
     settings.ATTUNE_SCHEDULER = {**settings.ATTUNE_SCHEDULER, "inline_rounds": False}
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
     asked = []
-    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: asked.append(name))
+    monkeypatch.setattr(admission_worker, "task_send", lambda name, **kwargs: asked.append(name))
     admission_window.window_last_start_forget()
     yield asked
     admission_window.window_last_start_forget()
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
 
 
 def submit_late(user, **more):
@@ -118,7 +118,7 @@ def test_a_submission_behind_the_window_is_answered_in_its_request_as_the_worker
     (job,) = submit_late(user)
     assert worker_asked == []  # nothing asked of the worker, nothing to wait for
     prediction = AdmissionPrediction.objects.get(job=job)
-    assert prediction.detail != FORECAST_PENDING and admission.admission_pending(job) is False
+    assert prediction.detail != FORECAST_PENDING and admission_worker.admission_pending(job) is False
     assert prediction.predicted_start_at is None and prediction.attainable is None
     last_start = max(e.start_at for e in estimates.values() if e.start_at is not None)
     stored = JobForecast.objects.get(job=job)
@@ -160,7 +160,7 @@ def test_a_submission_that_may_be_inside_the_window_is_the_workers(settings, que
         waiting[0].save(update_fields=["priority"])
     (job,) = submit_late(owner, **more)
     assert AdmissionPrediction.objects.get(job=job).detail == FORECAST_PENDING
-    assert worker_asked and admission.admission_pending(job)
+    assert worker_asked and admission_worker.admission_pending(job)
 
 
 @pytest.mark.parametrize("postgresql", [True, False], ids=["postgresql", "portable (the ORM's)"])
@@ -174,7 +174,7 @@ def test_jobs_that_the_forecast_leaves_out_are_not_counted_ahead(
     _, waiting = queue
     after = submit_late(user, depends_on=(waiting[0].pk,))[0]
     worker_asked.clear()
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY)
     for job in waiting[1:3]:
         job_hold(job=job, by=user)
     job_cancel(job=waiting[0], by=user)
@@ -190,8 +190,8 @@ def test_the_job_page_says_a_pending_forecast_is_coming_and_its_target_not_known
     settings, user, gpu01_res18, client, live_redis, monkeypatch
 ):
     window(settings, 1000, admission_in_request_max_jobs=0)
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
-    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: None)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
+    monkeypatch.setattr(admission_worker, "task_send", lambda name, **kwargs: None)
     request = JobRequest(
         name="qos", num_gpus=1, total_iters=1000, workload=workload("res18"), qos_max_latency_s=3600
     )
@@ -205,7 +205,7 @@ def test_the_job_page_says_a_pending_forecast_is_coming_and_its_target_not_known
     assert (
         escape(FORECAST_PENDING) not in html and '<dd id="qos-attainable"><span class="ok">attainable' in html
     )
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
 
 
 def test_a_held_job_released_behind_the_window_is_answered_over_its_stored_estimate(

@@ -23,7 +23,7 @@ from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.job_paths import default_output_pattern, output_path_expand
 from scheduler_app.models import AdmissionPrediction, Allocation, Job, JobEvent, JobState, Team
 from scheduler_app.selectors import job_details_visible, job_estimate, job_restarts
-from scheduler_app.services.admission import qos_at_risk_message
+from scheduler_app.services.admission_judge import qos_at_risk_message
 from scheduler_app.services.forecast_as_of import forecast_confirmed_at, job_estimate_as_of
 from scheduler_app.services.job_requests import (
     MAX_COMMAND_CHARS,
