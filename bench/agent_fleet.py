@@ -173,7 +173,7 @@ def seed(num_servers: int, job_minutes: tuple[float, float] = DEFAULT_JOB_MINUTE
     from django.core.management import call_command
 
     from profiles_app.models import Workload
-    from profiles_app.services import workload_catalog_load
+    from profiles_app.services.workloads import workload_catalog_load
     from scheduler_app.services.jobs import JobRequest, job_submit
 
     tokens = []

@@ -58,7 +58,7 @@ def populate(num_servers: int, queued: int, seed: int) -> None:
     from django.contrib.auth import get_user_model
 
     from profiles_app.models import Workload
-    from profiles_app.services import workload_catalog_load
+    from profiles_app.services.workloads import workload_catalog_load
     from scheduler_app.services.jobs import JobRequest, job_submit
 
     start = time.perf_counter()

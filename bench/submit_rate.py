@@ -89,7 +89,7 @@ def seed(num_servers: int) -> tuple[str, list[str]]:
     from rest_framework.authtoken.models import Token
 
     from profiles_app.models import Workload
-    from profiles_app.services import workload_catalog_load
+    from profiles_app.services.workloads import workload_catalog_load
 
     servers_create(num_servers, uuid_tag="rate")
     workload_catalog_load()

@@ -44,7 +44,7 @@ def _setup():
 
     from cluster_app.services import agent_credential_issue
     from profiles_app.models import Workload
-    from profiles_app.services import workload_catalog_load
+    from profiles_app.services.workloads import workload_catalog_load
     from scheduler_app.models import Allocation
     from scheduler_app.services.jobs import JobRequest, job_submit
     from scheduler_app.services.rounds import scheduling_round_run

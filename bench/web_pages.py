@@ -144,7 +144,7 @@ def seed_work(num_servers: int, num_jobs: int, days: int, seed: int) -> None:
 
     from cluster_app.models import Gpu
     from profiles_app.models import Workload
-    from profiles_app.services import workload_catalog_load
+    from profiles_app.services.workloads import workload_catalog_load
     from scheduler_app.models import (
         AdmissionPrediction,
         Allocation,

@@ -39,7 +39,7 @@ from profiles_app.models import (
     ProfilingRunStatus,
     Workload,
 )
-from profiles_app.services import profiling_run_costs
+from profiles_app.services.profiling_runs import profiling_run_costs
 from scheduler_app.core.predictor import Predictor, ProfileSample, fit_predictor
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from django.db import connection, transaction
 from notify_app.models import NotificationSettings
 from notify_app.services.events import notification_job_ended
 from notify_app.services.settings import notification_settings_of
-from profiles_app.services import interference_kappa_refit, placement_penalty_refit, speed_corrections_fold
+from profiles_app.services.refits import interference_kappa_refit, placement_penalty_refit
+from profiles_app.services.speeds import speed_corrections_fold
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import Job, JobEndPending
 from scheduler_app.services.admission_judge import admission_outcome_record

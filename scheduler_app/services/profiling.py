@@ -54,7 +54,7 @@ from profiles_app.models import (
     Workload,
 )
 from profiles_app.selectors import profiling_holds, workload_profile
-from profiles_app.services import (
+from profiles_app.services.profiling_runs import (
     profiling_point_record,
     profiling_run_assign,
     profiling_run_fail,

@@ -20,12 +20,8 @@ from profiles_app.selectors import (
     workload_iter_time_s,
     workload_placement_slowdown,
 )
-from profiles_app.services import (
-    SpeedMeasurement,
-    StartupMeasurement,
-    speed_observations_record,
-    workload_startups_learn,
-)
+from profiles_app.services.speeds import SpeedMeasurement, speed_observations_record
+from profiles_app.services.startups import StartupMeasurement, workload_startups_learn
 from scheduler_app.conf import scheduler_conf
 from scheduler_app.models import (
     MAX_STORED_ITERS_PER_S,

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from cluster_app.models import NodeState, Server
 from cluster_app.services import agent_credential_issue
 from profiles_app.models import SpeedObservation, Workload
-from profiles_app.services import SPEED_MIN_REPORTS
+from profiles_app.services.speeds import SPEED_MIN_REPORTS
 from scheduler_app.models import Allocation, Job, JobState
 from scheduler_app.services.jobs import JobRequest, job_submit
 from tests.factories import ServerFactory, WorkloadFactory

@@ -17,7 +17,7 @@ from cluster_app.models import Server
 from cluster_app.selectors import SCHEDULABLE_STATES
 from profiles_app.models import GenieFit, ProfilingReport, ProfilingRun, ProfilingRunStatus, Workload
 from profiles_app.selectors import workload_predictor
-from profiles_app.services import workload_register
+from profiles_app.services.workloads import workload_register
 from tests.e2e.conftest import WORKER_ENV
 from tests.e2e.processes import CeleryWorker, wait_until
 from tests.factories import UserFactory

@@ -19,7 +19,7 @@ from rest_framework.authtoken.models import Token
 
 from cluster_app.models import NodeState, Server
 from profiles_app.catalog import profile_for
-from profiles_app.services import workload_catalog_load
+from profiles_app.services.workloads import workload_catalog_load
 from scheduler_app.models import AgentReport, Allocation, AllocationGpu, Job, JobEvent, JobState
 from tests.e2e.processes import wait_until
 from tests.factories import UserFactory

@@ -15,7 +15,7 @@ from cluster_app.models import Server
 from profiles_app.catalog import load_catalog
 from profiles_app.models import ProfilingKind, ProfilingRun, ProfilingRunStatus, SpeedObservation, Workload
 from profiles_app.optimistic import relative_error
-from profiles_app.services import workload_register
+from profiles_app.services.workloads import workload_register
 from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason
 from tests.e2e.processes import wait_until
 from tests.factories import UserFactory

@@ -20,7 +20,7 @@ import pytest
 from cluster_app.models import Server
 from profiles_app.catalog import profile_for
 from profiles_app.models import Workload
-from profiles_app.services import workload_catalog_load
+from profiles_app.services.workloads import workload_catalog_load
 from scheduler_app.models import AgentReport, Allocation, Job, JobEvent, JobState
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import active, lease_of, submit

@@ -24,7 +24,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from cluster_app.models import NodeState, Server
-from profiles_app.services import workload_catalog_load
+from profiles_app.services.workloads import workload_catalog_load
 from scheduler_app.core.reasons import MIN_RUN_TIME, PLACED_REASONS, RESTART_COST
 from scheduler_app.models import AgentReport, Allocation, Job, JobState, RoundDecision, SchedulingRound
 from scheduler_app.services.nodes import node_drain

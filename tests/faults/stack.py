@@ -330,7 +330,7 @@ from io import StringIO
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
-from profiles_app.services import workload_catalog_load
+from profiles_app.services.workloads import workload_catalog_load
 
 workload_catalog_load()
 user = get_user_model().objects.create_user("faults-staff", password=None, is_staff=True)

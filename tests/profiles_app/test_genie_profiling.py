@@ -12,7 +12,7 @@ from cluster_app.models import NodeState
 from profiles_app.genie_profiling import genie_fit_store, genie_profiling_run_queue, platform_comm_s
 from profiles_app.models import GenieFit, ProfilingKind, ProfilingRun, ProfilingRunStatus, Workload
 from profiles_app.selectors import profiling_holds, workload_predictor
-from profiles_app.services import workload_register
+from profiles_app.services.workloads import workload_register
 from scheduler_app.core.predictor import Predictor
 from scheduler_app.services.profiling import profiling_jobs_hold, profiling_run_dispatch
 from tests.api.helpers import agent_client, make_server, synced

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from cluster_app.models import Server
 from profiles_app.catalog import load_catalog
 from profiles_app.models import Workload
-from profiles_app.services import workload_register
+from profiles_app.services.workloads import workload_register
 from scheduler_app.models import Job, Team
 
 pytestmark = pytest.mark.django_db

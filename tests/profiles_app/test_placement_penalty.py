@@ -8,7 +8,9 @@ from django.utils import timezone
 
 from profiles_app.models import SpeedObservation, Workload
 from profiles_app.selectors import workload_profile
-from profiles_app.services import SPEED_MIN_REPORTS, placement_penalty_refit, workload_catalog_load
+from profiles_app.services.refits import placement_penalty_refit
+from profiles_app.services.speeds import SPEED_MIN_REPORTS
+from profiles_app.services.workloads import workload_catalog_load
 from scheduler_app.core.predictor import PENALTY_MIN_LEASES
 from scheduler_app.models import Job, JobState
 from scheduler_app.services.rounds import scheduling_round_run

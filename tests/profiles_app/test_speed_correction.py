@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from profiles_app.models import SpeedObservation, Workload
 from profiles_app.selectors import workload_profile
-from profiles_app.services import SPEED_MIN_REPORTS, SPEED_RATIO_RANGE, job_speed_ratio
+from profiles_app.services.speeds import SPEED_MIN_REPORTS, SPEED_RATIO_RANGE, job_speed_ratio
 from scheduler_app.models import Job, JobState
 from scheduler_app.services.job_control import job_finish
 from scheduler_app.services.rounds import scheduling_round_run

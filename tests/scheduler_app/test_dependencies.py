@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from rest_framework.test import APIClient
 
 from profiles_app.models import ProfilingRun
-from profiles_app.services import workload_register
+from profiles_app.services.workloads import workload_register
 from scheduler_app.models import Job, JobEvent, JobState, PendingReason
 from scheduler_app.selectors import job_queue
 from scheduler_app.services.job_control import job_cancel, job_finish

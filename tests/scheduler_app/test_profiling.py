@@ -23,7 +23,8 @@ from profiles_app.models import (
     Workload,
 )
 from profiles_app.optimistic import interpolate_seconds, relative_error
-from profiles_app.services import profiling_run_queue, workload_register
+from profiles_app.services.profiling_runs import profiling_run_queue
+from profiles_app.services.workloads import workload_register
 from scheduler_app.models import JobEvent, JobState, PendingReason, RoundDecision
 from scheduler_app.services.rounds import scheduling_round_run
 from scheduler_app.tasks import workload_profile_task

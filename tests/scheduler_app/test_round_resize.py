@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from cluster_app.models import Server
 from profiles_app.models import SpeedObservation
-from profiles_app.services import SpeedMeasurement, speed_observations_record
+from profiles_app.services.speeds import SpeedMeasurement, speed_observations_record
 from scheduler_app.core.types import Placement, ServerShare
 from scheduler_app.models import Allocation, Job, JobEvent, JobState, PendingReason, RoundDecision
 from scheduler_app.selectors import ActiveLease

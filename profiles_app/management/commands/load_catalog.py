@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from profiles_app.catalog import DEFAULT_PROFILE_SET, CatalogError
-from profiles_app.services import workload_catalog_load
+from profiles_app.services.workloads import workload_catalog_load
 
 
 class Command(BaseCommand):

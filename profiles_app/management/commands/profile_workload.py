@@ -7,7 +7,8 @@ from django.db import transaction
 
 from profiles_app.genie_profiling import genie_profiling_run_queue
 from profiles_app.models import ACTIVE_PROFILING_STATES, Workload
-from profiles_app.services import profiling_run_queue, workload_register
+from profiles_app.services.profiling_runs import profiling_run_queue
+from profiles_app.services.workloads import workload_register
 from scheduler_app.services.profiling import enqueue_profile_task
 
 

@@ -9,7 +9,7 @@ from django.db import transaction
 from cluster_app.models import Server
 from cluster_app.services import GpuSpec, server_create
 from profiles_app.models import Workload
-from profiles_app.services import workload_catalog_load
+from profiles_app.services.workloads import workload_catalog_load
 from scheduler_app.models import Job, Team
 from scheduler_app.services import JobRequest, job_submit
 

@@ -1,0 +1,1 @@
+"""Every state change of workload knowledge, by subject: the catalog, profiling runs, observed speeds."""
