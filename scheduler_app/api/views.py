@@ -36,13 +36,8 @@ from scheduler_app.api.serializers.cluster import (
     ServerStateSerializer,
 )
 from scheduler_app.api.serializers.fields_once import serializer_render
-from scheduler_app.api.serializers.jobs import (
-    JobDetailSerializer,
-    JobSerializer,
-    JobSubmitSerializer,
-    JobSubmittedSerializer,
-    job_request_plain,
-)
+from scheduler_app.api.serializers.job_submit import JobSubmitSerializer, job_request_plain
+from scheduler_app.api.serializers.jobs import JobDetailSerializer, JobSerializer, JobSubmittedSerializer
 from scheduler_app.api.token_auth import LeanTokenAuthentication
 from scheduler_app.models import Allocation, Job
 from scheduler_app.models.idempotency import MAX_IDEMPOTENCY_KEY_CHARS

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from rest_framework.test import APIClient
 
-from scheduler_app.api.serializers.jobs import JobSubmitSerializer, job_request_plain
+from scheduler_app.api.serializers.job_submit import JobSubmitSerializer, job_request_plain
 from tests.api.helpers import workload
 
 pytestmark = pytest.mark.django_db
