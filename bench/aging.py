@@ -25,7 +25,8 @@ from typing import Any
 from bench import restart_axis
 from bench.common import add_workers_argument, parallel_map
 from bench.reproduce_genie import CLUSTER as GENIE_CLUSTER
-from bench.reproduce_synergy import BIG_CLUSTER, SPLITS, Workload, md_table, trace_for, window_jct
+from bench.synergy_runs import BIG_CLUSTER, SPLITS, Workload, trace_for, window_jct
+from bench.synergy_tables import md_table
 from profiles_app.catalog import load_catalog
 from scheduler_app.core.policies.aging import DEFAULT_AGING
 from scheduler_app.core.policies.swaf import SwafPolicy

@@ -25,7 +25,8 @@ from bench import restart_axis
 from bench.common import add_workers_argument
 from bench.reproduce_genie import CLUSTER as GENIE_CLUSTER
 from bench.reproduce_genie import Scheduler, mean_of, run_all
-from bench.reproduce_synergy import BIG_CLUSTER, SPLITS, Workload, log, md_table, prefetch, run_windows
+from bench.synergy_runs import BIG_CLUSTER, SPLITS, Workload, prefetch, run_windows
+from bench.synergy_tables import log, md_table
 from scheduler_app.core.restarts import RestartPolicy
 
 GAP_LIMIT = 0.05  # "within 5 % of the best specialised scheduler"

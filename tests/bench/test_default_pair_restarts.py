@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import reproduce_synergy as rs
+from bench import synergy_runs as runs
 from bench.default_pair import QUICK, Pair, synergy_rows
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.simulator.restart_costs import RestartCosts
@@ -14,40 +14,40 @@ from scheduler_app.simulator.restart_costs import RestartCosts
 
 @pytest.fixture
 def fresh_runs(monkeypatch):
-    monkeypatch.setattr(rs, "_RUNS", {})
-    monkeypatch.setattr(rs, "_RAW", [])
+    monkeypatch.setattr(runs, "_RUNS", {})
+    monkeypatch.setattr(runs, "_RAW", [])
 
 
 def test_a_synergy_run_at_a_restart_cost_is_simulated_with_the_guard_and_its_costs(fresh_runs, monkeypatch):
     seen: list[dict] = []
-    real = rs.simulate
+    real = runs.simulate
 
     def recording(*args, **kwargs):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rs, "simulate", recording)
-    w = rs.Workload(60, 9.0, rs.SPLITS["20,70,10"], False, 1)
-    free = rs.run_windows(w, "fifo", "tune", [(20, 40)])
-    charged = rs.run_windows(w, "fifo", "tune", [(20, 40)], 120.0)
+    monkeypatch.setattr(runs, "simulate", recording)
+    w = runs.Workload(60, 9.0, runs.SPLITS["20,70,10"], False, 1)
+    free = runs.run_windows(w, "fifo", "tune", [(20, 40)])
+    charged = runs.run_windows(w, "fifo", "tune", [(20, 40)], 120.0)
     assert seen[0]["restarts"] is None and seen[0]["restart_costs"] is None
     assert isinstance(seen[1]["restarts"], RestartPolicy)
     assert seen[1]["restart_costs"] == RestartCosts(
-        startup_s=120.0, checkpoint_every_s=rs.restart_axis.CHECKPOINT_EVERY_S, first_start_waits=True
+        startup_s=120.0, checkpoint_every_s=runs.restart_axis.CHECKPOINT_EVERY_S, first_start_waits=True
     )
     # Two runs, two keys: a cost never answers from the free run's cache.
-    assert len(rs._RUNS) == 2 and set(free) == set(charged) == {(20, 40)}
-    assert [e.get("restart_cost_s") for e in rs._RAW] == [None, 120.0]
+    assert len(runs._RUNS) == 2 and set(free) == set(charged) == {(20, 40)}
+    assert [e.get("restart_cost_s") for e in runs._RAW] == [None, 120.0]
 
 
 def test_a_progress_file_keeps_the_cost_of_each_run(fresh_runs, tmp_path):
-    w = rs.Workload(60, 9.0, rs.SPLITS["20,70,10"], False, 1)
-    rs.run_windows(w, "fifo", "tune", [(20, 40)], 120.0)
+    w = runs.Workload(60, 9.0, runs.SPLITS["20,70,10"], False, 1)
+    runs.run_windows(w, "fifo", "tune", [(20, 40)], 120.0)
     path = tmp_path / "runs.json"
-    path.write_text(json.dumps(rs._RAW))
-    rs._RUNS.clear()
-    rs.preload(path)
-    assert list(rs._RUNS) == [(w, "fifo", "tune", ((20, 40),), 120.0)]
+    path.write_text(json.dumps(runs._RAW))
+    runs._RUNS.clear()
+    runs.preload(path)
+    assert list(runs._RUNS) == [(w, "fifo", "tune", ((20, 40),), 120.0)]
 
 
 def test_default_pair_asks_every_synergy_run_at_the_cost(fresh_runs, monkeypatch):
@@ -56,7 +56,7 @@ def test_default_pair_asks_every_synergy_run_at_the_cost(fresh_runs, monkeypatch
     def fake_prefetch(batch, workers):
         keys.extend(batch)
         for key in batch:
-            rs._RUNS[key] = {key[3][0]: 1.0}
+            runs._RUNS[key] = {key[3][0]: 1.0}
 
     monkeypatch.setattr("bench.default_pair.prefetch", fake_prefetch)
     monkeypatch.setattr("bench.default_pair.CANDIDATES", (Pair("swaf", "genie"), Pair("fifo", "tune")))

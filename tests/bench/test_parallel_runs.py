@@ -62,11 +62,13 @@ def test_workers_default_is_every_core() -> None:
 def test_synergy_runs_handed_longest_first_recorded_in_order(monkeypatch) -> None:
     """reproduce_synergy hands its sweep runs to the workers longest first (multi-GPU las first, fifo
     single-GPU last) and records them in the keys' order whatever the workers."""
-    from bench import reproduce_synergy as rs
+    from bench import synergy_runs
+    from bench.reproduce_synergy import FULL
+    from bench.synergy_sweeps import sweep_keys
 
-    cfg = rs.FULL
-    keys = list(dict.fromkeys(rs.sweep_keys(cfg, {"load", "multi"})))
-    order = rs.longest_first(keys)
+    cfg = FULL
+    keys = list(dict.fromkeys(sweep_keys(cfg, {"load", "multi"})))
+    order = synergy_runs.longest_first(keys)
     assert sorted(order) == list(range(len(keys)))
     assert keys[order[0]][1] == "las" and keys[order[0]][0].multi_gpu
     assert keys[order[-1]][1] == "fifo" and not keys[order[-1]][0].multi_gpu
@@ -79,11 +81,11 @@ def test_synergy_runs_handed_longest_first_recorded_in_order(monkeypatch) -> Non
         return [({(0, 1): float(keys.index(k))}, 0.0, 0) for k in items]
 
     recorded: list[object] = []
-    monkeypatch.setattr(rs, "parallel_map", fake_map)
-    monkeypatch.setattr(rs, "_record", lambda key, outcome: recorded.append((key, outcome)))
-    monkeypatch.setattr(rs, "_RUNS", {})
+    monkeypatch.setattr(synergy_runs, "parallel_map", fake_map)
+    monkeypatch.setattr(synergy_runs, "_record", lambda key, outcome: recorded.append((key, outcome)))
+    monkeypatch.setattr(synergy_runs, "_RUNS", {})
     few = keys[:3] + keys[-3:]
-    rs.prefetch(few, workers=2)
+    synergy_runs.prefetch(few, workers=2)
     assert seen[0] in keys[-3:]  # the multi-GPU runs went first
     assert [k for k, _ in recorded] == few
     assert all(outcome[0][(0, 1)] == float(keys.index(k)) for k, outcome in recorded)
