@@ -12,8 +12,14 @@ from django.utils import timezone
 
 from profiles_app.models import Workload
 from scheduler_app.models import AdmissionPrediction, Job, JobForecast
-from scheduler_app.services import admission, admission_tail, admission_window, forecast_store, forecasts
-from scheduler_app.services.admission import FORECAST_PENDING, admission_forecasts_run
+from scheduler_app.services import (
+    admission_tail,
+    admission_window,
+    admission_worker,
+    forecast_store,
+    forecasts,
+)
+from scheduler_app.services.admission_worker import FORECAST_PENDING, admission_forecasts_run
 from scheduler_app.services.forecasts import job_forecasts_refresh_estimates
 from scheduler_app.services.job_control import job_cancel
 from scheduler_app.services.jobs import JobRequest, job_submit
@@ -196,11 +202,11 @@ def submit_new(user, **more) -> list[Job]:
 def asked(swaf, live_redis, monkeypatch):
     """The admission forecasts asked of the worker (not sent); a window of 5 jobs."""
     swaf.ATTUNE_SCHEDULER = {**swaf.ATTUNE_SCHEDULER, "forecast_window_jobs": 5}
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
     sent = []
-    monkeypatch.setattr(admission, "task_send", lambda name, **kwargs: sent.append(name))
+    monkeypatch.setattr(admission_worker, "task_send", lambda name, **kwargs: sent.append(name))
     yield sent
-    live_redis.delete(admission.QUEUED_KEY, admission.PACE_KEY, admission.SECONDS_KEY)
+    live_redis.delete(admission_worker.QUEUED_KEY, admission_worker.PACE_KEY, admission_worker.SECONDS_KEY)
 
 
 def test_a_long_submission_is_answered_in_its_request_as_the_worker_would(deep, user, asked, monkeypatch):
@@ -210,7 +216,7 @@ def test_a_long_submission_is_answered_in_its_request_as_the_worker_would(deep, 
     prediction = AdmissionPrediction.objects.get(job=job)
     assert prediction.detail.startswith("queued behind the 5 jobs the forecast plays forward")
     assert prediction.predicted_start_at is None and prediction.attainable is None
-    assert not admission.admission_pending(job)
+    assert not admission_worker.admission_pending(job)
     stored = JobForecast.objects.get(job=job)
     assert stored.detail == prediction.detail and stored.position is None
     last = max(e.start_at for e in estimates.values() if e.start_at is not None)
@@ -248,7 +254,7 @@ def test_a_submission_that_may_be_inside_the_window_is_the_workers(deep, user, a
         more["priority"] = 6
     (job,) = submit_new(owner, **more)
     assert AdmissionPrediction.objects.get(job=job).detail == FORECAST_PENDING
-    assert asked and admission.admission_pending(job)
+    assert asked and admission_worker.admission_pending(job)
 
 
 def test_the_workers_forecast_of_a_job_inside_the_window_leaves_out_the_jobs_after_it(
