@@ -16,7 +16,7 @@ from pathlib import Path
 import ldap
 from ldap import modlist
 
-from tests.faults.stack import kill_group
+from tests.faults.processes import kill_group
 
 SLAPD = "/usr/sbin/slapd"
 SCHEMA_DIR = Path("/etc/ldap/schema")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.faults.stack import kill_group
+from tests.faults.processes import kill_group
 
 PROVIDER_DIR = Path(__file__).resolve().parent / "oidc_provider"
 

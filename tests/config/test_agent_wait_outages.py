@@ -17,7 +17,7 @@ import redis
 from cluster_app.agent_wake import GENERATION_KEY, WAKE_CHANNEL
 from config import agent_wait
 from config.agent_wait import WakeHub
-from tests.faults.stack import PrivateRedis
+from tests.faults.private_services import PrivateRedis
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server on PATH")
 

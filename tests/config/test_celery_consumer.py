@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from config.celery import app as attune_app
-from tests.faults.stack import REPO_ROOT, PrivateRedis, kill_group, wait_until
+from tests.faults.private_services import PrivateRedis
+from tests.faults.processes import REPO_ROOT, kill_group, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server on PATH")
 

@@ -2,7 +2,7 @@
 
 Nothing here uses pytest-django's test database or the machine's shared PostgreSQL and Redis: the
 service under test runs as real processes (gunicorn, a Celery worker with beat, agents) on private
-instances that the tests may stop, restart and kill (tests/faults/stack.py).
+instances that the tests may stop, restart and kill (tests/faults/stack.py and the modules it names).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.job_runtime import job_runtime as make_job_runtime
-from tests.faults.stack import PrivateServices, Stack, why_cannot_run
+from tests.faults.private_services import PrivateServices
+from tests.faults.processes import why_cannot_run
+from tests.faults.stack import Stack
 
 
 @pytest.fixture(scope="session")

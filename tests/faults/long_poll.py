@@ -13,7 +13,8 @@ import psutil
 import redis
 
 from cluster_app.agent_wake import GENERATION_KEY, WAKE_CHANNEL, wait_ticket
-from tests.faults.stack import Stack, wait_until
+from tests.faults.processes import wait_until
+from tests.faults.stack import Stack
 
 WAIT_PATH = "/api/v1/agent/wait"
 HOLD_S = 20.0  # each held wait's timeout: a wake must answer it long before

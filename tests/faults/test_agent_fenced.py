@@ -13,8 +13,10 @@ import time
 
 import pytest
 
+from tests.faults.job_processes import JobProcessWatcher
 from tests.faults.partition import PartitionableRelay
-from tests.faults.stack import JobProcessWatcher, Stack, wait_until
+from tests.faults.processes import wait_until
+from tests.faults.stack import Stack
 
 FENCE_S, GRACE_S, MARGIN_S = 6, 2, 1
 # The node goes DOWN (and its jobs are requeued) as soon as the fence allows: 9 s after its last sync.

@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from tests.faults.stack import JobProcessWatcher, summary, wait_until
+from tests.faults.job_processes import JobProcessWatcher
+from tests.faults.processes import wait_until
+from tests.faults.stack import summary
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.faults.stack import summary, wait_until
+from tests.faults.processes import wait_until
+from tests.faults.stack import summary
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from tests.faults.long_poll import WAIT_PATH, check_long_poll_wakes
-from tests.faults.stack import summary, wait_until
+from tests.faults.processes import wait_until
+from tests.faults.stack import summary
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 

@@ -14,7 +14,9 @@ import time
 import pytest
 
 from tests.faults.long_poll import check_long_poll_wakes
-from tests.faults.stack import ROUND_S, summary, wait_until
+from tests.faults.private_services import ROUND_S
+from tests.faults.processes import wait_until
+from tests.faults.stack import summary
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from tests.faults.stack import PYTHON, REPO_ROOT, wait_until
+from tests.faults.processes import PYTHON, REPO_ROOT, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 

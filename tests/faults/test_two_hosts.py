@@ -18,16 +18,9 @@ import httpx
 import pytest
 
 from tests.e2e.processes import celery_worker_argv
-from tests.faults.stack import (
-    PYTHON,
-    REPO_ROOT,
-    Stack,
-    free_port,
-    iters_for,
-    kill_group,
-    summary,
-    wait_until,
-)
+from tests.faults.agents import iters_for
+from tests.faults.processes import PYTHON, REPO_ROOT, free_port, kill_group, wait_until
+from tests.faults.stack import Stack, summary
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tests.faults.stack import summary, wait_until
+from tests.faults.processes import wait_until
+from tests.faults.stack import summary
 
 # The agents' long-polls are held 30 s (ATTUNE_AGENT_WAIT_TIMEOUT_S), longer than gunicorn's graceful_timeout
 # (20 s, config/gunicorn.conf.py): a graceful stop always ends by cutting the held waits at that timeout.

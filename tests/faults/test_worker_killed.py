@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from tests.faults.stack import ROUND_S, wait_until
+from tests.faults.private_services import ROUND_S
+from tests.faults.processes import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 
