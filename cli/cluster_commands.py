@@ -6,7 +6,7 @@ import json
 from typing import Any, TextIO
 
 from cli.api import Api, CliError
-from cli.durations import parse_deadline
+from cli.durations import parse_moment
 from cli.output import table, when
 
 NODE_STATES = ("IDLE", "MIXED", "ALLOCATED", "DRAINING", "DRAINED", "DOWN", "NOT_RESPONDING")
@@ -138,9 +138,9 @@ def accounting_params(args: Any) -> dict[str, Any]:
     try:
         # Sent with their offset: the service would read a bare time as UTC, the user typed local time.
         if args.start:
-            params["start"] = parse_deadline(args.start).isoformat()
+            params["start"] = parse_moment(args.start, ahead=False).isoformat()
         if args.end:
-            params["end"] = parse_deadline(args.end).isoformat()
+            params["end"] = parse_moment(args.end, ahead=False).isoformat()
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
     return params

@@ -1,9 +1,9 @@
-"""Time and size arguments as users type them: Slurm's time formats and sizes, ISO deadlines."""
+"""Time and size arguments as users type them: Slurm's durations, moments and sizes, ISO dates."""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 # Standard library only, on purpose: this is the one parser of durations. The command line, the
 # service's batch-script reader (scheduler_app/batch_script.py) and the web form all import it, so
@@ -81,14 +81,94 @@ def _slurm_time_s(value: str, option: str) -> int | None:
     return numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
 
 
-def parse_deadline(text: str) -> datetime:
-    """An ISO date and time ("2026-11-23T18:00", "2026-11-23 18:00+01:00"); without an offset it is
-    local time, as typed by someone at this machine. Raises ValueError otherwise."""
+def parse_moment(text: str, *, now: datetime | None = None, ahead: bool = True) -> datetime:
+    """A moment as sbatch's --begin and --deadline take it, or an ISO date and time:
+    "2026-11-23T18:00", "2026-11-23 18:00+01:00", "2026-11-23" (its midnight); "now", "now+90"
+    (seconds), "now+2hours", "now+30min", "now+1h30m"; a time of day "18:00", "18:00:30", "6:00pm",
+    "midnight", "noon", "fika" (15:00), "teatime" (16:00); "today" and "tomorrow" (their midnight).
+    A time of day is its next coming (`ahead`, as Slurm reads it for a start or a deadline) or its last
+    gone (not `ahead`: for --since and --start). Without an offset it is local time, as typed by someone
+    at this machine. Raises ValueError otherwise."""
+    value = text.strip().lower()
+    now = now if now is not None else datetime.now().astimezone()
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = datetime.fromisoformat(value.upper() if "t" in value else value)
     except ValueError:
-        raise ValueError(f"{text!r} is not a date and time: use e.g. 2026-11-23T18:00") from None
-    return moment if moment.tzinfo is not None else moment.astimezone()
+        moment = None
+    if moment is not None:
+        return moment if moment.tzinfo is not None else moment.astimezone()
+    if value.startswith("now"):
+        return now + timedelta(seconds=_after_now_s(text, value[3:].strip()))
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if value in ("today", "tomorrow"):
+        return midnight + timedelta(days=1 if value == "tomorrow" else 0)
+    clock = _clock_time(value)
+    if clock is None:
+        raise ValueError(f"{text!r} is not a date and time: {MOMENT_FORMATS}")
+    hour, minute, second = clock
+    moment = now.replace(hour=hour, minute=minute, second=second, microsecond=0)
+    if ahead and moment <= now:
+        moment += timedelta(days=1)
+    elif not ahead and moment > now:
+        moment -= timedelta(days=1)
+    return moment
+
+
+def parse_deadline(text: str, *, now: datetime | None = None) -> datetime:
+    """A deadline (parse_moment's forms; a time of day is its next coming). Raises ValueError otherwise."""
+    return parse_moment(text, now=now, ahead=True)
+
+
+MOMENT_FORMATS = (
+    "use e.g. 2026-11-23T18:00 (local time), 18:00, now+2hours, now+1h30m, noon, midnight or tomorrow"
+)
+_NAMED_CLOCK = {"midnight": (0, 0, 0), "noon": (12, 0, 0), "fika": (15, 0, 0), "teatime": (16, 0, 0)}
+_CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?\s*([ap]m)?")
+# sbatch's now+COUNT[seconds|minutes|hours|days|weeks], its units' usual abbreviations beside them.
+_COUNT_UNIT = re.compile(r"([0-9]+)\s*([a-z]*)")
+_UNIT_WORDS_S = {
+    **dict.fromkeys(("", "s", "sec", "secs", "second", "seconds"), 1),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600),
+    **dict.fromkeys(("d", "day", "days"), 86400),
+    **dict.fromkeys(("w", "week", "weeks"), 7 * 86400),
+}
+
+
+def _after_now_s(text: str, rest: str) -> float:
+    """Seconds after "now": "" (none), "+90" (seconds, as Slurm), "+2hours", "+30min", "+1h30m"."""
+    if not rest:
+        return 0.0
+    if rest[0] != "+":
+        raise ValueError(f"{text!r} is not a date and time: {MOMENT_FORMATS}")
+    count = rest[1:].strip()
+    match = _COUNT_UNIT.fullmatch(count)
+    if match and match[2] in _UNIT_WORDS_S:
+        seconds = int(match[1]) * _UNIT_WORDS_S[match[2]]
+    elif _ALL_SUFFIXED.fullmatch(count):  # Attune's durations with units: 1h30m, 2d12h
+        seconds = parse_duration_s(count, option="now+")
+    else:
+        raise ValueError(f"{text!r}: after now+ give a count and a unit, e.g. now+2hours or now+1h30m")
+    if seconds > _MAX_PARSED_S:
+        raise ValueError(f"{text!r} is too far ahead")
+    return float(seconds)
+
+
+def _clock_time(value: str) -> tuple[int, int, int] | None:
+    """(hour, minute, second) of "18:00", "18:00:30", "6:00pm", "noon"...; None when not a time of day."""
+    if value in _NAMED_CLOCK:
+        return _NAMED_CLOCK[value]
+    match = _CLOCK.fullmatch(value)
+    if not match:
+        return None
+    hour, minute, second = int(match[1]), int(match[2]), int(match[3] or 0)
+    if match[4]:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if match[4] == "pm" else 0)
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    return hour, minute, second
 
 
 def parse_mem_gb(text: str) -> float:

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from cli.api import Api, CliError
 from cli.commands import job_name_text
-from cli.durations import parse_deadline, parse_duration_s
+from cli.durations import parse_duration_s, parse_moment
 from cli.output import clock, instant, table, when
 from cli.show import elapsed_s
 
@@ -16,16 +16,17 @@ HEADER = ["JOBID", "NAME", "STATE", "EXIT", "ELAPSED", "GPUS", "NODES", "SUBMITT
 
 
 def since_time(text: str, *, now: datetime | None = None) -> datetime:
-    """--since: a date and time (2026-05-01, 2026-05-01T09:00; local time), or how long ago (7d, 12h)."""
+    """--since: a date and time (2026-05-01, 2026-05-01T09:00, today, 09:00: the last one; local
+    time), or how long ago (7d, 12h)."""
     try:
-        return parse_deadline(text)
+        return parse_moment(text, now=now.astimezone() if now else None, ahead=False)
     except ValueError:
         pass
     try:
         ago = parse_duration_s(text, option="--since", leave_out="leave --since out")
     except ValueError:
         raise CliError(
-            f"--since takes a date (2026-05-01, 2026-05-01T09:00) or how long ago (7d, 12h): {text!r}",
+            f"--since takes a date (2026-05-01, 2026-05-01T09:00, today) or how long ago (7d, 12h): {text!r}",
             exit_code=2,
         ) from None
     return (now or datetime.now(UTC)) - timedelta(seconds=ago)

@@ -147,7 +147,12 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         "last one (default: a catalog workload's profile; an own command: none, the whole run)",
     )
     qos = p.add_argument_group("QoS target (one of the three)")
-    qos.add_argument("--deadline", help="finish by this time, e.g. 2026-11-23T18:00 (local time)")
+    qos.add_argument(
+        "--deadline",
+        metavar="TIME",
+        help="finish by this time (local time), as sbatch --deadline: 2026-11-23T18:00, 18:00 (the next), "
+        "now+2hours, now+1h30m, noon, tomorrow",
+    )
     qos.add_argument(
         "--max-latency", metavar="TIME", help="finish within this long of submission, e.g. 6h or 1-12:00"
     )

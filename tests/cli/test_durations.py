@@ -3,11 +3,12 @@
 cli/durations.py is the one parser of durations: the batch-script reader and the web form call it too.
 """
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_time_limit_s
+from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_moment, parse_time_limit_s
+from cli.job_history import since_time
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,62 @@ def test_deadlines_without_an_offset_are_local_time():
     local = parse_deadline("2026-11-23 18:00")
     assert local.tzinfo is not None and (local.hour, local.minute) == (18, 0)
     with pytest.raises(ValueError, match="not a date and time"):
-        parse_deadline("tomorrow")
+        parse_deadline("yesterday")
+
+
+# Monday 2026-11-30 20:15, local time: what a user at this machine typing sbatch's forms means.
+NOW = datetime(2026, 11, 30, 20, 15).astimezone()
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("now", datetime(2026, 11, 30, 20, 15)),
+        ("now+90", datetime(2026, 11, 30, 20, 16, 30)),  # Slurm: a bare count is seconds
+        ("now+2hours", datetime(2026, 11, 30, 22, 15)),
+        ("now + 30 min", datetime(2026, 11, 30, 20, 45)),
+        ("NOW+1week", datetime(2026, 12, 7, 20, 15)),
+        ("now+1h30m", datetime(2026, 11, 30, 21, 45)),  # Attune's durations with units
+        ("21:00", datetime(2026, 11, 30, 21, 0)),  # later today
+        ("18:00", datetime(2026, 12, 1, 18, 0)),  # gone today: tomorrow's
+        ("20:15", datetime(2026, 12, 1, 20, 15)),  # now is not ahead
+        ("6:30pm", datetime(2026, 12, 1, 18, 30)),
+        ("12:00am", datetime(2026, 12, 1, 0, 0)),
+        ("noon", datetime(2026, 12, 1, 12, 0)),
+        ("midnight", datetime(2026, 12, 1, 0, 0)),
+        ("teatime", datetime(2026, 12, 1, 16, 0)),
+        ("tomorrow", datetime(2026, 12, 1, 0, 0)),
+        ("today", datetime(2026, 11, 30, 0, 0)),
+        ("2026-12-02", datetime(2026, 12, 2, 0, 0)),
+        ("2026-12-02t08:00", datetime(2026, 12, 2, 8, 0)),
+    ],
+)
+def test_deadlines_in_sbatchs_forms_are_local_times_ahead(typed, expected):
+    assert parse_deadline(typed, now=NOW) == expected.astimezone()
+
+
+def test_a_time_of_day_for_since_or_start_is_its_last_one():
+    assert parse_moment("21:00", now=NOW, ahead=False) == datetime(2026, 11, 29, 21, 0).astimezone()
+    assert parse_moment("09:00", now=NOW, ahead=False) == datetime(2026, 11, 30, 9, 0).astimezone()
+    assert since_time("today", now=NOW) == datetime(2026, 11, 30, 0, 0).astimezone()
+    assert since_time("12h", now=NOW) == NOW - timedelta(hours=12)
+
+
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        ("now+2 fortnights", "after now\\+ give a count and a unit"),
+        ("now+", "after now\\+ give a count and a unit"),
+        ("now-1h", "not a date and time"),
+        ("25:00", "not a date and time"),
+        ("13:00pm", "not a date and time"),
+        ("18:60", "not a date and time"),
+        ("", "not a date and time"),
+    ],
+)
+def test_what_is_not_a_moment_is_refused_with_the_forms_taken(typed, message):
+    with pytest.raises(ValueError, match=message):
+        parse_deadline(typed, now=NOW)
 
 
 @pytest.mark.parametrize(
