@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cli.durations import parse_duration_s
+from cli.durations import parse_deadline, parse_duration_s
 
 # Framework-free on purpose: the service, the web form and tests all call it, none needs Django here.
 
@@ -127,11 +127,19 @@ def _text(value: str, option: str) -> str:
 
 
 def _deadline(value: str, option: str) -> str:
+    """An ISO date and time as typed (the service reads one without an offset in its time zone); sbatch's
+    other forms (now+2hours, 18:00, tomorrow: cli/durations.py) as the moment they name when the script
+    is read, the submission, with this process's offset (the service's time zone)."""
     try:
         datetime.fromisoformat(value)
     except ValueError:
-        raise _Invalid(f"{option} takes an ISO date and time, e.g. 2026-11-23T18:00") from None
-    return value
+        pass
+    else:
+        return value
+    try:
+        return parse_deadline(value).isoformat()
+    except ValueError as exc:
+        raise _Invalid(f"{option} takes an ISO date and time or sbatch's forms: {exc}") from None
 
 
 def _true(value: str, option: str) -> bool:
@@ -201,7 +209,7 @@ DIRECTIVES: tuple[Directive, ...] = (
         "deadline",
         "qos_deadline_at",
         _deadline,
-        "ISO8601",
+        "TIME",
         attune_only=True,
         help="QoS target: finish by this time",
     ),
@@ -234,7 +242,7 @@ _ENV_HINT = "every job runs as its owner in a clean environment: set variables i
 UNSUPPORTED: dict[str, str | None] = {
     "partition": _TEAM_HINT,
     "account": _TEAM_HINT,
-    "qos": "Attune's QoS is a target: #ATTUNE --deadline ISO8601, --max-latency DURATION or --min-rate N",
+    "qos": "Attune's QoS is a target: #ATTUNE --deadline TIME, --max-latency DURATION or --min-rate N",
     "mem": "use --mem-per-gpu (memory follows the GPUs)",
     "mem-per-cpu": "use --mem-per-gpu (memory follows the GPUs)",
     "cpus-per-task": "use --cpus-per-gpu",

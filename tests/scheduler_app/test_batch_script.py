@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+from datetime import datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -79,6 +80,20 @@ def fields(*directives: str) -> dict:
 )
 def test_each_supported_directive_in_each_form(directive, expected):
     assert fields(directive) == expected
+
+
+def test_a_deadline_in_sbatchs_forms_is_the_moment_it_names_at_submission():
+    """`now+2hours` is read when the script is (at submission), as an aware time in this process's zone
+    (the service's); an ISO time stays as typed, for the service to read in its zone."""
+    before = datetime.now().astimezone()
+    moment = datetime.fromisoformat(fields("#ATTUNE --deadline now+2hours")["qos_deadline_at"])
+    after = datetime.now().astimezone()
+    assert moment.tzinfo is not None
+    assert before + timedelta(hours=2) - timedelta(seconds=1) <= moment <= after + timedelta(hours=2)
+    tomorrow = datetime.fromisoformat(fields("#ATTUNE --deadline=tomorrow")["qos_deadline_at"])
+    assert (tomorrow.hour, tomorrow.minute) == (0, 0) and tomorrow > after
+    evening = datetime.fromisoformat(fields("#ATTUNE --deadline 18:00")["qos_deadline_at"])
+    assert (evening.hour, evening.minute) == (18, 0) and after < evening <= after + timedelta(days=1)
 
 
 def test_several_options_on_a_line_and_later_directives_win():
@@ -190,7 +205,8 @@ def test_mem_per_gpu_units_default_to_megabytes_as_slurm(typed, gb):
         ("#ATTUNE --iters=many", "--iters needs a whole number of iterations"),
         ("#ATTUNE --priority=high", "--priority needs a whole number"),
         ("#ATTUNE --max-latency=soon", "--max-latency takes"),
-        ("#ATTUNE --deadline=tomorrow", "--deadline takes an ISO date and time"),
+        ("#ATTUNE --deadline=someday", "--deadline takes an ISO date and time or sbatch's forms"),
+        ("#ATTUNE --deadline=now+2fortnights", "after now+ give a count and a unit"),
         # unknown, and Slurm options Attune does not take, with what to use instead
         ("#SBATCH --frobnicate=1", "--frobnicate is not a directive Attune knows"),
         ("#SBATCH -Z", "-Z is not a directive Attune knows"),
