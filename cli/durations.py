@@ -89,16 +89,19 @@ def parse_moment(text: str, *, now: datetime | None = None, ahead: bool = True) 
     A time of day is its next coming (`ahead`, as Slurm reads it for a start or a deadline) or its last
     gone (not `ahead`: for --since and --start). Without an offset it is local time, as typed by someone
     at this machine. Raises ValueError otherwise."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        pass
+    else:
+        return moment if moment.tzinfo is not None else moment.astimezone()
     value = text.strip().lower()
     now = now if now is not None else datetime.now().astimezone()
-    try:
-        moment = datetime.fromisoformat(value.upper() if "t" in value else value)
-    except ValueError:
-        moment = None
-    if moment is not None:
-        return moment if moment.tzinfo is not None else moment.astimezone()
     if value.startswith("now"):
-        return now + timedelta(seconds=_after_now_s(text, value[3:].strip()))
+        try:
+            return now + timedelta(seconds=_after_now_s(text, value[3:].strip()))
+        except OverflowError:  # past the year 9999
+            raise ValueError(f"{text!r} is too far ahead") from None
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if value in ("today", "tomorrow"):
         return midnight + timedelta(days=1 if value == "tomorrow" else 0)

@@ -133,6 +133,7 @@ def test_a_time_of_day_for_since_or_start_is_its_last_one():
         ("now+2 fortnights", "after now\\+ give a count and a unit"),
         ("now+", "after now\\+ give a count and a unit"),
         ("now-1h", "not a date and time"),
+        ("now+999999999999", "too far ahead"),
         ("25:00", "not a date and time"),
         ("13:00pm", "not a date and time"),
         ("18:60", "not a date and time"),
