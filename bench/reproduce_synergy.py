@@ -117,7 +117,7 @@ def main() -> None:
             position_sweep=cfg.position_sweep if "fifo:20-70-10" in wanted_sweeps else None,
             multi_sweeps=tuple(x for x in cfg.multi_sweeps if x.key in wanted_sweeps),
         )
-    synergy_runs._PROGRESS_FILE = args.progress
+    synergy_runs.progress_to(args.progress)
     if args.reuse:
         preload(args.reuse)
     wanted = set(args.sections.split(","))
@@ -153,7 +153,7 @@ def main() -> None:
             log(f"[{name}: {time.perf_counter() - t0:.0f} s]")
     print(f"\n(total wall time {time.perf_counter() - started:.0f} s)")
     if args.json:
-        args.json.write_text(json.dumps(synergy_runs._RAW, indent=1))
+        args.json.write_text(json.dumps(synergy_runs.runs_recorded(), indent=1))
 
 
 if __name__ == "__main__":

@@ -123,6 +123,22 @@ _RAW: list[dict[str, Any]] = []
 _PROGRESS_FILE: Path | None = None
 
 
+def progress_to(path: Path | None) -> None:
+    """Append every run finished from now on to `path`, a JSON line each (None: nowhere)."""
+    global _PROGRESS_FILE
+    _PROGRESS_FILE = path
+
+
+def runs_recorded() -> list[dict[str, Any]]:
+    """Every run simulated in this process, in the order they were recorded (what --json writes)."""
+    return _RAW
+
+
+def run_alias(key: RunKey, jcts: dict[tuple[int, int], float]) -> None:
+    """Answer `key` with these window JCTs, measured by another run (run_windows finds them cached)."""
+    _RUNS[key] = jcts
+
+
 def trace_for(w: Workload) -> list[TraceJob]:
     if w not in _TRACES:
         _TRACES[w] = philly_derived_trace(

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench import synergy_runs
-from bench.synergy_runs import ALLOCATOR_LABELS, SPLITS, RunKey, Workload, run_windows
+from bench.synergy_runs import ALLOCATOR_LABELS, SPLITS, RunKey, Workload, run_alias, run_windows
 from bench.synergy_tables import md_table, section, spread
 
 
@@ -140,9 +139,8 @@ def load_section(cfg: Config, command: str) -> None:
                 for load in s.loads:
                     w = Workload(cfg.jobs, load, SPLITS[s.split], False, seed)
                     for a in s.allocators:
-                        synergy_runs._RUNS[(w, s.policy, a, (cfg.window,), 0.0)] = {
-                            cfg.window: run_windows(w, s.policy, a, cfg.position_windows)[cfg.window]
-                        }
+                        jct = run_windows(w, s.policy, a, cfg.position_windows)[cfg.window]
+                        run_alias((w, s.policy, a, (cfg.window,), 0.0), {cfg.window: jct})
         sweep_table(s, cfg.jobs, cfg.window)
     if cfg.position_sweep is not None:
         window_position_table(cfg.position_sweep, cfg.jobs, cfg.position_windows)
