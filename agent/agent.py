@@ -35,6 +35,8 @@ from agent.syncer import Syncer
 
 log = logging.getLogger(__name__)
 
+STOP_POLL_S = 0.25  # how soon `run` acts on a stop asked by a signal handler
+
 
 class AgentFatalError(RuntimeError):
     """The agent cannot run (bad token, GPU UUID conflict...); retrying will not help."""
@@ -139,6 +141,9 @@ class Agent:
         self.fatal_error: AgentFatalError | None = None
         self._threads: list[threading.Thread] = []
         self._shut_down = False
+        # Set by a signal handler, which must take no lock: Event.set() there can deadlock on the
+        # Condition's lock that the interrupted frame (Event.wait, or an outer handler's set) holds.
+        self.stop_asked = False
 
     # -- protocol steps ------------------------------------------------------------------------
 
@@ -280,14 +285,23 @@ class Agent:
     def run(self) -> None:
         """Start and block until stopped (signal handler or fatal error). Raises AgentFatalError."""
         self.start()
-        while not self.stop_event.wait(1.0):  # a timed wait: signal handlers run promptly in the main thread
+        # A short timed wait: a signal handler runs in this thread between waits and only sets
+        # `stop_asked`; the event is set here, in plain code, where no frame below holds its lock.
+        while not self.stop_asked and not self.stop_event.wait(STOP_POLL_S):
             pass
+        self.stop_event.set()
         self.shutdown()
         if self.fatal_error is not None:
             raise self.fatal_error
 
     def stop(self) -> None:
+        """Stop from another thread (tests, an embedding process); not from a signal handler."""
         self.stop_event.set()
+
+    def ask_stop(self) -> None:
+        """Stop from a signal handler: a plain flag, no lock taken, safe however often it re-enters;
+        `run` sees it within STOP_POLL_S."""
+        self.stop_asked = True
 
     def shutdown(self, *, timeout_s: float = 5.0) -> None:
         """Stop the threads and close the spool.

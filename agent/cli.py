@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from agent import __version__
@@ -184,6 +186,33 @@ def arm_exit_watchdog(config: AgentConfig) -> float:
     return exit_after_s
 
 
+def stop_on_signal(agent: Agent, config: AgentConfig) -> Callable[[int, object], None]:
+    """The agent's SIGTERM/SIGINT handler: asks the agent to stop, arms the exit watchdog once, logs.
+
+    Signals can arrive in bursts and re-enter the handler, and it may interrupt any bytecode of the
+    main thread, so it takes no lock: `ask_stop` sets a flag (Event.set() here once deadlocked on the
+    Condition lock that the interrupted frame held, Event.wait's or an outer handler's set's)."""
+    watchdog_armed = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal watchdog_armed
+        agent.ask_stop()
+        if watchdog_armed:
+            return
+        watchdog_armed = True
+        exit_after_s = arm_exit_watchdog(config)
+        # A RuntimeError here: the signal interrupted this thread's own write to the stream.
+        with contextlib.suppress(RuntimeError):
+            log.info(
+                "%s received: stopping (not stopped in %.0f s: every thread's stack goes to this log "
+                "and the agent exits)",
+                signal.Signals(signum).name,
+                exit_after_s,
+            )
+
+    return on_signal
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -243,24 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 2
 
-    watchdog_armed = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        # The stop and the watchdog first: the log line may raise (a signal that interrupts this
-        # thread's own write to stderr finds the stream's lock taken), and must not lose the stop.
-        agent.stop()
-        nonlocal watchdog_armed
-        if watchdog_armed:
-            return
-        watchdog_armed = True
-        exit_after_s = arm_exit_watchdog(config)
-        log.info(
-            "%s received: stopping (not stopped in %.0f s: every thread's stack goes to this log and "
-            "the agent exits)",
-            signal.Signals(signum).name,
-            exit_after_s,
-        )
-
+    on_signal = stop_on_signal(agent, config)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:

@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from agent.agent import AgentConfig
+from agent.agent import STOP_POLL_S, AgentConfig
 from agent.cli import EXIT_WATCHDOG_MARGIN_S, exit_watchdog_s
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,3 +82,83 @@ def test_a_real_agent_stops_on_sigterm_and_says_how_long_it_may_take(tmp_path: P
     bound_s = exit_watchdog_s(AgentConfig(server_url="", token=""))
     assert f"SIGTERM received: stopping (not stopped in {bound_s:.0f} s" in text
     assert "Timeout (" not in text  # the watchdog did not fire
+
+
+# The agent's handler run while the interrupted frame holds the stop event's Condition lock: where
+# Event.wait is between its bytecodes, or where an outer handler's Event.set() was re-entered. The
+# handler that called Event.set() blocked there for ever (the lock is a plain Lock of this thread).
+HANDLER_UNDER_THE_EVENTS_LOCK = textwrap.dedent(
+    """
+    import faulthandler, signal, sys
+    from pathlib import Path
+    from agent.agent import Agent, AgentConfig
+    from agent.cli import stop_on_signal
+    from agent.gpus import FakeGpuBackend
+    from agent.host import HostInventory, StaticHostBackend
+
+    work = Path(sys.argv[1])
+    config = AgentConfig(server_url="http://127.0.0.1:1", token="t", name="n", spool_dir=work / "spool",
+                         work_dir=work / "work", job_user=None)
+    agent = Agent(config, gpu_backend=FakeGpuBackend(1, "n"),
+                  host_backend=StaticHostBackend(HostInventory(num_cpus=2, mem_gb=4.0)))
+    signal.signal(signal.SIGTERM, stop_on_signal(agent, config))
+    with agent.stop_event._cond:
+        for _ in range(3):
+            signal.raise_signal(signal.SIGTERM)  # the handler runs here, the lock held
+        print("handled", agent.stop_asked, flush=True)
+    faulthandler.cancel_dump_traceback_later()
+    """
+)
+
+
+def test_the_signal_handler_takes_no_lock_that_the_interrupted_frame_may_hold(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-c", HANDLER_UNDER_THE_EVENTS_LOCK, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.stdout == "handled True\n", done.stderr
+    assert done.returncode == 0, done.stderr
+
+
+def test_real_agents_stop_on_bursts_of_signals(tmp_path: Path):
+    """Three SIGTERMs within a millisecond, to each of eight real agents: all exit 0 promptly, none at
+    the watchdog."""
+    env = {**os.environ, "ATTUNE_AGENT_TOKEN": "not-a-real-token"}
+    agents: list[tuple[subprocess.Popen, Path]] = []
+    try:
+        for index in range(8):
+            work = tmp_path / f"agent{index}"
+            argv = [
+                sys.executable,
+                "-m",
+                "agent",
+                "--server",
+                "http://127.0.0.1:1",
+                "--name",
+                f"burst{index}",
+            ]
+            argv += ["--fake-gpus", "1", "--spool-dir", str(work / "spool"), "--work-dir", str(work / "work")]
+            work.mkdir()
+            with (work / "agent.log").open("w") as log:
+                agents.append(
+                    (subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), work)
+                )
+        deadline = time.monotonic() + 60
+        for proc, work in agents:
+            while "register failed" not in (work / "agent.log").read_text() and time.monotonic() < deadline:
+                assert proc.poll() is None, (work / "agent.log").read_text()
+                time.sleep(0.05)
+        for proc, _ in agents:
+            for _ in range(3):
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc, work in agents:
+            text = (work / "agent.log").read_text
+            assert proc.wait(timeout=10 + 4 * STOP_POLL_S) == 0, text()
+            assert "SIGTERM received: stopping" in text()
+            assert "Timeout (" not in text()
+    finally:
+        for proc, _ in agents:
+            proc.kill()
