@@ -85,10 +85,12 @@ def parse_moment(text: str, *, now: datetime | None = None, ahead: bool = True) 
     """A moment as sbatch's --begin and --deadline take it, or an ISO date and time:
     "2026-11-23T18:00", "2026-11-23 18:00+01:00", "2026-11-23" (its midnight); "now", "now+90"
     (seconds), "now+2hours", "now+30min", "now+1h30m"; a time of day "18:00", "18:00:30", "6:00pm",
-    "midnight", "noon", "fika" (15:00), "teatime" (16:00); "today" and "tomorrow" (their midnight).
-    A time of day is its next coming (`ahead`, as Slurm reads it for a start or a deadline) or its last
-    gone (not `ahead`: for --since and --start). Without an offset it is local time, as typed by someone
-    at this machine. Raises ValueError otherwise."""
+    "midnight", "noon", "fika" (15:00), "teatime" (16:00); "today" and "tomorrow" (their midnight);
+    a date as Slurm writes it, "MMDD[YY]", "MM/DD[/YY]", "MM.DD[.YY]", each with "-HH:MM[:SS]" after it
+    or not (its midnight). A time of day, or a date without its year, is its next coming (`ahead`, as
+    Slurm reads it for a start or a deadline) or its last gone (not `ahead`: for --since and --start).
+    Without an offset it is local time, as typed by someone at this machine. Raises ValueError
+    otherwise."""
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -105,6 +107,8 @@ def parse_moment(text: str, *, now: datetime | None = None, ahead: bool = True) 
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if value in ("today", "tomorrow"):
         return midnight + timedelta(days=1 if value == "tomorrow" else 0)
+    if _SLURM_DATE.fullmatch(value):
+        return _slurm_date(text, value, now, ahead)
     clock = _clock_time(value)
     if clock is None:
         raise ValueError(f"{text!r} is not a date and time: {MOMENT_FORMATS}")
@@ -123,7 +127,8 @@ def parse_deadline(text: str, *, now: datetime | None = None) -> datetime:
 
 
 MOMENT_FORMATS = (
-    "use e.g. 2026-11-23T18:00 (local time), 18:00, now+2hours, now+1h30m, noon, midnight or tomorrow"
+    "use e.g. 2026-11-23T18:00 (local time), 18:00, now+2hours, now+1h30m, noon, midnight, tomorrow "
+    "or 11/23-18:00"
 )
 _NAMED_CLOCK = {"midnight": (0, 0, 0), "noon": (12, 0, 0), "fika": (15, 0, 0), "teatime": (16, 0, 0)}
 _CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?\s*([ap]m)?")
@@ -155,6 +160,47 @@ def _after_now_s(text: str, rest: str) -> float:
     if seconds > _MAX_PARSED_S:
         raise ValueError(f"{text!r} is too far ahead")
     return float(seconds)
+
+
+# Slurm's dates: MMDD[YY], MM/DD[/YY] or MM.DD[.YY], then -HH:MM[:SS] or nothing (their midnight).
+_SLURM_DATE = re.compile(
+    r"(?:(?P<m4>[0-9]{2})(?P<d4>[0-9]{2})(?P<y4>[0-9]{2})?"
+    r"|(?P<m>[0-9]{1,2})(?P<sep>[/.])(?P<d>[0-9]{1,2})(?:(?P=sep)(?P<y>[0-9]{2}))?)"
+    r"(?:-(?P<clock>.+))?"
+)
+
+
+def _slurm_date(text: str, value: str, now: datetime, ahead: bool) -> datetime:
+    """A date in Slurm's forms (_SLURM_DATE). Without a year: this year's, or the next one's where it has
+    passed (`ahead`), or the last one's where it is still to come (not `ahead`), as Slurm reads it."""
+    match = _SLURM_DATE.fullmatch(value)
+    assert match is not None
+    month = int(match["m4"] or match["m"])
+    day = int(match["d4"] or match["d"])
+    year_typed = match["y4"] or match["y"]
+    hour = minute = second = 0
+    if match["clock"] is not None:
+        clock = _clock_time(match["clock"])
+        if clock is None:
+            raise ValueError(f"{text!r}: after the date's '-' give a time of day, e.g. 11/23-18:00")
+        hour, minute, second = clock
+    year = 2000 + int(year_typed) if year_typed else now.year
+
+    def at(year: int) -> datetime:
+        try:
+            return now.replace(
+                year=year, month=month, day=day, hour=hour, minute=minute, second=second, microsecond=0
+            )
+        except ValueError:
+            raise ValueError(f"{text!r}: no such date (month {month}, day {day}, year {year})") from None
+
+    moment = at(year)
+    if not year_typed:
+        if ahead and moment <= now:
+            moment = at(year + 1)
+        elif not ahead and moment > now:
+            moment = at(year - 1)
+    return moment
 
 
 def _clock_time(value: str) -> tuple[int, int, int] | None:

@@ -151,7 +151,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         "--deadline",
         metavar="TIME",
         help="finish by this time (local time), as sbatch --deadline: 2026-11-23T18:00, 18:00 (the next), "
-        "now+2hours, now+1h30m, noon, tomorrow",
+        "now+2hours, now+1h30m, noon, tomorrow, 12/24-18:00",
     )
     qos.add_argument(
         "--max-latency", metavar="TIME", help="finish within this long of submission, e.g. 6h or 1-12:00"

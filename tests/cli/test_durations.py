@@ -114,6 +114,16 @@ NOW = datetime(2026, 11, 30, 20, 15).astimezone()
         ("today", datetime(2026, 11, 30, 0, 0)),
         ("2026-12-02", datetime(2026, 12, 2, 0, 0)),
         ("2026-12-02t08:00", datetime(2026, 12, 2, 8, 0)),
+        # Slurm's dates: without a year this year's, or next year's where it has passed
+        ("12/02", datetime(2026, 12, 2, 0, 0)),
+        ("12/2-18:00", datetime(2026, 12, 2, 18, 0)),
+        ("1202", datetime(2026, 12, 2, 0, 0)),
+        ("1202-6:30pm", datetime(2026, 12, 2, 18, 30)),
+        ("12.02.27", datetime(2027, 12, 2, 0, 0)),
+        ("120227-08:00:30", datetime(2027, 12, 2, 8, 0, 30)),
+        ("11/30-21:00", datetime(2026, 11, 30, 21, 0)),  # later today
+        ("11/30", datetime(2027, 11, 30, 0, 0)),  # its midnight has passed: next year's
+        ("01/15", datetime(2027, 1, 15, 0, 0)),
     ],
 )
 def test_deadlines_in_sbatchs_forms_are_local_times_ahead(typed, expected):
@@ -124,6 +134,8 @@ def test_a_time_of_day_for_since_or_start_is_its_last_one():
     assert parse_moment("21:00", now=NOW, ahead=False) == datetime(2026, 11, 29, 21, 0).astimezone()
     assert parse_moment("09:00", now=NOW, ahead=False) == datetime(2026, 11, 30, 9, 0).astimezone()
     assert since_time("today", now=NOW) == datetime(2026, 11, 30, 0, 0).astimezone()
+    assert parse_moment("12/02", now=NOW, ahead=False) == datetime(2025, 12, 2, 0, 0).astimezone()
+    assert parse_moment("11/30-08:00", now=NOW, ahead=False) == datetime(2026, 11, 30, 8, 0).astimezone()
     assert since_time("12h", now=NOW) == NOW - timedelta(hours=12)
 
 
@@ -138,6 +150,11 @@ def test_a_time_of_day_for_since_or_start_is_its_last_one():
         ("13:00pm", "not a date and time"),
         ("18:60", "not a date and time"),
         ("", "not a date and time"),
+        ("02/30", "no such date"),
+        ("1302", "no such date"),
+        ("12/02-25:00", "after the date's '-' give a time of day"),
+        ("12/02.27", "not a date and time"),  # separators mixed
+        ("12/02/2027", "not a date and time"),  # Slurm's year has two digits; ISO takes four
     ],
 )
 def test_what_is_not_a_moment_is_refused_with_the_forms_taken(typed, message):
