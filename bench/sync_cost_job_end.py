@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from bench.live_common import percentile
-from bench.sync_cost_measure import Profile, backend_cpu_clock
+from bench.sync_cost_measure import Profile, backend_cpu_clock, backlog_row
 from bench.sync_cost_setup import SYNC, ServedClient
 
 
@@ -177,15 +177,5 @@ def job_end_rows(count: int, base: float, profile: Profile | None = None, served
         rows.append(row(label, *samples["exit"]))
     rows.append(row("start delivered (woken sync, 1 start)", *samples["deliver"]))
     rows.append(row("sync, its `started` report", *samples["started"]))
-    pending = JobEndPending.objects.count()
-    db_before = backend_cpu_s()
-    start = time.process_time()
-    done = job_end_followups_run()
-    cpu_ms = (time.process_time() - start) * 1000 / max(1, done)
-    db_ms = (backend_cpu_s() - db_before) * 1000 / max(1, done)
-    if done != pending:
-        raise RuntimeError(f"the applier followed up {done} of {pending} job ends")
-    rows.append(
-        [f"applier, per job end ({done})", f"{cpu_ms:.3f}", "", f"{db_ms:.3f}", "", f"{cpu_ms / base:.2f}x"]
-    )
+    rows.append(backlog_row(job_end_followups_run, JobEndPending.objects.count(), base, "job end"))
     return rows

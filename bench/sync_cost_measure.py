@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 
 def backend_cpu_clock():
@@ -62,15 +63,21 @@ def applier_row(pending: int, base: float) -> list:
     database backend's), as the worker would spend it."""
     from scheduler_app.services.report_ingest import agent_reports_apply_run
 
+    return backlog_row(agent_reports_apply_run, pending, base, "report")
+
+
+def backlog_row(apply_run: Callable[[], int], pending: int, base: float, item: str) -> list:
+    """One run of a worker's backlog applier (`apply_run` answers how many items it applied) over
+    `pending` items: CPU ms per item, this process's and the database backend's."""
     backend_cpu_s = backend_cpu_clock()
     db_before = backend_cpu_s()
     start = time.process_time()
-    applied = agent_reports_apply_run()
+    applied = apply_run()
     cpu_ms = (time.process_time() - start) * 1000 / max(1, applied)
     db_ms = (backend_cpu_s() - db_before) * 1000 / max(1, applied)
     if applied != pending:
-        raise RuntimeError(f"the applier applied {applied} of {pending} pending reports")
-    label = f"applier, per report ({applied})"
+        raise RuntimeError(f"the applier applied {applied} of {pending} pending {item}s")
+    label = f"applier, per {item} ({applied})"
     return [label, f"{cpu_ms:.3f}", "", f"{db_ms:.3f}", "", f"{cpu_ms / base:.2f}x"]
 
 
