@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import sys
 import time
 from datetime import datetime
@@ -56,6 +57,15 @@ def _read_script(path: str) -> str:
         ) from None
 
 
+def _program_name(command: str) -> str:
+    """The file name of a command's program ("python3" for "/usr/bin/python3 train.py"); "" if none."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: the service reads the command, and says so
+        words = command.split()
+    return os.path.basename(words[0]) if words else ""
+
+
 def _what_runs(args: Any) -> dict[str, Any]:
     """The script, command or workload, and the name when it came positionally (the older form)."""
     if args.workload and args.command:
@@ -63,7 +73,9 @@ def _what_runs(args: Any) -> dict[str, Any]:
     if args.workload or args.command:
         if args.target and args.name:
             raise CliError(f"two names: {args.target!r} and -J {args.name!r}", exit_code=2)
-        name = args.target or args.name
+        # Without a name, the workload's, or the command's program (as srun names a job after its
+        # executable).
+        name = args.target or args.name or args.workload or _program_name(args.command)
         if not name:
             raise CliError("give the job a name: -J NAME", exit_code=2)
         what = {"workload": args.workload} if args.workload else {"command": args.command}

@@ -99,6 +99,13 @@ def test_a_command_or_workload_keeps_its_older_form_and_iters_is_optional_for_a_
     }
 
 
+def test_without_a_name_a_workload_is_named_after_itself_and_a_command_after_its_program():
+    assert body("--workload", "res18", "--iters", "5")["name"] == "res18"
+    assert body("--command", "/usr/bin/python3 -u 'train me.py'")["name"] == "python3"
+    assert body("--command", "./run.sh --fast")["name"] == "run.sh"
+    assert body("--command", "echo 'unbalanced")["name"] == "echo"
+
+
 def test_a_script_on_standard_input(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(SCRIPT))
     assert body("-")["script"] == SCRIPT
@@ -111,7 +118,7 @@ def test_a_script_on_standard_input(monkeypatch):
         (("no-such.sh",), "cannot read the script 'no-such.sh'"),
         (("x", "--workload", "w", "--command", "c"), "not both"),
         (("x", "-J", "y", "--command", "c"), "two names"),
-        (("--command", "c"), "give the job a name: -J NAME"),
+        (("--command", "  "), "give the job a name: -J NAME"),
         (("x", "--command", "c", "--mem-per-gpu", "lots"), "not a memory size"),
         (("x", "--command", "c", "-t", "soon"), "not a duration"),
     ],
