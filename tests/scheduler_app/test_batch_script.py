@@ -94,6 +94,10 @@ def test_a_deadline_in_sbatchs_forms_is_the_moment_it_names_at_submission():
     assert (tomorrow.hour, tomorrow.minute) == (0, 0) and tomorrow > after
     evening = datetime.fromisoformat(fields("#ATTUNE --deadline 18:00")["qos_deadline_at"])
     assert (evening.hour, evening.minute) == (18, 0) and after < evening <= after + timedelta(days=1)
+    dated = datetime.fromisoformat(fields("#ATTUNE --deadline=12/24-18:00")["qos_deadline_at"])
+    assert (dated.month, dated.day, dated.hour) == (12, 24, 18) and after < dated <= after + timedelta(
+        days=366
+    )
 
 
 def test_several_options_on_a_line_and_later_directives_win():
