@@ -107,8 +107,9 @@ def parse_moment(text: str, *, now: datetime | None = None, ahead: bool = True) 
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if value in ("today", "tomorrow"):
         return midnight + timedelta(days=1 if value == "tomorrow" else 0)
-    if _SLURM_DATE.fullmatch(value):
-        return _slurm_date(text, value, now, ahead)
+    date = _SLURM_DATE.fullmatch(value)
+    if date is not None:
+        return _slurm_date(text, date, now, ahead)
     clock = _clock_time(value)
     if clock is None:
         raise ValueError(f"{text!r} is not a date and time: {MOMENT_FORMATS}")
@@ -170,11 +171,10 @@ _SLURM_DATE = re.compile(
 )
 
 
-def _slurm_date(text: str, value: str, now: datetime, ahead: bool) -> datetime:
-    """A date in Slurm's forms (_SLURM_DATE). Without a year: this year's, or the next one's where it has
-    passed (`ahead`), or the last one's where it is still to come (not `ahead`), as Slurm reads it."""
-    match = _SLURM_DATE.fullmatch(value)
-    assert match is not None
+def _slurm_date(text: str, match: re.Match[str], now: datetime, ahead: bool) -> datetime:
+    """A date in Slurm's forms (_SLURM_DATE's match). Without a year: this year's, or the next one's where
+    it has passed (`ahead`), or the last one's where it is still to come (not `ahead`), as Slurm reads
+    it. Local time with that date's own offset (a date past a daylight-saving change has the other)."""
     month = int(match["m4"] or match["m"])
     day = int(match["d4"] or match["d"])
     year_typed = match["y4"] or match["y"]
@@ -188,9 +188,7 @@ def _slurm_date(text: str, value: str, now: datetime, ahead: bool) -> datetime:
 
     def at(year: int) -> datetime:
         try:
-            return now.replace(
-                year=year, month=month, day=day, hour=hour, minute=minute, second=second, microsecond=0
-            )
+            return datetime(year, month, day, hour, minute, second).astimezone()
         except ValueError:
             raise ValueError(f"{text!r}: no such date (month {month}, day {day}, year {year})") from None
 

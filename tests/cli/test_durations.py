@@ -3,6 +3,7 @@
 cli/durations.py is the one parser of durations: the batch-script reader and the web form call it too.
 """
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -174,3 +175,16 @@ def test_memory_sizes_in_slurms_units_megabytes_by_default(typed, gb):
 def test_what_is_not_a_memory_size_is_refused(typed):
     with pytest.raises(ValueError, match="not a memory size"):
         parse_mem_gb(typed)
+
+
+def test_a_slurm_date_past_a_daylight_saving_change_has_its_own_offset(monkeypatch):
+    monkeypatch.setenv("TZ", "Europe/Stockholm")
+    time.tzset()
+    try:
+        winter = datetime(2026, 11, 30, 20, 15).astimezone()
+        summer = parse_deadline("07/01-12:00", now=winter)
+        assert (summer.year, summer.month, summer.day, summer.hour) == (2027, 7, 1, 12)
+        assert summer.utcoffset() == timedelta(hours=2) and winter.utcoffset() == timedelta(hours=1)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
