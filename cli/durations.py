@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 # Standard library only, on purpose: this is the one parser of durations. The command line, the
 # service's batch-script reader (scheduler_app/batch_script.py) and the web form all import it, so
@@ -104,22 +104,28 @@ def parse_moment(text: str, *, now: datetime | None = None, ahead: bool = True) 
             return now + timedelta(seconds=_after_now_s(text, value[3:].strip()))
         except OverflowError:  # past the year 9999
             raise ValueError(f"{text!r} is too far ahead") from None
-    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    # Calendar days are counted on the local date, each moment given its own offset (a day across a
+    # daylight-saving change is 23 or 25 hours long).
+    today = now.astimezone().date()
     if value in ("today", "tomorrow"):
-        return midnight + timedelta(days=1 if value == "tomorrow" else 0)
-    date = _SLURM_DATE.fullmatch(value)
-    if date is not None:
-        return _slurm_date(text, date, now, ahead)
+        return _local(today + timedelta(days=1 if value == "tomorrow" else 0))
+    typed_date = _SLURM_DATE.fullmatch(value)
+    if typed_date is not None:
+        return _slurm_date(text, typed_date, now, ahead)
     clock = _clock_time(value)
     if clock is None:
         raise ValueError(f"{text!r} is not a date and time: {MOMENT_FORMATS}")
-    hour, minute, second = clock
-    moment = now.replace(hour=hour, minute=minute, second=second, microsecond=0)
+    moment = _local(today, *clock)
     if ahead and moment <= now:
-        moment += timedelta(days=1)
+        moment = _local(today + timedelta(days=1), *clock)
     elif not ahead and moment > now:
-        moment -= timedelta(days=1)
+        moment = _local(today - timedelta(days=1), *clock)
     return moment
+
+
+def _local(day: date, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:
+    """That day's time of day in local time, with the offset in force then."""
+    return datetime(day.year, day.month, day.day, hour, minute, second).astimezone()
 
 
 def parse_deadline(text: str, *, now: datetime | None = None) -> datetime:
@@ -184,11 +190,11 @@ def _slurm_date(text: str, match: re.Match[str], now: datetime, ahead: bool) -> 
         if clock is None:
             raise ValueError(f"{text!r}: after the date's '-' give a time of day, e.g. 11/23-18:00")
         hour, minute, second = clock
-    year = 2000 + int(year_typed) if year_typed else now.year
+    year = 2000 + int(year_typed) if year_typed else now.astimezone().year
 
     def at(year: int) -> datetime:
         try:
-            return datetime(year, month, day, hour, minute, second).astimezone()
+            return _local(date(year, month, day), hour, minute, second)
         except ValueError:
             raise ValueError(f"{text!r}: no such date (month {month}, day {day}, year {year})") from None
 

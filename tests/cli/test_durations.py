@@ -177,7 +177,7 @@ def test_what_is_not_a_memory_size_is_refused(typed):
         parse_mem_gb(typed)
 
 
-def test_a_slurm_date_past_a_daylight_saving_change_has_its_own_offset(monkeypatch):
+def test_dates_and_times_of_day_past_a_daylight_saving_change_have_their_own_offset(monkeypatch):
     monkeypatch.setenv("TZ", "Europe/Stockholm")
     time.tzset()
     try:
@@ -185,6 +185,12 @@ def test_a_slurm_date_past_a_daylight_saving_change_has_its_own_offset(monkeypat
         summer = parse_deadline("07/01-12:00", now=winter)
         assert (summer.year, summer.month, summer.day, summer.hour) == (2027, 7, 1, 12)
         assert summer.utcoffset() == timedelta(hours=2) and winter.utcoffset() == timedelta(hours=1)
+        # The night the clocks go back (2026-10-25): tomorrow's 18:00 and midnight are local ones.
+        before = datetime(2026, 10, 24, 20, 15).astimezone()
+        evening = parse_deadline("18:00", now=before)
+        assert (evening.day, evening.hour, evening.utcoffset()) == (25, 18, timedelta(hours=1))
+        assert parse_deadline("tomorrow", now=before).utcoffset() == timedelta(hours=2)
+        assert parse_deadline("18:00", now=before) - before == timedelta(hours=22, minutes=45)
     finally:
         monkeypatch.undo()
         time.tzset()
