@@ -19,7 +19,9 @@ from scheduler_app.core.throughput import EPS, OperatingPoint, ServerShape, best
 from scheduler_app.core.types import SensitivityProfile
 
 # Entries kept at once (one per workload, GPU count, server count and shape seen): a simulation
-# holds a few dozen; the live service a few hundred at most. Cleared whole when full.
+# holds a few dozen; the live service a few hundred at most. Cleared whole when full. Full, with every
+# answer worked out, it held 12.2 MiB plus 11.2 MiB of the profiles it keeps alive
+# (`python -m bench.genie_memo_memory`).
 _MEMO_SIZE = 4096
 
 
