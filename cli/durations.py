@@ -111,7 +111,7 @@ def parse_moment(text: str, *, now: datetime | None = None, ahead: bool = True) 
         return _local(today + timedelta(days=1 if value == "tomorrow" else 0))
     typed_date = _SLURM_DATE.fullmatch(value)
     if typed_date is not None:
-        return _slurm_date(text, typed_date, now, ahead)
+        return _slurm_date(text, typed_date, now, today.year, ahead)
     clock = _clock_time(value)
     if clock is None:
         raise ValueError(f"{text!r} is not a date and time: {MOMENT_FORMATS}")
@@ -177,7 +177,7 @@ _SLURM_DATE = re.compile(
 )
 
 
-def _slurm_date(text: str, match: re.Match[str], now: datetime, ahead: bool) -> datetime:
+def _slurm_date(text: str, match: re.Match[str], now: datetime, this_year: int, ahead: bool) -> datetime:
     """A date in Slurm's forms (_SLURM_DATE's match). Without a year: this year's, or the next one's where
     it has passed (`ahead`), or the last one's where it is still to come (not `ahead`), as Slurm reads
     it. Local time with that date's own offset (a date past a daylight-saving change has the other)."""
@@ -190,7 +190,7 @@ def _slurm_date(text: str, match: re.Match[str], now: datetime, ahead: bool) -> 
         if clock is None:
             raise ValueError(f"{text!r}: after the date's '-' give a time of day, e.g. 11/23-18:00")
         hour, minute, second = clock
-    year = 2000 + int(year_typed) if year_typed else now.astimezone().year
+    year = 2000 + int(year_typed) if year_typed else this_year
 
     def at(year: int) -> datetime:
         try:

@@ -19,7 +19,7 @@ def since_time(text: str, *, now: datetime | None = None) -> datetime:
     """--since: a date and time (2026-05-01, 2026-05-01T09:00, today, 09:00: the last one; local
     time), or how long ago (7d, 12h)."""
     try:
-        return parse_moment(text, now=now.astimezone() if now else None, ahead=False)
+        return parse_moment(text, now=now, ahead=False)
     except ValueError:
         pass
     try:
