@@ -4,7 +4,7 @@ skipping rounds in which nothing happened could save.
 Run: `python -m bench.repeated_rounds [--runs srtf:tune:4.5:multi,las:tune:4.5:multi,...]`.
 
 Each run is one of the sweep's (7,000 jobs, split (20,70,10), seed 1, window 4000-4999, stop when
-measured: `synergy_runs._simulate_windows`), with the simulator's `schedule_round` wrapped: a decided
+measured: `synergy_runs.simulate_windows`), with the simulator's `schedule_round` wrapped: a decided
 round whose jobs are exactly those of the round decided 300 s before it (no arrival, no end, no drop)
 is counted, and counted again where its placements (every job's shares and speed) are that round's
 too. Printed per run: its CPU seconds, decided rounds and both counts.
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import scheduler_app.simulator.simulation as simulation
-from bench.synergy_runs import SPLITS, RunKey, Workload, _simulate_windows, trace_for
+from bench.synergy_runs import SPLITS, RunKey, Workload, simulate_windows, trace_for
 from bench.synergy_tables import md_table
 
 DEFAULT_RUNS = "srtf:tune:4.5:multi,las:tune:4.5:multi,srtf:tune:9:single,srtf:proportional:4.5:multi"
@@ -59,7 +59,7 @@ def counted_run(key: RunKey) -> tuple[float, RepeatCounter]:
     simulation.schedule_round = counter
     try:
         started = time.process_time()
-        _simulate_windows(key)
+        simulate_windows(key)
         return time.process_time() - started, counter
     finally:
         simulation.schedule_round = counter.decide

@@ -174,7 +174,7 @@ def run_windows(
     """
     key = (w, policy, label, tuple(windows), float(restart_cost_s))
     if key not in _RUNS:
-        _record(key, _simulate_windows(key))
+        _record(key, simulate_windows(key))
     return _RUNS[key]
 
 
@@ -182,7 +182,7 @@ def run_windows(
 RunKey = tuple[Workload, str, str, tuple[tuple[int, int], ...], float]
 
 
-def _simulate_windows(key: RunKey) -> tuple[dict[tuple[int, int], float], float, int]:
+def simulate_windows(key: RunKey) -> tuple[dict[tuple[int, int], float], float, int]:
     """One run of run_windows (a worker process's task): mean JCT per window, wall seconds, rounds."""
     w, policy, label, windows, restart_cost_s = key
     lo, hi = min(win[0] for win in windows), max(win[1] for win in windows)
@@ -249,7 +249,7 @@ def prefetch(keys: Sequence[RunKey], workers: int) -> None:
     files do not depend on the workers."""
     todo = list(dict.fromkeys(k for k in keys if k not in _RUNS))
     order = longest_first(todo) if workers > 1 else list(range(len(todo)))
-    outcomes = parallel_map(_simulate_windows, [todo[i] for i in order], workers=workers)
+    outcomes = parallel_map(simulate_windows, [todo[i] for i in order], workers=workers)
     by_pos = dict(zip(order, outcomes, strict=True))
     for pos, key in enumerate(todo):
         _record(key, by_pos[pos])
