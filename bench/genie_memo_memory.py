@@ -2,7 +2,7 @@
 
 Run: `python -m bench.genie_memo_memory [--gpus-per-server 8] [--servers 16]`.
 
-`shape_points` keeps a job's points per profile identity, up to `_MEMO_SIZE` entries, cleared whole
+`shape_points` keeps a job's points per profile identity, up to `MEMO_SIZE` entries, cleared whole
 when full. Its worst case is a process in which every job's profile is its own object (a round that
 reads the profiles afresh from the database): this bench fills the memo to its bound with that many
 distinct profiles (the catalog's, each unpickled anew, so no two share a matrix) at 1, 2, 4 and 8 GPUs,
@@ -44,13 +44,13 @@ def traced_mib(build: Callable[[], T]) -> tuple[float, T]:
 
 def fill(profiles: Sequence[SensitivityProfile], shape: ServerShape) -> int:
     """Ask the memo for every answer of each profile, cycling the GPU counts; the entries it holds."""
-    genie_points._memo.clear()
+    genie_points.memo_clear()
     for i, profile in enumerate(profiles):
         entry = genie_points.shape_points(profile, GPU_COUNTS[i % len(GPU_COUNTS)], 1, shape)
         entry.qos_options(1.0)
         entry.best_effort_options()
         _ = entry.points, entry.speeds, entry.fastest_speed
-    return len(genie_points._memo)
+    return genie_points.memo_entries()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     shape = cluster_shape(cluster.snapshot())
     catalog = list(load_catalog().values())
     blobs = [pickle.dumps(p) for p in catalog]
-    bound = genie_points._MEMO_SIZE
+    bound = genie_points.MEMO_SIZE
 
     profiles_mib, fresh = traced_mib(lambda: [pickle.loads(blobs[i % len(blobs)]) for i in range(bound)])
     memo_mib, entries = traced_mib(lambda: fill(fresh, shape))
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sim_mib, sim_entries = traced_mib(lambda: fill([p for p in catalog for _ in GPU_COUNTS], shape))
     print(f"a simulation's memo (the catalog's {len(catalog)} profiles x {len(GPU_COUNTS)} GPU counts):")
     print(f"  {sim_entries} entries, {sim_mib:.2f} MiB")
-    genie_points._memo.clear()
+    genie_points.memo_clear()
 
 
 if __name__ == "__main__":

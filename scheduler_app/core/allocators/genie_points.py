@@ -22,7 +22,7 @@ from scheduler_app.core.types import SensitivityProfile
 # holds a few dozen; the live service a few hundred at most. Cleared whole when full. Full, with every
 # answer worked out, it held 12.2 MiB plus 11.2 MiB of the profiles it keeps alive
 # (`python -m bench.genie_memo_memory`).
-_MEMO_SIZE = 4096
+MEMO_SIZE = 4096
 
 
 class ShapePoints:
@@ -166,7 +166,17 @@ def shape_points(profile: SensitivityProfile, num_gpus: int, servers: int, shape
     key = (id(profile), num_gpus, servers, shape.num_gpus, shape.num_cpus, shape.mem_gb)
     hit = _memo.get(key)
     if hit is None or hit.profile is not profile:
-        if len(_memo) >= _MEMO_SIZE:
+        if len(_memo) >= MEMO_SIZE:
             _memo.clear()
         hit = _memo[key] = ShapePoints(profile, num_gpus, servers, shape)
     return hit
+
+
+def memo_entries() -> int:
+    """How many entries `shape_points` holds now (bench.genie_memo_memory measures them)."""
+    return len(_memo)
+
+
+def memo_clear() -> None:
+    """Drop every entry of `shape_points`' memo."""
+    _memo.clear()
