@@ -7,6 +7,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler_app.services.forecasts import job_forecasts_refresh
+from scheduler_app.templatetags.as_of import as_of_words
 from tests.web.conftest import pending_job, running_job
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +23,7 @@ def test_the_job_page_says_as_of_when_its_estimate_holds(user, client_of, cluste
     waiting = pending_job(user)
     running, _ = running_job(user, cluster, gpus=4)
     at = refreshed_minutes_ago(3)
-    clock = timezone.localtime(at).strftime("%H:%M")
+    clock, _ = as_of_words(at)  # the day too, where it was yesterday (just after midnight)
     client = client_of(user)
 
     html = client.get(f"/jobs/{waiting.pk}/").content.decode()
@@ -45,7 +46,7 @@ def test_a_job_without_an_estimate_says_no_time(user, client_of, cluster):
 def test_the_queue_page_says_as_of_when_and_each_row_on_hover(user, client_of, cluster):
     pending_job(user)
     at = refreshed_minutes_ago(12)
-    clock = timezone.localtime(at).strftime("%H:%M")
+    clock, _ = as_of_words(at)  # the day too, where it was yesterday (just after midnight)
     html = client_of(user).get("/jobs/").content.decode()
     note = re.search(r'<small class="muted" id="estimates-as-of">(.*?)</small>', html, re.S).group(1)
     assert "estimates as of <span" in note and f">{clock}</span>, 12 min ago, or newer" in note
