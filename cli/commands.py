@@ -274,10 +274,21 @@ def _change_line(job: dict[str, Any], at: datetime) -> str:
     return text
 
 
+def end_reason(job: dict[str, Any]) -> str:
+    """Why an ended job ended: the reason (and message) of its last change into its final state."""
+    if job["state"] not in FINAL_STATES:
+        return ""
+    for event in reversed(job.get("events") or []):
+        if event.get("to_state") == job["state"]:
+            message = event.get("message") or ""
+            return ": ".join(part for part in (event.get("reason") or "", message) if part)
+    return ""
+
+
 def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
     """Poll until every job has ended (sbatch --wait), printing a line whenever a job's state, reason
-    or whole percent done changes. Exit 0 when all COMPLETED, else the first failed job's exit code (1
-    when it has none, e.g. cancelled)."""
+    or whole percent done changes, and why a job that did not complete ended. Exit 0 when all
+    COMPLETED, else the first failed job's exit code (1 when it has none, e.g. cancelled)."""
     left = list(job_ids)
     seen: dict[int, tuple[Any, ...]] = {}
     status = 0
@@ -298,8 +309,15 @@ def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
                 continue
             left.remove(job_id)
             code = job.get("exit_code")
-            if job["state"] != "COMPLETED" and status == 0:
+            if job["state"] == "COMPLETED":
+                continue
+            if status == 0:
                 status = code if isinstance(code, int) and 0 < code < 256 else 1
+            # Why it ended, as `show` says it (a start that failed names the file or directory):
+            # the list gives no events, so the job's own page is asked once, as it ends.
+            why = end_reason(job if "events" in job else api.job(job_id))
+            if why:
+                out.write(f"  reason: {why}\n")
         out.flush()  # a pipe (tee, a log file) sees each change as it happens, not at the end
         if left:
             time.sleep(poll_s)

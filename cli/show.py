@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from cli.api import Api, CliError
-from cli.commands import FINAL_STATES, LIVE_STATES, job_name_text
+from cli.commands import LIVE_STATES, end_reason, job_name_text
 from cli.output import as_of, clock, instant, when
 
 
@@ -50,17 +50,6 @@ def elapsed_s(job: dict[str, Any], *, now: datetime | None = None) -> float | No
         return None
     end = instant(job["finished_at"]) if job.get("finished_at") else now or datetime.now(UTC)
     return max(0.0, (end - instant(job["started_at"])).total_seconds())
-
-
-def end_reason(job: dict[str, Any]) -> str:
-    """Why an ended job ended: the reason (and message) of its last change into its final state."""
-    if job["state"] not in FINAL_STATES:
-        return ""
-    for event in reversed(job.get("events") or []):
-        if event.get("to_state") == job["state"]:
-            message = event.get("message") or ""
-            return ": ".join(part for part in (event.get("reason") or "", message) if part)
-    return ""
 
 
 def _where(job: dict[str, Any], path: str) -> str:

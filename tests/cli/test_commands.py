@@ -212,7 +212,7 @@ def test_submit_wait_prints_each_change_as_it_happens_and_returns_with_the_outco
     run(capsys, "--server", service, "login", "--username", "alice")
     polls = Polls(monkeypatch)
 
-    def end_later(name: str, state: str, exit_code: int | None) -> threading.Thread:
+    def end_later(name: str, state: str, exit_code: int | None, message: str = "") -> threading.Thread:
         def end() -> None:
             while not Job.objects.filter(name=name).exists():
                 time.sleep(0.05)
@@ -226,7 +226,11 @@ def test_submit_wait_prints_each_change_as_it_happens_and_returns_with_the_outco
                 Job.objects.filter(pk=job.pk).update(done_iters=10)  # the agent's last progress report
             with transaction.atomic():
                 job_finish(
-                    job=Job.objects.select_for_update().get(pk=job.pk), state=state, exit_code=exit_code
+                    job=Job.objects.select_for_update().get(pk=job.pk),
+                    state=state,
+                    exit_code=exit_code,
+                    reason=f"exit_{exit_code}" if message else "",
+                    message=message,
                 )
             connection.close()
 
@@ -247,10 +251,14 @@ def test_submit_wait_prints_each_change_as_it_happens_and_returns_with_the_outco
         f"job {ok.pk}: RUNNING 50%",
         f"job {ok.pk}: COMPLETED 100%",
     ]
-    thread = end_later("bad", JobState.FAILED, 3)
+    assert "reason:" not in out
+    failed = "start failed: cannot open the stdout file '/home/x/attune-9.out': Permission denied"
+    thread = end_later("bad", JobState.FAILED, 126, failed)
     code, out, _ = run(capsys, *submit[:1], "bad", *submit[1:])
     thread.join()
-    assert code == 3 and _changes(out)[-1].endswith("FAILED 50% (exit code 3)")
+    # Why it failed follows its last line, as `show` says it: the newcomer need not look it up.
+    assert code == 126 and _changes(out)[-1].endswith("FAILED 50% (exit code 126)")
+    assert out.splitlines()[-1] == f"  reason: exit_126: {failed}"
     code, out, _ = run(capsys, "wait", str(ok.pk))
     assert code == 0 and _changes(out) == [f"job {ok.pk}: COMPLETED 100%"]
 
