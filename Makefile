@@ -13,7 +13,7 @@ PORT ?= 8000
 
 .PHONY: venv venv-demo demo test lint migrate clean browser faults dist signin-deps
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/bin/attune
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-ldap.txt requirements-profiling.txt
 	$(MAKE) --no-print-directory signin-deps
@@ -26,12 +26,19 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-ldap.txt 
 
 # What the service and its agents need, nothing more (no test tools, no torch): the demo's environment.
 # `make venv` (and so `make test`) installs everything on top.
-venv-demo: $(VENV)/.installed-service
+venv-demo: $(VENV)/.installed-service $(VENV)/bin/attune
 
 $(VENV)/.installed-service: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+# `.venv/bin/attune`, the command line as installed on a login node (packaging/cli), usable from any
+# directory (a job runs where it is submitted from) and reading this checkout's cli/ (editable).
+$(VENV)/bin/attune: $(VENV)/.installed-service packaging/cli/pyproject.toml
+	$(PY) -m pip install -qq --no-deps --editable ./packaging/cli
+	rm -rf packaging/cli/attune_cli.egg-info
 	touch $@
 
 # Embedded zero-setup mode: SQLite file under var/, no Redis needed; web, rounds and three fake-GPU agents.

@@ -106,15 +106,18 @@ def test_the_readmes_first_own_command_runs_to_completed_as_root(demo, tmp_path:
     # Quiet: "demo ready" is the last line (the start-up banner before it), and no traceback.
     assert text.rstrip().splitlines()[-1].startswith("demo ready"), text[-2000:]
 
-    commands = readme_block("-m cli submit")
-    assert commands[0].startswith(".venv/bin/python -m cli --server http://127.0.0.1:9100 login")
+    commands = readme_block("attune submit")
+    assert commands[0].startswith(".venv/bin/attune --server http://127.0.0.1:9100 login")
+    # The attune of this interpreter's environment (make venv installs it), else the module itself.
+    attune = Path(sys.executable).parent / "attune"
+    attune_command = str(attune) if attune.is_file() else f"{sys.executable} -m cli"
     env = {**os.environ, "HOME": str(tmp_path / "home"), "ATTUNE_PASSWORD": "admin"}
     env.pop("ATTUNE_SERVER", None)
     (tmp_path / "home").mkdir()
     ran = []
     for command in commands:
-        # This interpreter for .venv's (the test may run from another environment), the free port for 9100.
-        line = command.replace(".venv/bin/python", sys.executable).replace(README_PORT, str(port))
+        # This environment's for .venv's (the test may run from another one), the free port for 9100.
+        line = command.replace(".venv/bin/attune", attune_command).replace(README_PORT, str(port))
         done = subprocess.run(
             ["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
         )

@@ -260,7 +260,7 @@ class Command(BaseCommand):
         if identity.unix_user:
             self.stdout.write(
                 f"demo: own commands and scripts of the demo users run as {identity.note}, by default in "
-                f"{identity.home}; give -D/--chdir a directory it can enter (README.md)"
+                f"{identity.home}; give -D/--chdir a directory it can enter and write (README.md)"
             )
         else:
             self.stdout.write(
