@@ -362,16 +362,17 @@ SQUEUE_STATE_CODES = {
 
 
 def parse_job_states(text: str) -> list[str]:
-    """Job states as squeue -t takes them: comma-separated, any case, full names or codes (PD, R).
-    ValueError listing the states otherwise."""
+    """Job states as squeue -t takes them: comma-separated, any case, full names or codes (PD, R), or
+    `all`. ValueError listing the states otherwise."""
     states = []
     for typed in filter(None, (t.strip() for t in text.split(","))):
+        if typed.upper() == "ALL":  # squeue -t all: every state
+            states.extend(JOB_STATES)
+            continue
         state = SQUEUE_STATE_CODES.get(typed.upper(), typed.upper())
         if state not in JOB_STATES:
-            codes = ", ".join(SQUEUE_STATE_CODES)
-            raise ValueError(
-                f"unknown state {typed!r}: choose one of {', '.join(JOB_STATES)} (or squeue's {codes})"
-            )
+            names, codes = ", ".join(JOB_STATES), ", ".join(SQUEUE_STATE_CODES)
+            raise ValueError(f"unknown state {typed!r}: choose one of {names} (or squeue's {codes}, or all)")
         states.append(state)
     if not states:
         raise ValueError("give a state, e.g. PENDING or PD")
@@ -464,7 +465,10 @@ def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
             job = api.change(job_id, action)
         except CliError as exc:
             failed += 1
-            sys.stderr.write(f"job {job_id}: {exc}\n")
+            # The service's refusals name the job already ("job 19 is already COMPLETED").
+            said = str(exc)
+            sys.stderr.write(said if said.startswith(f"job {job_id} ") else f"job {job_id}: {said}")
+            sys.stderr.write("\n")
             continue
         reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
         out.write(f"job {job_id}: {job['state']}{reason}\n")

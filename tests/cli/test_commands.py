@@ -101,13 +101,15 @@ def test_a_user_logs_in_submits_a_pipeline_watches_the_queue_and_cancels(service
     assert run(capsys, "hold", str(evaluate.pk)) == (0, f"job {evaluate.pk}: PENDING (JobHeldUser)\n", "")
     assert run(capsys, "release", str(evaluate.pk)) == (0, f"job {evaluate.pk}: PENDING (Priority)\n", "")
     code, _, err = run(capsys, "hold", str(train.pk))
-    assert code == 1 and err == f"job {train.pk}: job {train.pk} is RUNNING: only a pending job can be held\n"
+    # The service's refusal names the job: said once, not "job 4: job 4 is RUNNING".
+    assert code == 1 and err == f"job {train.pk} is RUNNING: only a pending job can be held\n"
 
     code, out, err = run(capsys, "cancel", str(train.pk), "999999")
     assert code == 1 and out == f"job {train.pk}: CANCELLED\n"
     assert err == "job 999999: no job 999999 (or not yours to see)\n"
     train.refresh_from_db()
     assert train.state == JobState.CANCELLED
+    assert run(capsys, "cancel", str(train.pk)) == (1, "", f"job {train.pk} is already CANCELLED\n")
 
 
 def test_the_services_refusals_reach_the_user_field_by_field(service, capsys):
@@ -380,8 +382,11 @@ def test_queue_takes_squeues_state_codes_and_lists_the_states_it_knows(service, 
     assert names("--state", "R") == ["big"]
     assert names("-t", "R,PD") == names("-t", "running", "-t", "PENDING") == ["big", "waits"]
     assert names("--name", "waits") == names("-n", "waits") == ["waits"]
+    run(capsys, "cancel", str(Job.objects.get(name="waits").pk))
+    # squeue -t all: every state, as --all.
+    assert names("-t", "all") == names("--all") == names("-t", "R,CA") == ["big", "waits"]
     err = usage_error(capsys, "queue", "--state", "active")
     assert (
         "unknown state 'active': choose one of PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, PREEMPTED, "
-        "TIMEOUT, NODE_FAIL, OUT_OF_MEMORY (or squeue's PD, R, CD, F, CA, PR, TO, NF, OOM)"
+        "TIMEOUT, NODE_FAIL, OUT_OF_MEMORY (or squeue's PD, R, CD, F, CA, PR, TO, NF, OOM, or all)"
     ) in err
