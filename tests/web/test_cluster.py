@@ -1,8 +1,12 @@
 """The cluster page: capacity against use per server, and staff-only drain and resume."""
 
-import pytest
+from datetime import timedelta
+from zoneinfo import ZoneInfo
 
-from cluster_app.models import NodeState
+import pytest
+from django.utils import timezone
+
+from cluster_app.models import NodeState, ServerHeartbeat
 from tests.web.conftest import running_job
 
 pytestmark = pytest.mark.django_db
@@ -15,6 +19,18 @@ def test_every_server_with_use_against_capacity(user, client_of, cluster):
     assert "2 / 4" in row and "6 / 12" in row and "125 / 250" in row
     assert "never" in row  # no heartbeat yet
     assert "Drain" not in html  # not staff
+
+
+def test_the_overview_and_the_cluster_page_say_a_heartbeat_alike(user, client_of, cluster, settings):
+    settings.TIME_ZONE = "Europe/Stockholm"  # the service's zone, as every time the pages show
+    at = timezone.now() - timedelta(minutes=3)
+    ServerHeartbeat.objects.create(server=cluster, at=at)
+    local = at.astimezone(ZoneInfo("Europe/Stockholm"))
+    said = f'{local:%Y-%m-%d %H:%M:%S}</time><br><small class="muted">3\xa0minutes ago</small>'
+    client = client_of(user)
+    overview = client.get("/").content.decode()
+    assert said in overview.split('aria-label="Servers"')[1]  # not Django's "Dec. 1, 2026, 1:47 a.m."
+    assert said in client.get("/cluster/").content.decode().split('<tr id="server-gpu01"')[1]
 
 
 def test_staff_drain_and_resume(staff_user, client_of, cluster):
