@@ -116,6 +116,11 @@ def reports_apply(reports: list[LeaseReport], *, now: datetime, jobs: dict[int, 
             # must be stored first (exits are rare, so this extra statement is too).
             speed_observations_record(measurements)
             measurements.clear()
+            # The batch's events so far (this lease's start, its progress) are stored before the
+            # exit's transition, which job_finish stores at once: the timeline orders events of one
+            # instant by id, and a start that failed read "failed" before "lease_started".
+            job_events_record(events)
+            events.clear()
             state = job.state
             events.extend(_exited(job, allocation, r, now=now))
             if job.state != state and job.state in TERMINAL_JOB_STATES:

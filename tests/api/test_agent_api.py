@@ -493,6 +493,19 @@ def test_other_exits_fail_the_job(agent, running, data, state, exit_code):
     assert (running.state, running.exit_code) == (state, exit_code)
 
 
+def test_a_start_and_an_exit_in_one_sync_read_in_that_order_on_the_timeline(agent, running):
+    lease = lease_of(running).lease_id
+    started = report(lease, 1, "started", isolation="affinity+rlimit")
+    failed = "start failed: cannot open the stdout file '/work/attune-7.out': Permission denied"
+    exited = report(lease, 2, "exited", exit_code=None, error=failed)
+    synced(agent, reports=[started, exited])  # the agent saw both before its next sync
+    running.refresh_from_db()
+    assert (running.state, running.exit_code) == (JobState.FAILED, None)
+    kinds = [e.kind for e in running.events.all()]  # the timeline's order: (at, id)
+    assert kinds[-2:] == ["lease_started", "failed"], kinds
+    assert running.events.get(kind="failed").message == failed
+
+
 def test_a_preempted_lease_exiting_leaves_the_job_queued_with_its_progress(agent, running, staff_user):
     lease = lease_of(running)
     submit(staff_user, gpus=4, priority=10, name="urgent")
