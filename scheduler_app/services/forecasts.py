@@ -276,8 +276,12 @@ def _prepared(
         views = one_server_views(views, inputs.snapshot)
     if not ready.placeable:  # every target behind the window: nothing to play forward
         return ready, None
+    # The start a running job keeps. A job sent back to the queue (preempted, requeued) keeps its first
+    # `started_at` for its history, but its estimate is when it starts again: not in here.
     started_s = {
-        j.pk: j.started_at.timestamp() for j in jobs if j.started_at is not None and j.pk in inputs.jobs
+        j.pk: j.started_at.timestamp()
+        for j in jobs
+        if j.state == JobState.RUNNING and j.started_at is not None and j.pk in inputs.jobs
     }
     ready.started = {job_id for job_id in ready.placeable if job_id in started_s}
     ready.lengths = {

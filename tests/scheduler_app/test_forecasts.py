@@ -10,7 +10,7 @@ from cluster_app.models import Server
 from scheduler_app.models import Allocation, Job, JobForecast, JobState
 from scheduler_app.selectors import job_queue
 from scheduler_app.services.forecasts import job_forecasts_refresh
-from scheduler_app.services.job_control import job_cancel
+from scheduler_app.services.job_control import job_cancel, job_requeue
 from scheduler_app.services.jobs import JobRequest, job_submit
 from scheduler_app.services.rounds import scheduling_round_run
 from tests.api.helpers import lease_of, submit, workload
@@ -75,6 +75,23 @@ def test_a_running_job_finishes_at_the_speed_its_agent_measures(user, gpu01_res1
     finish = JobForecast.objects.get(job=job).finish_at
     # It finishes inside a round at its exact time; the forecast's rounds start at the next one (60 s).
     assert now + timedelta(seconds=300) <= finish <= now + timedelta(seconds=300 + 61)
+
+
+def test_a_requeued_job_is_estimated_to_start_again_not_at_its_first_start(user, gpu01_res18):
+    job = submit(user, gpus=4, iters=1000)
+    scheduling_round_run()
+    first_start = Job.objects.get(pk=job.pk).started_at
+    assert first_start is not None
+    later = first_start + timedelta(minutes=5)
+    job_requeue(job=Job.objects.get(pk=job.pk), reason="node_down", now=later)
+    requeued = Job.objects.get(pk=job.pk)
+    # Its first start stays in its history (started_at), as before.
+    assert requeued.state == JobState.PENDING and requeued.started_at == first_start
+    job_forecasts_refresh(now=later)
+    estimate = JobForecast.objects.get(job=job)
+    # Its next start, at the forecast's first round or after: not the start it had before (in the past).
+    assert estimate.start_at is not None and estimate.start_at >= later
+    assert estimate.finish_at > estimate.start_at
 
 
 def test_the_queue_the_api_and_the_job_page_show_the_same_estimate(user, gpu01_res18, client):
