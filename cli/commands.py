@@ -5,7 +5,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shlex
 import sys
 import time
 from datetime import datetime
@@ -14,6 +13,7 @@ from typing import Any, TextIO
 from cli.api import Api, CliError, error_lines
 from cli.config import program, save_login
 from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_rate, parse_time_limit_s
+from cli.job_names import default_job_name
 from cli.options import option_fields, with_option_names
 from cli.output import choices_text, estimates_as_of_line, instant, table, when
 
@@ -57,15 +57,6 @@ def _read_script(path: str) -> str:
         ) from None
 
 
-def _program_name(command: str) -> str:
-    """The file name of a command's program ("python3" for "/usr/bin/python3 train.py"); "" if none."""
-    try:
-        words = shlex.split(command)
-    except ValueError:  # unbalanced quotes: the service reads the command, and says so
-        words = command.split()
-    return os.path.basename(words[0]) if words else ""
-
-
 def _what_runs(args: Any) -> dict[str, Any]:
     """The script, command or workload, and the name when it came positionally (the older form)."""
     if args.workload and args.command:
@@ -75,7 +66,7 @@ def _what_runs(args: Any) -> dict[str, Any]:
             raise CliError(f"two names: {args.target!r} and -J {args.name!r}", exit_code=2)
         # Without a name, the workload's, or the command's program (as srun names a job after its
         # executable).
-        name = args.target or args.name or args.workload or _program_name(args.command)
+        name = args.target or args.name or default_job_name(args.workload, args.command)
         if not name:
             raise CliError("give the job a name: -J NAME", exit_code=2)
         what = {"workload": args.workload} if args.workload else {"command": args.command}

@@ -21,6 +21,9 @@ from scheduler_app.job_paths import MAX_PATH_CHARS, output_pattern_problem
 from scheduler_app.models import TERMINAL_JOB_STATES, Job, JobState, Team
 from scheduler_app.selectors import job_manageable
 
+# A script's job name when neither the request nor its --job-name gives one and it has no file name.
+SCRIPT_JOB_NAME = "batch-script"
+
 
 @dataclass(frozen=True)
 class JobRequest:

@@ -13,12 +13,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from cli.durations import parse_duration_s, parse_time_limit_s
+from cli.job_names import default_job_name
 from profiles_app.models import Workload
 from scheduler_app.api.filters import JobFilter
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.job_paths import MAX_PATH_CHARS
 from scheduler_app.models import JobState, Team
-from scheduler_app.services.job_requests import MAX_SCRIPT_CHARS, JobRequest
+from scheduler_app.services.job_requests import MAX_SCRIPT_CHARS, SCRIPT_JOB_NAME, JobRequest
 
 # The API's names for directives (batch_script) -> this form's field names, where they differ.
 DIRECTIVE_FIELDS = {
@@ -48,7 +49,11 @@ class JobSubmitForm(forms.Form):
     to their fields."""
 
     name = forms.CharField(
-        max_length=200, required=False, label="Job name", help_text="Required, unless the script names it."
+        max_length=200,
+        required=False,
+        label="Job name",
+        help_text="Empty: the script's --job-name, else the workload's name or the command's program "
+        f"({SCRIPT_JOB_NAME} for a script).",
     )
     workload = forms.ModelChoiceField(
         queryset=Workload.objects.order_by("name"),
@@ -238,6 +243,12 @@ class JobSubmitForm(forms.Form):
                 self.add_error("script", str(exc))
                 return cleaned
             self._fill_from_directives(cleaned, directives)
+        if not (cleaned.get("name") or "").strip():
+            # Named as the command line names it (cli/job_names.py); a pasted script has no file name
+            # to be named after, so it gets the name the API gives one without.
+            workload = cleaned.get("workload")
+            named = default_job_name(workload.name if workload else None, cleaned.get("command") or "")
+            cleaned["name"] = named or (SCRIPT_JOB_NAME if script.strip() else "")
         return cleaned
 
     def _fill_from_directives(self, cleaned: dict, directives: dict) -> None:

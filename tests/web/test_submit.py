@@ -69,6 +69,22 @@ def test_an_own_command_job_is_queued(user, client_of, cluster):
     assert job.workload is None and job.command == "python train.py"
 
 
+@pytest.mark.parametrize(
+    ("data", "name"),
+    [
+        ({"workload": "res18", "total_iters": "10"}, "res18"),
+        ({"command": "/usr/bin/python3 -u 'train it.py'"}, "python3"),
+        ({"script": "#!/bin/bash\n#SBATCH --job-name=from-script\necho hi\n"}, "from-script"),
+        ({"script": "#!/bin/bash\necho hi\n"}, "batch-script"),
+        ({"name": " mine ", "command": "python train.py"}, "mine"),
+    ],
+)
+def test_a_job_without_a_name_is_named_as_the_command_line_names_it(user, client_of, cluster, data, name):
+    response = client_of(user).post(URL, {"num_gpus": "1", **data})
+    assert response.status_code == 302, response.content.decode()
+    assert Job.objects.get().name == name
+
+
 def test_a_service_error_shows_next_to_its_field_and_keeps_what_was_typed(user, client_of, cluster):
     response = client_of(user).post(
         URL,

@@ -32,6 +32,7 @@ from scheduler_app.services.job_requests import (
     MIN_MEM_GB_PER_GPU,
     MIN_QOS_LATENCY_S,
     MIN_QOS_RATE_ITERS_PER_S,
+    SCRIPT_JOB_NAME,
     JobRequest,
 )
 
@@ -207,7 +208,7 @@ class JobSubmitSerializer(serializers.Serializer):
             # Absent or "": named by its file. null stays null and is refused, as the schema says.
             if data.get("name", "") == "":
                 # A blank file name names nothing (the schema lets script_name be blank).
-                data["name"] = str(given.get("script_name") or "").strip() or "batch-script"
+                data["name"] = str(given.get("script_name") or "").strip() or SCRIPT_JOB_NAME
         return super().to_internal_value(data)
 
     def validate_priority(self, value: int) -> int:
