@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every state, finished jobs too")
     p.add_argument("-n", "--name", help="only jobs of this name, exactly (squeue --name)")
     p.add_argument("--team", help="only this team's jobs")
-    p.add_argument("--user", help="only this user's jobs (staff see everyone's)")
+    p.add_argument("-u", "--user", help="only this user's jobs (squeue -u; staff see everyone's)")
     p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this array")
     p.add_argument(
         "-l",

@@ -367,7 +367,7 @@ def test_an_own_command_needs_no_iterations_and_every_duration_takes_slurms_form
     assert (job.total_iters, job.time_limit_s, job.qos_max_latency_s) == (None, seconds, seconds)
 
 
-def test_queue_takes_squeues_state_codes_and_lists_the_states_it_knows(service, capsys):
+def test_queue_takes_squeues_state_codes_and_user_and_lists_the_states_it_knows(service, capsys):
     run(capsys, "--server", service, "login", "--username", "alice")
     run(capsys, "submit", "big", "--workload", "res18", "--gpus", "4", "--iters", "10")
     scheduling_round_run()
@@ -382,6 +382,8 @@ def test_queue_takes_squeues_state_codes_and_lists_the_states_it_knows(service, 
     assert names("--state", "R") == ["big"]
     assert names("-t", "R,PD") == names("-t", "running", "-t", "PENDING") == ["big", "waits"]
     assert names("--name", "waits") == names("-n", "waits") == ["waits"]
+    assert names("-u", "alice") == names("--user", "alice") == ["big", "waits"]  # squeue -u
+    assert names("-u", "bob") == []
     run(capsys, "cancel", str(Job.objects.get(name="waits").pk))
     # squeue -t all: every state, as --all.
     assert names("-t", "all") == names("--all") == names("-t", "R,CA") == ["big", "waits"]
