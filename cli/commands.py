@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import time
-from datetime import datetime
 from typing import Any, TextIO
 
 from cli.api import Api, CliError, error_lines
@@ -16,6 +15,7 @@ from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_
 from cli.job_names import default_job_name
 from cli.options import option_fields, with_option_names
 from cli.output import choices_text, estimates_as_of_line, instant, table, when
+from cli.waiting import wait
 
 
 def login(api: Api, *, username: str | None, token: str | None = None, out: TextIO) -> int:
@@ -231,90 +231,6 @@ def _print_admission(admission: dict[str, Any], out: TextIO) -> None:
             out.write(f"  note: {admission['detail']}\n")
 
 
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"})
-WAIT_CHUNK = 200  # ids per list request: keeps the URL under servers' request-line limits
-
-
-def _percent_done(job: dict[str, Any]) -> int | None:
-    """Whole percent of the job's iterations done, rounded down (99.6% is not yet 100%); None when
-    it has no total (an own command sized by its time limit)."""
-    total = job.get("total_iters")
-    if not total:
-        return None
-    return min(100, 100 * (job.get("done_iters") or 0) // total)
-
-
-def _change_key(job: dict[str, Any]) -> tuple[Any, ...]:
-    """What, when it changes, is worth a line: the state, a pending job's reason, the whole percent."""
-    reason = job.get("pending_reason") if job["state"] == "PENDING" else None
-    return job["state"], reason, _percent_done(job)
-
-
-def _change_line(job: dict[str, Any], at: datetime) -> str:
-    """ "14:02:31  job 42: RUNNING 37%", "job 42: PENDING (Resources)", "job 42: FAILED 37% (exit code 3)"."""
-    text = f"{at:%H:%M:%S}  job {job['id']}: {job['state']}"
-    percent = _percent_done(job)
-    if percent is not None and (percent or job["state"] != "PENDING"):  # not a fresh job's 0%
-        text += f" {percent}%"
-    elif job.get("done_iters"):
-        text += f" {job['done_iters']} iterations"
-    if job["state"] == "PENDING" and job.get("pending_reason"):
-        text += f" ({job['pending_reason']})"
-    if job.get("exit_code"):
-        text += f" (exit code {job['exit_code']})"
-    return text
-
-
-def end_reason(job: dict[str, Any]) -> str:
-    """Why an ended job ended: the reason (and message) of its last change into its final state."""
-    if job["state"] not in FINAL_STATES:
-        return ""
-    for event in reversed(job.get("events") or []):
-        if event.get("to_state") == job["state"]:
-            message = event.get("message") or ""
-            return ": ".join(part for part in (event.get("reason") or "", message) if part)
-    return ""
-
-
-def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
-    """Poll until every job has ended (sbatch --wait), printing a line whenever a job's state, reason
-    or whole percent done changes, and why a job that did not complete ended. Exit 0 when all
-    COMPLETED, else the first failed job's exit code (1 when it has none, e.g. cancelled)."""
-    left = list(job_ids)
-    seen: dict[int, tuple[Any, ...]] = {}
-    status = 0
-    while left:
-        # One list request per 200 jobs (an array's tasks), not one request per job.
-        states = {
-            job["id"]: job
-            for k in range(0, len(left), WAIT_CHUNK)
-            for job in api.jobs({"id": ",".join(map(str, left[k : k + WAIT_CHUNK]))})
-        }
-        now = datetime.now()
-        for job_id in list(left):
-            job = states.get(job_id) or api.job(job_id)  # not listed: the detail call says why
-            if seen.get(job_id) != _change_key(job):
-                seen[job_id] = _change_key(job)
-                out.write(_change_line(job, now) + "\n")
-            if job["state"] not in FINAL_STATES:
-                continue
-            left.remove(job_id)
-            code = job.get("exit_code")
-            if job["state"] == "COMPLETED":
-                continue
-            if status == 0:
-                status = code if isinstance(code, int) and 0 < code < 256 else 1
-            # Why it ended, as `show` says it (a start that failed names the file or directory):
-            # the list gives no events, so the job's own page is asked once, as it ends.
-            why = end_reason(job if "events" in job else api.job(job_id))
-            if why:
-                out.write(f"  reason: {why}\n")
-        out.flush()  # a pipe (tee, a log file) sees each change as it happens, not at the end
-        if left:
-            time.sleep(poll_s)
-    return status
-
-
 QUEUE_HEADER = ["JOBID", "NAME", "USER", "STATE", "GPUS", "REASON", "POS", "START", "END", "QOS"]
 # queue --long's extra columns: moves, preemptions (and requeues), GPU-hours lost to restarts.
 QUEUE_LONG_HEADER = ["MOVES", "PREEMPT", "LOST_GPU_H"]
@@ -439,28 +355,3 @@ def qos_cell(job: dict[str, Any]) -> str:
     if job.get("qos_min_rate_iters_per_s"):
         cells.append(f">={job['qos_min_rate_iters_per_s']:g} it/s")
     return ", ".join(cells)
-
-
-def live_array_tasks(api: Api, array_job_id: int) -> list[int]:
-    """The ids of an array's tasks still PENDING or RUNNING, in index order (scancel ARRAYID)."""
-    tasks = api.jobs({"array_job": array_job_id, "state": list(LIVE_STATES)})
-    return [t["id"] for t in sorted(tasks, key=lambda t: t["array_task_id"])]
-
-
-def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
-    """Cancel, hold or release each job; carry on past one that fails (as scancel does) and exit 1
-    if any did. Prints each job's state (and reason while it is pending) afterwards."""
-    failed = 0
-    for job_id in job_ids:
-        try:
-            job = api.change(job_id, action)
-        except CliError as exc:
-            failed += 1
-            # The service's refusals name the job already ("job 19 is already COMPLETED").
-            said = str(exc)
-            sys.stderr.write(said if said.startswith(f"job {job_id} ") else f"job {job_id}: {said}")
-            sys.stderr.write("\n")
-            continue
-        reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
-        out.write(f"job {job_id}: {job['state']}{reason}\n")
-    return 1 if failed else 0

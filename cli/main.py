@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from cli import __version__, cluster_commands, commands, job_history, show
+from cli import __version__, cluster_commands, commands, job_control, job_history, show, waiting
 from cli.api import Api, CliError
 from cli.config import program, resolve
 
@@ -30,7 +30,7 @@ examples:
   python -m cli acct --window 7d --by team   # sreport: GPU-hours, jobs and waits (--csv)
   python -m cli acct --jobs --since 7d -s F,TO   # sacct: your jobs, exit codes, elapsed, nodes
   python -m cli hold 42; python -m cli release 42
-  python -m cli cancel 42 43; python -m cli cancel --array 42
+  python -m cli cancel 42 43; python -m cli cancel --array 42; python -m cli cancel -n sweep -t PD
 """
 
 
@@ -250,6 +250,15 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(action, help=text)
         p.add_argument("job_ids", type=int, nargs="*", metavar="JOB_ID")
         p.add_argument("--array", type=int, metavar="ID", help="every pending or running task of this array")
+        if action == "cancel":  # scancel's filters: every live job matching them (among JOB_IDs, if given)
+            p.add_argument("-n", "--name", help="only jobs of this name (scancel -n)")
+            p.add_argument("-u", "--user", help="only this user's jobs (scancel -u; default: your own)")
+            p.add_argument(
+                "-t",
+                "--state",
+                type=_choices(commands.parse_job_states),
+                help="only jobs in these states: PENDING (PD) or RUNNING (R), comma-separated",
+            )
 
     p = sub.add_parser("log", help="the last lines of a job's output")
     p.add_argument("job_id", type=int)
@@ -325,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command_name == "show":
             return show.show(api, args.job_id, as_json=args.json, out=out)
         if args.command_name == "wait":
-            return commands.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
+            return waiting.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
         if args.command_name == "acct" and args.jobs:
             return job_history.acct_jobs(api, args, out)
         if args.command_name == "acct" and (args.state or args.since or args.user):
@@ -335,10 +344,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command_name in ("cancel", "hold", "release"):
             job_ids = list(args.job_ids)
             if args.array:
-                job_ids += commands.live_array_tasks(api, args.array)
+                job_ids += job_control.live_array_tasks(api, args.array)
+            # cancel's filters (scancel -n, -u, -t); an --array without live tasks is refused below.
+            filters = [getattr(args, f, None) for f in ("name", "user", "state")]
+            if any(filters) and (job_ids or not args.array):
+                job_ids = job_control.live_jobs_matching(
+                    api, job_ids=job_ids, name=args.name, user=args.user, states=args.state or []
+                )
+                if not job_ids:
+                    sys.stderr.write("no pending or running job matches\n")
+                    return 0
             if not job_ids:
                 raise CliError("give job ids, or --array ID (with pending or running tasks)", exit_code=2)
-            return commands.change(api, args.command_name, job_ids, out)
+            return job_control.change(api, args.command_name, job_ids, out)
         return show.log(api, args.job_id, out)
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from cli.api import Api, CliError
-from cli.commands import LIVE_STATES, end_reason, job_name_text
+from cli.commands import LIVE_STATES, job_name_text
 from cli.output import as_of, clock, instant, when
+from cli.waiting import end_reason
 
 
 def restarts_text(restarts: dict[str, Any] | None) -> str:

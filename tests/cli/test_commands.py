@@ -289,6 +289,45 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
     assert run(capsys, "cancel")[0] == 2  # nothing named
 
 
+def test_cancel_takes_scancels_filters_name_user_and_state(service, capsys):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    submit = ["--workload", "res18", "--gpus", "4", "--iters", "10"]
+    run(capsys, "submit", "sweep", *submit)
+    scheduling_round_run()  # the first sweep runs, the rest wait (one 4-GPU server)
+    run(capsys, "submit", "sweep", *submit)
+    run(capsys, "submit", "other", *submit)
+    running, waiting = Job.objects.filter(name="sweep").order_by("pk")
+    other = Job.objects.get(name="other")
+    bobs = Job.objects.create(owner=UserFactory(username="bob"), name="sweep", num_gpus=1, command="true")
+
+    def states() -> dict[int, str]:
+        return dict(Job.objects.values_list("pk", "state"))
+
+    # scancel -n sweep -t PD: the pending sweep only; neither the running one, nor bob's (not -u bob).
+    assert run(capsys, "cancel", "-n", "sweep", "-t", "PD") == (0, f"job {waiting.pk}: CANCELLED\n", "")
+    # With ids, only those of them that match.
+    assert (
+        run(capsys, "cancel", str(other.pk), str(running.pk), "-t", "R")[1]
+        == f"job {running.pk}: CANCELLED\n"
+    )
+    assert states() == {
+        running.pk: JobState.CANCELLED,
+        waiting.pk: JobState.CANCELLED,
+        other.pk: JobState.PENDING,
+        bobs.pk: JobState.PENDING,
+    }
+    assert run(capsys, "cancel", "-n", "nothing") == (0, "", "no pending or running job matches\n")
+    # -u someone else: each is refused by the service (only staff may), as scancel's are.
+    code, out, err = run(capsys, "cancel", "-u", "bob")
+    assert (code, out) == (1, "") and err == f"job {bobs.pk}: Only the job's owner or staff may change it.\n"
+    assert run(capsys, "cancel", "-u", "alice") == (0, f"job {other.pk}: CANCELLED\n", "")
+    assert run(capsys, "cancel", "-t", "CD") == (
+        2,
+        "",
+        "error: -t: only PENDING or RUNNING jobs can be cancelled\n",
+    )
+
+
 def test_a_batch_script_is_submitted_with_its_directives_and_the_options_given_win(service, tmp_path, capsys):
     run(capsys, "--server", service, "login", "--username", "alice")
     script = tmp_path / "train.sh"

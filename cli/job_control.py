@@ -1,0 +1,61 @@
+"""`cancel`, `hold` and `release` (scancel, scontrol hold/release): which jobs, and each one's change."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from cli.api import Api, CliError
+from cli.commands import LIVE_STATES
+from cli.waiting import WAIT_CHUNK
+
+
+def live_array_tasks(api: Api, array_job_id: int) -> list[int]:
+    """The ids of an array's tasks still PENDING or RUNNING, in index order (scancel ARRAYID)."""
+    tasks = api.jobs({"array_job": array_job_id, "state": list(LIVE_STATES)})
+    return [t["id"] for t in sorted(tasks, key=lambda t: t["array_task_id"])]
+
+
+def live_jobs_matching(
+    api: Api, *, job_ids: list[int], name: str | None, user: str | None, states: list[str]
+) -> list[int]:
+    """scancel's filters (-n, -u, -t): the ids of the PENDING or RUNNING jobs that match them all,
+    among `job_ids` when given; without -u, one's own jobs only (scancel would try everyone's that
+    match and be refused on each)."""
+    wanted = [state for state in states if state in LIVE_STATES] if states else list(LIVE_STATES)
+    if states and len(wanted) < len(set(states)):
+        raise CliError("-t: only PENDING or RUNNING jobs can be cancelled", exit_code=2)
+    params: dict[str, Any] = {"state": wanted}
+    if name:
+        params["name"] = name
+    if user:
+        params["owner"] = user
+    else:
+        params["mine"] = "true"
+    if not job_ids:
+        return sorted(job["id"] for job in api.jobs(params))
+    matching: list[int] = []
+    for k in range(0, len(job_ids), WAIT_CHUNK):
+        chunk = job_ids[k : k + WAIT_CHUNK]
+        found = {job["id"] for job in api.jobs({**params, "id": ",".join(map(str, chunk))})}
+        matching += [job_id for job_id in chunk if job_id in found]
+    return matching
+
+
+def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
+    """Cancel, hold or release each job; carry on past one that fails (as scancel does) and exit 1
+    if any did. Prints each job's state (and reason while it is pending) afterwards."""
+    failed = 0
+    for job_id in job_ids:
+        try:
+            job = api.change(job_id, action)
+        except CliError as exc:
+            failed += 1
+            # The service's refusals name the job already ("job 19 is already COMPLETED").
+            said = str(exc)
+            sys.stderr.write(said if said.startswith(f"job {job_id} ") else f"job {job_id}: {said}")
+            sys.stderr.write("\n")
+            continue
+        reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
+        out.write(f"job {job_id}: {job['state']}{reason}\n")
+    return 1 if failed else 0
