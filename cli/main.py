@@ -4,8 +4,11 @@ cluster's (nodes, workloads, acct) in cli/cluster_commands.py."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Callable
+from typing import TextIO
 
 from cli import __version__, cluster_commands, commands, job_control, job_history, show, waiting
 from cli.api import Api, CliError
@@ -319,50 +322,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(api: Api, args: argparse.Namespace, out: TextIO) -> int:
+    """The command's work: its exit status."""
+    if args.command_name == "login":
+        return commands.login(api, username=args.username, token=args.login_token or args.token, out=out)
+    if args.command_name == "submit":
+        return commands.submit(api, args, out)
+    if args.command_name == "queue":
+        return commands.queue(api, args, out)
+    if args.command_name == "show":
+        return show.show(api, args.job_id, as_json=args.json, out=out)
+    if args.command_name == "wait":
+        return waiting.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
+    if args.command_name == "acct" and args.jobs:
+        return job_history.acct_jobs(api, args, out)
+    if args.command_name == "acct" and (args.state or args.since or args.user):
+        raise CliError("-s, --since and -u go with --jobs (one line per job)", exit_code=2)
+    if args.command_name in ("nodes", "workloads", "acct"):
+        return getattr(cluster_commands, args.command_name)(api, args, out)
+    if args.command_name in ("cancel", "hold", "release"):
+        job_ids = list(args.job_ids)
+        if args.array:
+            job_ids += job_control.live_array_tasks(api, args.array)
+        # cancel's filters (scancel -n, -u, -t); an --array without live tasks is refused below.
+        filters = [getattr(args, f, None) for f in ("name", "user", "state")]
+        if any(filters) and (job_ids or not args.array):
+            job_ids = job_control.live_jobs_matching(
+                api, job_ids=job_ids, name=args.name, user=args.user, states=args.state or []
+            )
+            if not job_ids:
+                sys.stderr.write("no pending or running job matches\n")
+                return 0
+        if not job_ids:
+            raise CliError("give job ids, or --array ID (with pending or running tasks)", exit_code=2)
+        return job_control.change(api, args.command_name, job_ids, out)
+    return show.log(api, args.job_id, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = resolve(server=args.server, token=args.token)
     api = Api(settings.server, None if args.command_name == "login" else settings.token)
     out = sys.stdout
     try:
-        if args.command_name == "login":
-            return commands.login(api, username=args.username, token=args.login_token or args.token, out=out)
-        if args.command_name == "submit":
-            return commands.submit(api, args, out)
-        if args.command_name == "queue":
-            return commands.queue(api, args, out)
-        if args.command_name == "show":
-            return show.show(api, args.job_id, as_json=args.json, out=out)
-        if args.command_name == "wait":
-            return waiting.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
-        if args.command_name == "acct" and args.jobs:
-            return job_history.acct_jobs(api, args, out)
-        if args.command_name == "acct" and (args.state or args.since or args.user):
-            raise CliError("-s, --since and -u go with --jobs (one line per job)", exit_code=2)
-        if args.command_name in ("nodes", "workloads", "acct"):
-            return getattr(cluster_commands, args.command_name)(api, args, out)
-        if args.command_name in ("cancel", "hold", "release"):
-            job_ids = list(args.job_ids)
-            if args.array:
-                job_ids += job_control.live_array_tasks(api, args.array)
-            # cancel's filters (scancel -n, -u, -t); an --array without live tasks is refused below.
-            filters = [getattr(args, f, None) for f in ("name", "user", "state")]
-            if any(filters) and (job_ids or not args.array):
-                job_ids = job_control.live_jobs_matching(
-                    api, job_ids=job_ids, name=args.name, user=args.user, states=args.state or []
-                )
-                if not job_ids:
-                    sys.stderr.write("no pending or running job matches\n")
-                    return 0
-            if not job_ids:
-                raise CliError("give job ids, or --array ID (with pending or running tasks)", exit_code=2)
-            return job_control.change(api, args.command_name, job_ids, out)
-        return show.log(api, args.job_id, out)
+        code = _run(api, args, out)
+        out.flush()  # a reader that went away shows here, not as a traceback at exit
+        return code
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: nothing was cancelled, the jobs go on\n")
         return 130
+    except BrokenPipeError:
+        # `attune queue | head -1`: the reader has what it wanted; stop quietly with a pipe's status
+        # (128 + SIGPIPE), as Unix tools do, and send what is still buffered nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     finally:
         api.close()

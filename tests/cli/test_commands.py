@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -287,6 +289,19 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
     code, out, _ = run(capsys, "cancel", "--array", str(tasks[0].pk))
     assert code == 0 and out == f"job {tasks[0].pk}: CANCELLED\njob {tasks[2].pk}: CANCELLED\n"
     assert run(capsys, "cancel")[0] == 2  # nothing named
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_a_pipes_status(service, capsys, tmp_path):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    run(capsys, "submit", "listed", "--workload", "res18", "--gpus", "1", "--iters", "10")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `attune queue | head -0`: nobody reads what it prints
+    env = {**standalone_env(), "ATTUNE_TOKEN_FILE": os.environ["ATTUNE_TOKEN_FILE"]}
+    with os.fdopen(write_end, "wb") as stdout:
+        result = subprocess.run(
+            [sys.executable, "-m", "cli", "queue"], stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT
+        )
+    assert result.returncode == 128 + signal.SIGPIPE and "Traceback" not in result.stderr.decode()
 
 
 def test_cancel_takes_scancels_filters_name_user_and_state(service, capsys):
