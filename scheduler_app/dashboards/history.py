@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
 from cluster_app.models import Server
 from profiles_app.selectors import workload_profiles
 from scheduler_app.core.types import SensitivityProfile
 from scheduler_app.models import Job, JobState, qos_deadline
+from scheduler_app.services.forecasts import cluster_time_scale
 from scheduler_app.simulator import TraceJob, jct_stats
 
 
@@ -73,7 +75,12 @@ def profiles_from_json(data: dict[str, dict[str, Any]]) -> dict[str, Sensitivity
 
 
 def history_trace(*, max_jobs: int) -> HistoryTrace:
-    """The `max_jobs` most recently submitted COMPLETED jobs, oldest first, as a trace."""
+    """The `max_jobs` most recently submitted COMPLETED jobs, oldest first, as a trace.
+
+    In the jobs' own time, as the simulator plays them with their profiles: on fake nodes that run
+    their jobs faster than wall time (the demo's agents, `--time-scale 0.05`: 20 times), every
+    recorded time (arrivals, deadlines, what happened) is the wall time over the cluster's time
+    scale, so that the replay and what happened compare; on real nodes the scale is 1."""
     rows = list(
         Job.objects.filter(state=JobState.COMPLETED, finished_at__isnull=False)
         .order_by("-submitted_at", "-id")
@@ -98,20 +105,26 @@ def history_trace(*, max_jobs: int) -> HistoryTrace:
     if not replayable:
         return HistoryTrace(jobs=[], skipped=len(rows), actual={"jobs": 0})
     t0 = min(r[2] for r in replayable)
+    scale = cluster_time_scale(list(Server.objects.all()))
+
+    def own_s(delta: timedelta) -> float:
+        return delta.total_seconds() / scale
+
     jobs = []
     for row in replayable:
         job_id, model, submitted_at, _, total_iters, num_gpus, deadline_at, max_latency_s, owner, rate = row
-        arrival_s = (submitted_at - t0).total_seconds()
+        arrival_s = own_s(submitted_at - t0)
         deadline = qos_deadline(submitted_at, deadline_at, max_latency_s)
-        deadline_s = None if deadline is None else (deadline - t0).total_seconds()
+        deadline_s = None if deadline is None else own_s(deadline - t0)
         # The owner too, so that a what-if under fair share replays who submitted what.
         job = TraceJob(job_id, model, arrival_s, total_iters, num_gpus, deadline_s, owner)
         jobs.append(replace(job, min_rate_iters_per_s=rate) if rate is not None else job)
-    jct = jct_stats([(r[3] - r[2]).total_seconds() for r in replayable])  # the simulator's own figures
-    makespan_h = (max(r[3] for r in replayable) - t0).total_seconds() / 3600
+    jct = jct_stats([own_s(r[3] - r[2]) for r in replayable])  # the simulator's own figures
+    makespan_h = own_s(max(r[3] for r in replayable) - t0) / 3600
     qos = [(j, r[3]) for j, r in zip(jobs, replayable, strict=True) if j.deadline_s is not None]
-    met = sum((finished - t0).total_seconds() <= j.deadline_s for j, finished in qos)
+    met = sum(own_s(finished - t0) <= j.deadline_s for j, finished in qos)
     actual = {
+        "time_scale": scale,
         "jobs": len(jobs),
         "avg_jct_h": jct.avg_h,
         "median_jct_h": jct.median_h,

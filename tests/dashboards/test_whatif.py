@@ -7,6 +7,7 @@ import re
 import pytest
 from django.urls import reverse
 
+from cluster_app.models import Server
 from profiles_app.models import Workload
 from scheduler_app import tasks
 from scheduler_app.dashboards.history import HistoryTrace, history_trace, trace_from_rows
@@ -14,6 +15,7 @@ from scheduler_app.dashboards.services import whatif_run_create, whatif_run_exec
 from scheduler_app.models import Job, SimulationRun, SimulationStatus
 from scheduler_app.services.simulations import SimulationRequest
 from scheduler_app.simulator import TraceJob
+from tests.api.helpers import make_server
 from tests.dashboards.conftest import completed_job
 from tests.factories import JobFactory, WorkloadFactory
 
@@ -165,6 +167,30 @@ def test_a_history_run_replays_the_recorded_jobs_beside_what_happened():
     (result,) = run.results["runs"]
     assert result["jobs"] == 2 and result["finished_jobs"] == 2
     assert run.parameters["extra"]["actual"]["makespan_h"] == 5.0
+
+
+def test_a_history_recorded_on_fake_nodes_is_replayed_and_shown_in_the_jobs_own_time(staff_client):
+    """The demo's agents run jobs 20 times faster than their profiles (time scale 0.05); the replay
+    plays the profiles, so what happened is shown in the jobs' own time too, and the page says so."""
+    make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    res18 = WorkloadFactory(name="res18")
+    completed_job(submitted_h=0, finished_h=0.1, workload=res18, num_gpus=1, total_iters=500)
+    completed_job(submitted_h=0.05, finished_h=0.25, workload=res18, num_gpus=1, total_iters=800)
+    real = history_trace(max_jobs=10)
+    Server.objects.update(time_scale=0.05)
+    fake = history_trace(max_jobs=10)
+    assert [j.arrival_s for j in real.jobs] == [0.0, 180.0]
+    assert [j.arrival_s for j in fake.jobs] == [0.0, 3600.0]  # 3 min of wall time, an hour of theirs
+    assert fake.actual["avg_jct_h"] == pytest.approx(20 * real.actual["avg_jct_h"])
+    assert fake.actual["makespan_h"] == pytest.approx(5.0) and fake.actual["time_scale"] == 0.05
+    run = whatif_run_create(request=SimulationRequest(servers=1, allocators=("tune",)), history=fake)
+    run = whatif_run_execute(run_id=run.pk)
+    page = staff_client.get(reverse("dashboards:whatif_run", args=[run.pk])).content.decode()
+    assert "ran on fake nodes 20 times faster than their profiles" in page
+    assert "wall time x 20)" in page
+    real_run = whatif_run_create(request=SimulationRequest(servers=1, allocators=("tune",)), history=real)
+    page = staff_client.get(reverse("dashboards:whatif_run", args=[real_run.pk])).content.decode()
+    assert 'id="whatif-time-scale"' not in page
 
 
 def test_history_replays_the_clusters_own_profiles_with_their_speed_correction():
