@@ -80,10 +80,17 @@ def _restart_lease() -> Exists:
     return Exists(Allocation.objects.filter(job=OuterRef("job"), started_at__lt=OuterRef("started_at")))
 
 
+def _wall_gpu_s(own_s: Any) -> Any:
+    """A lease's seconds in its job's own time (start-up, lost work: docs/restarts.md) as GPU-seconds
+    of the cluster's, beside its usage: times its server's time scale (1 on a real node; a fake node
+    runs a job 20 times faster at 0.05, so an hour of the job's is 3 minutes of the node's)."""
+    return F("num_gpus") * Coalesce(own_s, Value(0.0)) * F("server__time_scale")
+
+
 def _restart_startup_gpu_s() -> Case:
     """A lease's GPU-seconds of start-up, counted only when it restarted the job."""
     return Case(
-        When(_restart_lease(), then=F("num_gpus") * Coalesce(F("startup_s"), Value(0.0))),
+        When(_restart_lease(), then=_wall_gpu_s(F("startup_s"))),
         default=Value(0.0),
         output_field=FloatField(),
     )
@@ -91,7 +98,7 @@ def _restart_startup_gpu_s() -> Case:
 
 def _lost_work_gpu_s() -> Any:
     """A lease's GPU-seconds of work to do again, once a restart ended it."""
-    return F("num_gpus") * Coalesce(F("lost_work_s"), Value(0.0))
+    return _wall_gpu_s(F("lost_work_s"))
 
 
 def jobs_with_restarts(jobs: QuerySet[Job]) -> QuerySet[Job]:
@@ -159,7 +166,7 @@ def restart_loss_by_day(*, start: datetime, end: datetime, jobs: Q | None = None
         .filter(_restart_lease())
         .annotate(day=TruncDate("started_at", tzinfo=tz))
         .values("day")
-        .annotate(gpu_s=Sum(F("num_gpus") * F("startup_s"), output_field=FloatField()))
+        .annotate(gpu_s=Sum(_wall_gpu_s(F("startup_s")), output_field=FloatField()))
         .order_by()
     )
     by_day: dict[date, float] = defaultdict(float)

@@ -23,7 +23,7 @@ from scheduler_app.services.job_lifecycle import (
     job_interruption_events,
     transition_event,
 )
-from tests.factories import AllocationFactory, JobFactory
+from tests.factories import AllocationFactory, JobFactory, ServerFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -121,3 +121,18 @@ def test_the_clusters_gpu_hours_lost_per_day(settings):
     next_day = restart_loss_by_day(start=T0 + timedelta(days=1), end=T0 + timedelta(days=2))
     assert [d.day.isoformat() for d in next_day] == ["2026-03-03"]
     assert restart_loss_by_day(start=T0, end=T0 + timedelta(days=3), jobs=Q(job__pk__in=[])) == []
+
+
+def test_gpu_time_lost_on_fake_nodes_is_the_nodes_beside_their_usage(settings):
+    """A lease's start-up and lost work are in its job's own time (docs/restarts.md); what the cluster
+    lost is its server's: on the demo's fake nodes (time scale 0.05: jobs 20 times faster) a twentieth,
+    as its GPU usage is wall time there too."""
+    settings.TIME_ZONE = "UTC"
+    job = moved_twice_and_preempted()
+    job.allocations.update(server=ServerFactory(name="fake01", time_scale=0.05))
+    assert job_restarts(job).gpu_s_lost == pytest.approx((LOST_WORK_GPU_S + STARTUP_GPU_S) * 0.05)
+    days = restart_loss_by_day(start=T0 - timedelta(days=1), end=T0 + timedelta(days=3))
+    assert [(d.day.isoformat(), round(d.gpu_hours * 3600, 6)) for d in days] == [
+        ("2026-03-02", round((LOST_WORK_GPU_S + 4 * 50 + 4 * 60) * 0.05, 6)),
+        ("2026-03-03", round(8 * 30 * 0.05, 6)),
+    ]
