@@ -241,6 +241,12 @@
     },
   };
 
+  /* 14:02:31: the browser's local time, 24-hour, as every page prints its times. */
+  function clockTime(d) {
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  }
+
   function setStatus(text, isError) {
     var el = document.getElementById("dash-status");
     if (el) {
@@ -289,7 +295,7 @@
       });
     });
     Promise.all(jobs).then(function () {
-      setStatus("updated " + new Date().toLocaleTimeString());
+      setStatus("updated " + clockTime(new Date()));
     }).catch(function (err) {
       setStatus("could not update: " + err.message, true);
     });
