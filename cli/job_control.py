@@ -10,6 +10,24 @@ from cli.commands import LIVE_STATES
 from cli.waiting import WAIT_CHUNK
 
 
+def resolve_job_refs(api: Api, refs: list[int | tuple[int, int]]) -> list[int]:
+    """Job ids, with each array task written as (array id, index), Slurm's 42_3, replaced by its own
+    id: one list request per array named."""
+    tasks: dict[int, dict[int, int]] = {}
+    ids = []
+    for ref in refs:
+        if isinstance(ref, int):
+            ids.append(ref)
+            continue
+        array, index = ref
+        if array not in tasks:
+            tasks[array] = {t["array_task_id"]: t["id"] for t in api.jobs({"array_job": array})}
+        if index not in tasks[array]:
+            raise CliError(f"{array}_{index}: no task {index} in array {array} (or not yours to see)")
+        ids.append(tasks[array][index])
+    return ids
+
+
 def live_array_tasks(api: Api, array_job_id: int) -> list[int]:
     """The ids of an array's tasks still PENDING or RUNNING, in index order (scancel ARRAYID)."""
     tasks = api.jobs({"array_job": array_job_id, "state": list(LIVE_STATES)})

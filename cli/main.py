@@ -48,6 +48,15 @@ def _job_ids(text: str) -> list[int]:
     return ids
 
 
+def _job_ref(text: str) -> int | tuple[int, int]:
+    """A job id (42), or an array's task as Slurm writes it, ARRAYID_INDEX (42_3): resolved once the
+    service is asked (job_control.resolve_job_refs)."""
+    array, sep, index = text.strip().partition("_")
+    if array.isdigit() and int(array) > 0 and (not sep or index.isdigit()):
+        return (int(array), int(index)) if sep else int(array)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a job id: give 42, or an array's task as 42_3")
+
+
 def _choices(parse: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
     """An argparse type from a parser that raises ValueError (with the valid choices in its text)."""
 
@@ -242,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("show", help="one job in full (scontrol show job)")
-    p.add_argument("job_id", type=int)
+    p.add_argument("job_id", type=_job_ref, metavar="JOB_ID")
     p.add_argument("--json", action="store_true")
 
     for action, text in (
@@ -251,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("release", "put held jobs back in the queue (scontrol release)"),
     ):
         p = sub.add_parser(action, help=text)
-        p.add_argument("job_ids", type=int, nargs="*", metavar="JOB_ID")
+        p.add_argument("job_ids", type=_job_ref, nargs="*", metavar="JOB_ID")
         p.add_argument("--array", type=int, metavar="ID", help="every pending or running task of this array")
         if action == "cancel":  # scancel's filters: every live job matching them (among JOB_IDs, if given)
             p.add_argument("-n", "--name", help="only jobs of this name (scancel -n)")
@@ -264,12 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
             )
 
     p = sub.add_parser("log", help="the last lines of a job's output")
-    p.add_argument("job_id", type=int)
+    p.add_argument("job_id", type=_job_ref, metavar="JOB_ID")
 
     p = sub.add_parser(
         "wait", help="print each job's state changes and progress until it ends: 0 if all completed"
     )
-    p.add_argument("job_ids", type=int, nargs="+", metavar="JOB_ID")
+    p.add_argument("job_ids", type=_job_ref, nargs="+", metavar="JOB_ID")
 
     p = sub.add_parser("nodes", help="servers: state, free/total GPUs, cores, memory, reason (sinfo)")
     p.add_argument(
@@ -324,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(api: Api, args: argparse.Namespace, out: TextIO) -> int:
     """The command's work: its exit status."""
+    if getattr(args, "job_ids", None):
+        args.job_ids = job_control.resolve_job_refs(api, args.job_ids)
+    if isinstance(getattr(args, "job_id", None), tuple):
+        (args.job_id,) = job_control.resolve_job_refs(api, [args.job_id])
     if args.command_name == "login":
         return commands.login(api, username=args.username, token=args.login_token or args.token, out=out)
     if args.command_name == "submit":

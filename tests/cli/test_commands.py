@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -284,6 +285,19 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "1", "--array", "x"
     )
     assert code == 1 and err.startswith("error: --array: “x” is not an index or a range")
+    # Slurm's ARRAYID_INDEX names a task wherever a job id goes.
+    first = tasks[0].pk
+    code, out, _ = run(capsys, "show", f"{first}_2", "--json")
+    assert code == 0 and json.loads(out)["id"] == tasks[2].pk
+    assert run(capsys, "hold", f"{first}_2", f"{first}_0") == (
+        0,
+        f"job {tasks[2].pk}: PENDING (JobHeldUser)\njob {first}: PENDING (JobHeldUser)\n",
+        "",
+    )
+    run(capsys, "release", f"{first}_2", str(first))
+    code, _, err = run(capsys, "show", f"{first}_9")
+    assert (code, err) == (1, f"error: {first}_9: no task 9 in array {first} (or not yours to see)\n")
+    assert "'x_1' is not a job id: give 42, or an array's task as 42_3" in usage_error(capsys, "show", "x_1")
     # scancel ARRAYID: every task still in the queue.
     Job.objects.filter(pk=tasks[1].pk).update(state=JobState.COMPLETED)
     code, out, _ = run(capsys, "cancel", "--array", str(tasks[0].pk))
