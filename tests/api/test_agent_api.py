@@ -496,7 +496,7 @@ def test_other_exits_fail_the_job(agent, running, data, state, exit_code):
 def test_a_start_and_an_exit_in_one_sync_read_in_that_order_on_the_timeline(agent, running):
     lease = lease_of(running).lease_id
     started = report(lease, 1, "started", isolation="affinity+rlimit")
-    failed = "start failed: cannot open the stdout file '/work/attune-7.out': Permission denied"
+    failed = "start failed: cannot open the stdout file '/home/alice/attune-7.out': Permission denied"
     exited = report(lease, 2, "exited", exit_code=None, error=failed)
     synced(agent, reports=[started, exited])  # the agent saw both before its next sync
     running.refresh_from_db()
