@@ -23,6 +23,7 @@ RETRY_BACKOFF_S = 0.5  # doubled after each attempt, at most RETRY_BACKOFF_MAX_S
 RETRY_BACKOFF_MAX_S = 8.0
 RETRY_STATUS = frozenset({409, 502, 503, 504})
 RETRY_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+IDS_PER_REQUEST = 200  # job ids per list request: keeps the URL under servers' request-line limits
 
 
 class CliError(Exception):
@@ -181,6 +182,15 @@ class Api:
     def jobs(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Every job the filters select."""
         return self._pages("/api/v1/jobs/", params)
+
+    def jobs_by_id(self, job_ids: list[int], params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The jobs among `job_ids` that the filters select: one list request per IDS_PER_REQUEST ids
+        (an array's tasks), not one request per job."""
+        found: list[dict[str, Any]] = []
+        for k in range(0, len(job_ids), IDS_PER_REQUEST):
+            chunk = ",".join(map(str, job_ids[k : k + IDS_PER_REQUEST]))
+            found += self.jobs({**(params or {}), "id": chunk})
+        return found
 
     def workloads(self) -> list[dict[str, Any]]:
         """The catalog's workloads, by name, each with its profile's summary (null if unprofiled)."""

@@ -7,7 +7,6 @@ from typing import Any, TextIO
 
 from cli.api import Api, CliError
 from cli.commands import LIVE_STATES
-from cli.waiting import WAIT_CHUNK
 
 
 def resolve_job_refs(api: Api, refs: list[int | tuple[int, int]]) -> list[int]:
@@ -52,12 +51,8 @@ def live_jobs_matching(
         params["mine"] = "true"
     if not job_ids:
         return sorted(job["id"] for job in api.jobs(params))
-    matching: list[int] = []
-    for k in range(0, len(job_ids), WAIT_CHUNK):
-        chunk = job_ids[k : k + WAIT_CHUNK]
-        found = {job["id"] for job in api.jobs({**params, "id": ",".join(map(str, chunk))})}
-        matching += [job_id for job_id in chunk if job_id in found]
-    return matching
+    found = {job["id"] for job in api.jobs_by_id(job_ids, params)}
+    return [job_id for job_id in job_ids if job_id in found]
 
 
 def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:

@@ -9,7 +9,6 @@ from typing import Any, TextIO
 from cli.api import Api
 
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"})
-WAIT_CHUNK = 200  # ids per list request: keeps the URL under servers' request-line limits
 
 
 def _percent_done(job: dict[str, Any]) -> int | None:
@@ -61,12 +60,7 @@ def wait(api: Api, job_ids: list[int], *, poll_s: float, out: TextIO) -> int:
     seen: dict[int, tuple[Any, ...]] = {}
     status = 0
     while left:
-        # One list request per 200 jobs (an array's tasks), not one request per job.
-        states = {
-            job["id"]: job
-            for k in range(0, len(left), WAIT_CHUNK)
-            for job in api.jobs({"id": ",".join(map(str, left[k : k + WAIT_CHUNK]))})
-        }
+        states = {job["id"]: job for job in api.jobs_by_id(left)}
         now = datetime.now()
         for job_id in list(left):
             job = states.get(job_id) or api.job(job_id)  # not listed: the detail call says why
