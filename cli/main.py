@@ -186,8 +186,8 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
         "-a",
         "--array",
         metavar="INDICES",
-        help="one job per task index, e.g. 0-9 or 1,3,5-7 or 0-15:4 (sbatch --array); "
-        "each process sees ATTUNE_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID",
+        help="one job per task index, e.g. 0-9 or 1,3,5-7 or 0-15:4 (sbatch --array), and %%N to run "
+        "at most N at once (0-99%%4); each process sees ATTUNE_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID",
     )
     p.add_argument(
         "-o",

@@ -103,6 +103,17 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
         ("Progress", _progress(job)),
         ("QoS", qos_target_text(job)),
         ("After jobs", ", ".join(map(str, job.get("depends_on") or [])) or "-"),
+    ]
+    if job.get("array_job") is not None:
+        at_once = job.get("array_task_limit")
+        facts.append(
+            (
+                "Array",
+                f"task {job['array_task_id']} of {job['array_job']}"
+                + (f", at most {at_once} tasks at once" if at_once else ""),
+            )
+        )
+    facts += [
         ("Submitted", when(job["submitted_at"])),
         ("Started", when(job.get("started_at"))),
         ("Finished", when(job.get("finished_at"))),

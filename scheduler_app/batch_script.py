@@ -170,7 +170,9 @@ DIRECTIVES: tuple[Directive, ...] = (
     Directive(
         "time", "time_limit_s", _time_limit_s, "TIME", "t", help="time limit: MM, HH:MM:SS, D-HH:MM:SS..."
     ),
-    Directive("array", "array", _text, "INDICES", "a", help="one job per index: 0-9, 1,3,5-7, 0-15:4"),
+    Directive(
+        "array", "array", _text, "INDICES", "a", help="one job per index: 0-9, 1,3,5-7, 0-15:4; %N: N at once"
+    ),
     Directive(
         "dependency",
         "depends_on",

@@ -92,6 +92,7 @@ PENDING_REASONS = {
     "Dependency": "It waits for the jobs it depends on to complete.",
     "DependencyNeverSatisfied": "A job it depends on ended without completing: cancel it or resubmit.",
     "Infeasible": "It can never fit on this cluster as it is.",
+    "JobArrayTaskLimit": "Its array already runs as many tasks at once as its limit (--array ...%N) allows.",
 }
 
 # Slurm's job states (scheduler_app.models.JobState).

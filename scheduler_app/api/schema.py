@@ -97,8 +97,10 @@ GIVEN_OR_EMPTY = rf"^([{SPACE}]*[^\x00{SPACE}][^\x00]*)?$"
 _INDICES = "[0-9]+(-[0-9]+(:[0-9]+)?)?"  # parse_array_spec's item: an index, a range, a range:step
 _SPACES = f"[{SPACE}]*"
 FIELD_PATTERNS = {
-    # Blank (no array), or items separated by commas, blank items ignored, at least one index.
-    "array": rf"^({_SPACES}|({_SPACES},)*{_SPACES}{_INDICES}{_SPACES}(,{_SPACES}({_INDICES}{_SPACES})?)*)$",
+    # Blank (no array), or items separated by commas, blank items ignored, at least one index; then
+    # optionally %N, the limit on tasks running at once.
+    "array": rf"^({_SPACES}|({_SPACES},)*{_SPACES}{_INDICES}{_SPACES}(,{_SPACES}({_INDICES}{_SPACES})?)*"
+    rf"(%{_SPACES}[0-9]+{_SPACES})?)$",
     # sbatch's submission directory: absolute, or blank (none).
     "submit_dir": rf"^{_SPACES}(/[^\x00]*)?$",
     # sbatch's file name patterns (job_paths.output_pattern_problem): a % starts one of its codes.

@@ -92,6 +92,10 @@ class PendingReason(models.TextChoices):
         "a job it depends on ended without completing: cancel it or resubmit",
     )
     INFEASIBLE = "Infeasible", "it can never fit on this cluster"
+    ARRAY_TASK_LIMIT = (
+        "JobArrayTaskLimit",
+        "its array already runs as many tasks at once as its limit (--array ...%N) allows",
+    )
 
 
 class Job(models.Model):
@@ -162,6 +166,12 @@ class Job(models.Model):
     array_task_id = models.PositiveIntegerField(
         null=True, blank=True, help_text="This task's index (SLURM_ARRAY_TASK_ID)"
     )
+    array_task_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many of its array's tasks run at once (--array 0-99%4; Slurm's "
+        "ArrayTaskThrottle); empty: no limit",
+    )
     held = models.BooleanField(
         default=False, help_text="Held out of the queue (scontrol hold) until released; PENDING only"
     )
@@ -185,6 +195,12 @@ class Job(models.Model):
             # Accounting (selectors/accounting.py) reads the jobs that ended or started in a window.
             models.Index(fields=["finished_at"]),
             models.Index(fields=["started_at"]),
+            # A round's read of the live tasks of arrays with a limit (selectors.live_array_limits).
+            models.Index(
+                fields=["array_job", "array_task_id"],
+                condition=Q(array_task_limit__isnull=False, state__in=["PENDING", "RUNNING"]),
+                name="job_live_limited_tasks",
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(num_gpus__gt=0), name="job_num_gpus_positive"),
@@ -241,6 +257,11 @@ class Job(models.Model):
                 name="job_array_task_complete",
             ),
             models.UniqueConstraint(fields=["array_job", "array_task_id"], name="job_array_task_once"),
+            models.CheckConstraint(
+                condition=Q(array_task_limit__isnull=True)
+                | Q(array_task_limit__gt=0, array_task_id__isnull=False),
+                name="job_array_task_limit_of_array",
+            ),
         ]
 
     def __str__(self) -> str:

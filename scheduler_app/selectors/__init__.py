@@ -27,6 +27,7 @@ from scheduler_app.selectors.agents import (
 from scheduler_app.selectors.cluster import cluster_overview
 from scheduler_app.selectors.jobs import (
     LeaseSpeed,
+    array_limits_of,
     dependency_pending_reason,
     dependency_waits,
     job_counts_by_state,
@@ -40,6 +41,7 @@ from scheduler_app.selectors.jobs import (
     job_relation_known,
     job_submitted_as_stored,
     job_submitted_detail,
+    live_array_limits,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpu_count, server_busy_gpus
 from scheduler_app.selectors.queue import QueueEntry, job_estimate, job_queue, job_queue_of
@@ -92,6 +94,7 @@ __all__ = [
     "accounting_window",
     "active_leases",
     "agent_commands",
+    "array_limits_of",
     "borrowing_teams",
     "cluster_overview",
     "dependency_pending_reason",
@@ -114,6 +117,7 @@ __all__ = [
     "job_submitted_as_stored",
     "job_submitted_detail",
     "jobs_with_restarts",
+    "live_array_limits",
     "next_round_at",
     "own_command_iter_time_s",
     "owner_usage_gpu_s",

@@ -82,6 +82,25 @@ def dependency_waits(*, job_ids: Iterable[int]) -> dict[int, dict[int, str]]:
     return dict(waits)
 
 
+def live_array_limits() -> dict[int, tuple[int, list[int]]]:
+    """Each array with a limit on tasks running at once (--array 0-99%4) and a task still pending or
+    running: its limit and the ids of those tasks in index order (a partial index holds just them)."""
+    rows = (
+        Job.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING], array_task_limit__isnull=False)
+        .order_by("array_job_id", "array_task_id")
+        .values_list("pk", "array_job_id", "array_task_limit")
+    )
+    return array_limits_of(rows)
+
+
+def array_limits_of(tasks: Iterable[tuple[int, int, int]]) -> dict[int, tuple[int, list[int]]]:
+    """(job id, array id, limit) of an array's tasks in index order -> array id -> (limit, job ids)."""
+    limits: dict[int, tuple[int, list[int]]] = {}
+    for job_id, array_id, limit in tasks:
+        limits.setdefault(array_id, (limit, []))[1].append(job_id)
+    return limits
+
+
 def dependency_pending_reason(dependency_states: Iterable[str]) -> str:
     """Dependency while every unfinished dependency may still complete; DependencyNeverSatisfied
     once one has ended otherwise (Slurm's reasons for afterok)."""

@@ -36,6 +36,7 @@ from scheduler_app.core.move_guard import one_server_views
 from scheduler_app.core.types import ClusterSnapshot, JobView
 from scheduler_app.models import Job, JobForecast, JobState
 from scheduler_app.selectors import (
+    array_limits_of,
     borrowing_teams,
     next_round_at,
     own_command_iter_time_s,
@@ -299,9 +300,18 @@ def _prepared(
         "team_quota_gpus": team_quotas_left(jobs=jobs, frozen_job_ids=inputs.frozen_job_ids),
         "borrowing_teams": borrowing_teams(),
         "after": {job_id: deps.keys() for job_id, deps in queue.waits.items() if job_id not in queue.never},
+        "array_limits": _array_limits(jobs),
         "restarts": restarts,
     }
     return ready, _Play(inputs.snapshot, views, kwargs)
+
+
+def _array_limits(jobs: list[Job]) -> dict[int, tuple[int, list[int]]]:
+    """The arrays with a limit on tasks running at once among `jobs`, as the live round reads them."""
+    tasks = sorted(
+        (j for j in jobs if j.array_task_limit is not None), key=lambda j: (j.array_job_id, j.array_task_id)
+    )
+    return array_limits_of((j.pk, j.array_job_id, j.array_task_limit) for j in tasks)
 
 
 def _window(

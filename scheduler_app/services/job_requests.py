@@ -51,7 +51,7 @@ class JobRequest:
     checkpoint_every_s: float | None = None  # how often it checkpoints (--checkpoint-every); None: see Job
     depends_on: tuple[int, ...] = ()  # ids of jobs that must complete first (Slurm's afterok)
     hold: bool = False  # submitted held (sbatch --hold): it waits for job_release
-    array: str = ""  # Slurm's --array: "0-9", "1,3,5-7", "0-15:4"; one job per task index
+    array: str = ""  # Slurm's --array: "0-9", "1,3,5-7", "0-15:4", "0-99%4"; one job per task index
 
 
 MAX_SCRIPT_CHARS = 256 * 1024
@@ -80,12 +80,26 @@ MAX_DEADLINE_AHEAD = timedelta(days=5 * 365)
 MAX_JOB_ID = 2**63 - 1  # ids are 64-bit
 
 
-def parse_array_spec(spec: str) -> tuple[int, ...]:
-    """Task indices from Slurm's --array syntax: "0-9", "1,3,5-7", "0-15:4" (a step). Sorted, each
-    once. Raises ValueError saying what is wrong ("%N" throttles are not supported)."""
-    text = spec.strip()
-    if "%" in text:
-        raise ValueError("a limit on simultaneous tasks (%N) is not supported: drop it")
+@dataclass(frozen=True, slots=True)
+class ArraySpec:
+    """What an --array value asks for: the task indices, and how many may run at once."""
+
+    task_ids: tuple[int, ...]  # sorted, each once
+    limit: int | None = None  # "%N": at most N tasks running at once (Slurm's ArrayTaskThrottle)
+
+
+def parse_array_spec(spec: str) -> ArraySpec:
+    """Slurm's --array syntax: "0-9", "1,3,5-7", "0-15:4" (a step), each optionally followed by
+    "%N", at most N tasks running at once ("0-99%4"). Raises ValueError saying what is wrong."""
+    text, percent, limit_text = spec.strip().partition("%")
+    limit: int | None = None
+    if percent:
+        limit_text = limit_text.strip()
+        if not re.fullmatch(r"[0-9]+", limit_text):
+            raise ValueError(f"“%{limit_text}” is not a limit: write %N after the indices, e.g. 0-99%4")
+        limit = int(limit_text)
+        if not 1 <= limit <= MAX_ARRAY_TASKS:
+            raise ValueError(f"a limit on simultaneous tasks (%N) is from 1 to {MAX_ARRAY_TASKS}")
     ids: set[int] = set()
     for part in filter(None, (p.strip() for p in text.split(","))):
         # ASCII digits only (Python's \d also takes other scripts' digits; the schema's pattern does not).
@@ -104,7 +118,7 @@ def parse_array_spec(spec: str) -> tuple[int, ...]:
         ids.update(range(first, last + 1, step))
     if not ids:
         raise ValueError("give the task indices, e.g. 0-9")
-    return tuple(sorted(ids))
+    return ArraySpec(tuple(sorted(ids)), limit)
 
 
 def job_run_as(owner: AbstractBaseUser) -> str:
@@ -262,11 +276,9 @@ def _validate_deadline(deadline: datetime, add) -> None:
         add("qos_deadline_at", f"A deadline is at most {MAX_DEADLINE_AHEAD.days // 365} years ahead.")
 
 
-def job_request_validate(
-    request: JobRequest, owner: AbstractBaseUser
-) -> tuple[tuple[int | None, ...], dict[int, str]]:
+def job_request_validate(request: JobRequest, owner: AbstractBaseUser) -> tuple[ArraySpec, dict[int, str]]:
     """Raise ValidationError with per-field messages; nothing is written on bad input. Returns what
-    the checks worked out: the task indices (None for a single job) and each dependency's state."""
+    the checks worked out: the array (no task indices for a single job) and each dependency's state."""
     errors: dict[str, list[str]] = {}
 
     def add(field: str, message: str) -> None:
@@ -342,12 +354,12 @@ def job_request_validate(
     if request.team is not None and not request.team.members.filter(pk=owner.pk).exists():
         add("team", f"You are not a member of team {request.team.name}.")
     dependencies = _validate_dependencies(request, owner, add) if request.depends_on else {}
-    task_ids: tuple[int | None, ...] = (None,)
+    array = ArraySpec(())
     if request.array:
         try:
-            task_ids = parse_array_spec(request.array)
+            array = parse_array_spec(request.array)
         except ValueError as exc:
             add("array", str(exc))
     if errors:
         raise ValidationError(errors)
-    return task_ids, dependencies
+    return array, dependencies

@@ -58,7 +58,7 @@ def job_submit(*, owner: AbstractBaseUser, request: JobRequest, admission: bool 
 
 def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
     """Validate the request and store its jobs with their `submitted` events and dependencies."""
-    task_ids, dependencies = job_request_validate(request, owner)
+    array, dependencies = job_request_validate(request, owner)
     depends_on = sorted(dependencies)
     if request.hold:
         reason = PendingReason.HELD_USER
@@ -93,18 +93,25 @@ def _jobs_store(*, owner: AbstractBaseUser, request: JobRequest) -> list[Job]:
         held=request.hold,
         pending_reason=reason,
     )
-    if task_ids[0] is None:
+    task_ids = array.task_ids
+    if not task_ids:
         # A single job and its event in one statement (the common submission: one round trip).
         first, event = job_create_with_event(data=_submitted_data(fields, None, depends_on), **fields)
         jobs, events = [first], [event]
     else:
         # The first task is its array's id: it refers to itself; the others, in one statement (an
         # array has up to 1,000 tasks), refer to it.
+        # The limit is on every task (a round reads it from the live ones), set with the index.
         first = job_create(**fields)
-        first.array_job, first.array_task_id = first, task_ids[0]
-        first.save(update_fields=["array_job", "array_task_id"])
+        first.array_job, first.array_task_id, first.array_task_limit = first, task_ids[0], array.limit
+        first.save(update_fields=["array_job", "array_task_id", "array_task_limit"])
         jobs = [first]
-        jobs += jobs_create_bulk([dict(fields, array_job=first, array_task_id=t) for t in task_ids[1:]])
+        jobs += jobs_create_bulk(
+            [
+                dict(fields, array_job=first, array_task_id=t, array_task_limit=array.limit)
+                for t in task_ids[1:]
+            ]
+        )
         # One statement for the events of every task (an array has up to 1,000).
         events = [
             transition_event(

@@ -25,6 +25,7 @@ from scheduler_app.selectors import (
     server_busy_gpus,
     team_quotas_left,
 )
+from scheduler_app.services.array_limits import array_limits_hold
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_request_on_commit
 from scheduler_app.services.gc_pause import gc_paused
 from scheduler_app.services.jobs import job_dependencies_hold
@@ -87,9 +88,11 @@ def _round(trigger: str) -> SchedulingRound:
     # Jobs whose workload is being profiled wait out of the round. Synergy profiles on arrival, so
     # queued runs take what running leases leave free before this round places anything new.
     # Held jobs (scontrol hold) are out, their reason set when they were held; so are jobs waiting
-    # for their dependencies (afterok), whose workloads are profiled meanwhile.
+    # for their dependencies (afterok), whose workloads are profiled meanwhile, and an array's tasks
+    # past its limit on tasks running at once (--array 0-99%4).
     jobs = [job for job in jobs if not job.held]
     waiting = job_dependencies_hold(jobs=jobs, now=now)
+    waiting |= array_limits_hold(jobs=jobs, held_otherwise=waiting)
     held = waiting | profiling_jobs_hold(jobs=jobs, servers=servers, now=now, held_otherwise=waiting)
     jobs = [job for job in jobs if job.pk not in held]
     profiling_runs_dispatch(now=now, genie=False)  # GENIE's runs gate no job: leftovers only, below

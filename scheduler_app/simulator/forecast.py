@@ -10,7 +10,6 @@ profiles; the service stores each prediction and compares it with what happened.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
@@ -23,8 +22,13 @@ from scheduler_app.core.guard_trace import GuardTrace
 from scheduler_app.core.move_guard import guarded_replay, one_server_views
 from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
-from scheduler_app.core.types import ClusterSnapshot, JobView, Outcome, RoundPlan
-from scheduler_app.simulator import reapply
+from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
+from scheduler_app.simulator.forecast_holds import ForecastHolds
+from scheduler_app.simulator.forecast_steady import (
+    continuing_rows,
+    rounds_before_a_finish,
+    skip_steady_rounds,
+)
 from scheduler_app.simulator.reuse import (
     ReusingAllocator,
     guard_reusable,
@@ -71,6 +75,7 @@ def forecast(
     team_quota_gpus: Mapping[int, int] | None = None,
     borrowing_teams: Collection[int] = (),
     after: Mapping[int, Iterable[int]] | None = None,
+    array_limits: Mapping[int, tuple[int, Sequence[int]]] | None = None,
     restarts: RestartPolicy | None = None,
     shortcuts: bool = True,
 ) -> dict[int, JobForecast]:
@@ -86,6 +91,8 @@ def forecast(
     `team_quota_gpus`, `borrowing_teams`: as in schedule_round.
     `after`: job id -> ids of the jobs it waits for (Slurm's afterok). Such a job joins the queue in
     the round after the last of them finishes, and never if one of them is not in `jobs` or is dropped.
+    `array_limits`: array id -> (its limit on tasks running at once, its live tasks' ids in index
+    order): a task past the limit joins the queue when one of its array's finishes (forecast_holds.py).
     `restarts`: the live rounds' RestartPolicy, passed to every round (running jobs move only when it
     pays); with it the forecast also charges restarts as the simulator does, from each view's
     startup_s, checkpoint_every_s and lease_started_s (on the clock of `first_round_s`): a start waits
@@ -115,6 +122,7 @@ def forecast(
         team_quota_gpus=team_quota_gpus,
         borrowing_teams=borrowing_teams,
         after=after,
+        array_limits=array_limits,
         restarts=restarts,
         shortcuts=shortcuts,
     )
@@ -151,6 +159,7 @@ class ForecastRun:
         team_quota_gpus: Mapping[int, int] | None = None,
         borrowing_teams: Collection[int] = (),
         after: Mapping[int, Iterable[int]] | None = None,
+        array_limits: Mapping[int, tuple[int, Sequence[int]]] | None = None,
         restarts: RestartPolicy | None = None,
         shortcuts: bool = True,
     ) -> None:
@@ -164,9 +173,10 @@ class ForecastRun:
             # so that the order reuse.py checks is the order of the views the engine decides.
             views = one_server_views(views, snapshot)
         targets = {v.job_id for v in views} if until_finished is None else set(until_finished)
-        self.waits_for = {job_id: set(deps) for job_id, deps in (after or {}).items() if deps}
-        # Cutting the queue behind the last target would drop a dependency ordered after it.
-        if policy_obj.static_order and until_finished is not None and not self.waits_for:
+        self.holds = holds = ForecastHolds.of(after, array_limits)
+        # Cutting the queue behind the last target would drop a dependency ordered after it, or an
+        # array's task that holds a place within its limit.
+        if policy_obj.static_order and until_finished is not None and not holds:
             # The order never changes, so jobs behind the last target can only take what is left:
             # they do not move its start (GPU admission is in policy order) and are not simulated.
             ordered = policy_obj.order(views, snapshot, first_round_s)
@@ -193,12 +203,13 @@ class ForecastRun:
         costs = restarts is not None
         self.run = run = SimRun(round_s=round_s, round_end=False, in_place=costs and restarts.resize_in_place)
         self.sim_jobs: dict[int, SimJob] = {}
-        self.held: dict[int, SimJob] = {}  # jobs waiting for their dependencies to finish
+        self.held: dict[int, SimJob] = {}  # jobs waiting for their dependencies, or their array's room
+        held_at_start = holds.held_at_start(views) if holds else set()
         for view in sorted(views, key=lambda v: (v.arrival_s, v.job_id)):
             job = SimJob.from_view(view, now_s=first_round_s, costs=costs)
             job.start_s = started_s.get(view.job_id)
             self.sim_jobs[view.job_id] = job
-            if self.waits_for.get(view.job_id) and view.current is None:
+            if view.job_id in held_at_start:
                 self.held[view.job_id] = job
                 continue
             run.active[view.job_id] = job
@@ -294,9 +305,9 @@ class ForecastRun:
         if self.shortcuts and can_skip and not steady:
             steady = keeps_everyone(plan, run.active)
         if steady:
-            k += _skip_steady_rounds(plan, run.active, round_s, self.max_rounds - 1 - k)
+            k += skip_steady_rounds(plan, run.active, round_s, self.max_rounds - 1 - k)
         placed, done_now = run.apply(plan, self.first_round_s + k * round_s)
-        released = _release(self.held, self.waits_for, self.sim_jobs)
+        released = self.holds.release(self.held, self.sim_jobs, run.active) if self.held else []
         if self.recheck:
             # Reused next round while nothing arrives, finishes or is dropped and the order holds.
             kept = run.kept and not done_now and not released
@@ -328,7 +339,7 @@ class ForecastRun:
 
         Where the policy's groups move linearly (Policy.linear_regime), the plan's progress key
         cannot change (genie_needs.unchanging_key) and every placed job continues on its lease
-        (`_continuing`), rounds k to k+n-1 repeat the plan as long as no job finishes in them
+        (`continuing_rows`), rounds k to k+n-1 repeat the plan as long as no job finishes in them
         and, at round k+n, the groups are those of round k and the order holds: linear keys that
         agree at two times agree between them. The n rounds are applied one by one as playing them
         does (every float the same); only the orders of the rounds between are not worked out. n is
@@ -338,11 +349,11 @@ class ForecastRun:
         regime = self.policy.linear_regime(views, self.snapshot, self.first_round_s + k * self.round_s)
         if regime is None:
             return k
-        rows = _continuing(plan, run.active, self.round_s)
+        rows = continuing_rows(plan, run.active, self.round_s)
         if not rows:
             return k
         most = min(self.max_rounds - 1 - k, STRETCH_MOST_ROUNDS)
-        rounds = _rounds_before_a_finish(rows, self.round_s, most)
+        rounds = rounds_before_a_finish(rows, self.round_s, most)
         while rounds > 1:
             if self._holds_after(plan, rows, regime, k + rounds, rounds):
                 round_s, first_round_s = self.round_s, self.first_round_s
@@ -356,7 +367,7 @@ class ForecastRun:
         self, plan: RoundPlan, rows: list[tuple], regime: Hashable, at_round: int, rounds: int
     ) -> bool:
         """Whether, once `plan` has been applied for `rounds` rounds to the jobs of `rows`
-        (`_continuing`: the progress and service it adds, in the same float operations, worked out on
+        (`continuing_rows`: the progress and service it adds, in the same float operations, worked out on
         the jobs, then put back as it was), the policy's groups are `regime` and `holds` is true for
         `plan` at round `at_round`."""
         run = self.run
@@ -415,84 +426,3 @@ class ForecastRun:
             # A guarded plan's trace holds several whole plans: the next part decides that round.
             state["guard"] = state["reuse"] = None
         return state
-
-
-def _release(
-    held: dict[int, SimJob], waits_for: dict[int, set[int]], sim_jobs: dict[int, SimJob]
-) -> list[int]:
-    """The held jobs whose every dependency has finished in the forecast (a dependency outside it, or
-    dropped as infeasible, never finishes)."""
-    return [
-        job_id
-        for job_id in held
-        if all(dep in sim_jobs and sim_jobs[dep].finish_s is not None for dep in waits_for[job_id])
-    ]
-
-
-def _continuing(plan: RoundPlan, active: Mapping[int, SimJob], round_s: float) -> list[tuple] | None:
-    """(job, iterations a round, iterations a second, GPU-seconds a round, owner) for each job `plan`
-    places, as SimRun.apply adds them when the job continues its lease on the very Placement it holds
-    (no start-up left): None where applying `plan` would do anything else to a job (start, move,
-    pause or drop it), or to a job already finished."""
-    rows = []
-    for decision in plan.decisions:
-        job = active.get(decision.job_id)
-        if job is None or decision.outcome is Outcome.INFEASIBLE:
-            return None
-        placement = decision.placement
-        if placement is None:
-            if job.current is not None:
-                return None  # paused
-            continue
-        if (
-            placement is not job.current
-            or job.startup_left_s
-            or job.start_s is None
-            or job.finish_s is not None
-            or job.resources is None
-        ):
-            return None
-        rate = placement.speedup / job.iter_time_s
-        rows.append((job, round_s * rate, rate, round_s * job.resources[0], job.owner_id))
-    return rows
-
-
-def _rounds_before_a_finish(rows: list[tuple], round_s: float, most: int) -> int:
-    """How many rounds (at most `most`) the jobs of `rows` (`_continuing`) run before the round in which
-    one of them finishes: SimRun.apply's test (reapply.finishes_within), on the progress their earlier
-    rounds add."""
-    nearest_first = sorted(
-        ((job.total_iters, job.done_iters, step, rate) for job, step, rate, _, _ in rows),
-        key=lambda row: (row[0] - row[1]) / row[2] if row[2] > 0 else math.inf,
-    )  # the nearest finish bounds the walk of the others
-    fewest = most
-    for total_iters, done_iters, step, rate in nearest_first:
-        rounds = 0
-        while rounds < fewest and not reapply.finishes_within(total_iters - done_iters, rate, round_s):
-            done_iters += step
-            rounds += 1
-        fewest = rounds
-    return fewest
-
-
-def _skip_steady_rounds(plan: RoundPlan, active: dict[int, SimJob], round_s: float, most: int) -> int:
-    """Run every placed job through the whole rounds before the first of them finishes; return how many.
-
-    Only called when the plan repeats and nothing else can change it (see `forecast`), so these
-    rounds would all have been this plan. (Only under a static order, which reads no owner usage: the
-    run's per-owner usage is not advanced here.)
-    """
-    placed = [(active[d.job_id], d.placement) for d in plan.decisions if d.placement is not None]
-    if not placed or any(job.startup_left_s > 0 for job, _ in placed):
-        return 0  # a start-up still going on: step through it round by round
-    rounds_left = min(
-        math.ceil((job.total_iters - job.done_iters) * job.iter_time_s / placement.speedup / round_s)
-        for job, placement in placed
-    )
-    skip = max(0, min(rounds_left - 1, most))
-    for job, placement in placed:
-        rate = placement.speedup / job.iter_time_s
-        job.progress(skip * round_s, skip * round_s * rate, rate, whole=False)
-        job.attained_gpu_s += skip * round_s * placement.num_gpus
-        job.view = None
-    return skip

@@ -158,7 +158,7 @@ class JobSubmitForm(forms.Form):
         max_length=1000,
         label="Array",
         help_text="Optional task indices (e.g. 0-9 or 1,3,5-7): one job each, whose process sees "
-        "ATTUNE_ARRAY_TASK_ID (and SLURM_ARRAY_TASK_ID).",
+        "ATTUNE_ARRAY_TASK_ID (and SLURM_ARRAY_TASK_ID). Add %N to run at most N at once (0-99%4).",
     )
     qos_deadline_at = forms.DateTimeField(
         required=False,

@@ -55,7 +55,13 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE: dict[str, tuple[str, ...]] = {
     "chdir": ("Give an absolute path, or submit from a directory",),  # relative needs submit_dir
     "qos_max_latency_s": ("Give either a deadline or a maximum latency",),
     "qos_min_rate_iters_per_s": ("Give one QoS target",),
-    "array": ("is an empty range", "task indices go up to ", "an array has at most "),  # numbers' order
+    # numbers' order, and a limit's range
+    "array": (
+        "is an empty range",
+        "task indices go up to ",
+        "an array has at most ",
+        "a limit on simultaneous tasks (%N) is from 1 to ",
+    ),
     "qos_deadline_at": ("A deadline is at most ",),  # from now
     "start": ("Give start with end", "Give a window of at most "),
     "end": ("Give an end after start",),

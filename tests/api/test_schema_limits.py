@@ -46,6 +46,7 @@ def _allows(spec: dict, value: str) -> bool:
     ("field", "values"),
     [
         ("array", ["", "  ", "0-9", " 1,3,5-7 ", "0-15:4", "1,,2", ",", "a", "1%2", "1-", "3,\x1c4"]),
+        ("array", ["0-99%4", "0-9 % 2 ", "1,3,%1", "%2", "0-9%", "0-9%a", "0-9%2%3", "0-9%-1", "0-9%\u0661"]),
         ("array", ["\u0661-\u0663"]),  # Arabic-Indic digits: Python's \d takes them, the pattern does not
         ("submit_dir", ["", "  ", "/home/a", " /home/a ", "home", " x/", "/a\x00b"]),
         ("output", ["", "log-%j.out", "%x-%A_%a.%n.out", "100%%", "a%", "%q", "%\n", "a\x00"]),

@@ -221,6 +221,10 @@ def test_an_array_from_the_form_is_one_job_per_task(user, client_of, cluster, no
     response = client.post(URL, {**base, "array": "9-1"})
     assert field_errors(response.content.decode(), "array") == ["“9-1” is an empty range"]
     assert Job.objects.count() == 3
+    response = client.post(URL, {**base, "array": "0-3%2"}, follow=True)
+    assert '<dd id="array-task">0 of array' in response.content.decode()
+    assert "at most 2 tasks at once" in response.content.decode()
+    assert Job.objects.filter(array_task_limit=2).count() == 4
 
 
 @pytest.mark.parametrize(

@@ -191,7 +191,8 @@ class JobSubmitSerializer(serializers.Serializer):
         allow_blank=True,
         default="",
         max_length=1000,
-        help_text="Submit one job per task index (Slurm's --array): 0-9, 1,3,5-7 or 0-15:4",
+        help_text="Submit one job per task index (Slurm's --array): 0-9, 1,3,5-7 or 0-15:4; "
+        "%N after them runs at most N tasks at once (0-99%4)",
     )
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:

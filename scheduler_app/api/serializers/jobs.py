@@ -98,6 +98,7 @@ class JobSerializer(FieldsOnceModelSerializer):
             "held",
             "array_job",
             "array_task_id",
+            "array_task_limit",
             "state",
             "pending_reason",
             "queue_position",

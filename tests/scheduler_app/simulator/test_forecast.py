@@ -176,3 +176,31 @@ def test_a_job_after_one_that_never_finishes_never_starts():
         after={2: [1], 3: [99]},
     )
     assert out[2].start_s is None and out[3].start_s is None
+
+
+def test_an_arrays_limit_lets_its_next_task_in_the_round_after_one_ends():
+    # Four GPUs, an array of four 1-GPU tasks (ids 1-4) limited to 2 at once, and task 1 already
+    # running. Task 2 takes the second place; 3 and 4 wait although GPUs are free. Task 1 ends at
+    # 1100, so task 3 starts in the round after, at 1300; task 4 once task 2 ends (at 1400: 1600).
+    cluster = make_cluster(1, gpus=4, cpus=12, mem_gb=250)
+    running = dataclasses.replace(
+        make_job(1, total_iters=1000 / RES18_ITER_S, done_iters=900 / RES18_ITER_S, arrival_s=0.0),
+        current=Placement(1, (ServerShare(0, (0,), 3, 62.5),), 1.0),
+    )
+    tasks = [running] + [make_job(i, total_iters=400 / RES18_ITER_S, arrival_s=0.0) for i in (2, 3, 4)]
+    other = make_job(5, total_iters=400 / RES18_ITER_S, arrival_s=1.0)  # not of the array: starts at once
+    out = forecast(
+        cluster,
+        [*tasks, other],
+        policy="fifo",
+        allocator="proportional",
+        first_round_s=1000.0,
+        started_s={1: 500.0},
+        array_limits={1: (2, [1, 2, 3, 4])},
+    )
+    assert out[1].finish_s == pytest.approx(1100.0)
+    assert out[2].start_s == out[5].start_s == 1000.0
+    assert out[3].start_s == 1300.0 and out[4].start_s == 1600.0
+    # Without the limit every task starts at once.
+    free = forecast(cluster, tasks, policy="fifo", allocator="proportional", first_round_s=1000.0)
+    assert free[3].start_s == free[4].start_s == 1000.0
