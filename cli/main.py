@@ -129,7 +129,9 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     )
     what = p.add_argument_group("what runs (instead of a script)")
     what.add_argument("--workload", help="a catalog workload's name")
-    what.add_argument("--command", help="your own command, run with sh -c on the allocated server")
+    what.add_argument(
+        "--command", "--wrap", help="your own command, run with sh -c on the allocated server (sbatch --wrap)"
+    )
     p.add_argument("-J", "--job-name", dest="name", metavar="NAME", help="the job's name")
     p.add_argument("-G", "--gpus", type=int, metavar="N", help="GPUs in all (on one server when they fit)")
     p.add_argument("-N", "--nodes", type=int, metavar="N", help="spread the GPUs evenly over N servers")

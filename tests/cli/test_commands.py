@@ -67,6 +67,9 @@ def test_a_user_logs_in_submits_a_pipeline_watches_the_queue_and_cancels(service
         1800,
         86400,
     )
+    # sbatch's --wrap is --command.
+    code, out, _ = run(capsys, "submit", "--wrap", "python plot.py", "-J", "plot", "--gpus", "1")
+    assert code == 0 and Job.objects.get(name="plot").command == "python plot.py"
 
     code, out, _ = run(capsys, "queue")
     header, *rows = out.splitlines()
