@@ -80,12 +80,17 @@ def cluster_time_scale(servers: Sequence[Server]) -> float:
 def _in_wall_time(view: JobView, job: Job, leases, scale: float, now_s: float) -> JobView:
     """The view with its profile's seconds per iteration (and its start-up) in wall time: from the speed
     the job's agent measures while it runs (its current placement's speed-up over the measured
-    iterations per second), else the profile's times the cluster's time scale. An own command that
-    nothing sizes (no measure, no time limit) never ends in the forecast: what waits for its GPUs gets
-    no time, not a guess."""
+    iterations per second), else the profile's times the cluster's time scale; an own command sized
+    by its time limit is as long as that limit in wall time. An own command that nothing sizes (no
+    measure, no time limit) never ends in the forecast: what waits for its GPUs gets no time, not a
+    guess."""
     measured = [lease.iters_per_s for lease in leases if lease.iters_per_s] if job.total_iters else []
     if job.workload_id is None and own_command_iter_time_s(job, measured) is None:
         iter_time_s = UNKNOWN_LENGTH_ITER_S
+    elif job.workload_id is None and not measured:
+        # Sized by its time limit, which the service enforces in wall time on every node: already
+        # wall seconds (scaled, a demo's own command looked 20 times shorter than its limit).
+        iter_time_s = view.profile.iter_time_s
     elif measured and view.current is not None and view.current.speedup > 0:
         iter_time_s = view.current.speedup / max(measured)
     else:

@@ -65,6 +65,18 @@ def test_a_fake_nodes_time_scale_makes_the_forecast_that_much_shorter(user, gpu0
     )
 
 
+def test_an_own_command_sized_by_its_time_limit_lasts_that_limit_on_a_fake_node_too(user, gpu01_res18):
+    # The time limit is enforced in wall time on every node (jobs_time_limit_enforce), so a fake
+    # node's time scale does not shorten it: the job behind it starts once the limit has passed.
+    Server.objects.update(time_scale=0.05)
+    first = submit(user, gpus=4, iters=None, command="python train.py", time_limit_s=600)
+    second = submit(user, gpus=4, iters=None, command="python train.py", time_limit_s=600)
+    round_then_refresh()
+    forecasts = {f.job_id: f for f in JobForecast.objects.all()}
+    assert forecasts[second.pk].start_at >= Job.objects.get(pk=first.pk).started_at + timedelta(seconds=600)
+    assert forecasts[second.pk].finish_at - forecasts[second.pk].start_at == timedelta(seconds=600)
+
+
 def test_a_running_job_finishes_at_the_speed_its_agent_measures(user, gpu01_res18):
     job = submit(user, gpus=1, iters=1000)
     scheduling_round_run()
