@@ -1,4 +1,5 @@
-"""`cancel`, `hold` and `release` (scancel, scontrol hold/release): which jobs, and each one's change."""
+"""`cancel`, `hold`, `release` and `update` (scancel, scontrol hold/release/update): which jobs, and
+each one's change."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any, TextIO
 
 from cli.api import Api, CliError
 from cli.commands import LIVE_STATES
+from cli.durations import parse_time_limit_s
+from cli.output import clock
 
 
 def resolve_job_refs(api: Api, refs: list[int | tuple[int, int]]) -> list[int]:
@@ -72,3 +75,27 @@ def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
         reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
         out.write(f"job {job_id}: {job['state']}{reason}\n")
     return 1 if failed else 0
+
+
+def update(api: Api, job_id: int, *, time_limit: str | None, array_limit: int | None, out: TextIO) -> int:
+    """Change a job's time limit, or its array's limit on tasks at once (scontrol update TimeLimit=,
+    ArrayTaskThrottle=), and print what it is now."""
+    body: dict[str, Any] = {}
+    if time_limit:
+        body["time_limit_s"] = parse_time_limit_s(time_limit, option="--time", leave_out="give a limit")
+    if array_limit is not None:
+        body["array_task_limit"] = array_limit
+    if not body:
+        raise CliError("give --time TIME or --array-limit N", exit_code=2)
+    job = api.request(
+        "PATCH", f"/api/v1/jobs/{job_id}/", json=body, not_found=f"no job {job_id} (or not yours)"
+    )
+    limit = job.get("time_limit_s")
+    line = f"job {job_id}: time limit {clock(limit) if limit else 'none'}"
+    if job.get("array_job") is not None:
+        at_once = job.get("array_task_limit")
+        line += f", array {job['array_job']}: " + (
+            f"at most {at_once} tasks at once" if at_once else "no limit"
+        )
+    out.write(line + "\n")
+    return 0

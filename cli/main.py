@@ -25,7 +25,8 @@ examples:
   python -m cli submit eval --command 'python eval.py' --gpus 1 --time 30 --after 41   # 30 minutes
   python -m cli submit prep --command 'python prep.py' --gpus 1 -t 1-12:00 --wait && echo done
   python -m cli submit sweep --command 'python train.py --lr-index $ATTUNE_ARRAY_TASK_ID' \\
-      --gpus 1 -t 6h --array 0-7
+      --gpus 1 -t 6h --array 0-7%2         # at most 2 tasks at once
+  python -m cli update 42 --array-limit 4    # scontrol update ArrayTaskThrottle=4 (--time: TimeLimit=)
   python -m cli queue                    # squeue; queue -t PD,R --all
   python -m cli show 42
   python -m cli nodes                    # sinfo: free/total GPUs, cores and memory per server
@@ -274,6 +275,25 @@ def build_parser() -> argparse.ArgumentParser:
                 help="only jobs in these states: PENDING (PD) or RUNNING (R), comma-separated",
             )
 
+    p = sub.add_parser(
+        "update", help="change a job's time limit, or its array's limit on tasks at once (scontrol update)"
+    )
+    p.add_argument("job_id", type=_job_ref, metavar="JOB_ID")
+    p.add_argument(
+        "-t",
+        "--time",
+        "--time-limit",
+        dest="time_limit",
+        metavar="TIME",
+        help="a new time limit (as submit's; only staff may raise one)",
+    )
+    p.add_argument(
+        "--array-limit",
+        type=int,
+        metavar="N",
+        help="at most N of the job's array's tasks at once, for every task (--array ...%%N; 0: no limit)",
+    )
+
     p = sub.add_parser("log", help="the last lines of a job's output")
     p.add_argument("job_id", type=_job_ref, metavar="JOB_ID")
 
@@ -347,6 +367,10 @@ def _run(api: Api, args: argparse.Namespace, out: TextIO) -> int:
         return commands.queue(api, args, out)
     if args.command_name == "show":
         return show.show(api, args.job_id, as_json=args.json, out=out)
+    if args.command_name == "update":
+        return job_control.update(
+            api, args.job_id, time_limit=args.time_limit, array_limit=args.array_limit, out=out
+        )
     if args.command_name == "wait":
         return waiting.wait(api, args.job_ids, poll_s=args.poll_s, out=out)
     if args.command_name == "acct" and args.jobs:

@@ -124,6 +124,7 @@ JOB_EVENTS = {
     "speed_outlier": "A reported speed was not believable and was left out of the speed estimates.",
     "held": "Held: kept out of the queue until released.",
     "released": "Released from a hold: back in the queue.",
+    "updated": "Its time limit, or its array's limit on tasks at once, was changed (scontrol update).",
     "profiling": "Waiting while its workload is profiled.",
     "dependency_never_satisfied": "A job it depends on ended without completing.",
     "completed": "It finished its work.",

@@ -37,6 +37,7 @@ from scheduler_app.api.serializers.cluster import (
 )
 from scheduler_app.api.serializers.fields_once import serializer_render
 from scheduler_app.api.serializers.job_submit import JobSubmitSerializer, job_request_plain
+from scheduler_app.api.serializers.job_update import JobUpdateSerializer
 from scheduler_app.api.serializers.jobs import JobDetailSerializer, JobSerializer, JobSubmittedSerializer
 from scheduler_app.api.token_auth import LeanTokenAuthentication
 from scheduler_app.models import Allocation, Job
@@ -62,7 +63,7 @@ from scheduler_app.services.idempotency import (
     idempotency_key_run,
     idempotency_request_digest,
 )
-from scheduler_app.services.job_control import JobStateError, job_cancel, job_hold, job_release
+from scheduler_app.services.job_control import JobStateError, job_cancel, job_hold, job_release, job_update
 from scheduler_app.services.jobs import job_submit
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.lockout import lockout_response
@@ -224,6 +225,24 @@ class JobViewSet(
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk=None) -> Response:
         return self._change(lambda job: job_release(job=job, by=request.user))
+
+    @extend_schema(
+        request=JobUpdateSerializer,
+        tags=["jobs"],
+        summary="Change a job's time limit, or its array's limit on tasks at once (scontrol update)",
+        responses={
+            200: JobDetailSerializer,
+            403: OpenApiResponse(description="Not yours, or a raise of the time limit by its owner"),
+            409: OpenApiResponse(description="Already ended"),
+        },
+    )
+    def partial_update(self, request: Request, pk=None) -> Response:
+        update = JobUpdateSerializer(data=request.data)
+        update.is_valid(raise_exception=True)
+        try:
+            return self._change(lambda job: job_update(job=job, by=request.user, **update.validated_data))
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from exc
 
     def _change(self, change) -> Response:
         """Apply a job service to the requested job; its state errors are 409s. Every user sees every

@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.db.models import F, OuterRef, Subquery, Value
 from django.db.models.functions import Greatest
@@ -28,6 +28,7 @@ from scheduler_app.services.job_lifecycle import (
     jobs_requeue,
     transition_check,
 )
+from scheduler_app.services.job_requests import MAX_ARRAY_TASKS, MAX_DURATION_S
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
 logger = logging.getLogger(__name__)
@@ -281,6 +282,66 @@ def job_release(*, job: Job, by: AbstractBaseUser) -> Job:
     job_event_append(job=job, kind="released", reason=PendingReason.PRIORITY, message=message)
     admission_predict_released(job=job)
     scheduling_round_request_on_commit(trigger="release")
+    return job
+
+
+@transaction.atomic
+def job_update(
+    *, job: Job, by: AbstractBaseUser, time_limit_s: int | None = None, array_task_limit: int | None = None
+) -> Job:
+    """Change a pending or running job's time limit, or its array's limit on tasks running at once
+    (Slurm's `scontrol update TimeLimit=` and `ArrayTaskThrottle=`); None leaves a field as it is.
+
+    As with Slurm, only staff may raise a time limit (setting one on a job without any lowers it): the
+    forecast and the rounds planned the queue around the limit given. A running job already past its
+    new limit ends at the next enforcement (TIMEOUT). An array limit
+    applies to every task of the job's array; 0 removes it. Lowered, it stops no running task: the
+    next ones wait until the running ones are fewer than the limit. Raises ValidationError per field,
+    PermissionDenied for a raise by its owner, JobStateError for an ended job.
+    """
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state not in (JobState.PENDING, JobState.RUNNING):
+        raise JobStateError(f"job {job.pk} is {job.state}: only a pending or running job can be updated")
+    errors: dict[str, list[str]] = {}
+    changes: list[str] = []
+    data: dict[str, Any] = {}
+    if time_limit_s is not None and time_limit_s != job.time_limit_s:
+        if not 1 <= time_limit_s <= MAX_DURATION_S:
+            errors["time_limit_s"] = [f"A time limit is from 1 second to {MAX_DURATION_S // 86400} days."]
+        elif not by.is_staff and job.time_limit_s is not None and time_limit_s > job.time_limit_s:
+            raise PermissionDenied(
+                f"job {job.pk}: only staff can raise a time limit ({job.time_limit_s} s now); "
+                "you may lower it"
+            )
+        else:
+            was = "none" if job.time_limit_s is None else f"{job.time_limit_s} s"
+            changes.append(f"time limit {was} -> {time_limit_s} s")
+            data["time_limit_s"] = [job.time_limit_s, time_limit_s]
+    new_array_limit = job.array_task_limit if array_task_limit is None else (array_task_limit or None)
+    if array_task_limit is not None and new_array_limit != job.array_task_limit:
+        if job.array_job_id is None:
+            errors["array_task_limit"] = [f"job {job.pk} is not a task of an array."]
+        elif not 0 <= array_task_limit <= MAX_ARRAY_TASKS:
+            errors["array_task_limit"] = [f"An array's limit is from 1 to {MAX_ARRAY_TASKS} (0: none)."]
+        else:
+            was = job.array_task_limit or "none"
+            changes.append(f"array {job.array_job_id}'s tasks at once {was} -> {new_array_limit or 'none'}")
+            data["array_task_limit"] = [job.array_task_limit, new_array_limit]
+    if errors:
+        raise ValidationError(errors)
+    if not changes:
+        return job
+    if "time_limit_s" in data:
+        job.time_limit_s = time_limit_s
+        job.save(update_fields=["time_limit_s"])
+    if "array_task_limit" in data:
+        Job.objects.filter(array_job_id=job.array_job_id).update(array_task_limit=new_array_limit)
+        job.array_task_limit = new_array_limit
+    job_event_append(
+        job=job, kind="updated", message=f"{', '.join(changes)} by {by.get_username()}", data=data
+    )
+    # A raised array limit lets tasks start; a new time limit changes the forecast (a round refreshes it).
+    scheduling_round_request_on_commit(trigger="update")
     return job
 
 

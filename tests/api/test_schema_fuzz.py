@@ -63,6 +63,7 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE: dict[str, tuple[str, ...]] = {
         "a limit on simultaneous tasks (%N) is from 1 to ",
     ),
     "qos_deadline_at": ("A deadline is at most ",),  # from now
+    "array_task_limit": (" is not a task of an array",),  # the job's
     "start": ("Give start with end", "Give a window of at most "),
     "end": ("Give an end after start",),
     "window": ("Give a window, or start (and end), not both",),

@@ -473,3 +473,20 @@ def test_queue_takes_squeues_state_codes_and_user_and_lists_the_states_it_knows(
         "unknown state 'active': choose one of PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, PREEMPTED, "
         "TIMEOUT, NODE_FAIL, OUT_OF_MEMORY (or squeue's PD, R, CD, F, CA, PR, TO, NF, OOM, or all)"
     ) in err
+
+
+def test_update_lowers_a_time_limit_and_changes_an_arrays_limit_as_scontrol_update(service, capsys):
+    run(capsys, "--server", service, "login", "--username", "alice")
+    run(capsys, "submit", "one", "--workload", "res18", "--gpus", "1", "--iters", "10", "-t", "2h")
+    job = Job.objects.get(name="one")
+    assert run(capsys, "update", str(job.pk), "-t", "90m") == (0, f"job {job.pk}: time limit 01:30:00\n", "")
+    code, _, err = run(capsys, "update", str(job.pk), "-t", "3h")
+    assert code == 1 and "only staff can raise a time limit (5400 s now); you may lower it" in err
+    code, _, err = run(capsys, "update", str(job.pk), "--array-limit", "2")
+    assert code == 1 and err == f"error: array_task_limit: job {job.pk} is not a task of an array.\n"
+    assert run(capsys, "update", str(job.pk))[0] == 2
+    run(capsys, "submit", "few", "--workload", "res18", "--gpus", "1", "--iters", "10", "--array", "0-3%1")
+    first, third = (Job.objects.get(name="few", array_task_id=i).pk for i in (0, 2))
+    code, out, _ = run(capsys, "update", f"{first}_2", "--array-limit", "3")
+    assert (code, out) == (0, f"job {third}: time limit none, array {first}: at most 3 tasks at once\n")
+    assert set(Job.objects.filter(array_job_id=first).values_list("array_task_limit", flat=True)) == {3}
