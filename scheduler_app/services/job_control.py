@@ -294,10 +294,10 @@ def job_update(
 
     As with Slurm, only staff may raise a time limit (setting one on a job without any lowers it): the
     forecast and the rounds planned the queue around the limit given. A running job already past its
-    new limit ends at the next enforcement (TIMEOUT). An array limit
-    applies to every task of the job's array; 0 removes it. Lowered, it stops no running task: the
-    next ones wait until the running ones are fewer than the limit. Raises ValidationError per field,
-    PermissionDenied for a raise by its owner, JobStateError for an ended job.
+    new limit ends at the next enforcement (TIMEOUT). An array limit applies to every task of the
+    job's array; 0 removes it. Lowered, it stops no running task: the next ones wait until the
+    running ones are fewer than the limit. Raises ValidationError per field, PermissionDenied for a
+    raise by its owner, JobStateError for an ended job.
     """
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.state not in (JobState.PENDING, JobState.RUNNING):
@@ -318,12 +318,12 @@ def job_update(
             changes.append(f"time limit {was} -> {time_limit_s} s")
             data["time_limit_s"] = [job.time_limit_s, time_limit_s]
     new_array_limit = job.array_task_limit if array_task_limit is None else (array_task_limit or None)
-    if array_task_limit is not None and new_array_limit != job.array_task_limit:
+    if array_task_limit is not None:
         if job.array_job_id is None:
             errors["array_task_limit"] = [f"job {job.pk} is not a task of an array."]
         elif not 0 <= array_task_limit <= MAX_ARRAY_TASKS:
             errors["array_task_limit"] = [f"An array's limit is from 1 to {MAX_ARRAY_TASKS} (0: none)."]
-        else:
+        elif new_array_limit != job.array_task_limit:
             was = job.array_task_limit or "none"
             changes.append(f"array {job.array_job_id}'s tasks at once {was} -> {new_array_limit or 'none'}")
             data["array_task_limit"] = [job.array_task_limit, new_array_limit]
