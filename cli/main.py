@@ -38,6 +38,11 @@ examples:
 """
 
 
+def _time_limit_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """sbatch's -t/--time (also --time-limit), as `submit` and `update` take it."""
+    parser.add_argument("-t", "--time", "--time-limit", dest="time_limit", metavar="TIME", help=help_text)
+
+
 def _job_ids(text: str) -> list[int]:
     """Ids separated by commas or colons, as after Slurm's afterok: "12,13" or "12:13"."""
     ids = []
@@ -147,14 +152,7 @@ def _add_submit(sub: argparse._SubParsersAction) -> None:
     mem.add_argument("--mem-gb-per-gpu", type=float, metavar="GB", help="memory per GPU in GB")
     p.add_argument("--team", help="charge the job to this team (its GPU quota applies)")
     p.add_argument("--priority", type=int, help="staff only: above 0 goes first")
-    p.add_argument(
-        "-t",
-        "--time",
-        "--time-limit",
-        dest="time_limit",
-        metavar="TIME",
-        help="e.g. 90m, 6h, 30 (minutes) or Slurm's 1-12:00; the job is stopped after it",
-    )
+    _time_limit_option(p, "e.g. 90m, 6h, 30 (minutes) or Slurm's 1-12:00; the job is stopped after it")
     p.add_argument(
         "--checkpoint-every",
         metavar="TIME",
@@ -279,14 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         "update", help="change a job's time limit, or its array's limit on tasks at once (scontrol update)"
     )
     p.add_argument("job_id", type=_job_ref, metavar="JOB_ID")
-    p.add_argument(
-        "-t",
-        "--time",
-        "--time-limit",
-        dest="time_limit",
-        metavar="TIME",
-        help="a new time limit (as submit's; only staff may raise one)",
-    )
+    _time_limit_option(p, "a new time limit (as submit's; only staff may raise one)")
     p.add_argument(
         "--array-limit",
         type=int,

@@ -129,12 +129,17 @@ def tasks_by_index(first_id: int) -> list[Job]:
     return list(Job.objects.filter(array_job_id=first_id).order_by("array_task_id"))
 
 
-@pytest.mark.django_db
-def test_an_array_limit_runs_at_most_n_tasks_at_once_lowest_index_first_and_forecasts_the_rest_after(user):
-    server = make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+def res18_api(user) -> APIClient:
     workload("res18")
     api = APIClient()
     api.force_authenticate(user)
+    return api
+
+
+@pytest.mark.django_db
+def test_an_array_limit_runs_at_most_n_tasks_at_once_lowest_index_first_and_forecasts_the_rest_after(user):
+    server = make_server("gpu01", gpus=4, cpus=12, mem_gb=250)
+    api = res18_api(user)
     body = {"name": "sweep", "workload": "res18", "num_gpus": 1, "total_iters": 2000, "array": "0-4%2"}
     response = api.post(JOBS, body, format="json")
     assert response.status_code == 201, response.json()
@@ -168,9 +173,7 @@ def test_an_array_limit_runs_at_most_n_tasks_at_once_lowest_index_first_and_fore
 @pytest.mark.django_db
 def test_held_tasks_and_other_arrays_take_no_place_within_an_arrays_limit(user):
     make_server("gpu01", gpus=8, cpus=24, mem_gb=500)
-    workload("res18")
-    api = APIClient()
-    api.force_authenticate(user)
+    api = res18_api(user)
     body = {"name": "sweep", "workload": "res18", "num_gpus": 1, "total_iters": 2000}
     limited = api.post(JOBS, {**body, "array": "0-3%2"}, format="json").json()
     free = api.post(JOBS, {**body, "array": "0-2"}, format="json").json()
