@@ -10,6 +10,7 @@ import time
 from typing import Any, TextIO
 
 from cli.api import Api, CliError, error_lines
+from cli.array_rows import array_run_id, gather_array_runs
 from cli.config import program, save_login
 from cli.durations import parse_deadline, parse_duration_s, parse_mem_gb, parse_rate, parse_time_limit_s
 from cli.job_names import default_job_name
@@ -307,13 +308,17 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
     jobs.sort(key=lambda j: (rank.get(j["state"], 2), j.get("queue_position") or 0, j["id"]))
     long = args.long
     rows = [QUEUE_HEADER + (QUEUE_LONG_HEADER if long else [])]
-    for job in jobs:
+    # squeue's lines: an array's pending tasks that wait for the same reason share one (-r: not).
+    runs = [[job] for job in jobs] if args.tasks or args.array else gather_array_runs(jobs)
+    for run in runs:
+        job = run[0]
         pending = job["state"] == "PENDING"
         start = job.get("estimated_start_at") if pending else job.get("started_at")
+        last = run[-1]  # a shared line ends when its last task is estimated to
         rows.append(
             [
-                str(job["id"]),
-                job_name_text(job),
+                array_run_id(run) if len(run) > 1 else str(job["id"]),
+                job["name"][:24] if len(run) > 1 else job_name_text(job),
                 job["owner"],
                 job["state"],
                 str(job["num_gpus"]),
@@ -321,7 +326,7 @@ def queue(api: Api, args: Any, out: TextIO) -> int:
                 str(job.get("queue_position") or "") if pending else "",
                 when(start),
                 when(
-                    job.get("estimated_finish_at") if job["state"] in LIVE_STATES else job.get("finished_at")
+                    last.get("estimated_finish_at") if job["state"] in LIVE_STATES else job.get("finished_at")
                 ),
                 qos_cell(job),
             ]

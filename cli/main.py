@@ -242,7 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--name", help="only jobs of this name, exactly (squeue --name)")
     p.add_argument("--team", help="only this team's jobs")
     p.add_argument("-u", "--user", help="only this user's jobs (squeue -u; staff see everyone's)")
-    p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this array")
+    p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this array, one line each")
+    p.add_argument(
+        "-r",
+        "--tasks",
+        action="store_true",
+        help="one line per array task (squeue -r); without it, an array's pending tasks waiting for "
+        "the same reason share a line, 20_[3-9%%2]",
+    )
     p.add_argument(
         "-l",
         "--long",

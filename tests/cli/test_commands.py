@@ -294,6 +294,13 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
     assert code == 0 and [t.array_task_limit for t in limited] == [2] * 4
     code, out, _ = run(capsys, "show", str(limited[3].pk))
     assert re.search(rf"^Array +task 3 of {limited[0].pk}, at most 2 tasks at once$", out, re.M)
+    # squeue's lines: the pending tasks waiting for the same reason share one; -r lists each.
+    code, out, _ = run(capsys, "queue", "-n", "few")
+    assert [line.split()[:4] for line in out.splitlines()[1:]] == [
+        [f"{limited[0].pk}_[0-3%2]", "few", "alice", "PENDING"]
+    ]
+    code, out, _ = run(capsys, "queue", "-n", "few", "-r")
+    assert [line.split()[1] for line in out.splitlines()[1:]] == [f"few[{i}]" for i in range(4)]
     code, _, err = run(
         capsys, "submit", "x", "--workload", "res18", "--gpus", "1", "--iters", "1", "--array", "x"
     )
