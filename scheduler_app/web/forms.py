@@ -19,7 +19,7 @@ from scheduler_app.api.filters import JobFilter
 from scheduler_app.batch_script import DirectiveError, parse_directives
 from scheduler_app.job_paths import MAX_PATH_CHARS
 from scheduler_app.models import JobState, Team
-from scheduler_app.services.job_requests import MAX_SCRIPT_CHARS, SCRIPT_JOB_NAME, JobRequest
+from scheduler_app.services.job_requests import MAX_ARRAY_TASKS, MAX_SCRIPT_CHARS, SCRIPT_JOB_NAME, JobRequest
 
 # The API's names for directives (batch_script) -> this form's field names, where they differ.
 DIRECTIVE_FIELDS = {
@@ -198,13 +198,7 @@ class JobSubmitForm(forms.Form):
         return tuple(ids)
 
     def clean_time_limit(self) -> int | None:
-        text = self.cleaned_data["time_limit"].strip()
-        if not text:
-            return None
-        try:
-            return parse_time_limit_s(text, option="The time limit", leave_out="leave it empty")
-        except ValueError as exc:
-            raise ValidationError(str(exc)) from exc
+        return _time_limit_s(self.cleaned_data["time_limit"])
 
     def clean_checkpoint_every(self) -> float | None:
         text = self.cleaned_data["checkpoint_every"].strip()
@@ -309,6 +303,28 @@ class JobSubmitForm(forms.Form):
             target = field if field in self.fields else None
             for message in messages:
                 self.add_error(target, message)
+
+
+def _time_limit_s(text: str) -> int | None:
+    """A time limit field's seconds (None when empty), in the command line's formats."""
+    if not text.strip():
+        return None
+    try:
+        return parse_time_limit_s(text.strip(), option="The time limit", leave_out="leave it empty")
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
+
+
+class JobLimitsForm(forms.Form):
+    """The job page's change of limits (scontrol update): a new time limit, an array's tasks at once."""
+
+    time_limit = forms.CharField(required=False, max_length=32, label="Time limit")
+    array_task_limit = forms.IntegerField(
+        required=False, min_value=0, max_value=MAX_ARRAY_TASKS, label="Tasks at once"
+    )
+
+    def clean_time_limit(self) -> int | None:
+        return _time_limit_s(self.cleaned_data["time_limit"])
 
 
 class QueueFilter(JobFilter):

@@ -20,6 +20,7 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", views.job_cancel_view, name="job-cancel"),
     path("jobs/<int:pk>/hold/", views.job_hold_view, name="job-hold"),
     path("jobs/<int:pk>/release/", views.job_release_view, name="job-release"),
+    path("jobs/<int:pk>/update/", views.job_update_view, name="job-update"),
     path("cluster/", views.cluster, name="cluster"),
     path("accounting/", accounting_views.accounting, name="accounting"),
     path("cluster/servers/<str:name>/drain/", views.server_drain, name="server-drain"),

@@ -41,11 +41,12 @@ from scheduler_app.services.job_control import (
     job_hold,
     job_release,
     job_release_allowed,
+    job_update,
 )
 from scheduler_app.services.jobs import job_submit as jobs_submit
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.access import staff_required
-from scheduler_app.web.forms import DEFAULT_QUEUE_STATES, JobSubmitForm, QueueFilter
+from scheduler_app.web.forms import DEFAULT_QUEUE_STATES, JobLimitsForm, JobSubmitForm, QueueFilter
 
 QUEUE_PAGE_SIZE = 100
 
@@ -151,6 +152,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "can_cancel": mine and job.state not in TERMINAL_JOB_STATES,
         "can_hold": mine and job.state == JobState.PENDING and not job.held,
         "can_release": mine and job.held and job_release_allowed(job, request.user),
+        "can_update": mine and job.state in (JobState.PENDING, JobState.RUNNING),
         "progress_pct": 100.0 * job.done_iters / job.total_iters if job.total_iters else 0.0,
     }
 
@@ -188,6 +190,33 @@ def job_hold_view(request: HttpRequest, pk: int) -> HttpResponse:
 def job_release_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Release a held job (scontrol release)."""
     return _job_change_view(request, pk, lambda job: job_release(job=job, by=request.user), "released")
+
+
+@require_POST
+@login_required
+def job_update_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Change a job's time limit or its array's tasks at once (scontrol update); a refusal is a message."""
+    form = JobLimitsForm(request.POST)
+    if not form.is_valid():
+        job = get_object_or_404(job_list(user=request.user), pk=pk)
+        for field_errors in form.errors.values():
+            for message in field_errors:
+                messages.error(request, message)
+        return redirect("web:job", pk=job.pk)
+    limits = form.cleaned_data
+
+    def change(job: Job) -> Job:
+        try:
+            return job_update(
+                job=job,
+                by=request.user,
+                time_limit_s=limits["time_limit"],
+                array_task_limit=limits["array_task_limit"],
+            )
+        except ValidationError as exc:
+            raise JobStateError(" ".join(exc.messages)) from exc
+
+    return _job_change_view(request, pk, change, "updated")
 
 
 @login_required

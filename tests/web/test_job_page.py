@@ -4,7 +4,7 @@ import pytest
 from django.utils import timezone
 
 from profiles_app.models import SpeedObservation, Workload
-from scheduler_app.models import AdmissionPrediction, JobState
+from scheduler_app.models import AdmissionPrediction, Job, JobState
 from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.job_lifecycle import NEW, job_event_append, job_events_record, transition_event
 from scheduler_app.web import views
@@ -223,3 +223,20 @@ def test_a_finished_job_shows_how_far_it_was_from_its_prediction(user, client_of
     assert '<small class="muted" id="start-error">(actual start: 12 min later)</small>' in html
     assert '<small class="muted" id="finish-error">(actual finish: 30 min earlier)</small>' in html
     assert 'id="estimated-finish"' not in html  # a finished job has no current estimate
+
+
+def test_its_owner_lowers_the_time_limit_on_the_page_and_is_told_why_a_raise_is_refused(
+    user, client_of, cluster
+):
+    job = pending_job(user)
+    Job.objects.filter(pk=job.pk).update(time_limit_s=7200)
+    client = client_of(user)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="update-job"' in html and 'name="array_task_limit"' not in html  # not an array's task
+    html = client.post(f"/jobs/{job.pk}/update/", {"time_limit": "90m"}, follow=True).content.decode()
+    assert f"Job {job.pk} updated." in html and '<dd id="time-limit">1.5 h</dd>' in html
+    html = client.post(f"/jobs/{job.pk}/update/", {"time_limit": "3h"}, follow=True).content.decode()
+    assert "only staff can raise a time limit (5400 s now); you may lower it" in html
+    html = client.post(f"/jobs/{job.pk}/update/", {"time_limit": "soon"}, follow=True).content.decode()
+    assert "The time limit" in html and Job.objects.get(pk=job.pk).time_limit_s == 5400
+    assert client_of(UserFactory()).post(f"/jobs/{job.pk}/update/", {"time_limit": "1"}).status_code == 403

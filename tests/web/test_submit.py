@@ -225,6 +225,12 @@ def test_an_array_from_the_form_is_one_job_per_task(user, client_of, cluster, no
     assert '<dd id="array-task">0 of array' in response.content.decode()
     assert "at most 2 tasks at once" in response.content.decode()
     assert Job.objects.filter(array_task_limit=2).count() == 4
+    # The job page changes the array's limit for every task (scontrol update ArrayTaskThrottle=).
+    task = Job.objects.filter(array_task_limit=2).order_by("array_task_id").last()
+    assert 'name="array_task_limit"' in client.get(f"/jobs/{task.pk}/").content.decode()
+    html = client.post(f"/jobs/{task.pk}/update/", {"array_task_limit": "3"}, follow=True).content.decode()
+    assert f"Job {task.pk} updated." in html and "at most 3 tasks at once" in html
+    assert Job.objects.filter(array_task_limit=3).count() == 4
 
 
 @pytest.mark.parametrize(
