@@ -10,9 +10,8 @@ from scheduler_app.services.admission_worker import admission_forecasts_serve
 from scheduler_app.services.agents import agent_reports_prune
 from scheduler_app.services.forecast_refresh import job_forecasts_refresh_run
 from scheduler_app.services.idempotency import idempotency_keys_prune
-from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.job_end import job_end_followups_run
-from scheduler_app.services.nodes import node_liveness_sweep_run
+from scheduler_app.services.nodes import periodic_sweep_run
 from scheduler_app.services.profiling import profiling_run_dispatch
 from scheduler_app.services.report_ingest import agent_reports_apply_run
 from scheduler_app.services.round_requests import (
@@ -56,12 +55,7 @@ def scheduling_round_task(trigger: str = "beat") -> int | None:
 @shared_task(name=NODE_LIVENESS_SWEEP_TASK, ignore_result=True)
 def node_liveness_sweep_task() -> dict[str, list]:
     """Every few seconds: mark silent nodes, and end jobs past their time limit (TIMEOUT)."""
-    sweep = node_liveness_sweep_run()
-    return {
-        "not_responding": sweep.not_responding,
-        "down": sweep.down,
-        "timed_out": jobs_time_limit_enforce(),
-    }
+    return periodic_sweep_run()
 
 
 @shared_task(name=AGENT_REPORTS_APPLY_TASK, ignore_result=True)

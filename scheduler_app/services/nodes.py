@@ -23,7 +23,7 @@ from scheduler_app.models import Allocation, Job, JobState
 from scheduler_app.selectors import server_busy_gpu_count, server_busy_gpus
 from scheduler_app.selectors.agents import NODE_FAIL_END_REASON
 from scheduler_app.selectors.restart_facts import leases_lost_work_s
-from scheduler_app.services.job_control import allocations_end
+from scheduler_app.services.job_control import allocations_end, jobs_time_limit_enforce
 from scheduler_app.services.job_lifecycle import jobs_requeue
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
@@ -71,6 +71,17 @@ def node_liveness_sweep_run(*, now: datetime | None = None) -> LivenessSweep:
             scheduling_round_request_on_commit(trigger="node_fail")
     server_states_refresh(busy_gpus=server_busy_gpus())
     return sweep
+
+
+def periodic_sweep_run() -> dict[str, list]:
+    """The sweep every few seconds (Celery beat's task, the embedded demo's loop): silent servers
+    marked (node_liveness_sweep_run), then the jobs past their time limit ended (TIMEOUT)."""
+    sweep = node_liveness_sweep_run()
+    return {
+        "not_responding": sweep.not_responding,
+        "down": sweep.down,
+        "timed_out": jobs_time_limit_enforce(),
+    }
 
 
 @transaction.atomic

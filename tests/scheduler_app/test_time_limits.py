@@ -59,3 +59,26 @@ def test_time_paused_by_preemption_is_not_charged(user):
     Allocation.objects.filter(pk=first.pk).update(started_at=now - timedelta(minutes=10))
     assert jobs_time_limit_enforce(now=now) == []
     assert jobs_time_limit_enforce(now=now + timedelta(minutes=11)) == [job.pk]
+
+
+def test_the_embedded_demos_loop_ends_a_job_past_its_limit_as_the_beat_does(user, monkeypatch):
+    # The demo has no Celery beat: its own loop runs the round and the periodic sweep, time limits
+    # included (it used to run only the liveness half, so a demo job never timed out).
+    import threading
+
+    from scheduler_app.management.commands import demo
+
+    make_server("n1", gpus=4)
+    limited = submit(user, gpus=1, name="limited", time_limit_s=60)
+    scheduling_round_run(trigger="test")
+    started_ago(limited, 61)
+    stop = threading.Event()
+
+    def one_round(**kwargs):
+        stop.set()  # the loop ends after this pass
+
+    monkeypatch.setattr(demo, "scheduling_round_run", one_round)
+    monkeypatch.setattr(demo, "close_old_connections", lambda: None)  # the test's own transaction
+    demo.Command()._rounds(stop, round_s=0.01)
+    limited.refresh_from_db()
+    assert limited.state == JobState.TIMEOUT

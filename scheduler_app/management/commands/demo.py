@@ -36,7 +36,7 @@ from scheduler_app.management.demo_setup import (
 )
 from scheduler_app.models import Job, JobState, Team
 from scheduler_app.services import JobRequest, job_submit
-from scheduler_app.services.nodes import node_liveness_sweep_run
+from scheduler_app.services.nodes import periodic_sweep_run
 from scheduler_app.services.rounds import scheduling_round_run
 
 AGENT_NAMES = ("gpu01", "gpu02", "gpu03")
@@ -191,10 +191,11 @@ class Command(BaseCommand):
         )
 
     def _rounds(self, stop: threading.Event, round_s: float) -> None:
-        """Embedded mode has no Celery beat: run the periodic round and liveness sweep here."""
+        """Embedded mode has no Celery beat: run the periodic round and sweep (silent servers, jobs past
+        their time limit: the beat's task) here."""
         while not stop.wait(round_s):
             try:
-                node_liveness_sweep_run()
+                periodic_sweep_run()
                 scheduling_round_run(trigger="beat")
             except Exception:  # keep the demo alive; the error is in the log
                 self.stderr.write("demo: round failed (see the log)")
