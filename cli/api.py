@@ -209,6 +209,10 @@ class Api:
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}/", not_found=_no_job(job_id))
 
+    def update(self, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
+        """PATCH the job's limits (scontrol update): its detail as it is afterwards."""
+        return self.request("PATCH", f"/api/v1/jobs/{job_id}/", json=changes, not_found=_no_job(job_id))
+
     def change(self, job_id: int, action: str) -> dict[str, Any]:
         """POST one of the job's actions: cancel, hold or release."""
         return self.request("POST", f"/api/v1/jobs/{job_id}/{action}/", not_found=_no_job(job_id))

@@ -87,9 +87,7 @@ def update(api: Api, job_id: int, *, time_limit: str | None, array_limit: int | 
         body["array_task_limit"] = array_limit
     if not body:
         raise CliError("give --time TIME or --array-limit N", exit_code=2)
-    job = api.request(
-        "PATCH", f"/api/v1/jobs/{job_id}/", json=body, not_found=f"no job {job_id} (or not yours)"
-    )
+    job = api.update(job_id, body)
     limit = job.get("time_limit_s")
     line = f"job {job_id}: time limit {clock(limit) if limit else 'none'}"
     if job.get("array_job") is not None:
