@@ -67,19 +67,18 @@ def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
             job = api.change(job_id, action)
         except CliError as exc:
             failed += 1
-            # The service's refusals name the job already ("job 19 is already COMPLETED").
-            said = str(exc)
-            sys.stderr.write(said if said.startswith(f"job {job_id} ") else f"job {job_id}: {said}")
-            sys.stderr.write("\n")
+            _refused(job_id, exc)
             continue
         reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
         out.write(f"job {job_id}: {job['state']}{reason}\n")
     return 1 if failed else 0
 
 
-def update(api: Api, job_id: int, *, time_limit: str | None, array_limit: int | None, out: TextIO) -> int:
-    """Change a job's time limit, or its array's limit on tasks at once (scontrol update TimeLimit=,
-    ArrayTaskThrottle=), and print what it is now."""
+def update(
+    api: Api, job_ids: list[int], *, time_limit: str | None, array_limit: int | None, out: TextIO
+) -> int:
+    """Change each job's time limit, or its array's limit on tasks at once (scontrol update TimeLimit=,
+    ArrayTaskThrottle=), and print what it is now; carry on past one refused and exit 1 if any was."""
     body: dict[str, Any] = {}
     if time_limit:
         body["time_limit_s"] = parse_time_limit_s(time_limit, option="--time", leave_out="give a limit")
@@ -87,13 +86,28 @@ def update(api: Api, job_id: int, *, time_limit: str | None, array_limit: int | 
         body["array_task_limit"] = array_limit
     if not body:
         raise CliError("give --time TIME or --array-limit N", exit_code=2)
-    job = api.update(job_id, body)
-    limit = job.get("time_limit_s")
-    line = f"job {job_id}: time limit {clock(limit) if limit else 'none'}"
-    if job.get("array_job") is not None:
-        at_once = job.get("array_task_limit")
-        line += f", array {job['array_job']}: " + (
-            f"at most {at_once} tasks at once" if at_once else "no limit"
-        )
-    out.write(line + "\n")
-    return 0
+    failed = 0
+    for job_id in job_ids:
+        try:
+            job = api.update(job_id, body)
+        except CliError as exc:
+            failed += 1
+            _refused(job_id, exc)
+            continue
+        limit = job.get("time_limit_s")
+        line = f"job {job_id}: time limit {clock(limit) if limit else 'none'}"
+        if job.get("array_job") is not None:
+            at_once = job.get("array_task_limit")
+            line += f", array {job['array_job']}: " + (
+                f"at most {at_once} tasks at once" if at_once else "no limit"
+            )
+        out.write(line + "\n")
+    return 1 if failed else 0
+
+
+def _refused(job_id: int, exc: CliError) -> None:
+    """A job's refusal on stderr, named once: the service's own words often name it already ("job 19
+    is already COMPLETED")."""
+    said = str(exc)
+    sys.stderr.write(said if said.startswith(f"job {job_id} ") else f"job {job_id}: {said}")
+    sys.stderr.write("\n")

@@ -27,6 +27,7 @@ examples:
   python -m cli submit sweep --command 'python train.py --lr-index $ATTUNE_ARRAY_TASK_ID' \\
       --gpus 1 -t 6h --array 0-7%2         # at most 2 tasks at once
   python -m cli update 42 --array-limit 4    # scontrol update ArrayTaskThrottle=4 (--time: TimeLimit=)
+  python -m cli update --array 42 -t 4h     # every live task of array 42 (scontrol update JobId=42)
   python -m cli queue                    # squeue; queue -t PD,R --all
   python -m cli show 42
   python -m cli nodes                    # sinfo: free/total GPUs, cores and memory per server
@@ -283,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "update", help="change a job's time limit, or its array's limit on tasks at once (scontrol update)"
     )
-    p.add_argument("job_id", type=_job_ref, metavar="JOB_ID")
+    p.add_argument("job_ids", type=_job_ref, nargs="*", metavar="JOB_ID")
+    p.add_argument("--array", type=int, metavar="ID", help="every pending or running task of this array")
     _time_limit_option(p, "a new time limit (as submit's; only staff may raise one)")
     p.add_argument(
         "--array-limit",
@@ -366,8 +368,13 @@ def _run(api: Api, args: argparse.Namespace, out: TextIO) -> int:
     if args.command_name == "show":
         return show.show(api, args.job_id, as_json=args.json, out=out)
     if args.command_name == "update":
+        job_ids = list(args.job_ids)
+        if args.array:  # scontrol update JobId=ARRAYID: every task of the array
+            job_ids += job_control.live_array_tasks(api, args.array)
+        if not job_ids:
+            raise CliError("give job ids, or --array ID (with pending or running tasks)", exit_code=2)
         return job_control.update(
-            api, args.job_id, time_limit=args.time_limit, array_limit=args.array_limit, out=out
+            api, job_ids, time_limit=args.time_limit, array_limit=args.array_limit, out=out
         )
     if args.command_name == "wait":
         return waiting.wait(api, args.job_ids, poll_s=args.poll_s, out=out)

@@ -490,10 +490,24 @@ def test_update_lowers_a_time_limit_and_changes_an_arrays_limit_as_scontrol_upda
     code, _, err = run(capsys, "update", str(job.pk), "-t", "3h")
     assert code == 1 and "only staff can raise a time limit (5400 s now); you may lower it" in err
     code, _, err = run(capsys, "update", str(job.pk), "--array-limit", "2")
-    assert code == 1 and err == f"error: array_task_limit: job {job.pk} is not a task of an array.\n"
+    assert code == 1 and err == f"job {job.pk}: array_task_limit: job {job.pk} is not a task of an array.\n"
     assert run(capsys, "update", str(job.pk))[0] == 2
     run(capsys, "submit", "few", "--workload", "res18", "--gpus", "1", "--iters", "10", "--array", "0-3%1")
     first, third = (Job.objects.get(name="few", array_task_id=i).pk for i in (0, 2))
     code, out, _ = run(capsys, "update", f"{first}_2", "--array-limit", "3")
     assert (code, out) == (0, f"job {third}: time limit none, array {first}: at most 3 tasks at once\n")
     assert set(Job.objects.filter(array_job_id=first).values_list("array_task_limit", flat=True)) == {3}
+    # scontrol update JobId=ARRAYID: every live task of the array; an ended one is left as it was.
+    Job.objects.filter(pk=first).update(state=JobState.COMPLETED)
+    code, out, err = run(capsys, "update", "--array", str(first), "-t", "1h")
+    tasks = Job.objects.filter(array_job_id=first).order_by("array_task_id")
+    assert (code, err) == (0, "") and out.count("time limit 01:00:00") == 3
+    assert [t.time_limit_s for t in tasks] == [None, 3600, 3600, 3600]
+    # A list of jobs: one refused (not an array's task) does not stop the others, and exits 1.
+    code, out, err = run(capsys, "update", str(job.pk), f"{first}_3", "--array-limit", "2")
+    assert code == 1 and f"job {job.pk}: array_task_limit:" in err and "at most 2 tasks at once" in out
+    assert run(capsys, "update", "-t", "1h") == (
+        2,
+        "",
+        "error: give job ids, or --array ID (with pending or running tasks)\n",
+    )
