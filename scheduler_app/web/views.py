@@ -47,6 +47,7 @@ from scheduler_app.services.jobs import job_submit as jobs_submit
 from scheduler_app.services.nodes import node_drain, node_resume
 from scheduler_app.web.access import staff_required
 from scheduler_app.web.forms import DEFAULT_QUEUE_STATES, JobLimitsForm, JobSubmitForm, QueueFilter
+from scheduler_app.web.queue_rows import queue_rows
 
 QUEUE_PAGE_SIZE = 100
 
@@ -59,11 +60,23 @@ def queue(request: HttpRequest) -> HttpResponse:
     if not data.getlist("state"):
         data.setlist("state", list(DEFAULT_QUEUE_STATES))
     jobs = QueueFilter(data, queryset=job_queue_page_queryset(user=request.user), request=request)
-    page = Paginator(jobs.qs, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
-    positions = job_queue(job_ids=[j.pk for j in page if j.state == JobState.PENDING])
-    rows = [(job, positions.get(job.pk), job_estimate(job)) for job in page]
+    # squeue's rows: an array's pending tasks with one reason on one row, but with -r (tasks=1) or
+    # when one array is asked for (as `attune queue --array`).
+    each_task = request.GET.get("tasks") == "1" or bool(request.GET.get("array_job"))
+    groups = queue_rows(jobs.qs, each_task=each_task)
+    page = Paginator(groups, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
+    shown = jobs.qs.in_bulk([group.job_ids[0] for group in page])
+    positions = job_queue(job_ids=[pk for pk, job in shown.items() if job.state == JobState.PENDING])
+    rows = []
+    for group in page:
+        job = shown[group.job_ids[0]]
+        rows.append((job, positions.get(job.pk), job_estimate(job), group))
     query = data.copy()
     query.pop("page", None)
+    tasks_query = query.copy()  # the same filters, with arrays' tasks on one row or one each
+    tasks_query.pop("tasks", None)
+    if not each_task:
+        tasks_query["tasks"] = "1"
     return render(
         request,
         "web/queue.html",
@@ -71,6 +84,10 @@ def queue(request: HttpRequest) -> HttpResponse:
             "filter": jobs,
             "page": page,
             "rows": rows,
+            "job_count": sum(group.task_count for group in groups),
+            "each_task": each_task,
+            "collapsed": any(group.label for group in groups),
+            "tasks_query": tasks_query.urlencode(),
             "estimates_confirmed_at": forecast_confirmed_at(),
             "query": query.urlencode(),
             "everyone": request.user.is_staff or not scheduler_conf().private_jobs,

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler_app.models import JobState
+from scheduler_app.models import Job, JobState, PendingReason
 from scheduler_app.services.forecasts import job_forecasts_refresh
 from tests.api.helpers import make_server
 from tests.factories import TeamFactory, UserFactory
@@ -112,3 +112,49 @@ def test_the_queue_costs_the_same_queries_for_3_or_150_jobs(
     with django_assert_max_num_queries(len(few)):
         html = client.get(URL).content.decode()
     assert len(job_ids(html)) == 100
+
+
+def pending_array(owner, indices, limit=None) -> list:
+    """An array's PENDING tasks (its id: the first task's), as job_submit makes them."""
+    first, *rest = indices
+    head = pending_job(owner)
+    Job.objects.filter(pk=head.pk).update(array_job_id=head.pk, array_task_id=first, array_task_limit=limit)
+    for i in rest:
+        pending_job(owner, array_job_id=head.pk, array_task_id=i, array_task_limit=limit)
+    return list(Job.objects.filter(array_job_id=head.pk).order_by("array_task_id"))
+
+
+def test_an_arrays_waiting_tasks_share_a_row_as_squeue_shows_them(user, client_of, cluster):
+    single = pending_job(user)
+    tasks = pending_array(user, [0, 1, 2, 3, 5, 6], limit=2)
+    array = tasks[0].pk
+    Job.objects.filter(pk=tasks[3].pk).update(pending_reason=PendingReason.ARRAY_TASK_LIMIT)
+    client = client_of(user)
+    html = client.get(URL).content.decode()
+    # Task 3 waits for another reason: it splits the run, as squeue's lines do.
+    assert job_ids(html) == [single.pk, tasks[0].pk, tasks[3].pk, tasks[4].pk]
+    row = html.split(f'<tr id="job-{tasks[0].pk}"')[1].split("</tr>")[0]
+    assert f">{array}_[0-2%2]</a>" in row and "3 tasks" in row and 'data-tasks="3"' in row
+    assert f'href="?array_job={array}"' in row
+    assert f">{array}_[5-6%2]</a>" in html and "7 jobs" in html
+    # squeue -r: one row per task, and back.
+    html = client.get(URL, {"tasks": "1"}).content.decode()
+    assert job_ids(html) == [single.pk, *(t.pk for t in tasks)] and "7 jobs" in html
+    assert 'id="tasks-toggle" href="?state=PENDING&amp;state=RUNNING"' in html
+    # One array asked for: its tasks one by one.
+    html = client.get(URL, {"array_job": array}).content.decode()
+    assert job_ids(html) == [t.pk for t in tasks] and 'id="tasks-toggle"' not in html
+    # A running task is a row of its own, and the others still share theirs.
+    Job.objects.filter(pk=tasks[1].pk).update(state=JobState.RUNNING, pending_reason=PendingReason.NONE)
+    html = client.get(URL).content.decode()
+    assert job_ids(html) == [tasks[1].pk, single.pk, tasks[0].pk, tasks[3].pk, tasks[4].pk]
+    assert f">{array}_[0,2%2]</a>" in html and f">{array}_[5-6%2]</a>" in html
+
+
+def test_a_page_holds_100_rows_whatever_the_tasks_behind_them(user, client_of, cluster):
+    pending_array(user, range(150))
+    singles = [pending_job(user) for _ in range(101)]
+    html = client_of(user).get(URL, {"state": "PENDING"}).content.decode()
+    assert len(job_ids(html)) == 100 and "Page 1 of 2" in html and "251 jobs" in html
+    html = client_of(user).get(URL, {"state": "PENDING", "page": 2}).content.decode()
+    assert job_ids(html) == [job.pk for job in singles[99:]]
