@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from scheduler_app.core.array_limits import tasks_past_limit
-from scheduler_app.models import Job, JobState, PendingReason
+from scheduler_app.models import JobState, PendingReason
 from scheduler_app.selectors import JobLike, live_array_limits
+from scheduler_app.services.pending_reasons import pending_reasons_mark
 
 
 def array_limits_hold(*, jobs: Sequence[JobLike], held_otherwise: Collection[int]) -> set[int]:
@@ -21,13 +22,5 @@ def array_limits_hold(*, jobs: Sequence[JobLike], held_otherwise: Collection[int
     running = {job.pk for job in jobs if job.state == JobState.RUNNING}
     candidates = [job.pk for job in jobs if job.state == JobState.PENDING and job.pk not in held_otherwise]
     past = tasks_past_limit(limits, candidates, running)
-    reason = PendingReason.ARRAY_TASK_LIMIT
-    changed = [job for job in jobs if job.pk in past and job.pending_reason != reason]
-    for job in changed:
-        job.pending_reason = reason
-    if changed:
-        # The round has not locked these rows: a job cancelled or started meanwhile is left as it is.
-        Job.objects.filter(pk__in=[job.pk for job in changed], state=JobState.PENDING).update(
-            pending_reason=reason
-        )
+    pending_reasons_mark((job for job in jobs if job.pk in past), PendingReason.ARRAY_TASK_LIMIT)
     return past

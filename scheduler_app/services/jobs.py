@@ -32,6 +32,7 @@ from scheduler_app.services.job_requests import (
     job_run_as,
     job_work_dir,
 )
+from scheduler_app.services.pending_reasons import pending_reasons_mark
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 
 
@@ -151,26 +152,21 @@ def job_dependencies_hold(*, jobs: Sequence[JobLike], now: datetime) -> set[int]
     """
     pending = {job.pk: job for job in jobs if job.state == JobState.PENDING}
     waits = dependency_waits(job_ids=pending)
-    by_reason: dict[str, list[int]] = defaultdict(list)
-    events = []
+    by_reason: dict[str, list[JobLike]] = defaultdict(list)
     for job_id, dependencies in waits.items():
-        job = pending[job_id]
-        reason = dependency_pending_reason(dependencies.values())
-        if job.pending_reason == reason:
-            continue
-        by_reason[reason].append(job_id)
-        job.pending_reason = reason
-        if reason == PendingReason.DEPENDENCY_NEVER_SATISFIED:
+        by_reason[dependency_pending_reason(dependencies.values())].append(pending[job_id])
+    events = []
+    for reason, held in by_reason.items():
+        for job in pending_reasons_mark(held, reason):
+            if reason != PendingReason.DEPENDENCY_NEVER_SATISFIED:
+                continue
             message = ", ".join(
                 f"job {dep} ended {state}"
-                for dep, state in sorted(dependencies.items())
+                for dep, state in sorted(waits[job.pk].items())
                 if state in TERMINAL_JOB_STATES
             )
             events.append(
                 job_event(job, "dependency_never_satisfied", reason=reason, message=message, at=now)
             )
-    for reason, ids in by_reason.items():
-        # The round has not locked these rows: a job cancelled meanwhile is left as it is.
-        Job.objects.filter(pk__in=ids, state=JobState.PENDING).update(pending_reason=reason)
     job_events_record(events)
     return set(waits)

@@ -62,9 +62,10 @@ from profiles_app.services.profiling_runs import (
     profiling_run_requeue,
     profiling_run_succeed,
 )
-from scheduler_app.models import Allocation, AllocationGpu, Job, JobEvent, JobState, PendingReason
+from scheduler_app.models import Allocation, AllocationGpu, JobState, PendingReason
 from scheduler_app.selectors import JobLike
 from scheduler_app.services.job_lifecycle import job_event, job_events_record
+from scheduler_app.services.pending_reasons import pending_reasons_mark
 from scheduler_app.services.round_lock import round_lock_single_flight
 from scheduler_app.services.round_requests import scheduling_round_request_on_commit
 from scheduler_app.task_names import WORKLOAD_PROFILE_TASK
@@ -129,33 +130,24 @@ def profiling_jobs_hold(
         logger.info("workload %s has no profile: profiling run %s queued", workload.name, run.pk)
         transaction.on_commit(lambda run_id=run.pk: enqueue_profile_task(run_id))
 
-    held: set[int] = set()
-    events: list[JobEvent] = []
-    for job in pending:
-        run = active.get(job.workload_id)
-        if run is None:
-            continue  # its workload's profiling failed: scheduled at the proportional share
-        if job.pk in held_otherwise:
-            continue
-        held.add(job.pk)
-        if job.pending_reason != PendingReason.PROFILING:
-            events.append(
-                job_event(
-                    job,
-                    "profiling",
-                    reason=PendingReason.PROFILING,
-                    at=now,
-                    data={"profiling_run": run.pk, "workload": unprofiled[job.workload_id].name},
-                )
-            )
-    changed = [e.job_id for e in events]
-    if changed:
-        # The round has not locked these rows: a job cancelled meanwhile is left as it is.
-        Job.objects.filter(pk__in=changed, state=JobState.PENDING).update(
-            pending_reason=PendingReason.PROFILING
+    held = [
+        job
+        for job in pending
+        if job.workload_id in active  # else its workload's profiling failed: the proportional share
+        and job.pk not in held_otherwise
+    ]
+    events = [
+        job_event(
+            job,
+            "profiling",
+            reason=PendingReason.PROFILING,
+            at=now,
+            data={"profiling_run": active[job.workload_id].pk, "workload": unprofiled[job.workload_id].name},
         )
-        job_events_record(events)
-    return held
+        for job in pending_reasons_mark(held, PendingReason.PROFILING)
+    ]
+    job_events_record(events)
+    return {job.pk for job in held}
 
 
 def enqueue_profile_task(run_id: int) -> None:
