@@ -4,6 +4,7 @@ each one's change."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from cli.api import Api, CliError
@@ -61,17 +62,7 @@ def live_jobs_matching(
 def change(api: Api, action: str, job_ids: list[int], out: TextIO) -> int:
     """Cancel, hold or release each job; carry on past one that fails (as scancel does) and exit 1
     if any did. Prints each job's state (and reason while it is pending) afterwards."""
-    failed = 0
-    for job_id in job_ids:
-        try:
-            job = api.change(job_id, action)
-        except CliError as exc:
-            failed += 1
-            _refused(job_id, exc)
-            continue
-        reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
-        out.write(f"job {job_id}: {job['state']}{reason}\n")
-    return 1 if failed else 0
+    return _each_job(job_ids, lambda job_id: api.change(job_id, action), _state_line, out)
 
 
 def update(
@@ -86,28 +77,41 @@ def update(
         body["array_task_limit"] = array_limit
     if not body:
         raise CliError("give --time TIME or --array-limit N", exit_code=2)
+    return _each_job(job_ids, lambda job_id: api.update(job_id, body), _limits_line, out)
+
+
+def _each_job(
+    job_ids: list[int],
+    act: Callable[[int], dict[str, Any]],
+    line: Callable[[dict[str, Any]], str],
+    out: TextIO,
+) -> int:
+    """`act` on each job, printing `line` of its answer; one refused goes to stderr and the others
+    still follow (as scancel and scontrol do): 1 if any was refused, else 0."""
     failed = 0
     for job_id in job_ids:
         try:
-            job = api.update(job_id, body)
+            job = act(job_id)
         except CliError as exc:
             failed += 1
-            _refused(job_id, exc)
+            said = str(exc)  # the service's refusals often name the job ("job 19 is already COMPLETED")
+            sys.stderr.write(said if said.startswith(f"job {job_id} ") else f"job {job_id}: {said}")
+            sys.stderr.write("\n")
             continue
-        limit = job.get("time_limit_s")
-        line = f"job {job_id}: time limit {clock(limit) if limit else 'none'}"
-        if job.get("array_job") is not None:
-            at_once = job.get("array_task_limit")
-            line += f", array {job['array_job']}: " + (
-                f"at most {at_once} tasks at once" if at_once else "no limit"
-            )
-        out.write(line + "\n")
+        out.write(f"job {job_id}: {line(job)}\n")
     return 1 if failed else 0
 
 
-def _refused(job_id: int, exc: CliError) -> None:
-    """A job's refusal on stderr, named once: the service's own words often name it already ("job 19
-    is already COMPLETED")."""
-    said = str(exc)
-    sys.stderr.write(said if said.startswith(f"job {job_id} ") else f"job {job_id}: {said}")
-    sys.stderr.write("\n")
+def _state_line(job: dict[str, Any]) -> str:
+    reason = f" ({job['pending_reason']})" if job["state"] == "PENDING" else ""
+    return f"{job['state']}{reason}"
+
+
+def _limits_line(job: dict[str, Any]) -> str:
+    limit = job.get("time_limit_s")
+    line = f"time limit {clock(limit) if limit else 'none'}"
+    if job.get("array_job") is not None:
+        at_once = job.get("array_task_limit")
+        line += f", array {job['array_job']}: "
+        line += f"at most {at_once} tasks at once" if at_once else "no limit"
+    return line
