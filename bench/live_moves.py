@@ -35,9 +35,9 @@ from pathlib import Path
 
 import redis
 
-from bench.agent_fleet import REPO_ROOT, processes, service_env
 from bench.common import print_table
 from bench.live_common import bench_database, django_setup, logger, logging_setup
+from bench.live_service import REPO_ROOT, processes, service_env
 
 DEMO_SERVER = {"gpus": 8, "cpus": 24, "mem_gb": 500}
 SIZES = (1, 1, 1, 2, 4, 8)  # the demo trickle's GPU counts, and the 8-GPU job of the issue

@@ -19,11 +19,11 @@ import itertools
 import statistics
 from collections.abc import Callable
 
-from bench.agent_fleet import service_env
 from bench.common import print_table
 from bench.cpu_shares import postgres_cpu_s, tree_cpu_s
 from bench.lean_http import LeanClient
 from bench.live_common import logger
+from bench.live_service import service_env
 from bench.web_bridge import web_tier
 
 API_JOBS = "/api/v1/jobs/"

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from bench.agent_fleet import REPO_ROOT, processes, service_env
 from bench.common import print_table
 from bench.cpu_shares import CpuShares
 from bench.live_common import bench_database, django_setup, logger, logging_setup, percentile, servers_create
+from bench.live_service import REPO_ROOT, processes, service_env
 
 API_JOBS = "/api/v1/jobs/"
 GPU_MIX = (1, 1, 1, 2, 4, 8)

@@ -24,11 +24,11 @@ from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 
-from bench.agent_fleet import free_port, healthz_wait, service_env
 from bench.common import print_table
 from bench.cpu_shares import tree_cpu_s
 from bench.lean_http import LeanClient
 from bench.live_common import bench_database, django_setup, logger, logging_setup
+from bench.live_service import free_port, healthz_wait, service_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APPS = {"a2wsgi": "bench.a2wsgi_asgi:application", "bridge": "config.asgi:application"}
