@@ -45,12 +45,17 @@ def clock(seconds: float) -> str:
 
 
 def ago(value: str, *, now: datetime | None = None) -> str:
-    """How long before `now` an API timestamp was: "just now", "3 min ago", "2 h 05 min ago" (the web
-    pages' rules: scheduler_app/templatetags/as_of.py)."""
-    age_s = max(0, int(((now or datetime.now(UTC)) - instant(value)).total_seconds()))
-    if age_s < 60:
+    """How long before `now` an API timestamp was, in ago_words."""
+    return ago_words(((now or datetime.now(UTC)) - instant(value)).total_seconds())
+
+
+def ago_words(age_s: float) -> str:
+    """How long ago, in whole units as clocks are read: "just now", "3 min ago", "1 h 05 min ago",
+    "2 d 4 h ago" (the web pages say it so too: scheduler_app/templatetags/as_of.py)."""
+    whole = max(0, int(age_s))
+    minutes, hours, days = whole // 60, whole // 3600, whole // 86400
+    if minutes < 1:
         return "just now"
-    minutes, hours, days = age_s // 60, age_s // 3600, age_s // 86400
     if hours < 1:
         return f"{minutes} min ago"
     if days < 1:

@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from cli.output import ago_words
 from scheduler_app.models import Job
 from scheduler_app.services.forecast_as_of import job_estimate_as_of
 
@@ -26,20 +27,6 @@ def as_of_words(at: datetime, now: datetime | None = None) -> tuple[str, str]:
     same_day = local.date() == local_now.date() and now - at < TIME_ONLY_WITHIN
     clock = local.strftime("%H:%M") if same_day else local.strftime("%Y-%m-%d %H:%M")
     return clock, ago_words((now - at).total_seconds())
-
-
-def ago_words(age_s: float) -> str:
-    """How long ago, in whole units as clocks are read: "just now", "3 min ago", "1 h 05 min ago",
-    "2 d 4 h ago" (cli/output.py's `ago`, the same rules)."""
-    whole = max(0, int(age_s))
-    minutes, hours, days = whole // 60, whole // 3600, whole // 86400
-    if minutes < 1:
-        return "just now"
-    if hours < 1:
-        return f"{minutes} min ago"
-    if days < 1:
-        return f"{hours} h {minutes % 60:02d} min ago"
-    return f"{days} d {hours % 24} h ago"
 
 
 @register.simple_tag
