@@ -105,11 +105,11 @@ def show(api: Api, job_id: int, *, as_json: bool, out: TextIO) -> int:
         ("After jobs", ", ".join(map(str, job.get("depends_on") or [])) or "-"),
     ]
     if job.get("array_job") is not None:
-        at_once = job.get("array_task_limit")
+        array, index, at_once = job["array_job"], job["array_task_id"], job.get("array_task_limit")
         facts.append(
             (
                 "Array",
-                f"task {job['array_task_id']} of {job['array_job']}"
+                f"{array}_{index}: task {index} of array {array}"
                 + (f", at most {at_once} tasks at once" if at_once else ""),
             )
         )

@@ -285,7 +285,7 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
     names = sorted(line.split()[1] for line in out.splitlines()[1:])
     assert names == ["sweep[0]", "sweep[1]", "sweep[2]"]
     code, out, _ = run(capsys, "show", str(tasks[1].pk))
-    assert code == 0 and re.search(rf"^Array +task 1 of {tasks[0].pk}$", out, re.M)
+    assert code == 0 and re.search(rf"^Array +{tasks[0].pk}_1: task 1 of array {tasks[0].pk}$", out, re.M)
     # sbatch's %N: at most N tasks at once, said by show.
     code, out, _ = run(
         capsys, "submit", "few", "--workload", "res18", "--gpus", "1", "--iters", "10", "--array", "0-3%2"
@@ -293,7 +293,9 @@ def test_an_array_is_submitted_and_listed_task_by_task(service, capsys):
     limited = list(Job.objects.filter(name="few").order_by("array_task_id"))
     assert code == 0 and [t.array_task_limit for t in limited] == [2] * 4
     code, out, _ = run(capsys, "show", str(limited[3].pk))
-    assert re.search(rf"^Array +task 3 of {limited[0].pk}, at most 2 tasks at once$", out, re.M)
+    assert re.search(
+        rf"^Array +{limited[0].pk}_3: task 3 of array {limited[0].pk}, at most 2 tasks at once$", out, re.M
+    )
     # squeue's lines: the pending tasks waiting for the same reason share one; -r lists each.
     code, out, _ = run(capsys, "queue", "-n", "few")
     assert [line.split()[:4] for line in out.splitlines()[1:]] == [
