@@ -41,6 +41,7 @@ from scheduler_app.selectors.jobs import (
     job_relation_known,
     job_submitted_as_stored,
     job_submitted_detail,
+    jobs_run_time_s,
     live_array_limits,
 )
 from scheduler_app.selectors.leases import ActiveLease, active_leases, server_busy_gpu_count, server_busy_gpus
@@ -116,6 +117,7 @@ __all__ = [
     "job_restarts",
     "job_submitted_as_stored",
     "job_submitted_detail",
+    "jobs_run_time_s",
     "jobs_with_restarts",
     "live_array_limits",
     "next_round_at",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import (
@@ -268,3 +269,17 @@ def job_lease_speeds(*, job: Job) -> list[LeaseSpeed]:
             measured = allocation.iters_per_s
         out.append(LeaseSpeed(allocation, predicted, measured))
     return out
+
+
+def jobs_run_time_s(*, job_ids: Iterable[int], now: datetime) -> dict[int, float]:
+    """Seconds each job has held its resources up to `now`, over all its leases (a job spanning servers
+    has one lease per server for the same interval, counted once): what its time limit is charged.
+    Jobs that never ran are left out."""
+    intervals: dict[int, set[tuple[datetime, datetime]]] = defaultdict(set)
+    rows = Allocation.objects.filter(job_id__in=list(job_ids)).values_list("job_id", "started_at", "ended_at")
+    for job_id, started_at, ended_at in rows:
+        intervals[job_id].add((started_at, ended_at or now))
+    return {
+        job_id: sum(max(0.0, (end - start).total_seconds()) for start, end in spans)
+        for job_id, spans in intervals.items()
+    }

@@ -38,6 +38,7 @@ from scheduler_app.models import Job, JobForecast, JobState
 from scheduler_app.selectors import (
     array_limits_of,
     borrowing_teams,
+    jobs_run_time_s,
     next_round_at,
     own_command_iter_time_s,
     team_quotas_left,
@@ -60,6 +61,7 @@ OWN_COMMAND_UNKNOWN = "own command without a time limit: its finish cannot be pr
 NEVER_STARTS = "a job it depends on ended without completing: it will not start"
 HELD = "held: it starts only once released"
 NOT_SCHEDULABLE = "the job's servers are not schedulable"
+TIME_LIMIT_ENDS = "ends at its time limit (TIMEOUT), before the work it asked for is done"
 UNKNOWN_LENGTH_ITER_S = 1e12  # far past any horizon
 BEYOND_WINDOW = "queued behind the {window} jobs the forecast plays forward (the last of them starts {after})"
 
@@ -129,8 +131,9 @@ class QueueForecast:
     behind: list[int]
     window_jobs: int | None
     horizon: str
-    # What _estimate reads of each placeable job: its workload id and time limit.
-    lengths: dict[int, tuple[int | None, int | None]] = dataclasses.field(default_factory=dict)
+    # What _estimate reads of each placeable job: its workload id and the run time its time limit
+    # leaves it from `now` (None: no limit).
+    lengths: dict[int, tuple[int | None, float | None]] = dataclasses.field(default_factory=dict)
     started: set[int] = dataclasses.field(default_factory=set)  # placeable jobs already running
     run: ForecastRun | None = None
 
@@ -148,12 +151,18 @@ class QueueForecast:
         had not started or finished by then."""
         out = {}
         for job_id in job_ids:
-            workload_id, time_limit_s = self.lengths[job_id]
+            workload_id, limit_left_s = self.lengths[job_id]
             one = predicted[job_id]
+            start = _at(one.start_s)
+            limit_end = None
+            if limit_left_s is not None and start is not None:
+                # Its run time is charged from its start on (a running job's: from now), and the
+                # service ends it there (TIMEOUT) whatever work is left.
+                limit_end = max(start, self.now) + timedelta(seconds=max(0.0, limit_left_s))
             out[job_id] = _estimate(
                 workload_id,
-                time_limit_s,
-                _at(one.start_s),
+                limit_end,
+                start,
                 _at(one.finish_s),
                 cut_short,
                 budget_s,
@@ -290,8 +299,14 @@ def _prepared(
         if j.state == JobState.RUNNING and j.started_at is not None and j.pk in inputs.jobs
     }
     ready.started = {job_id for job_id in ready.placeable if job_id in started_s}
+    limited = {job_id: inputs.jobs[job_id].time_limit_s for job_id in ready.placeable}
+    limited = {job_id: limit_s for job_id, limit_s in limited.items() if limit_s}
+    used_s = jobs_run_time_s(job_ids=limited, now=now) if limited else {}
     ready.lengths = {
-        job_id: (inputs.jobs[job_id].workload_id, inputs.jobs[job_id].time_limit_s)
+        job_id: (
+            inputs.jobs[job_id].workload_id,
+            limited[job_id] - used_s.get(job_id, 0.0) if job_id in limited else None,
+        )
         for job_id in ready.placeable
     }
     kwargs = {
@@ -404,7 +419,7 @@ def _first_round_at(now: datetime, early_round: bool) -> datetime:
 
 def _estimate(
     workload_id: int | None,
-    time_limit_s: int | None,
+    limit_end: datetime | None,
     start: datetime | None,
     finish: datetime | None,
     cut_short: bool,
@@ -412,16 +427,18 @@ def _estimate(
     horizon: str,
     reached: datetime | None = None,
 ) -> Estimate:
+    """A placeable job's estimate from its forecast start and finish; `limit_end`: where its time limit
+    ends it (None: no limit, or no start)."""
     if workload_id is None and start is not None:
         # An own command has no profile, so its length is unknown; a time limit bounds it (what
         # Slurm's backfill assumes too). The forecast only placed it with a guessed speed.
-        if time_limit_s:
-            return Estimate(
-                start,
-                start + timedelta(seconds=time_limit_s),
-                "own command: finish = start + its time limit",
-            )
+        if limit_end is not None:
+            return Estimate(start, limit_end, "own command: finish = start + its time limit")
         return Estimate(start, None, OWN_COMMAND_UNKNOWN)
+    if finish is not None and limit_end is not None and limit_end < finish:
+        # The forecast plays the work it asked for; the service stops it at its limit (TIMEOUT).
+        # What waits behind it is forecast as if it ran on: those estimates err late, never early.
+        return Estimate(start, limit_end, TIME_LIMIT_ENDS)
     if finish is not None:
         return Estimate(start, finish)
     what = "started" if start is None else "finished"

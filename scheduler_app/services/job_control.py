@@ -19,6 +19,7 @@ from django.utils import timezone
 from cluster_app.agent_wake import agents_wake_on_commit, wake_enabled
 from infra.vendor import is_postgresql
 from scheduler_app.models import TERMINAL_JOB_STATES, Allocation, AllocationGpu, Job, JobState, PendingReason
+from scheduler_app.selectors import jobs_run_time_s
 from scheduler_app.services.admission import admission_predict_released
 from scheduler_app.services.job_end import job_end_followups
 from scheduler_app.services.job_lifecycle import (
@@ -43,7 +44,6 @@ __all__ = [  # JobStateError is the lifecycle's; the views catch it from here, w
     "job_release",
     "job_release_allowed",
     "job_requeue",
-    "job_run_time_s",
     "jobs_time_limit_enforce",
 ]
 
@@ -345,13 +345,6 @@ def job_update(
     return job
 
 
-def job_run_time_s(job: Job, *, now: datetime) -> float:
-    """Seconds the job has held its resources, over all its leases (a job spanning servers has one
-    lease per server for the same interval, counted once); from prefetched `allocations`."""
-    intervals = {(a.started_at, a.ended_at or now) for a in job.allocations.all()}
-    return sum(max(0.0, (end - start).total_seconds()) for start, end in intervals)
-
-
 def jobs_time_limit_enforce(*, now: datetime | None = None) -> list[int]:
     """End RUNNING jobs whose run time has reached their `time_limit_s` (TIMEOUT, as Slurm does).
 
@@ -360,10 +353,10 @@ def jobs_time_limit_enforce(*, now: datetime | None = None) -> list[int]:
     a cancel. Returns the ids of the jobs ended.
     """
     now = now or timezone.now()
-    running = Job.objects.filter(state=JobState.RUNNING, time_limit_s__isnull=False).prefetch_related(
-        "allocations"
-    )
-    over = [job.pk for job in running if job_run_time_s(job, now=now) >= job.time_limit_s]
+    running = Job.objects.filter(state=JobState.RUNNING, time_limit_s__isnull=False)
+    limits = dict(running.values_list("pk", "time_limit_s"))
+    used_s = jobs_run_time_s(job_ids=limits, now=now)
+    over = [job_id for job_id, limit_s in limits.items() if used_s.get(job_id, 0.0) >= limit_s]
     ended = []
     for job_id in over:
         with transaction.atomic():

@@ -89,6 +89,40 @@ def test_a_running_job_finishes_at_the_speed_its_agent_measures(user, gpu01_res1
     assert now + timedelta(seconds=300) <= finish <= now + timedelta(seconds=300 + 61)
 
 
+def test_a_job_whose_time_limit_ends_it_first_is_estimated_to_finish_there(user, gpu01_res18):
+    # 600 iterations left at 2 a second: 300 s of work, but 120 s of its 1,000 s limit left (it has run
+    # 880 s, 300 of them on an earlier lease): the service ends it then (TIMEOUT), and so does the
+    # estimate. One with time to spare keeps the forecast's finish.
+    job = submit(user, gpus=1, iters=1000, time_limit_s=1000)
+    spare = submit(user, gpus=1, iters=1000, time_limit_s=10_000)
+    scheduling_round_run()
+    now = timezone.now()
+    for each in (job, spare):
+        Job.objects.filter(pk=each.pk).update(done_iters=400)
+        Allocation.objects.filter(pk=lease_of(each).pk).update(
+            iters_per_s=2.0, started_at=now - timedelta(seconds=580)
+        )
+    first = lease_of(job)
+    Allocation.objects.create(
+        job=job,
+        server=first.server,
+        round=first.round,
+        num_gpus=first.num_gpus,
+        num_cpus=first.num_cpus,
+        mem_gb=first.mem_gb,
+        speedup=1.0,
+        started_at=now - timedelta(hours=1),
+        ended_at=now - timedelta(hours=1) + timedelta(seconds=300),
+        end_reason="preempted",
+    )
+    job_forecasts_refresh(now=now)
+    limited, free = (JobForecast.objects.get(job=each) for each in (job, spare))
+    assert limited.finish_at == now + timedelta(seconds=120)
+    assert "time limit" in limited.detail
+    assert now + timedelta(seconds=300) <= free.finish_at <= now + timedelta(seconds=300 + 61)
+    assert free.detail == ""
+
+
 def test_a_requeued_job_is_estimated_to_start_again_not_at_its_first_start(user, gpu01_res18):
     job = submit(user, gpus=4, iters=1000)
     scheduling_round_run()
