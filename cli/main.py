@@ -230,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_submit(sub)
 
-    p = sub.add_parser("queue", help="your pending and running jobs (squeue)")
+    p = sub.add_parser(
+        "queue", help="pending and running jobs: everyone's, or yours where jobs are private (squeue)"
+    )
     p.add_argument(
         "-t",
         "--state",
