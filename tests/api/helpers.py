@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -118,6 +119,24 @@ def active(job: Job) -> list[Allocation]:
 def lease_of(job: Job) -> Allocation:
     (allocation,) = active(job)
     return allocation
+
+
+def earlier_lease(job: Job, *, started_at: datetime, ended_at: datetime) -> Allocation:
+    """An ended lease of `job` before its current one (same server and shares), preempted: the run
+    time its time limit was already charged."""
+    current = lease_of(job)
+    return Allocation.objects.create(
+        job=job,
+        server=current.server,
+        round=current.round,
+        num_gpus=current.num_gpus,
+        num_cpus=current.num_cpus,
+        mem_gb=current.mem_gb,
+        speedup=1.0,
+        started_at=started_at,
+        ended_at=ended_at,
+        end_reason="preempted",
+    )
 
 
 def observe(job: Job, *, predicted: float, measured: float, samples: int = SPEED_MIN_REPORTS) -> None:

@@ -13,7 +13,7 @@ from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.job_control import job_cancel, job_requeue
 from scheduler_app.services.jobs import JobRequest, job_submit
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import lease_of, submit, workload
+from tests.api.helpers import earlier_lease, lease_of, submit, workload
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_proportional_minute_rounds")]
 
@@ -102,19 +102,8 @@ def test_a_job_whose_time_limit_ends_it_first_is_estimated_to_finish_there(user,
         Allocation.objects.filter(pk=lease_of(each).pk).update(
             iters_per_s=2.0, started_at=now - timedelta(seconds=580)
         )
-    first = lease_of(job)
-    Allocation.objects.create(
-        job=job,
-        server=first.server,
-        round=first.round,
-        num_gpus=first.num_gpus,
-        num_cpus=first.num_cpus,
-        mem_gb=first.mem_gb,
-        speedup=1.0,
-        started_at=now - timedelta(hours=1),
-        ended_at=now - timedelta(hours=1) + timedelta(seconds=300),
-        end_reason="preempted",
-    )
+    an_hour_ago = now - timedelta(hours=1)
+    earlier_lease(job, started_at=an_hour_ago, ended_at=an_hour_ago + timedelta(seconds=300))
     job_forecasts_refresh(now=now)
     limited, free = (JobForecast.objects.get(job=each) for each in (job, spare))
     assert limited.finish_at == now + timedelta(seconds=120)

@@ -8,7 +8,7 @@ from django.utils import timezone
 from scheduler_app.models import Allocation, Job, JobEvent, JobState
 from scheduler_app.services.job_control import jobs_time_limit_enforce
 from scheduler_app.services.rounds import scheduling_round_run
-from tests.api.helpers import active, make_server, submit
+from tests.api.helpers import active, earlier_lease, make_server, submit
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fifo_tune")]
 
@@ -44,17 +44,8 @@ def test_time_paused_by_preemption_is_not_charged(user):
     now = timezone.now()
     # It ran 40 min, was paused for 2 h, and has run 10 min since: 50 min < 60 min.
     first = Allocation.objects.get(job=job)
-    Allocation.objects.create(
-        job=job,
-        server=first.server,
-        round=first.round,
-        num_gpus=first.num_gpus,
-        num_cpus=first.num_cpus,
-        mem_gb=first.mem_gb,
-        speedup=1.0,
-        started_at=now - timedelta(hours=2, minutes=50),
-        ended_at=now - timedelta(hours=2, minutes=10),
-        end_reason="preempted",
+    earlier_lease(
+        job, started_at=now - timedelta(hours=2, minutes=50), ended_at=now - timedelta(hours=2, minutes=10)
     )
     Allocation.objects.filter(pk=first.pk).update(started_at=now - timedelta(minutes=10))
     assert jobs_time_limit_enforce(now=now) == []
