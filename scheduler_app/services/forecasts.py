@@ -159,11 +159,16 @@ class QueueForecast:
                 # Its run time is charged from its start on (a running job's: from now), and the
                 # service ends it there (TIMEOUT) whatever work is left.
                 limit_end = max(start, self.now) + timedelta(seconds=max(0.0, limit_left_s))
+            finish = _at(one.finish_s)
+            if one.timed_out and limit_end is not None:
+                # Ended at its limit, at the rounds' resolution: the limit's own time is exact.
+                out[job_id] = Estimate(start, limit_end, TIME_LIMIT_ENDS)
+                continue
             out[job_id] = _estimate(
                 workload_id,
                 limit_end,
                 start,
-                _at(one.finish_s),
+                finish,
                 cut_short,
                 budget_s,
                 self.horizon,
@@ -309,10 +314,17 @@ def _prepared(
         )
         for job_id in ready.placeable
     }
+    first_round_s = _first_round_at(now, early_round).timestamp()
+    # The run time each limit leaves at the forecast's first round: a running job runs on until then.
+    time_left_s = {
+        job_id: left_s - (first_round_s - now.timestamp() if job_id in ready.started else 0.0)
+        for job_id, (_, left_s) in ready.lengths.items()
+        if left_s is not None
+    }
     kwargs = {
         "policy": conf.policy_obj(),
         "allocator": conf.allocator,
-        "first_round_s": _first_round_at(now, early_round).timestamp(),
+        "first_round_s": first_round_s,
         "round_s": conf.round_s,
         "started_s": started_s,
         "until_finished": ready.placeable,
@@ -321,6 +333,7 @@ def _prepared(
         "borrowing_teams": borrowing_teams(),
         "after": {job_id: deps.keys() for job_id, deps in queue.waits.items() if job_id not in queue.never},
         "array_limits": _array_limits(jobs),
+        "time_left_s": time_left_s,
         "restarts": restarts,
     }
     return ready, _Play(inputs.snapshot, views, kwargs)
@@ -436,8 +449,7 @@ def _estimate(
             return Estimate(start, limit_end, "own command: finish = start + its time limit")
         return Estimate(start, None, OWN_COMMAND_UNKNOWN)
     if finish is not None and limit_end is not None and limit_end < finish:
-        # The forecast plays the work it asked for; the service stops it at its limit (TIMEOUT).
-        # What waits behind it is forecast as if it ran on: those estimates err late, never early.
+        # Past its limit the service ends it (TIMEOUT), whatever work is left.
         return Estimate(start, limit_end, TIME_LIMIT_ENDS)
     if finish is not None:
         return Estimate(start, finish)

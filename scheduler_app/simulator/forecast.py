@@ -24,6 +24,7 @@ from scheduler_app.core.policies import Policy
 from scheduler_app.core.restarts import RestartPolicy
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 from scheduler_app.simulator.forecast_holds import ForecastHolds
+from scheduler_app.simulator.forecast_limits import ForecastLimits
 from scheduler_app.simulator.forecast_steady import (
     continuing_rows,
     rounds_before_a_finish,
@@ -53,11 +54,13 @@ class JobForecast:
     """Predicted start and finish (seconds on the caller's clock); None: not within the horizon.
 
     `start_s` is the job's first round in the forecast, or its real start when it already runs.
+    `timed_out`: the forecast ended it at its time limit (`finish_s`), its work not done.
     """
 
     job_id: int
     start_s: float | None
     finish_s: float | None
+    timed_out: bool = False
 
 
 def forecast(
@@ -76,6 +79,7 @@ def forecast(
     borrowing_teams: Collection[int] = (),
     after: Mapping[int, Iterable[int]] | None = None,
     array_limits: Mapping[int, tuple[int, Sequence[int]]] | None = None,
+    time_left_s: Mapping[int, float] | None = None,
     restarts: RestartPolicy | None = None,
     shortcuts: bool = True,
 ) -> dict[int, JobForecast]:
@@ -93,6 +97,9 @@ def forecast(
     the round after the last of them finishes, and never if one of them is not in `jobs` or is dropped.
     `array_limits`: array id -> (its limit on tasks running at once, its live tasks' ids in index
     order): a task past the limit joins the queue when one of its array's finishes (forecast_holds.py).
+    `time_left_s`: job id -> the run time its time limit leaves it at `first_round_s`: the forecast
+    charges a job's run time while it holds resources and ends it at its limit, as the service does
+    (TIMEOUT; forecast_limits.py): its finish is then that time, and a job after it never starts.
     `restarts`: the live rounds' RestartPolicy, passed to every round (running jobs move only when it
     pays); with it the forecast also charges restarts as the simulator does, from each view's
     startup_s, checkpoint_every_s and lease_started_s (on the clock of `first_round_s`): a start waits
@@ -123,6 +130,7 @@ def forecast(
         borrowing_teams=borrowing_teams,
         after=after,
         array_limits=array_limits,
+        time_left_s=time_left_s,
         restarts=restarts,
         shortcuts=shortcuts,
     )
@@ -160,6 +168,7 @@ class ForecastRun:
         borrowing_teams: Collection[int] = (),
         after: Mapping[int, Iterable[int]] | None = None,
         array_limits: Mapping[int, tuple[int, Sequence[int]]] | None = None,
+        time_left_s: Mapping[int, float] | None = None,
         restarts: RestartPolicy | None = None,
         shortcuts: bool = True,
     ) -> None:
@@ -216,6 +225,7 @@ class ForecastRun:
             if view.current is not None:
                 run.running[view.job_id] = job
         self.waiting_for = targets & set(self.sim_jobs)
+        self.limits = ForecastLimits({j: s for j, s in (time_left_s or {}).items() if j in self.sim_jobs})
         self.previous: RoundPlan | None = None
         self.reuse: RoundPlan | None = None  # a plan reuse.py's conditions let the next round reuse
         self.reuse_key: object = None  # its progress key
@@ -255,6 +265,8 @@ class ForecastRun:
 
     def _round(self) -> None:
         run, k, round_s = self.run, self.k, self.round_s
+        limits = self.limits
+        ran_before = list(run.running) if limits else ()
         allocator_obj, policy_obj, snapshot = self.allocator, self.policy, self.snapshot
         now_s = self.first_round_s + k * round_s
         views = run.views()
@@ -305,12 +317,19 @@ class ForecastRun:
         if self.shortcuts and can_skip and not steady:
             steady = keeps_everyone(plan, run.active)
         if steady:
-            k += skip_steady_rounds(plan, run.active, round_s, self.max_rounds - 1 - k)
-        placed, done_now = run.apply(plan, self.first_round_s + k * round_s)
-        released = self.holds.release(self.held, self.sim_jobs, run.active) if self.held else []
+            most = self.max_rounds - 1 - k
+            if limits:
+                most = min(most, limits.rounds_within(run.running, round_s))
+            k += skip_steady_rounds(plan, run.active, round_s, most)
+        applied_s = self.first_round_s + k * round_s
+        placed, done_now = run.apply(plan, applied_s)
+        timed_out = limits.charge(run, ran_before, k - self.k, done_now, applied_s) if limits else []
+        released = (
+            self.holds.release(self.held, self.sim_jobs, run.active, limits.timed_out) if self.held else []
+        )
         if self.recheck:
             # Reused next round while nothing arrives, finishes or is dropped and the order holds.
-            kept = run.kept and not done_now and not released
+            kept = run.kept and not done_now and not released and not timed_out
             if not kept:
                 self.reuse, self.guard = None, None
             elif decided:
@@ -329,7 +348,8 @@ class ForecastRun:
         self.waiting_for.intersection_update(run.active.keys() | self.held.keys())
         if not placed and not released:
             self.stopped = True  # nothing fits and nothing will change: no arrivals in a forecast
-        self.previous = None if released else plan  # a new job in the queue: the plan may change
+        # A new job in the queue, or one ended at its limit: the plan may change.
+        self.previous = None if released or timed_out else plan
         self.k = k + 1
 
     def _jump(self, plan: RoundPlan, views: Sequence[JobView], k: int) -> int:
@@ -353,6 +373,8 @@ class ForecastRun:
         if not rows:
             return k
         most = min(self.max_rounds - 1 - k, STRETCH_MOST_ROUNDS)
+        if self.limits:
+            most = min(most, self.limits.rounds_within(run.running, self.round_s))
         rounds = rounds_before_a_finish(rows, self.round_s, most)
         while rounds > 1:
             if self._holds_after(plan, rows, regime, k + rounds, rounds):
@@ -411,9 +433,12 @@ class ForecastRun:
 
     def results(self, job_ids: Iterable[int] | None = None) -> dict[int, JobForecast]:
         """Each job's start and finish as played so far (default: every job of the forecast)."""
-        jobs = self.sim_jobs
+        jobs, timed_out = self.sim_jobs, self.limits.timed_out
         ids = jobs.keys() if job_ids is None else job_ids
-        return {job_id: JobForecast(job_id, jobs[job_id].start_s, jobs[job_id].finish_s) for job_id in ids}
+        return {
+            job_id: JobForecast(job_id, jobs[job_id].start_s, jobs[job_id].finish_s, job_id in timed_out)
+            for job_id in ids
+        }
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -3,7 +3,7 @@ and array tasks past their array's limit on tasks running at once (--array 0-99%
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler_app.core.array_limits import tasks_past_limit
@@ -45,16 +45,20 @@ class ForecastHolds:
         return held
 
     def release(
-        self, held: Mapping[int, SimJob], sim_jobs: Mapping[int, SimJob], active: Mapping[int, SimJob]
+        self,
+        held: Mapping[int, SimJob],
+        sim_jobs: Mapping[int, SimJob],
+        active: Mapping[int, SimJob],
+        timed_out: Collection[int] = (),
     ) -> list[int]:
         """The held jobs that join the queue now, in `held`'s order: every dependency finished in the
-        forecast (a dependency outside it, or dropped as infeasible, never finishes), and room in their
-        array beside its active tasks (those queued or running)."""
+        forecast (a dependency outside it, dropped as infeasible or `timed_out` at its time limit never
+        completes), and room in their array beside its active tasks (those queued or running)."""
         ready = [
             job_id
             for job_id in held
             if all(
-                dep in sim_jobs and sim_jobs[dep].finish_s is not None
+                dep in sim_jobs and sim_jobs[dep].finish_s is not None and dep not in timed_out
                 for dep in self.waits_for.get(job_id, ())
             )
         ]

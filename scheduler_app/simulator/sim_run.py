@@ -319,6 +319,14 @@ class SimRun:
                 job.current = None
         return placed, done_now
 
+    def end(self, job_id: int) -> None:
+        """Take a running job out of the run between rounds (the forecast ends it at its time limit):
+        the plans remembered for reapplying held it, so none is reapplied."""
+        job = self.active.pop(job_id)
+        self.running.pop(job_id, None)
+        job.current = None
+        self._last_plan = self._template_plan = self._template = None
+
     def _drop(self, job_id: int, reason: str) -> None:
         job = self.active.pop(job_id)
         self.running.pop(job_id, None)

@@ -89,27 +89,31 @@ def test_a_running_job_finishes_at_the_speed_its_agent_measures(user, gpu01_res1
     assert now + timedelta(seconds=300) <= finish <= now + timedelta(seconds=300 + 61)
 
 
-def test_a_job_whose_time_limit_ends_it_first_is_estimated_to_finish_there(user, gpu01_res18):
+def test_a_job_whose_time_limit_ends_it_first_finishes_there_and_frees_its_gpus(user, gpu01_res18):
     # 600 iterations left at 2 a second: 300 s of work, but 120 s of its 1,000 s limit left (it has run
     # 880 s, 300 of them on an earlier lease): the service ends it then (TIMEOUT), and so does the
-    # estimate. One with time to spare keeps the forecast's finish.
-    job = submit(user, gpus=1, iters=1000, time_limit_s=1000)
-    spare = submit(user, gpus=1, iters=1000, time_limit_s=10_000)
+    # forecast: the job waiting for its GPUs starts in the round after, not once its work would be
+    # done. One with time to spare keeps the forecast's finish.
+    job = submit(user, gpus=2, iters=1000, time_limit_s=1000)
+    spare = submit(user, gpus=2, iters=1000, time_limit_s=10_000)
+    behind = submit(user, gpus=2, iters=100)
     scheduling_round_run()
     now = timezone.now()
     for each in (job, spare):
         Job.objects.filter(pk=each.pk).update(done_iters=400)
-        Allocation.objects.filter(pk=lease_of(each).pk).update(
+        Allocation.objects.filter(job=each, ended_at__isnull=True).update(
             iters_per_s=2.0, started_at=now - timedelta(seconds=580)
         )
     an_hour_ago = now - timedelta(hours=1)
     earlier_lease(job, started_at=an_hour_ago, ended_at=an_hour_ago + timedelta(seconds=300))
     job_forecasts_refresh(now=now)
-    limited, free = (JobForecast.objects.get(job=each) for each in (job, spare))
+    limited, free, waiting = (JobForecast.objects.get(job=each) for each in (job, spare, behind))
     assert limited.finish_at == now + timedelta(seconds=120)
     assert "time limit" in limited.detail
     assert now + timedelta(seconds=300) <= free.finish_at <= now + timedelta(seconds=300 + 61)
     assert free.detail == ""
+    # The rounds are a minute apart: it starts in the first round after the limit.
+    assert now + timedelta(seconds=120) <= waiting.start_at <= now + timedelta(seconds=120 + 61)
 
 
 def test_a_requeued_job_is_estimated_to_start_again_not_at_its_first_start(user, gpu01_res18):
