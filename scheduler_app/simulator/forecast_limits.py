@@ -54,7 +54,7 @@ class ForecastLimits:
         for job in done_now:
             job_left_s = left.pop(job.job_id, None)
             if job_left_s is not None and job.finish_s is not None and job.finish_s - applied_s > job_left_s:
-                job.finish_s = applied_s + job_left_s
+                job.finish_s = applied_s + max(0.0, job_left_s)
                 self.timed_out.add(job.job_id)
                 ended.append(job)
         for job_id in [job_id for job_id in left if job_id in run.running]:
@@ -62,7 +62,9 @@ class ForecastLimits:
             if left[job_id] > 0:
                 continue
             job = run.running[job_id]
-            job.finish_s = applied_s + round_s + left.pop(job_id)
+            # Past its limit already when the forecast began (the service ends it at its next sweep):
+            # in the first round.
+            job.finish_s = max(applied_s, applied_s + round_s + left.pop(job_id))
             run.end(job_id)
             self.timed_out.add(job_id)
             ended.append(job)

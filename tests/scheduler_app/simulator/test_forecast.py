@@ -265,3 +265,23 @@ def test_a_job_started_in_the_forecast_is_charged_from_its_start_and_a_limit_pas
     assert (out[1].finish_s, out[1].timed_out) == (pytest.approx(1100.0), False)
     assert (out[2].start_s, out[2].finish_s, out[2].timed_out) == (1300.0, pytest.approx(1700.0), True)
     assert out[3].start_s == 1900.0
+
+
+def test_a_job_already_past_its_limit_ends_in_the_first_round():
+    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+    running = dataclasses.replace(
+        make_job(1, total_iters=1000 / RES18_ITER_S, arrival_s=0.0),
+        current=Placement(1, (ServerShare(0, (0,), 3, 62.5),), 1.0),
+    )
+    waiting = make_job(2, total_iters=100 / RES18_ITER_S, arrival_s=1.0)
+    out = forecast(
+        cluster,
+        [running, waiting],
+        policy="fifo",
+        allocator="proportional",
+        first_round_s=1000.0,
+        started_s={1: 0.0},
+        time_left_s={1: -30.0},
+    )
+    assert (out[1].finish_s, out[1].timed_out) == (1000.0, True)
+    assert out[2].start_s == 1300.0
