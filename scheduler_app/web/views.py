@@ -65,12 +65,16 @@ def queue(request: HttpRequest) -> HttpResponse:
     each_task = request.GET.get("tasks") == "1" or bool(request.GET.get("array_job"))
     groups = queue_rows(jobs.qs, each_task=each_task)
     page = Paginator(groups, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
-    shown = jobs.qs.in_bulk([group.job_ids[0] for group in page])
+    # A shared row shows its first task, and finishes when its last task is estimated to (as `queue`).
+    shown = jobs.qs.in_bulk([pk for group in page for pk in {group.job_ids[0], group.job_ids[-1]}])
     positions = job_queue(job_ids=[pk for pk, job in shown.items() if job.state == JobState.PENDING])
     rows = []
     for group in page:
-        job = shown[group.job_ids[0]]
-        rows.append((job, positions.get(job.pk), job_estimate(job), group))
+        job, last = shown[group.job_ids[0]], shown[group.job_ids[-1]]
+        estimate = job_estimate(job)
+        rows.append(
+            (job, positions.get(job.pk), estimate, group, job_estimate(last) if group.label else estimate)
+        )
     query = data.copy()
     query.pop("page", None)
     tasks_query = query.copy()  # the same filters, with arrays' tasks on one row or one each

@@ -1,12 +1,14 @@
 """The queue page: who sees which jobs, filters, squeue's columns, and a constant number of queries."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from scheduler_app.models import Job, JobState, PendingReason
+from scheduler_app.models import Job, JobForecast, JobState, PendingReason
 from scheduler_app.services.forecasts import job_forecasts_refresh
 from tests.api.helpers import make_server
 from tests.factories import TeamFactory, UserFactory
@@ -136,6 +138,19 @@ def test_an_arrays_waiting_tasks_share_a_row_as_squeue_shows_them(user, client_o
     row = html.split(f'<tr id="job-{tasks[0].pk}"')[1].split("</tr>")[0]
     assert f">{array}_[0-2%2]</a>" in row and "3 tasks" in row and 'data-tasks="3"' in row
     assert f'href="?array_job={array}"' in row
+    # Its estimated finish is its last task's (2's), its start its first's, as `attune queue` shows them.
+    now = timezone.now()
+    for hours, task in enumerate(tasks[:3]):
+        JobForecast.objects.create(
+            job=task,
+            start_at=now + timedelta(hours=hours),
+            finish_at=now + timedelta(hours=hours + 1),
+            computed_at=now,
+        )
+    row = client.get(URL).content.decode().split(f'<tr id="job-{tasks[0].pk}"')[1].split("</tr>")[0]
+    assert re.search(r'class="est-start">.*?datetime="([^"]+)"', row).group(1) == now.isoformat()
+    finish = re.search(r'class="est-finish">.*?datetime="([^"]+)"', row, re.S).group(1)
+    assert finish == (now + timedelta(hours=3)).isoformat()
     assert f">{array}_[5-6%2]</a>" in html and "7 jobs" in html
     # squeue -r: one row per task, and back.
     html = client.get(URL, {"tasks": "1"}).content.decode()
