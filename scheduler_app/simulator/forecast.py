@@ -192,9 +192,11 @@ class ForecastRun:
             positions = [i for i, v in enumerate(ordered) if v.job_id in targets]
             if positions:
                 views = ordered[: max(positions) + 1]
-        # With a static order and an allocator that ignores progress, a plan that repeats keeps
-        # repeating until a job finishes: those rounds are skipped in one step.
-        self.can_skip = policy_obj.static_order and not allocator_obj.reads_progress
+        # With a static order, an allocator that ignores progress and no move guard (it reads lease
+        # ages and the clock: a start it holds back while a move does not pay comes rounds later, with
+        # nothing else changed), a plan that repeats keeps repeating until a job finishes: those rounds
+        # are skipped in one step. Under the guard a repeated plan is replayed by the guard (recheck).
+        self.can_skip = policy_obj.static_order and not allocator_obj.reads_progress and restarts is None
         self.recheck = shortcuts and not self.can_skip
         self.shortcuts = shortcuts
         if shortcuts:

@@ -30,14 +30,18 @@ def play_in_parts(
     return run, settled
 
 
+# Time limits (forecast_limits.py) on every third job, a few of them shorter than the job's work.
+TIME_LEFT_S = {job_id: 30.0 + 20.0 * (job_id % 5) for job_id in range(1, 41, 3)}
 CASES = {
-    "fifo + tune, restart costs": (deep_queue(40), "fifo", "tune", RestartPolicy()),
-    "fifo + proportional": (deep_queue(40), "fifo", "proportional", None),
+    "fifo + tune, restart costs": (deep_queue(40), "fifo", "tune", RestartPolicy(), None),
+    "fifo + proportional": (deep_queue(40), "fifo", "proportional", None, None),
+    "fifo + proportional, time limits": (deep_queue(40), "fifo", "proportional", None, TIME_LEFT_S),
     "swaf + genie, restart costs": (
         qos_queue(24),
         SwafPolicy(aging=Aging(1.0, 0.0)),
         "genie",
         RestartPolicy(),
+        None,
     ),
 }
 
@@ -45,11 +49,20 @@ CASES = {
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 @pytest.mark.parametrize("pickled", [True, False], ids=["pickled between parts", "in memory"])
 def test_a_forecast_played_in_parts_is_the_forecast_played_at_once(case, pickled):
-    jobs, policy, allocator, restarts = CASES[case]
+    jobs, policy, allocator, restarts, time_left_s = CASES[case]
     cluster = make_cluster(3, gpus=4, cpus=12, mem_gb=250.0)
-    kwargs = dict(policy=policy, allocator=allocator, first_round_s=0.0, round_s=60.0, restarts=restarts)
+    kwargs = dict(
+        policy=policy,
+        allocator=allocator,
+        first_round_s=0.0,
+        round_s=60.0,
+        restarts=restarts,
+        time_left_s=time_left_s,
+    )
     whole = forecast(cluster, jobs, **kwargs)
     assert sum(f.finish_s is not None for f in whole.values()) == len(jobs)  # played to the end
+    if time_left_s:
+        assert sum(f.timed_out for f in whole.values()) >= 3  # some ended at their limit
 
     run, settled = play_in_parts(ForecastRun(cluster, jobs, **kwargs), 1, pickled=pickled)
 

@@ -31,9 +31,15 @@ def deep_queue(n: int) -> list:
     ]
 
 
+# Time limits on every third job, some shorter than its work (forecast_limits.py): a stretch of
+# rounds played in one step must stop where one of them ends a job.
+TIME_LEFT_S = {job_id: 30.0 + 20.0 * (job_id % 5) for job_id in range(1, 41, 3)}
+
+
 @pytest.mark.parametrize("allocator", ["proportional", "tune"])
 @pytest.mark.parametrize("restarts", [None, RestartPolicy()], ids=["free restarts", "restart costs"])
-def test_shortcuts_give_the_same_forecast_with_fewer_rounds(allocator, restarts, monkeypatch):
+@pytest.mark.parametrize("time_left_s", [None, TIME_LEFT_S], ids=["no time limits", "time limits"])
+def test_shortcuts_give_the_same_forecast_with_fewer_rounds(allocator, restarts, time_left_s, monkeypatch):
     calls: list[float] = []
 
     def counted(*args, **kwargs):
@@ -43,15 +49,23 @@ def test_shortcuts_give_the_same_forecast_with_fewer_rounds(allocator, restarts,
     monkeypatch.setattr("scheduler_app.simulator.forecast.schedule_round", counted)
     cluster = make_cluster(3, gpus=4, cpus=12, mem_gb=250.0)
     jobs = deep_queue(40)
-    kwargs = dict(policy="fifo", allocator=allocator, first_round_s=0.0, round_s=60.0, restarts=restarts)
+    kwargs = dict(
+        policy="fifo",
+        allocator=allocator,
+        first_round_s=0.0,
+        round_s=60.0,
+        restarts=restarts,
+        time_left_s=time_left_s,
+    )
     fast = forecast(cluster, jobs, **kwargs)
     fast_rounds = len(calls)
     slow = forecast(cluster, jobs, **kwargs, shortcuts=False)
     assert fast_rounds < len(calls) - fast_rounds  # the shortcut saved rounds
     assert all(f.finish_s is not None for f in slow.values())  # a whole forecast, not cut short
-    assert {j: (f.start_s, pytest.approx(f.finish_s)) for j, f in fast.items()} == {
-        j: (f.start_s, f.finish_s) for j, f in slow.items()
+    assert {j: (f.start_s, pytest.approx(f.finish_s), f.timed_out) for j, f in fast.items()} == {
+        j: (f.start_s, f.finish_s, f.timed_out) for j, f in slow.items()
     }
+    assert any(f.timed_out for f in slow.values()) == bool(time_left_s)
 
 
 class GenieDecidingEveryRound(GenieAllocator):
@@ -369,3 +383,20 @@ def test_a_stretch_applies_at_most_its_cap_of_rounds_between_two_budget_checks(m
 
     assert longest_stretch(10**6) > 4  # uncapped, some stretch is longer than 4 rounds
     assert longest_stretch(4) == 4
+
+
+@pytest.mark.parametrize(("n", "servers"), [(18, 4), (62, 3), (64, 2)])
+def test_under_the_move_guard_no_round_is_skipped_where_the_guard_would_start_a_job_later(n, servers):
+    # The guard reads lease ages and the clock: it may hold a waiting job back (a move to make room
+    # does not pay yet) and let it start rounds later with no job arriving or finishing in between.
+    # Skipping those "steady" rounds, as is exact without the guard, started it only at the next
+    # finish: these queues gave other starts than playing every round.
+    cluster = make_cluster(servers, gpus=4, cpus=12, mem_gb=250.0)
+    kwargs = dict(
+        policy="fifo", allocator="proportional", first_round_s=0.0, round_s=60.0, restarts=RestartPolicy()
+    )
+    fast = forecast(cluster, deep_queue(n), **kwargs)
+    slow = forecast(cluster, deep_queue(n), **kwargs, shortcuts=False)
+    assert {j: (f.start_s, pytest.approx(f.finish_s)) for j, f in fast.items()} == {
+        j: (f.start_s, f.finish_s) for j, f in slow.items()
+    }
