@@ -38,6 +38,7 @@ __all__ = [  # JobStateError is the lifecycle's; the views catch it from here, w
     "JobStateError",
     "allocations_end",
     "job_allocations_end",
+    "job_array_update",
     "job_cancel",
     "job_finish",
     "job_hold",
@@ -343,6 +344,28 @@ def job_update(
     # A raised array limit lets tasks start; a new time limit changes the forecast (a round refreshes it).
     scheduling_round_request_on_commit(trigger="update")
     return job
+
+
+def job_array_update(
+    *, job: Job, by: AbstractBaseUser, time_limit_s: int | None = None, array_task_limit: int | None = None
+) -> tuple[list[int], dict[int, str]]:
+    """job_update on every pending or running task of `job`'s array, in index order (scontrol update
+    JobId=ARRAYID): the ids changed, and each refused task's reason (one refused, the others still
+    change, each in its own transaction, as the CLI's `update --array` sends them)."""
+    live = (JobState.PENDING, JobState.RUNNING)
+    tasks = Job.objects.filter(array_job_id=job.array_job_id, state__in=live).order_by("array_task_id")
+    updated: list[int] = []
+    refused: dict[int, str] = {}
+    for task in tasks:
+        try:
+            job_update(job=task, by=by, time_limit_s=time_limit_s, array_task_limit=array_task_limit)
+        except ValidationError as exc:
+            refused[task.pk] = " ".join(exc.messages)
+        except (PermissionDenied, JobStateError) as exc:
+            refused[task.pk] = str(exc)
+        else:
+            updated.append(task.pk)
+    return updated, refused
 
 
 def jobs_time_limit_enforce(*, now: datetime | None = None) -> list[int]:

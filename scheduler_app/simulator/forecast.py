@@ -106,7 +106,8 @@ def forecast(
     its start-up, a restart loses the run since the last checkpoint. None: free restarts.
     `shortcuts` (where repeated rounds are skipped): without the move guard, a plan that leaves every
     job as it was (no start, no move, no drop) counts as repeated at once: the next round's inputs are
-    the same but for the clock, so it is not decided only to be found the same. False: that round decided by the core.
+    the same but for the clock, so it is not decided only to be found the same. False: that round
+    decided by the core.
     Under other orders (by progress or the clock: swaf, sjf, srtf), or where the allocator may read
     progress, a plan that kept everyone is reused, round by round, while the policy orders the jobs as
     it did and the plan was decided from the order and the placements alone (simulator/reuse.py): each

@@ -322,6 +322,8 @@ class JobLimitsForm(forms.Form):
     array_task_limit = forms.IntegerField(
         required=False, min_value=0, max_value=MAX_ARRAY_TASKS, label="Tasks at once"
     )
+    # scontrol update JobId=ARRAYID: the time limit of every pending or running task of the array.
+    every_task = forms.BooleanField(required=False, label="Every task of its array")
 
     def clean_time_limit(self) -> int | None:
         return _time_limit_s(self.cleaned_data["time_limit"])

@@ -37,6 +37,7 @@ from scheduler_app.services.admission_judge import qos_at_risk_message
 from scheduler_app.services.forecast_as_of import forecast_confirmed_at, job_estimate_as_of
 from scheduler_app.services.job_control import (
     JobStateError,
+    job_array_update,
     job_cancel,
     job_hold,
     job_release,
@@ -225,6 +226,8 @@ def job_update_view(request: HttpRequest, pk: int) -> HttpResponse:
                 messages.error(request, message)
         return redirect("web:job", pk=job.pk)
     limits = form.cleaned_data
+    if limits["every_task"]:
+        return _array_update_view(request, pk, limits)
 
     def change(job: Job) -> Job:
         try:
@@ -238,6 +241,28 @@ def job_update_view(request: HttpRequest, pk: int) -> HttpResponse:
             raise JobStateError(" ".join(exc.messages)) from exc
 
     return _job_change_view(request, pk, change, "updated")
+
+
+def _array_update_view(request: HttpRequest, pk: int, limits: dict[str, Any]) -> HttpResponse:
+    """The job page's change of limits for every live task of the job's array: how many changed, and
+    each refusal, as messages."""
+    job = get_object_or_404(job_list(user=request.user), pk=pk)
+    if job.array_job_id is None:
+        messages.error(request, f"Job {job.pk} is not a task of an array.")
+        return redirect("web:job", pk=job.pk)
+    if not job_manageable(user=request.user).filter(pk=job.pk).exists():
+        raise PermissionDenied("Only the job's owner or staff may change it.")
+    updated, refused = job_array_update(
+        job=job,
+        by=request.user,
+        time_limit_s=limits["time_limit"],
+        array_task_limit=limits["array_task_limit"],
+    )
+    if updated:
+        messages.success(request, f"{len(updated)} tasks of array {job.array_job_id} updated.")
+    for task_id, reason in refused.items():  # named once: the service's words may name it already
+        messages.error(request, f"Job {task_id}: {reason.removeprefix(f'job {task_id}: ')}")
+    return redirect("web:job", pk=job.pk)
 
 
 @login_required

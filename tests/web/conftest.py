@@ -61,3 +61,13 @@ def pending_job(owner, **kwargs) -> Job:
         PendingReason.PRIORITY if kwargs["state"] == JobState.PENDING else PendingReason.NONE,
     )
     return JobFactory(owner=owner, **kwargs)
+
+
+def pending_array(owner, indices, limit=None) -> list[Job]:
+    """An array's PENDING tasks (its id: the first task's), as job_submit makes them."""
+    first, *rest = indices
+    head = pending_job(owner)
+    Job.objects.filter(pk=head.pk).update(array_job_id=head.pk, array_task_id=first, array_task_limit=limit)
+    for i in rest:
+        pending_job(owner, array_job_id=head.pk, array_task_id=i, array_task_limit=limit)
+    return list(Job.objects.filter(array_job_id=head.pk).order_by("array_task_id"))

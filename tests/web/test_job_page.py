@@ -9,7 +9,7 @@ from scheduler_app.services.forecasts import job_forecasts_refresh
 from scheduler_app.services.job_lifecycle import NEW, job_event_append, job_events_record, transition_event
 from scheduler_app.web import views
 from tests.factories import UserFactory
-from tests.web.conftest import pending_job, running_job
+from tests.web.conftest import pending_array, pending_job, running_job
 
 pytestmark = pytest.mark.django_db
 
@@ -240,3 +240,26 @@ def test_its_owner_lowers_the_time_limit_on_the_page_and_is_told_why_a_raise_is_
     html = client.post(f"/jobs/{job.pk}/update/", {"time_limit": "soon"}, follow=True).content.decode()
     assert "The time limit" in html and Job.objects.get(pk=job.pk).time_limit_s == 5400
     assert client_of(UserFactory()).post(f"/jobs/{job.pk}/update/", {"time_limit": "1"}).status_code == 403
+
+
+def test_the_time_limit_of_every_live_task_of_an_array_changes_at_once(user, client_of, cluster):
+    tasks = pending_array(user, [0, 1, 2, 3])
+    Job.objects.filter(pk__in=[t.pk for t in tasks[:2]]).update(time_limit_s=7200)  # 2 and 3: none
+    Job.objects.filter(pk=tasks[3].pk).update(state=JobState.COMPLETED)
+    client = client_of(user)
+    page = f"/jobs/{tasks[1].pk}/"
+    assert 'id="every-task"' in client.get(page).content.decode()
+    every_task = {"every_task": "1"}
+    html = client.post(f"{page}update/", {"time_limit": "1h", **every_task}, follow=True).content.decode()
+    assert f"3 tasks of array {tasks[0].pk} updated." in html
+    limits = Job.objects.filter(array_job_id=tasks[0].pk).order_by("array_task_id")
+    assert [job.time_limit_s for job in limits] == [3600, 3600, 3600, None]  # an ended task is left
+    # A raise is refused on each task, and each says so.
+    html = client.post(f"{page}update/", {"time_limit": "2h", **every_task}, follow=True).content.decode()
+    assert all(f"Job {t.pk}: only staff can raise a time limit" in html for t in tasks[:3])
+    assert "updated." not in html
+    stranger = client_of(UserFactory())
+    assert stranger.post(f"{page}update/", {"time_limit": "1", "every_task": "1"}).status_code == 403
+    single = pending_job(user)
+    html = client.post(f"/jobs/{single.pk}/update/", {"time_limit": "1h", "every_task": "1"}, follow=True)
+    assert f"Job {single.pk} is not a task of an array." in html.content.decode()

@@ -12,7 +12,7 @@ from scheduler_app.models import Job, JobForecast, JobState, PendingReason
 from scheduler_app.services.forecasts import job_forecasts_refresh
 from tests.api.helpers import make_server
 from tests.factories import TeamFactory, UserFactory
-from tests.web.conftest import pending_job, running_job
+from tests.web.conftest import pending_array, pending_job, running_job
 
 pytestmark = pytest.mark.django_db
 
@@ -114,16 +114,6 @@ def test_the_queue_costs_the_same_queries_for_3_or_150_jobs(
     with django_assert_max_num_queries(len(few)):
         html = client.get(URL).content.decode()
     assert len(job_ids(html)) == 100
-
-
-def pending_array(owner, indices, limit=None) -> list:
-    """An array's PENDING tasks (its id: the first task's), as job_submit makes them."""
-    first, *rest = indices
-    head = pending_job(owner)
-    Job.objects.filter(pk=head.pk).update(array_job_id=head.pk, array_task_id=first, array_task_limit=limit)
-    for i in rest:
-        pending_job(owner, array_job_id=head.pk, array_task_id=i, array_task_limit=limit)
-    return list(Job.objects.filter(array_job_id=head.pk).order_by("array_task_id"))
 
 
 def test_an_arrays_waiting_tasks_share_a_row_as_squeue_shows_them(user, client_of, cluster):
