@@ -454,3 +454,9 @@ class ForecastRun:
             # A guarded plan's trace holds several whole plans: the next part decides that round.
             state["guard"] = state["reuse"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        # A run pickled by a version without time limits (a refresh cycle's part kept across an
+        # upgrade) plays on with none.
+        state.setdefault("limits", ForecastLimits())
+        self.__dict__.update(state)

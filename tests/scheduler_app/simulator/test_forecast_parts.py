@@ -102,3 +102,20 @@ def test_a_time_budget_of_nothing_plays_no_round():
     assert not run.play(lambda _last_s: True)
     assert run.k == 0 and run.settled() == set()
     assert all(f.start_s is None and f.finish_s is None for f in run.results().values())
+
+
+def test_a_run_pickled_without_time_limits_plays_on_with_none():
+    # As a refresh cycle's part pickled before the forecast had time limits, read after an upgrade.
+    jobs = deep_queue(12)
+    cluster = make_cluster(3, gpus=4, cpus=12, mem_gb=250.0)
+    kwargs = dict(policy="fifo", allocator="proportional", first_round_s=0.0, round_s=60.0)
+    run = ForecastRun(cluster, jobs, **kwargs)
+    asked = itertools.count()
+    run.play(lambda _last_s: next(asked) >= 2)
+    state = run.__getstate__()
+    del state["limits"]
+    old = ForecastRun.__new__(ForecastRun)
+    old.__setstate__(state)
+    old = pickle.loads(pickle.dumps(old))
+    old.play()
+    assert old.results() == forecast(cluster, jobs, **kwargs)
