@@ -159,16 +159,11 @@ class QueueForecast:
                 # Its run time is charged from its start on (a running job's: from now), and the
                 # service ends it there (TIMEOUT) whatever work is left.
                 limit_end = max(start, self.now) + timedelta(seconds=max(0.0, limit_left_s))
-            finish = _at(one.finish_s)
-            if one.timed_out and limit_end is not None:
-                # Ended at its limit, at the rounds' resolution: the limit's own time is exact.
-                out[job_id] = Estimate(start, limit_end, TIME_LIMIT_ENDS)
-                continue
             out[job_id] = _estimate(
                 workload_id,
-                limit_end,
+                limit_end if one.timed_out or workload_id is None else None,
                 start,
-                finish,
+                _at(one.finish_s),
                 cut_short,
                 budget_s,
                 self.horizon,
@@ -304,8 +299,7 @@ def _prepared(
         if j.state == JobState.RUNNING and j.started_at is not None and j.pk in inputs.jobs
     }
     ready.started = {job_id for job_id in ready.placeable if job_id in started_s}
-    limited = {job_id: inputs.jobs[job_id].time_limit_s for job_id in ready.placeable}
-    limited = {job_id: limit_s for job_id, limit_s in limited.items() if limit_s}
+    limited = {job_id: limit_s for job_id in ready.placeable if (limit_s := inputs.jobs[job_id].time_limit_s)}
     used_s = jobs_run_time_s(job_ids=limited, now=now) if limited else {}
     ready.lengths = {
         job_id: (
@@ -441,15 +435,16 @@ def _estimate(
     reached: datetime | None = None,
 ) -> Estimate:
     """A placeable job's estimate from its forecast start and finish; `limit_end`: where its time limit
-    ends it (None: no limit, or no start)."""
+    ends it, for an own command or a job the forecast ended at its limit (else None)."""
     if workload_id is None and start is not None:
         # An own command has no profile, so its length is unknown; a time limit bounds it (what
         # Slurm's backfill assumes too). The forecast only placed it with a guessed speed.
         if limit_end is not None:
             return Estimate(start, limit_end, "own command: finish = start + its time limit")
         return Estimate(start, None, OWN_COMMAND_UNKNOWN)
-    if finish is not None and limit_end is not None and limit_end < finish:
-        # Past its limit the service ends it (TIMEOUT), whatever work is left.
+    if limit_end is not None:
+        # The forecast ended it at its limit, as the service does (TIMEOUT); its finish there is at the
+        # rounds' float resolution, the limit's own time exact.
         return Estimate(start, limit_end, TIME_LIMIT_ENDS)
     if finish is not None:
         return Estimate(start, finish)

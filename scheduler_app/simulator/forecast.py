@@ -269,7 +269,7 @@ class ForecastRun:
     def _round(self) -> None:
         run, k, round_s = self.run, self.k, self.round_s
         limits = self.limits
-        ran_before = list(run.running) if limits else ()
+        ran_before = [job_id for job_id in limits.left_s if job_id in run.running] if limits else ()
         allocator_obj, policy_obj, snapshot = self.allocator, self.policy, self.snapshot
         now_s = self.first_round_s + k * round_s
         views = run.views()

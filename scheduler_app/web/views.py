@@ -186,11 +186,17 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     return _job_change_view(request, pk, lambda job: job_cancel(job=job, by=request.user), "cancelled")
 
 
-def _job_change_view(request: HttpRequest, pk: int, change: Callable[[Job], Job], done: str) -> HttpResponse:
-    """Apply a job service to a job the user may see (404 otherwise); its refusal becomes a message."""
+def _manageable_job(request: HttpRequest, pk: int) -> Job:
+    """The job, if the user may see it (404 otherwise) and change it (403 otherwise)."""
     job = get_object_or_404(job_list(user=request.user), pk=pk)
     if not job_manageable(user=request.user).filter(pk=job.pk).exists():
         raise PermissionDenied("Only the job's owner or staff may change it.")
+    return job
+
+
+def _job_change_view(request: HttpRequest, pk: int, change: Callable[[Job], Job], done: str) -> HttpResponse:
+    """Apply a job service to a job the user may see (404 otherwise); its refusal becomes a message."""
+    job = _manageable_job(request, pk)
     try:
         change(job)
     except (JobStateError, PermissionDenied) as exc:
@@ -246,12 +252,10 @@ def job_update_view(request: HttpRequest, pk: int) -> HttpResponse:
 def _array_update_view(request: HttpRequest, pk: int, limits: dict[str, Any]) -> HttpResponse:
     """The job page's change of limits for every live task of the job's array: how many changed, and
     each refusal, as messages."""
-    job = get_object_or_404(job_list(user=request.user), pk=pk)
+    job = _manageable_job(request, pk)
     if job.array_job_id is None:
         messages.error(request, f"Job {job.pk} is not a task of an array.")
         return redirect("web:job", pk=job.pk)
-    if not job_manageable(user=request.user).filter(pk=job.pk).exists():
-        raise PermissionDenied("Only the job's owner or staff may change it.")
     updated, refused = job_array_update(
         job=job,
         by=request.user,
