@@ -206,16 +206,27 @@ def test_an_arrays_limit_lets_its_next_task_in_the_round_after_one_ends():
     assert free[3].start_s == free[4].start_s == 1000.0
 
 
+ONE_GPU = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
+
+
+def on_gpu0(job):
+    """`job` running on the one GPU of ONE_GPU with its proportional share."""
+    return dataclasses.replace(job, current=Placement(1, (ServerShare(0, (0,), 3, 62.5),), 1.0))
+
+
+def fifo_from_1000(jobs, **kwargs):
+    """The forecast of `jobs` on ONE_GPU, fifo + proportional, from t=1000."""
+    return forecast(ONE_GPU, jobs, policy="fifo", allocator="proportional", first_round_s=1000.0, **kwargs)
+
+
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_a_job_ends_at_its_time_limit_and_frees_its_gpu_for_the_next(shortcuts):
     # One GPU. Job 1 runs (started at 400) with 10,000 s of work left but 950 s of run time left at
     # 1000: it ends at 1950 (TIMEOUT), and job 2, behind it, starts at the next round, 2200, not after
     # job 1's work. Job 3 waits for job 1 (afterok): a job that timed out never completes, so it never
     # starts. Job 4 has a limit longer than its work: it completes.
-    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
-    running = dataclasses.replace(
-        make_job(1, total_iters=20_000 / RES18_ITER_S, done_iters=10_000 / RES18_ITER_S, arrival_s=0.0),
-        current=Placement(1, (ServerShare(0, (0,), 3, 62.5),), 1.0),
+    running = on_gpu0(
+        make_job(1, total_iters=20_000 / RES18_ITER_S, done_iters=10_000 / RES18_ITER_S, arrival_s=0.0)
     )
     jobs = [
         running,
@@ -223,65 +234,35 @@ def test_a_job_ends_at_its_time_limit_and_frees_its_gpu_for_the_next(shortcuts):
         make_job(3, total_iters=100 / RES18_ITER_S, arrival_s=2.0),
         make_job(4, total_iters=100 / RES18_ITER_S, arrival_s=3.0),
     ]
-    out = forecast(
-        cluster,
-        jobs,
-        policy="fifo",
-        allocator="proportional",
-        first_round_s=1000.0,
-        started_s={1: 400.0},
-        after={3: [1]},
-        time_left_s={1: 950.0, 4: 5000.0},
-        shortcuts=shortcuts,
+    out = fifo_from_1000(
+        jobs, started_s={1: 400.0}, after={3: [1]}, time_left_s={1: 950.0, 4: 5000.0}, shortcuts=shortcuts
     )
     assert (out[1].start_s, out[1].finish_s, out[1].timed_out) == (400.0, pytest.approx(1950.0), True)
     assert (out[2].start_s, out[2].finish_s, out[2].timed_out) == (2200.0, pytest.approx(2300.0), False)
     assert out[3].start_s is None
     assert (out[4].start_s, out[4].finish_s, out[4].timed_out) == (2500.0, pytest.approx(2600.0), False)
     # Without the limit, job 1 runs its 10,000 s of work and job 2 waits for it.
-    out = forecast(
-        cluster, jobs, policy="fifo", allocator="proportional", first_round_s=1000.0, started_s={1: 400.0}
-    )
+    out = fifo_from_1000(jobs, started_s={1: 400.0})
     assert out[1].finish_s == pytest.approx(11_000.0) and out[2].start_s == 11_200.0
 
 
 def test_a_job_started_in_the_forecast_is_charged_from_its_start_and_a_limit_past_the_work_is_no_timeout():
     # Job 2 starts at 1300 (after job 1's 100 s, at the next round) with 400 s of run time left and
     # 1,000 s of work: it ends at 1700. A stretch of repeated rounds (shortcuts) does not pass it.
-    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
     jobs = [
         make_job(1, total_iters=100 / RES18_ITER_S, arrival_s=0.0),
         make_job(2, total_iters=1000 / RES18_ITER_S, arrival_s=1.0),
         make_job(3, total_iters=50 / RES18_ITER_S, arrival_s=2.0),
     ]
-    out = forecast(
-        cluster,
-        jobs,
-        policy="fifo",
-        allocator="proportional",
-        first_round_s=1000.0,
-        time_left_s={1: 100.0, 2: 400.0},
-    )
+    out = fifo_from_1000(jobs, time_left_s={1: 100.0, 2: 400.0})
     assert (out[1].finish_s, out[1].timed_out) == (pytest.approx(1100.0), False)
     assert (out[2].start_s, out[2].finish_s, out[2].timed_out) == (1300.0, pytest.approx(1700.0), True)
     assert out[3].start_s == 1900.0
 
 
 def test_a_job_already_past_its_limit_ends_in_the_first_round():
-    cluster = make_cluster(1, gpus=1, cpus=3, mem_gb=62.5)
-    running = dataclasses.replace(
-        make_job(1, total_iters=1000 / RES18_ITER_S, arrival_s=0.0),
-        current=Placement(1, (ServerShare(0, (0,), 3, 62.5),), 1.0),
-    )
+    running = on_gpu0(make_job(1, total_iters=1000 / RES18_ITER_S, arrival_s=0.0))
     waiting = make_job(2, total_iters=100 / RES18_ITER_S, arrival_s=1.0)
-    out = forecast(
-        cluster,
-        [running, waiting],
-        policy="fifo",
-        allocator="proportional",
-        first_round_s=1000.0,
-        started_s={1: 0.0},
-        time_left_s={1: -30.0},
-    )
+    out = fifo_from_1000([running, waiting], started_s={1: 0.0}, time_left_s={1: -30.0})
     assert (out[1].finish_s, out[1].timed_out) == (1000.0, True)
     assert out[2].start_s == 1300.0
