@@ -65,6 +65,7 @@ from collections.abc import Iterator, Sequence
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.allocators.tune_extend import extend_stable
+from scheduler_app.core.allocators.tune_repack import FreshThroughputs, held_speed, repacked
 from scheduler_app.core.allocators.tune_steady import SteadyRound
 from scheduler_app.core.placement import (
     EPS,
@@ -112,6 +113,13 @@ class TuneRound(SteadyRound, RoundSetup):
         self.settled = True
 
     def run(self) -> RoundPlan:
+        self.place_admitted()
+        for h in self.held:
+            self.placed(h.pos, h.shares, h.speed, h.reason)
+        return self.builder.build(stable=self.settled and not self.left_out)
+
+    def place_admitted(self) -> None:
+        """The round up to its plan: admission, tune's order, the holds and placements (`held`)."""
         jobs = self.jobs
         admitted = self.admit()
         if self.order == ORDER_DEMAND:
@@ -133,21 +141,17 @@ class TuneRound(SteadyRound, RoundSetup):
                 self.claim_admitted(remember_others=False)
         for pos in order[start:]:
             self.place_job(pos)
-        for h in self.held:
-            self.placed(h.pos, h.shares, h.speed, h.reason)
-        return self.builder.build(stable=self.settled and not self.left_out)
 
-    def best_case_throughput(self) -> float:
-        """After `run`: an upper bound on the throughput of any tune plan for the same round, every
-        job that GPU admission took (placed, or left pending by step 5) at its best-case speed."""
-        if self.shape is None:
-            return 0.0
-        demands, total = self.demands, 0.0
-        for pos in sorted([h.pos for h in self.held] + self.left_out):  # policy order, as the plan
-            job = self.jobs[pos]
-            point = demands.fixed_point(job) if has_fixed_demand(job) else demands.best(job)
-            total += point.speed * job.num_gpus
-        return total
+    def planned_throughput(self) -> float:
+        """`run().throughput()` without building the plan (tune_repack.py): the same speeds, spread
+        penalty included, summed over the placed jobs in policy order, as RoundPlan.throughput sums
+        them; `stable` is not worked out (`settles` decides nothing)."""
+        if type(self).run is not TuneRound.run:
+            return self.run().throughput()  # a round of its own (the bench's policy-order tune)
+        self.settled = False
+        self.place_admitted()
+        held = sorted(self.held, key=lambda h: h.pos)
+        return sum(held_speed(h) * sum(len(s.gpu_indices) for s in h.shares) for h in held)
 
     # -- one job -------------------------------------------------------------------------------
     def place_job(self, pos: int) -> None:
@@ -430,6 +434,17 @@ class TuneAllocator(Allocator):
         self.placement = placement
         self.order = order
         self.repack_gain = repack_gain
+        self._fresh = FreshThroughputs()  # the last round's fresh plan's throughput (tune_repack.py)
+
+    def __getstate__(self) -> dict[str, object]:
+        # Pickled with a forecast's run: its memory of a round (a snapshot, the jobs' profiles) left out.
+        state = dict(self.__dict__)
+        state["_fresh"] = FreshThroughputs()
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state.setdefault("_fresh", FreshThroughputs())  # pickled before it had one
+        self.__dict__.update(state)
 
     def extend(
         self, previous: RoundPlan, ordered_jobs: Sequence[JobView], snapshot: ClusterSnapshot
@@ -460,23 +475,17 @@ class TuneAllocator(Allocator):
             return sticky
         if not any(job.current is not None for job in ordered_jobs):
             return sticky
-        threshold = sticky.throughput() * (1.0 + self.repack_gain)
-        if sticky_round.best_case_throughput() <= threshold:
-            return sticky  # not even every admitted job at its best case would be enough faster
-        bound = sticky_round.throughput_bound()
-        if bound is not None and bound * (1.0 + 1e-6) < threshold:
-            # Nor any plan within the free cores and memory (a margin far above the float error of
-            # either sum): the fresh plan would not beat the threshold, so it is not worked out.
-            return sticky
-        # The second and third plans share the first's set-up (the same jobs on the same snapshot).
-        fresh = self.round_class(
-            ordered_jobs, snapshot, self.placement, order=self.order, sticky=False, like=sticky_round
-        ).run()
-        if fresh.throughput() <= threshold:
-            return sticky
-        loose = self.round_class(
-            ordered_jobs, snapshot, self.placement, order=self.order, keep_homes=False, like=sticky_round
-        ).run()
-        if loose.throughput() * (1.0 + self.repack_gain) >= fresh.throughput():
-            return loose
-        return fresh
+
+        def make_round(sticky: bool, keep_homes: bool) -> TuneRound:
+            # The fresh and loose plans share the sticky one's set-up (the same jobs on the same snapshot).
+            return self.round_class(
+                ordered_jobs,
+                snapshot,
+                self.placement,
+                order=self.order,
+                sticky=sticky,
+                keep_homes=keep_homes,
+                like=sticky_round,
+            )
+
+        return repacked(sticky_round, sticky, self.repack_gain, self._fresh, make_round)

@@ -9,7 +9,7 @@ from scheduler_app.core.placement import EPS, HeldJob, HeldShare, Plan, has_fixe
 from scheduler_app.core.placement.plan import DemandCache
 from scheduler_app.core.placement.setup import running_first
 from scheduler_app.core.placement.state import RoundState
-from scheduler_app.core.throughput import with_penalty
+from scheduler_app.core.throughput import ServerShape, with_penalty
 from scheduler_app.core.types import ClusterSnapshot, JobView
 
 
@@ -24,6 +24,8 @@ class SteadyRound:
     held: list[HeldJob]
     on_server: list[list[HeldJob]]
     settled: bool
+    left_out: list[int]
+    shape: ServerShape | None
 
     def hold_current(self, order: list[int]) -> int:
         """The common round, cheaply: where the jobs that ran last round come first in `order` and
@@ -197,6 +199,18 @@ class SteadyRound:
             return True
         free_cpus, free_mem_gb = state.free_cpus, state.free_mem_gb
         return all(k * dc[i] <= free_cpus[i] + EPS and k * dm[i] <= free_mem_gb[i] + EPS for i, k in plan)
+
+    def best_case_throughput(self) -> float:
+        """After `run`: an upper bound on the throughput of any tune plan for the same round, every
+        job that GPU admission took (placed, or left pending by step 5) at its best-case speed."""
+        if self.shape is None:
+            return 0.0
+        demands, total = self.demands, 0.0
+        for pos in sorted([h.pos for h in self.held] + self.left_out):  # policy order, as the plan
+            job = self.jobs[pos]
+            point = demands.fixed_point(job) if has_fixed_demand(job) else demands.best(job)
+            total += point.speed * job.num_gpus
+        return total
 
     def throughput_bound(self) -> float | None:
         """After `run`: an upper bound on the throughput of any tune plan of this round, tighter than
