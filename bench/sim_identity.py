@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.synergy_runs import PolicyOrderTune
 from scheduler_app.core.policies.aging import Aging
 from scheduler_app.core.policies.sjf import SjfPolicy
 from scheduler_app.core.restarts import RestartPolicy
@@ -62,6 +63,10 @@ def runs() -> dict[str, Callable[[], SimulationResult]]:
             static, BIG, policy="srtf", allocator="proportional", finish_at_round_end=True
         ),
         "multi_fifo_tune": lambda: simulate(multi, SMALL, policy="fifo", allocator="tune"),
+        # The bench's policy-order tune: a tune round class with a `run` of its own.
+        "static_ref_fifo_tune_ref": lambda: simulate(
+            read_trace(DATA / "static_100job.csv"), SMALL, policy="fifo", allocator=PolicyOrderTune()
+        ),
         "multi_fifo_greedy": lambda: simulate(multi, SMALL, policy="fifo", allocator="greedy"),
         "multi_fifo_tune_matrix": lambda: simulate(multi, SMALL, policy="fifo", allocator="tune_matrix"),
         "multi_fifo_prop": lambda: simulate(multi, SMALL, policy="fifo", allocator="proportional"),

@@ -142,12 +142,19 @@ class TuneRound(SteadyRound, RoundSetup):
         for pos in order[start:]:
             self.place_job(pos)
 
+    def runs_as_tune(self) -> bool:
+        """Whether this round's plan is tune's own `run` (tune_repack.py may then plan it without
+        building it, and remember the fresh plan's throughput, which reads no current placement). A
+        round class with its own `run` may decide otherwise: the bench's policy-order tune claims the
+        current placements in every plan, the fresh one too."""
+        return type(self).run is TuneRound.run
+
     def planned_throughput(self) -> float:
         """`run().throughput()` without building the plan (tune_repack.py): the same speeds, spread
         penalty included, summed over the placed jobs in policy order, as RoundPlan.throughput sums
         them; `stable` is not worked out (`settles` decides nothing)."""
-        if type(self).run is not TuneRound.run:
-            return self.run().throughput()  # a round of its own (the bench's policy-order tune)
+        if not self.runs_as_tune():
+            return self.run().throughput()
         self.settled = False
         self.place_admitted()
         held = sorted(self.held, key=lambda h: h.pos)

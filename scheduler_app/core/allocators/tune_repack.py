@@ -6,8 +6,9 @@ sticky plan is rarely stable, so that test runs in most decided rounds, and the 
 never wins it: its throughput is all the test reads (TuneRound.planned_throughput works it out
 without building the plan), and the plan itself is built only where it wins.
 
-The fresh plan reads no job's current placement but to pick GPU indices within a server it chose
-(`take` prefers a job's own), which no count, core, memory or speed depends on. So its throughput is
+Tune's fresh plan reads no job's current placement but to pick GPU indices within a server it
+chose (`take` prefers a job's own), which no count, core, memory or speed depends on (a round class
+with its own `run` may read more: its fresh throughput is worked out every time). So its throughput is
 the same for the same admitted jobs, in the same order, with the same demands, on the same snapshot:
 `FreshThroughputs` remembers the last one. Under a static order that is every round whose arrivals
 only queue, and every round that confirms a plan of the round before (FIFO + tune on the
@@ -34,6 +35,8 @@ class RepackRound(Protocol):
     admitted: list[bool]
 
     def run(self) -> RoundPlan: ...
+
+    def runs_as_tune(self) -> bool: ...
 
     def planned_throughput(self) -> float: ...
 
@@ -109,10 +112,12 @@ def repacked(
         # Nor any plan within the free cores and memory (a margin far above the float error of
         # either sum): the fresh plan would not beat the threshold, so it is not worked out.
         return sticky
-    if (
-        fresh_throughputs.get(sticky_round, lambda: make_round(False, False).planned_throughput())
-        <= threshold
-    ):
+
+    def work_out() -> float:
+        return make_round(False, False).planned_throughput()
+
+    remembers = sticky_round.runs_as_tune()  # (a round of its own may read current placements)
+    if (fresh_throughputs.get(sticky_round, work_out) if remembers else work_out()) <= threshold:
         return sticky  # the common case: only the fresh plan's throughput was worked out
     fresh = make_round(False, False).run()
     loose = make_round(True, False).run()
