@@ -158,7 +158,7 @@ class TuneRound(SteadyRound, RoundSetup):
         self.settled = False
         self.place_admitted()
         held = sorted(self.held, key=lambda h: h.pos)
-        return sum(held_speed(h) * sum(len(s.gpu_indices) for s in h.shares) for h in held)
+        return sum(held_speed(h) * sum(s.num_gpus for s in h.shares) for h in held)
 
     # -- one job -------------------------------------------------------------------------------
     def place_job(self, pos: int) -> None:

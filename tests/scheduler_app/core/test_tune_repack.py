@@ -90,6 +90,10 @@ def test_fresh_throughput_is_remembered_for_the_same_admitted_jobs_on_the_same_s
     assert worked_out == [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
 
 
+# In place of an allocator's FreshThroughputs: every fresh throughput worked out, as before tune_repack.py.
+NEVER_REMEMBERS = SimpleNamespace(get=lambda sticky_round, work_out: work_out())
+
+
 class PlainRepackTune(TuneAllocator):
     """Tune deciding its repack test as before tune_repack.py: every fresh plan built and never
     remembered."""
@@ -100,7 +104,7 @@ class PlainRepackTune(TuneAllocator):
 
     def __init__(self) -> None:
         super().__init__()
-        self._fresh = SimpleNamespace(get=lambda sticky_round, work_out: work_out())  # type: ignore[assignment]
+        self._fresh = NEVER_REMEMBERS  # type: ignore[assignment]
 
 
 def test_a_simulation_remembers_only_the_fresh_throughput_it_would_work_out_and_gives_the_same_results(
@@ -151,7 +155,7 @@ class PlainPolicyOrderTune(PolicyOrderTune):
 
     def __init__(self) -> None:
         super().__init__()
-        self._fresh = SimpleNamespace(get=lambda sticky_round, work_out: work_out())  # type: ignore[assignment]
+        self._fresh = NEVER_REMEMBERS  # type: ignore[assignment]
 
 
 def test_a_round_class_with_its_own_run_has_its_fresh_throughput_worked_out_every_time() -> None:
