@@ -65,6 +65,7 @@ from collections.abc import Iterator, Sequence
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.base import Allocator, register_allocator
 from scheduler_app.core.allocators.tune_extend import extend_stable
+from scheduler_app.core.allocators.tune_fresh import single_gpu_fresh_throughput
 from scheduler_app.core.allocators.tune_repack import FreshThroughputs, held_speed, repacked
 from scheduler_app.core.allocators.tune_steady import SteadyRound
 from scheduler_app.core.placement import (
@@ -155,6 +156,10 @@ class TuneRound(SteadyRound, RoundSetup):
         them; `stable` is not worked out (`settles` decides nothing)."""
         if not self.runs_as_tune():
             return self.run().throughput()
+        if type(self) is TuneRound and self.order == ORDER_GPUS:
+            lean = single_gpu_fresh_throughput(self)  # single-GPU jobs only: the walk on plain lists
+            if lean is not None:
+                return lean
         self.settled = False
         self.place_admitted()
         held = sorted(self.held, key=lambda h: h.pos)
