@@ -8,14 +8,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from bench import restart_axis, synergy_runs
 from bench.common import add_workers_argument
-from bench.synergy_capacity import capacity_section
-from bench.synergy_opt import opt_section
+from bench.synergy_capacity import capacity_rows, capacity_section
+from bench.synergy_opt import opt_section, opt_workload_rows
 from bench.synergy_restarts import restarts_section
-from bench.synergy_runs import DEFAULT_DATA_DIR, TWO_WAY, prefetch, preload
+from bench.synergy_runs import DEFAULT_DATA_DIR, TWO_WAY, SideTask, prefetch, preload
 from bench.synergy_sweeps import Config, Sweep, load_section, multi_section, sweep_keys
 from bench.synergy_tables import log
 from bench.synergy_testbed import dynamic_section, static_section
@@ -70,6 +71,10 @@ QUICK = Config(
     opt_every=60,
     opt_workloads=(("20,70,10", False, 9.0), ("50,0,50", False, 9.0)),
 )
+# Rough costs of the side tasks in the units of synergy_runs._RUN_COST_S (2026-12-01, one after the
+# other: 54 s for the OPT section's four workloads, 11 s for the capacity table): their place among the runs.
+OPT_WORKLOAD_COST_S = 7.0
+CAPACITY_COST_S = 6.0
 SECTIONS = ("static", "dynamic", "capacity", "load", "multi", "opt")
 # Run only when asked (--sections restarts, or --restart-costs): the restart-cost axis of the headlines.
 RESTARTS = "restarts"
@@ -135,15 +140,26 @@ def main() -> None:
     if args.jobs is not None:
         command += f" --jobs {args.jobs}"
     started = time.perf_counter()
-    # The sweeps' runs are independent: made up front on every core, then the tables read them.
-    prefetch(sweep_keys(cfg, wanted), args.workers)
+    # The sweeps' runs are independent: made up front on every core, then the tables read them. The
+    # OPT section's workloads and the capacity table are worked out beside them (each tens of seconds).
+    side_tasks: list[SideTask] = []
+    if "opt" in wanted:
+        side_tasks += [
+            (OPT_WORKLOAD_COST_S, partial(opt_workload_rows, cfg.opt_jobs, cfg.opt_every, w))
+            for w in cfg.opt_workloads
+        ]
+    if "capacity" in wanted:
+        side_tasks.append((CAPACITY_COST_S, partial(capacity_rows, cfg.jobs, cfg.sweeps[0].seeds)))
+    side = prefetch(sweep_keys(cfg, wanted), args.workers, side_tasks)
+    opt_rows = side[: len(cfg.opt_workloads)] if "opt" in wanted else None
+    capacity = side[-1] if "capacity" in wanted else None
     steps: dict[str, Callable[[], None]] = {
         "static": lambda: static_section(args.data_dir, command),
         "dynamic": lambda: dynamic_section(args.data_dir, command),
-        "capacity": lambda: capacity_section(command, cfg.jobs, cfg.sweeps[0].seeds),
+        "capacity": lambda: capacity_section(command, cfg.jobs, cfg.sweeps[0].seeds, capacity),
         "load": lambda: load_section(cfg, command),
         "multi": lambda: multi_section(cfg, command),
-        "opt": lambda: opt_section(command, cfg.opt_jobs, cfg.opt_every, cfg.opt_workloads),
+        "opt": lambda: opt_section(command, cfg.opt_jobs, cfg.opt_every, cfg.opt_workloads, opt_rows),
         RESTARTS: lambda: restarts_section(args, cfg, command),
     }
     for name in (*SECTIONS, RESTARTS):

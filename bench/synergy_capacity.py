@@ -91,19 +91,21 @@ def fluid_capacity(trace: Sequence[TraceJob], cluster: ClusterSpec) -> tuple[flo
     return mean_work, cluster.total_gpus / mean_work, float(res.x[-1]) if res.success else float("nan")
 
 
-def capacity_section(command: str, jobs: int, seeds: Sequence[int]) -> None:
-    section("Capacity of the 128-GPU cluster (16 x 8 GPUs, 24 cores, 500 GB)", command)
-    headers = [
-        "jobs",
-        "split",
-        "trace",
-        "mean GPU-h per job (proportional)",
-        "saturation jobs/h, proportional",
-        "saturation jobs/h, best CPU/mem (fluid LP)",
-        "ratio",
-        "tune's gain with no queueing (load -> 0)",
-    ]
-    rows = []
+CAPACITY_HEADERS = [
+    "jobs",
+    "split",
+    "trace",
+    "mean GPU-h per job (proportional)",
+    "saturation jobs/h, proportional",
+    "saturation jobs/h, best CPU/mem (fluid LP)",
+    "ratio",
+    "tune's gain with no queueing (load -> 0)",
+]
+
+
+def capacity_rows(jobs: int, seeds: Sequence[int]) -> list[list[object]]:
+    """The capacity table's rows (a worker's task: the long traces and their LPs take seconds)."""
+    rows: list[list[object]] = []
     for multi in (False, True):
         kind = "multi-GPU" if multi else "1 GPU"
         for name, split in SPLITS.items():
@@ -117,4 +119,13 @@ def capacity_section(command: str, jobs: int, seeds: Sequence[int]) -> None:
                 mean_work, sat_prop, sat_fluid = fluid_capacity(trace, BIG_CLUSTER)
                 gain = no_queueing_gain(trace, BIG_CLUSTER)
                 rows.append([kind, name, label, mean_work, sat_prop, sat_fluid, sat_fluid / sat_prop, gain])
-    print(md_table(headers, rows))
+    return rows
+
+
+def capacity_section(
+    command: str, jobs: int, seeds: Sequence[int], computed: list[list[object]] | None = None
+) -> None:
+    """The capacity table. `computed`: `capacity_rows(jobs, seeds)`, worked out by the caller's
+    workers (None: worked out here)."""
+    section("Capacity of the 128-GPU cluster (16 x 8 GPUs, 24 cores, 500 GB)", command)
+    print(md_table(CAPACITY_HEADERS, capacity_rows(jobs, seeds) if computed is None else computed))

@@ -35,53 +35,73 @@ class RoundSampler(Allocator):
         return self.inner.allocate(ordered_jobs, snapshot)
 
 
-def opt_section(command: str, jobs: int, every: int, workloads: Sequence[tuple[str, bool, float]]) -> None:
+LABELS = ("proportional", "greedy", "tune", "tune_matrix", "opt", TUNE_REF)
+OptRows = tuple[list[list[object]], str]  # one workload's table rows, and its log line
+
+
+def opt_workload_rows(jobs: int, every: int, workload: tuple[str, bool, float]) -> OptRows:
+    """One workload of section c: its `jobs`-job tune run sampled every `every`-th round, each sample
+    allocated by every allocator of LABELS and weighed against the OPT bound (a worker's task)."""
+    name, multi, load = workload
+    label = f"{'multi-GPU' if multi else '1 GPU'}, ({name}), {load:g}/h"
+    trace = philly_derived_trace(jobs, jobs_per_hour=load, class_split=SPLITS[name], multi_gpu=multi, seed=1)
+    sampler = RoundSampler(make_allocator("tune"), every)
+    simulate(trace, BIG_CLUSTER, policy="fifo", allocator=sampler, finish_at_round_end=True)
+    ratios: dict[str, list[float]] = {a: [] for a in LABELS}
+    totals: dict[str, float] = {a: 0.0 for a in LABELS}
+    total_bound = 0.0
+    contended: list[bool] = []
+    for jobs_, snapshot in sampler.samples:
+        bound = opt_throughput_bound(jobs_, snapshot)
+        total_bound += bound
+        tputs = {a: plan_throughput(make_allocator(a).allocate(jobs_, snapshot)) for a in LABELS}
+        contended.append(bound > tputs["proportional"] * 1.01)
+        for a in LABELS:
+            ratios[a].append(tputs[a] / bound if bound > 0 else 1.0)
+            totals[a] += tputs[a]
+    n_cont = sum(contended)
+    rows: list[list[object]] = []
+    for a in LABELS:
+        allr = ratios[a]
+        cont = [r for r, c in zip(allr, contended, strict=True) if c]
+        rows.append(
+            [
+                label,
+                ALLOCATOR_LABELS[a],
+                f"{len(allr)}",
+                f"{totals[a] / total_bound:.3f}" if total_bound > 0 else "-",
+                f"{statistics.fmean(allr):.3f}",
+                f"{min(allr):.3f}",
+                f"{100 * sum(r >= 0.9 for r in allr) / len(allr):.0f} %",
+                f"{n_cont}",
+                f"{statistics.fmean(cont):.3f}" if cont else "-",
+                f"{min(cont):.3f}" if cont else "-",
+                f"{100 * sum(r >= 0.9 for r in cont) / len(cont):.0f} %" if cont else "-",
+            ]
+        )
+    return rows, f"  {label}: {len(sampler.samples)} sampled rounds, {n_cont} contended"
+
+
+def opt_section(
+    command: str,
+    jobs: int,
+    every: int,
+    workloads: Sequence[tuple[str, bool, float]],
+    computed: Sequence[OptRows] | None = None,
+) -> None:
+    """Section c. `computed`: each workload's `opt_workload_rows`, worked out by the caller's workers
+    (None: worked out here, one after the other)."""
     section(
         f"c. Throughput against the OPT bound on sampled rounds (128 GPUs, FIFO, {jobs} generated jobs "
         f"driven by tune, every {every}th round)",
         command,
     )
-    labels = ("proportional", "greedy", "tune", "tune_matrix", "opt", TUNE_REF)
-    rows = []
-    for name, multi, load in workloads:
-        label = f"{'multi-GPU' if multi else '1 GPU'}, ({name}), {load:g}/h"
-        trace = philly_derived_trace(
-            jobs, jobs_per_hour=load, class_split=SPLITS[name], multi_gpu=multi, seed=1
-        )
-        sampler = RoundSampler(make_allocator("tune"), every)
-        simulate(trace, BIG_CLUSTER, policy="fifo", allocator=sampler, finish_at_round_end=True)
-        ratios: dict[str, list[float]] = {a: [] for a in labels}
-        totals: dict[str, float] = {a: 0.0 for a in labels}
-        total_bound = 0.0
-        contended: list[bool] = []
-        for jobs_, snapshot in sampler.samples:
-            bound = opt_throughput_bound(jobs_, snapshot)
-            total_bound += bound
-            tputs = {a: plan_throughput(make_allocator(a).allocate(jobs_, snapshot)) for a in labels}
-            contended.append(bound > tputs["proportional"] * 1.01)
-            for a in labels:
-                ratios[a].append(tputs[a] / bound if bound > 0 else 1.0)
-                totals[a] += tputs[a]
-        n_cont = sum(contended)
-        log(f"  {label}: {len(sampler.samples)} sampled rounds, {n_cont} contended")
-        for a in labels:
-            allr = ratios[a]
-            cont = [r for r, c in zip(allr, contended, strict=True) if c]
-            rows.append(
-                [
-                    label,
-                    ALLOCATOR_LABELS[a],
-                    f"{len(allr)}",
-                    f"{totals[a] / total_bound:.3f}" if total_bound > 0 else "-",
-                    f"{statistics.fmean(allr):.3f}",
-                    f"{min(allr):.3f}",
-                    f"{100 * sum(r >= 0.9 for r in allr) / len(allr):.0f} %",
-                    f"{n_cont}",
-                    f"{statistics.fmean(cont):.3f}" if cont else "-",
-                    f"{min(cont):.3f}" if cont else "-",
-                    f"{100 * sum(r >= 0.9 for r in cont) / len(cont):.0f} %" if cont else "-",
-                ]
-            )
+    if computed is None:
+        computed = [opt_workload_rows(jobs, every, w) for w in workloads]
+    rows: list[list[object]] = []
+    for workload_rows, line in computed:
+        log(line)
+        rows += workload_rows
     print(
         md_table(
             [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,22 +237,45 @@ _RUN_COST_S = {
 }
 
 
+def _run_cost(key: RunKey) -> float:
+    return _RUN_COST_S.get((key[1], key[0].multi_gpu), 60.0)
+
+
 def longest_first(keys: Sequence[RunKey]) -> list[int]:
     """Positions of `keys` by their rough cost, longest first (ties in the keys' order)."""
-    cost = [_RUN_COST_S.get((k[1], k[0].multi_gpu), 60.0) for k in keys]
+    cost = [_run_cost(k) for k in keys]
     return sorted(range(len(keys)), key=lambda i: -cost[i])
 
 
-def prefetch(keys: Sequence[RunKey], workers: int) -> None:
-    """Make the runs of `keys` not made yet, `workers` at a time (bench.common.parallel_map), handed
-    to the workers longest first; they are recorded in the keys' order, so the --json and --progress
-    files do not depend on the workers."""
-    todo = list(dict.fromkeys(k for k in keys if k not in _RUNS))
-    order = longest_first(todo) if workers > 1 else list(range(len(todo)))
-    outcomes = parallel_map(simulate_windows, [todo[i] for i in order], workers=workers)
+# A section's own computation handed to the workers beside the sweep's runs (bench/reproduce_synergy.py:
+# the OPT section's workloads, the capacity table): a picklable call, and its rough cost in the units
+# of _RUN_COST_S, by which it is handed out among the runs.
+SideTask = tuple[float, Callable[[], Any]]
+
+
+def _run_item(item: RunKey | Callable[[], Any]) -> Any:
+    """A worker's item: a sweep run's key (simulate_windows), or a section's task (called)."""
+    return item() if callable(item) else simulate_windows(item)
+
+
+def prefetch(keys: Sequence[RunKey], workers: int, side_tasks: Sequence[SideTask] = ()) -> list[Any]:
+    """Make the runs of `keys` not made yet, and `side_tasks`, `workers` at a time
+    (bench.common.parallel_map), handed to the workers longest first; the runs are recorded in the
+    keys' order, so the --json and --progress files do not depend on the workers. Returns the side
+    tasks' results, in their order."""
+    todo: list[Any] = list(dict.fromkeys(k for k in keys if k not in _RUNS))
+    num_runs = len(todo)
+    items = todo + [task for _, task in side_tasks]
+    if workers > 1:
+        costs = [_run_cost(k) for k in todo] + [cost for cost, _ in side_tasks]
+        order = sorted(range(len(items)), key=lambda i: -costs[i])
+    else:
+        order = list(range(len(items)))
+    outcomes = parallel_map(_run_item, [items[i] for i in order], workers=workers)
     by_pos = dict(zip(order, outcomes, strict=True))
     for pos, key in enumerate(todo):
         _record(key, by_pos[pos])
+    return [by_pos[num_runs + n] for n in range(len(side_tasks))]
 
 
 def preload(path: Path) -> None:

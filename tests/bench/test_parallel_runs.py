@@ -89,3 +89,38 @@ def test_synergy_runs_handed_longest_first_recorded_in_order(monkeypatch) -> Non
     assert seen[0] in keys[-3:]  # the multi-GPU runs went first
     assert [k for k, _ in recorded] == few
     assert all(outcome[0][(0, 1)] == float(keys.index(k)) for k, outcome in recorded)
+
+
+def test_synergy_side_tasks_run_among_the_sweeps_runs_by_cost_and_come_back_in_order(monkeypatch) -> None:
+    """The OPT section's workloads and the capacity table go to the workers beside the sweep's runs,
+    by their rough cost, in real processes; prefetch returns their results in their order."""
+    from functools import partial
+
+    from bench import synergy_runs
+    from bench.reproduce_synergy import FULL
+    from bench.synergy_sweeps import sweep_keys
+
+    keys = list(dict.fromkeys(sweep_keys(FULL, {"load", "multi"})))
+    few = [keys[0], keys[-1]]  # a single-GPU fifo run (cost 6) and a multi-GPU las run (45)
+    handed: list[object] = []
+
+    def in_workers(fn, items, *, workers):  # runs the side tasks for real, in two processes
+        items = list(items)
+        handed.extend(items)
+        tasks = [x for x in items if callable(x)]
+        done = iter(parallel_map(fn, tasks, workers=workers))
+        return [next(done) if callable(x) else ({(0, 1): 1.0}, 0.0, 0) for x in items]
+
+    recorded: list[object] = []
+    monkeypatch.setattr(synergy_runs, "parallel_map", in_workers)
+    monkeypatch.setattr(synergy_runs, "_record", lambda key, outcome: recorded.append(key))
+    monkeypatch.setattr(synergy_runs, "_RUNS", {})
+    side = [(50.0, partial(pow, 2, 10)), (1.0, partial(pow, 3, 2)), (20.0, partial(divmod, 7, 2))]
+    assert synergy_runs.prefetch(few, workers=2, side_tasks=side) == [1024, 9, (3, 1)]
+    assert handed[0] is side[0][1] and handed[1] == few[1] and handed[2] is side[2][1]
+    assert handed[3] == few[0] and handed[4] is side[1][1]  # longest first, the cheapest last
+    assert recorded == few
+    # With one worker, in the items' order, the same results.
+    handed.clear()
+    assert synergy_runs.prefetch(few, workers=1, side_tasks=side) == [1024, 9, (3, 1)]
+    assert handed[:2] == few
