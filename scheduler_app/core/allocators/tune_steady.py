@@ -55,6 +55,7 @@ class SteadyRound:
         free_cpus, free_mem, free_idx = state.free_cpus, state.free_mem_gb, state.free_idx
         num_free = state.num_free
         best_case = reasons.BEST_CASE
+        fallback_demand = self.fallback_demand
         for pos in order[:count]:
             job = jobs[pos]
             if job.cpus_per_gpu_override is not None or job.mem_gb_per_gpu_override is not None:
@@ -86,11 +87,21 @@ class SteadyRound:
                             or mem_gb > unreserved[1][i] + held_mem_gb + EPS
                         )
                     free = free_idx[i]
-                    if fits and k > 1:
-                        fits = len(set(idx)) == k and set(idx).issubset(free)
-                    elif fits:
-                        fits = idx[0] in free
-                    if fits:
+                    own_gpus = (len(set(idx)) == k and set(idx).issubset(free)) if k > 1 else idx[0] in free
+                    point, speed, reason = best, best.speed, best_case
+                    if not (fits and own_gpus) and unreserved is not None and own_gpus:
+                        # The general path's strict try fails here as this one did (the others'
+                        # reservations are worked out already), so it takes the fallback demand on
+                        # what is free there, not strictly: inlined too (a job held below its best
+                        # case last round, most of a round where cores are short).
+                        dc, dm, point, speed, reason = fallback_demand(best)
+                        cpus, mem_gb = k * dc[i], k * dm[i]
+                        if cpus > free_cpus[i] + EPS or mem_gb > free_mem[i] + EPS:
+                            return self.undo_holds()
+                        fits = True
+                        if reason != best_case:
+                            self.settled = False  # as settles() judges a job below its best case
+                    if fits and own_gpus:
                         for g in idx:
                             free.remove(g)
                         if unreserved is not None:  # as _take_home: its reservation gone, its demand taken
@@ -103,7 +114,7 @@ class SteadyRound:
                         num_free[i] -= k
                         state.free_gpu_count -= k
                         shares = [HeldShare(i, idx, cpus, mem_gb)]
-                        h = HeldJob(job, pos, len(held), shares, best, best.speed, best_case, True)
+                        h = HeldJob(job, pos, len(held), shares, point, speed, reason, point is not None)
                         held.append(h)
                         on_server[i].append(h)
                         continue

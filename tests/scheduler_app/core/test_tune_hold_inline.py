@@ -5,14 +5,16 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import pytest
+
 from scheduler_app.core import reasons
 from scheduler_app.core.allocators.tune import TuneAllocator, TuneRound
 from scheduler_app.core.placement import plan as plan_module
 from scheduler_app.core.placement.plan import DemandCache, PlanBuilder
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.throughput import cluster_shape
-from scheduler_app.core.types import JobView, Placement, RoundPlan
-from tests.builders import make_cluster, make_job
+from scheduler_app.core.types import JobView, Placement, RoundPlan, ServerShare
+from tests.builders import make_cluster, make_job, make_server
 
 MODELS = ("alexnet", "bert", "deepspeech", "gnmt", "lstm", "m5", "mobilenet", "res18", "res50", "vae")
 
@@ -49,19 +51,51 @@ def test_general_round_takes_the_general_path() -> None:
     assert not getattr(GeneralRound.home_points, "best_only", False)
 
 
-def test_inlined_home_try_gives_the_general_paths_plan_and_state(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+# The benches' servers (24 cores, 500 GB on 8 GPUs), and servers so short of cores that most running
+# jobs are held below their best case (the inlined fallback demand) and shares off the 2^-20 grid.
+CLUSTERS = {
+    "bench": {},
+    "short of cores": {"cpus": 12, "mem_gb": 200.0},
+    "six GPUs": {"gpus": 6, "cpus": 14, "mem_gb": 300.0},
+}
+
+
+@pytest.mark.parametrize("shape", CLUSTERS)
+def test_inlined_home_try_gives_the_general_paths_plan_and_state(shape: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     taken = {"n": 0}
     take = RoundState.take_home_now
 
+    # Within hold_current: fallback demands worked out, and home takes not strict (the general path
+    # takes each fallback so; the inlined one takes it itself).
+    inside, fallbacks = {"on": False}, {"demands": 0, "taken": 0}
+
     def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         taken["n"] += 1
+        if inside["on"] and kwargs.get("strict") is False:
+            fallbacks["taken"] += 1
         return take(self, *args, **kwargs)
 
+    hold_current, fallback_demand = TuneRound.hold_current, TuneRound.fallback_demand
+
+    def holding(self, order):  # type: ignore[no-untyped-def]
+        inside["on"] = True
+        try:
+            return hold_current(self, order)
+        finally:
+            inside["on"] = False
+
+    def falling_back(self, best):  # type: ignore[no-untyped-def]
+        fallbacks["demands"] += inside["on"]
+        return fallback_demand(self, best)
+
     monkeypatch.setattr(RoundState, "take_home_now", counting)
-    held_inline = held_general = 0
+    monkeypatch.setattr(TuneRound, "hold_current", holding)
+    monkeypatch.setattr(TuneRound, "fallback_demand", falling_back)
+    inlined_fallbacks = 0
+    held_inline = held_general = below_best = 0
     for seed in range(12):
         rng = random.Random(seed)
-        snapshot = make_cluster(rng.choice((2, 3, 4)))
+        snapshot = make_cluster(rng.choice((2, 3, 4)), **CLUSTERS[shape])
         jobs = [
             make_job(i, rng.choice(MODELS), gpus=rng.choice((1, 1, 2, 4)))
             for i in range(rng.randrange(6, 30))
@@ -69,9 +103,10 @@ def test_inlined_home_try_gives_the_general_paths_plan_and_state(monkeypatch) ->
         fast, general = TuneAllocator(), GeneralTune()
         next_id = 1000
         for _ in range(6):
-            taken["n"] = 0
+            taken["n"] = fallbacks["demands"] = fallbacks["taken"] = 0
             plan = fast.allocate(jobs, snapshot)
             calls_fast = taken["n"]
+            inlined_fallbacks += fallbacks["demands"] - fallbacks["taken"]
             taken["n"] = 0
             again = general.allocate(jobs, snapshot)
             calls_general = taken["n"]
@@ -88,6 +123,8 @@ def test_inlined_home_try_gives_the_general_paths_plan_and_state(monkeypatch) ->
                     h.pos,
                     h.speed,
                     h.reason,
+                    h.point,
+                    h.revertible,
                     [(s.server_pos, s.gpu_indices, s.cpus, s.mem_gb) for s in h.shares],
                 )
                 for h in one.held
@@ -96,16 +133,42 @@ def test_inlined_home_try_gives_the_general_paths_plan_and_state(monkeypatch) ->
                     h.pos,
                     h.speed,
                     h.reason,
+                    h.point,
+                    h.revertible,
                     [(s.server_pos, s.gpu_indices, s.cpus, s.mem_gb) for s in h.shares],
                 )
                 for h in other.held
             ]
             held_inline += calls_general - calls_fast
             held_general += calls_general
+            below_best += sum(1 for h in one.held if h.reason != reasons.BEST_CASE)
             jobs = _next_round(rng, jobs, plan, next_id)
             next_id += 10
     assert held_inline > 0  # the inlined try did hold jobs (and the general path took the others)
     assert held_inline < held_general
+    if shape != "bench":
+        assert below_best > 100  # many jobs held below their best case
+        assert inlined_fallbacks > 20  # and the inlined fallback held some of them
+
+
+def test_a_running_job_whose_home_no_longer_holds_its_fallback_demand_sends_the_round_to_the_walk() -> None:
+    # A server busy outside Attune (5 cores free): the first running job asks more than it held and
+    # is held at proportional (3 cores) once the reservations are worked out; the second's fallback
+    # then does not fit at home (2 cores left), so the round is walked from its fresh state.
+    server = make_server(8, 24, 500.0, server_id=0, free_cpus=5)
+    snapshot = make_cluster([server])
+    jobs = [
+        dataclasses.replace(
+            make_job(job_id, "res18"), current=Placement(job_id, (ServerShare(0, (gpu,), 3, 62.5),), 1.0)
+        )
+        for job_id, gpu in ((1, 0), (2, 1))
+    ]
+    fast = TuneRound(jobs, snapshot, TuneAllocator().placement)
+    assert fast.demands.best(jobs[0]).cpus_per_gpu > 3  # it asks more than it held
+    general = GeneralRound(jobs, snapshot, TuneAllocator().placement)
+    assert fast.hold_current([0, 1]) == 0 == general.hold_current([0, 1])
+    assert fast.held == [] and _state(fast) == _state(general)
+    assert fast.run() == GeneralRound(jobs, snapshot, TuneAllocator().placement).run()
 
 
 def test_kept_decisions_are_shared_per_placement_and_reason() -> None:
