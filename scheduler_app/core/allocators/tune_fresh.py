@@ -18,16 +18,30 @@ test"). `tests/scheduler_app/core/test_tune_fresh.py` compares it with the gener
 from __future__ import annotations
 
 from bisect import insort
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-from scheduler_app.core.placement import EPS, PACKED
-from scheduler_app.core.throughput import needs_downgrade
+from scheduler_app.core.placement import EPS, PACKED, Score
+from scheduler_app.core.placement.plan import DemandCache
+from scheduler_app.core.placement.state import RoundState
+from scheduler_app.core.throughput import ServerShape, needs_downgrade
+from scheduler_app.core.types import JobView
 
-if TYPE_CHECKING:
-    from scheduler_app.core.allocators.tune import TuneRound
+
+class FreshRound(Protocol):
+    """What the lean walk reads of tune's round (TuneRound, a RoundSetup)."""
+
+    jobs: Sequence[JobView]
+    infeasible: list[str | None]
+    admitted: list[bool]
+    state: RoundState
+    demands: DemandCache
+    shape: ServerShape | None
+    placement: Score
+    sticky: bool
 
 
-def single_gpu_fresh_throughput(round_: TuneRound) -> float | None:
+def single_gpu_fresh_throughput(round_: FreshRound) -> float | None:
     """The fresh plan's throughput of `round_`, or None where the round is not of the shape above (the
     caller walks it in full). `round_`: a TuneRound itself (no subclass: their steps may differ) in
     tune's GPU order, not yet run; this spends it (its state is left as the walk leaves it)."""
