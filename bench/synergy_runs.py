@@ -237,14 +237,11 @@ _RUN_COST_S = {
 }
 
 
-def _run_cost(key: RunKey) -> float:
-    return _RUN_COST_S.get((key[1], key[0].multi_gpu), 60.0)
-
-
-def longest_first(keys: Sequence[RunKey]) -> list[int]:
-    """Positions of `keys` by their rough cost, longest first (ties in the keys' order)."""
-    cost = [_run_cost(k) for k in keys]
-    return sorted(range(len(keys)), key=lambda i: -cost[i])
+def longest_first(keys: Sequence[RunKey], side_costs: Sequence[float] = ()) -> list[int]:
+    """Positions of `keys`, then of side tasks of `side_costs` after them, by their rough cost,
+    longest first (ties in that order)."""
+    cost = [_RUN_COST_S.get((k[1], k[0].multi_gpu), 60.0) for k in keys] + list(side_costs)
+    return sorted(range(len(cost)), key=lambda i: -cost[i])
 
 
 # A section's own computation handed to the workers beside the sweep's runs (bench/reproduce_synergy.py:
@@ -266,11 +263,8 @@ def prefetch(keys: Sequence[RunKey], workers: int, side_tasks: Sequence[SideTask
     todo: list[Any] = list(dict.fromkeys(k for k in keys if k not in _RUNS))
     num_runs = len(todo)
     items = todo + [task for _, task in side_tasks]
-    if workers > 1:
-        costs = [_run_cost(k) for k in todo] + [cost for cost, _ in side_tasks]
-        order = sorted(range(len(items)), key=lambda i: -costs[i])
-    else:
-        order = list(range(len(items)))
+    sequential = list(range(len(items)))
+    order = longest_first(todo, [cost for cost, _ in side_tasks]) if workers > 1 else sequential
     outcomes = parallel_map(_run_item, [items[i] for i in order], workers=workers)
     by_pos = dict(zip(order, outcomes, strict=True))
     for pos, key in enumerate(todo):

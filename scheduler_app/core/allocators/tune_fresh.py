@@ -21,7 +21,7 @@ from bisect import insort
 from collections.abc import Sequence
 from typing import Protocol
 
-from scheduler_app.core.placement import EPS, PACKED, Score
+from scheduler_app.core.placement import EPS, PACKED, Score, has_fixed_demand
 from scheduler_app.core.placement.plan import DemandCache
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.throughput import ServerShape, needs_downgrade
@@ -58,9 +58,7 @@ def single_gpu_fresh_throughput(round_: FreshRound) -> float | None:
     walk = []
     for pos, job in enumerate(jobs):
         if infeasible[pos] is None and admitted[pos]:
-            if job.num_gpus != 1 or job.cpus_per_gpu_override is not None:
-                return None
-            if job.mem_gb_per_gpu_override is not None:
+            if job.num_gpus != 1 or has_fixed_demand(job):
                 return None
             walk.append(job)
     best_of, shape = round_.demands.best, round_.shape
@@ -134,13 +132,13 @@ def single_gpu_fresh_throughput(round_: FreshRound) -> float | None:
     for job in walk:
         best = best_of(job)
         bc, bm = best.cpus_per_gpu, best.mem_gb_per_gpu
-        point_c: float | None = bc  # the held point's uniform demand; None: per-server proportional
-        speed, can_revert = best.speed, True
+        downgrade = False  # held at the per-server proportional share instead of its best case
+        speed = best.speed
         i = find_uniform(bc, bm)
         if i < 0:
             downgrade = needs_downgrade(best, shape)
             if downgrade:
-                point_c, speed, can_revert = None, 1.0, False
+                speed = 1.0
                 i = first_fitting(prop_cpus, 0.0, prop_mem, 0.0)
             if i < 0:
                 # Step 5 on the server with the fewest free GPUs (lowest position among them).
@@ -155,8 +153,8 @@ def single_gpu_fresh_throughput(round_: FreshRound) -> float | None:
             if i < 0:
                 continue  # pending (fragmented): no speed in the plan
         # RoundState.take of one GPU on server i, then the held job.
-        cpus = 1 * (bc if point_c is not None else prop_cpus[i])
-        mem_gb = 1 * (bm if point_c is not None else prop_mem[i])
+        cpus = 1 * (prop_cpus[i] if downgrade else bc)
+        mem_gb = 1 * (prop_mem[i] if downgrade else bm)
         free_cpus[i] -= cpus
         free_mem[i] -= mem_gb
         total_cpus -= cpus
@@ -170,6 +168,6 @@ def single_gpu_fresh_throughput(round_: FreshRound) -> float | None:
         speeds.append(speed)
         held_cpus.append(cpus)
         held_mem.append(mem_gb)
-        revertible.append(can_revert)
+        revertible.append(not downgrade)
     # Held in policy order (one GPU each: tune's order is the policy's), as planned_throughput sums.
     return sum(speeds)

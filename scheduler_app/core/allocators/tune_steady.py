@@ -89,7 +89,7 @@ class SteadyRound:
                     free = free_idx[i]
                     own_gpus = (len(set(idx)) == k and set(idx).issubset(free)) if k > 1 else idx[0] in free
                     point, speed, reason = best, best.speed, best_case
-                    if not (fits and own_gpus) and unreserved is not None and own_gpus:
+                    if own_gpus and not fits and unreserved is not None:
                         # The general path's strict try fails here as this one did (the others'
                         # reservations are worked out already), so it takes the fallback demand on
                         # what is free there, not strictly: inlined too (a job held below its best
