@@ -21,6 +21,9 @@ from tests.faults.stack import summary
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
 JOBS_BEFORE = 12  # 8 GPUs: 8 run, 4 queue
+# Long enough that on a slow machine the first wave is still running, with its progress reported,
+# when the test looks for it: 6 s jobs all finished unseen once (CI 2026-12-01).
+JOB_BEFORE_S = 12
 JOBS_DURING = 4
 OUTAGE_S = 6.0
 WAIT_UNAVAILABLE = "503 GET /api/v1/agent/wait"
@@ -35,7 +38,7 @@ def test_redis_restarted_while_jobs_run_and_queue(stack):
     pids_before = stack.service_pids()
     ids = []
     for i in range(JOBS_BEFORE):
-        ids += stack.submit_ok(name=f"before-{i}", seconds=6)
+        ids += stack.submit_ok(name=f"before-{i}", seconds=JOB_BEFORE_S)
     stack.wait_running(ids, at_least=4)
     queued = stack.scalar(
         "SELECT COUNT(*) FROM scheduler_app_job WHERE id = ANY(%s) AND state = 'PENDING'", [ids]
