@@ -69,7 +69,8 @@ class ProportionalAllocator(Allocator):
         builder, demands = round_.builder, round_.demands
         infeasible, admitted = round_.infeasible, round_.admitted
         start = hold_current(round_)
-        if not start:
+        held = _NONE_HELD if start else hold_interleaved(round_)
+        if not start and not held:
             round_.claim_admitted(remember_others=False)
         state = round_.state
         free_cpus, free_mem_gb = state.free_cpus, state.free_mem_gb
@@ -77,6 +78,8 @@ class ProportionalAllocator(Allocator):
         stable = not state.has_node_counts
         # One pass deciding every job (not admit() then the admitted): this is the cheapest round.
         for pos in range(start, len(ordered_jobs)):
+            if pos in held:
+                continue
             job = ordered_jobs[pos]
             why = infeasible[pos]
             if why is not None:
@@ -211,27 +214,127 @@ def hold_current(round_: RoundSetup) -> int:
     if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
         return 0
     infeasible, admitted, demands = round_.infeasible, round_.admitted, round_.demands
-    held = []
+    items: list[_Held] = []
     for pos in range(count):
         job = jobs[pos]
         if infeasible[pos] is not None or not admitted[pos]:
-            return _undo(round_)
+            return 0
         if has_fixed_demand(job):
             dc, dm = state.fixed_demand(job)
-            c, m = dc[0], dm[0]
-            speed, reason = demands.fixed_point(job).speed, reasons.FIXED_DEMAND
+            items.append((pos, dc[0], dm[0], demands.fixed_point(job).speed, reasons.FIXED_DEMAND))
         else:
-            c, m, speed, reason = c0, m0, 1.0, reasons.PROPORTIONAL
+            items.append((pos, c0, m0, 1.0, reasons.PROPORTIONAL))
+    return count if _hold(round_, items) else 0
+
+
+_NONE_HELD: frozenset[int] = frozenset()
+
+
+def hold_interleaved(round_: RoundSetup) -> frozenset[int]:
+    """`hold_current` for the round where newcomers come between the running jobs in the policy
+    order (srtf's and las's usual round: a short or new job goes ahead of the running ones), each
+    admitted newcomer ahead of a running job asking one GPU: hold every admitted running job on its
+    GPUs first, in order, and return their positions (empty, state as it was, where the round has
+    not that shape). The rest of the round then decides the others in order as `allocate` does.
+
+    Why that is the claims' round (claim the admitted jobs' GPUs, then decide every job in order):
+    - every server starts with at least its share for each free GPU, and each claimant reserves no
+      more than its share (both checked), so at any turn of that walk a server with a GPU that
+      nobody claims or took also has room for one more share beside the reservations;
+    - GPU admission (at most the free GPUs in all) leaves one such GPU for each admitted newcomer;
+    - so a one-GPU newcomer is placed in the UNRESERVED stage, by the score over the servers'
+      unclaimed free GPUs, on its lowest such GPU: once the claimants are held those are exactly the
+      free GPUs, in the same order, and the score picks the same;
+    - a claimant's strict home try, at its turn, finds its share free and asks no more than it held
+      (`take_current`'s test): it goes home with the same shares;
+    - newcomers behind the last running job find the same GPUs free either way, and every fit test
+      (within EPS) the same answer: the cores and memory left differ at most by the rounding of the
+      same shares subtracted in another order.
+    Only without node counts or fixed demands among the admitted jobs, on servers giving every GPU
+    the same share.
+    """
+    jobs, state = round_.jobs, round_.state
+    if state.has_node_counts or not state.prop_cpus:
+        return _NONE_HELD
+    prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
+    c0, m0 = prop_cpus[0], prop_mem_gb[0]
+    if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
+        return _NONE_HELD
+    infeasible, admitted = round_.infeasible, round_.admitted
+    running: list[int] = []
+    wide_newcomer = -1  # position of the last admitted newcomer asking more than one GPU
+    for pos, job in enumerate(jobs):
+        if infeasible[pos] is not None or not admitted[pos]:
+            continue
+        if has_fixed_demand(job):
+            return _NONE_HELD
+        current = job.current
+        if current is not None:
+            for share in current.shares:  # it reserves what it held: no more than its share
+                k = len(share.gpu_indices)
+                if share.num_cpus > k * c0 or share.mem_gb > k * m0:
+                    return _NONE_HELD
+            running.append(pos)
+        elif job.num_gpus != 1:
+            wide_newcomer = pos
+    if not running:
+        return _NONE_HELD
+    if wide_newcomer > -1 and wide_newcomer < running[-1]:
+        return _NONE_HELD  # a wider newcomer ahead of a running job may need a claimed GPU
+    free_cpus, free_mem_gb = state.free_cpus, state.free_mem_gb
+    for i, n in enumerate(state.num_free):
+        if n * c0 > free_cpus[i] or n * m0 > free_mem_gb[i]:
+            return _NONE_HELD  # a server short of its shares: a newcomer's room is not certain
+    reason = reasons.PROPORTIONAL
+    if not _hold(round_, [(pos, c0, m0, 1.0, reason) for pos in running]):
+        return _NONE_HELD
+    return frozenset(running)
+
+
+# (position, per-GPU cores, per-GPU GB, speed before the spread penalty, reason): a job to hold.
+_Held = tuple[int, float, float, float, str]
+
+
+def _hold(round_: RoundSetup, items: list[_Held]) -> bool:
+    """Hold each job of `items`, in turn, on its current placement at its per-GPU demand
+    (`take_current`) and decide it there (`RoundSetup.placed`); False, and the state as it was,
+    where one is not held so. Where every one is held exactly as its Placement says (what this
+    allocator gave it last round), `take_kept` takes them all in one pass, with the same float
+    operations, and each keeps its own Placement: what `placed` finds for it then."""
+    jobs, state = round_.jobs, round_.state
+    kept: list[tuple[Placement, int, float, float]] | None = []
+    for pos, c, m, speed, _ in items:
+        job = jobs[pos]
+        cur = job.current
+        assert cur is not None and kept is not None
+        if len(cur.shares) > 1:
+            speed = with_penalty(speed, job.profile, len(cur.shares), job.num_gpus)
+        if cur.speedup != speed or cur.job_id != job.job_id:
+            kept = None  # it gets a new Placement: taken one by one below
+            break
+        kept.append((cur, job.num_gpus, c, m))
+    if kept is not None:
+        if state.take_kept(kept):
+            state.rebucket()
+            builder = round_.builder
+            for pos, _, _, _, reason in items:
+                builder.kept(pos, jobs[pos].current, reason)  # type: ignore[arg-type]
+            return True
+        state = _undo(round_)
+    held = []
+    for pos, c, m, speed, reason in items:
+        job = jobs[pos]
         shares = state.take_current(job.current, job.num_gpus, c, m)  # type: ignore[arg-type]
         if shares is None:
-            return _undo(round_)
+            _undo(round_)
+            return False
         held.append((pos, shares, speed, reason))
     for pos, shares, speed, reason in held:
         round_.placed(pos, shares, speed, reason)
-    return count
+    return True
 
 
-def _undo(round_: RoundSetup) -> int:
-    """Forget what hold_current took: the round starts again from a fresh state."""
+def _undo(round_: RoundSetup) -> RoundState:
+    """Forget what was held: the round starts again from a fresh state (returned)."""
     round_.state = RoundState(round_.snapshot, round_.jobs)
-    return 0
+    return round_.state
