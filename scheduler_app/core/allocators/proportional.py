@@ -28,6 +28,7 @@ from scheduler_app.core.placement import (
     infeasible_reason,
     score_named,
 )
+from scheduler_app.core.placement.scores import FirstFit
 from scheduler_app.core.placement.setup import RoundSetup, placed_as_held, running_first
 from scheduler_app.core.placement.state import RoundState
 from scheduler_app.core.throughput import with_penalty
@@ -69,7 +70,7 @@ class ProportionalAllocator(Allocator):
         builder, demands = round_.builder, round_.demands
         infeasible, admitted = round_.infeasible, round_.admitted
         start = hold_current(round_)
-        held = _NONE_HELD if start else hold_interleaved(round_)
+        held = _NONE_HELD if start else hold_interleaved(round_, self.placement)
         if not start and not held:
             round_.claim_admitted(remember_others=False)
         state = round_.state
@@ -230,10 +231,11 @@ def hold_current(round_: RoundSetup) -> int:
 _NONE_HELD: frozenset[int] = frozenset()
 
 
-def hold_interleaved(round_: RoundSetup) -> frozenset[int]:
+def hold_interleaved(round_: RoundSetup, score: Score) -> frozenset[int]:
     """`hold_current` for the round where newcomers come between the running jobs in the policy
     order (srtf's and las's usual round: a short or new job goes ahead of the running ones), each
-    admitted newcomer ahead of a running job asking one GPU: hold every admitted running job on its
+    admitted newcomer ahead of a running job asking one GPU unless `score` is first fit: hold every
+    admitted running job on its
     GPUs first, in order, and return their positions (empty, state as it was, where the round has
     not that shape). The rest of the round then decides the others in order as `allocate` does.
 
@@ -245,6 +247,10 @@ def hold_interleaved(round_: RoundSetup) -> frozenset[int]:
     - so a one-GPU newcomer is placed in the UNRESERVED stage, by the score over the servers'
       unclaimed free GPUs, on its lowest such GPU: once the claimants are held those are exactly the
       free GPUs, in the same order, and the score picks the same;
+    - first fit takes, server by server in cluster order, every GPU that has room for its share:
+      there, every unclaimed free GPU (the first of them, in the same order once the claimants are
+      held), so a wider newcomer too gets the same GPUs (packed would first look for one server
+      holding it whole, where it may take claimed GPUs);
     - a claimant's strict home try, at its turn, finds its share free and asks no more than it held
       (`take_current`'s test): it goes home with the same shares;
     - newcomers behind the last running job find the same GPUs free either way, and every fit test
@@ -279,8 +285,8 @@ def hold_interleaved(round_: RoundSetup) -> frozenset[int]:
             wide_newcomer = pos
     if not running:
         return _NONE_HELD
-    if wide_newcomer > -1 and wide_newcomer < running[-1]:
-        return _NONE_HELD  # a wider newcomer ahead of a running job may need a claimed GPU
+    if wide_newcomer > -1 and wide_newcomer < running[-1] and type(score) is not FirstFit:
+        return _NONE_HELD  # a wider newcomer ahead of a running job may take claimed GPUs
     free_cpus, free_mem_gb = state.free_cpus, state.free_mem_gb
     for i, n in enumerate(state.num_free):
         if n * c0 > free_cpus[i] or n * m0 > free_mem_gb[i]:

@@ -11,7 +11,7 @@ from scheduler_app.core import reasons
 from scheduler_app.core.allocators import proportional
 from scheduler_app.core.allocators.proportional import ProportionalAllocator
 from scheduler_app.core.allocators.tune import TuneAllocator
-from scheduler_app.core.placement import PACKED
+from scheduler_app.core.placement import FIRST_FIT, PACKED, Score
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.types import ClusterSnapshot, JobView, Outcome, RoundPlan
 from scheduler_app.simulator import ClusterSpec, philly_derived_trace, simulate
@@ -64,7 +64,7 @@ def _next_jobs(
 
 def _general(monkeypatch: pytest.MonkeyPatch, jobs: list[JobView], snapshot: ClusterSnapshot) -> RoundPlan:
     with monkeypatch.context() as m:
-        m.setattr(proportional, "hold_interleaved", lambda round_: frozenset())
+        m.setattr(proportional, "hold_interleaved", lambda *args: frozenset())
         return ProportionalAllocator().allocate(jobs, snapshot)
 
 
@@ -76,8 +76,8 @@ def test_holding_the_running_jobs_first_gives_the_claims_plan(
     held_rounds: list[int] = []
     real = proportional.hold_interleaved
 
-    def spy(round_: RoundSetup) -> frozenset[int]:
-        held = real(round_)
+    def spy(round_: RoundSetup, score: Score) -> frozenset[int]:
+        held = real(round_, score)
         if held:
             held_rounds.append(len(held))
         return held
@@ -126,13 +126,14 @@ def test_rounds_of_another_shape_take_the_claims(monkeypatch: pytest.MonkeyPatch
     where = first.placements()
     running = [dataclasses.replace(make_job(j, "res18"), current=where[j]) for j in (1, 2)]
 
-    def held(jobs: list[JobView], snap: ClusterSnapshot = snapshot) -> frozenset[int]:
-        return proportional.hold_interleaved(RoundSetup(jobs, snap))
+    def held(jobs: list[JobView], snap: ClusterSnapshot = snapshot, score: Score = PACKED) -> frozenset[int]:
+        return proportional.hold_interleaved(RoundSetup(jobs, snap), score)
 
     assert held([make_job(3, "alexnet"), *running]) == frozenset({1, 2})
     assert held([make_job(3, "alexnet", gpus=2), *running]) == frozenset()  # wider newcomer ahead
     assert held([running[0], make_job(3, "alexnet", gpus=2), running[1]]) == frozenset()
     assert held([*running, make_job(3, "alexnet", gpus=2)]) == frozenset({0, 1})  # behind them all
+    assert held([make_job(3, "alexnet", gpus=2), *running], score=FIRST_FIT) == frozenset({1, 2})
     assert held([make_job(3, "alexnet", cpus_per_gpu=2.0), *running]) == frozenset()  # fixed demand
     nodes = dataclasses.replace(make_job(3, "alexnet"), num_nodes=1)
     assert held([nodes, *running]) == frozenset()
@@ -158,7 +159,7 @@ def test_packed_placement_gives_the_same_plans(monkeypatch: pytest.MonkeyPatch, 
         jobs = _next_jobs(rng, jobs, plan, 100 * (n + 1), wide)
         plan = ProportionalAllocator(PACKED).allocate(jobs, snapshot)
         with monkeypatch.context() as m:
-            m.setattr(proportional, "hold_interleaved", lambda round_: frozenset())
+            m.setattr(proportional, "hold_interleaved", lambda *args: frozenset())
             assert plan.decisions == ProportionalAllocator(PACKED).allocate(jobs, snapshot).decisions
 
 
@@ -172,15 +173,15 @@ def test_simulations_are_the_same_with_and_without_it(
     calls: list[int] = []
     real = proportional.hold_interleaved
 
-    def spy(round_: RoundSetup) -> frozenset[int]:
-        held = real(round_)
+    def spy(round_: RoundSetup, score: Score) -> frozenset[int]:
+        held = real(round_, score)
         calls.append(bool(held))
         return held
 
     monkeypatch.setattr(proportional, "hold_interleaved", spy)
     lean = simulate(trace, cluster, policy=policy, allocator=ProportionalAllocator()).to_dict()
     assert sum(calls) > 20  # rounds this path decided
-    monkeypatch.setattr(proportional, "hold_interleaved", lambda round_: frozenset())
+    monkeypatch.setattr(proportional, "hold_interleaved", lambda *args: frozenset())
     general = simulate(trace, cluster, policy=policy, allocator=ProportionalAllocator()).to_dict()
     lean.pop("wall_s", None)
     general.pop("wall_s", None)
