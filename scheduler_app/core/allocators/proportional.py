@@ -235,9 +235,9 @@ def hold_interleaved(round_: RoundSetup, score: Score) -> frozenset[int]:
     """`hold_current` for the round where newcomers come between the running jobs in the policy
     order (srtf's and las's usual round: a short or new job goes ahead of the running ones), each
     admitted newcomer ahead of a running job asking one GPU unless `score` is first fit: hold every
-    admitted running job on its
-    GPUs first, in order, and return their positions (empty, state as it was, where the round has
-    not that shape). The rest of the round then decides the others in order as `allocate` does.
+    admitted running job on its GPUs first, in order, and return their positions (empty, state as
+    it was, where the round has not that shape). The rest of the round then decides the others in
+    order as `allocate` does.
 
     Why that is the claims' round (claim the admitted jobs' GPUs, then decide every job in order):
     - every server starts with at least its share for each free GPU, and each claimant reserves no
@@ -308,18 +308,17 @@ def _hold(round_: RoundSetup, items: list[_Held]) -> bool:
     allocator gave it last round), `take_kept` takes them all in one pass, with the same float
     operations, and each keeps its own Placement: what `placed` finds for it then."""
     jobs, state = round_.jobs, round_.state
-    kept: list[tuple[Placement, int, float, float]] | None = []
+    kept: list[tuple[Placement, int, float, float]] = []
     for pos, c, m, speed, _ in items:
         job = jobs[pos]
         cur = job.current
-        assert cur is not None and kept is not None
+        assert cur is not None
         if len(cur.shares) > 1:
             speed = with_penalty(speed, job.profile, len(cur.shares), job.num_gpus)
         if cur.speedup != speed or cur.job_id != job.job_id:
-            kept = None  # it gets a new Placement: taken one by one below
-            break
+            break  # it gets a new Placement: every job is taken one by one below
         kept.append((cur, job.num_gpus, c, m))
-    if kept is not None:
+    else:
         if state.take_kept(kept):
             state.rebucket()
             builder = round_.builder
