@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from scheduler_app.core.allocators import ALLOCATORS
 from scheduler_app.core.policies import POLICIES
@@ -165,18 +165,28 @@ def request_from_options(opts: dict[str, Any]) -> SimulationRequest:
     return request
 
 
-def progress_printer() -> Callable[[str, str, float], None]:
-    """Progress lines on stderr, one per tenth of each run's jobs."""
+def progress_printer(stream: TextIO | None = None) -> Callable[[str, str, float], None]:
+    """Progress on `stream` (stderr), at each tenth of each run's jobs. On a terminal one status line
+    names every run still going (runs go in parallel: one line each would overwrite the others) and a
+    finished run gets a line of its own; elsewhere (a log file) one plain line per report."""
+    out = sys.stderr if stream is None else stream
+    tty = out.isatty()
     last: dict[tuple[str, str], int] = {}
 
     def report(policy: str, allocator: str, fraction: float) -> None:
-        tenth = int(fraction * 10)
-        if last.get((policy, allocator), -1) < tenth:
-            last[(policy, allocator)] = tenth
-            sys.stderr.write(f"\r{policy}/{allocator}: {fraction:4.0%} of jobs finished")
-            if fraction >= 1.0:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
+        tenth = min(int(fraction * 10), 10)
+        if last.get((policy, allocator), -1) >= tenth:
+            return
+        last[(policy, allocator)] = tenth
+        if not tty:
+            out.write(f"{policy}/{allocator}: {fraction:4.0%} of jobs finished\n")
+        else:
+            if tenth == 10:
+                out.write(f"\r\x1b[K{policy}/{allocator}: 100% of jobs finished\n")
+            going = [f"{p}/{a} {10 * t}%" for (p, a), t in last.items() if t < 10]
+            if going:
+                out.write("\r\x1b[K" + ", ".join(going) + " of jobs finished")
+        out.flush()
 
     return report
 
@@ -185,7 +195,12 @@ def table_lines(runs: list[dict[str, Any]]) -> list[str]:
     """The comparison table: a header and one row per run."""
 
     def fmt(value: float | None, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
+        """`value` in `spec` (width.precision f), or a dash in that width where it has none."""
+        return f"{'-':>{spec.split('.')[0]}}" if value is None else format(value, spec)
+
+    def speedup(value: float | None) -> str:
+        """Against proportional's run of the same policy; none without one in the grid."""
+        return f"{'-':>9}" if value is None else f"{value:8.2f}x"
 
     qos = any(r.get("qos_jobs") for r in runs)
     rate = any(r.get("min_rate_jobs") for r in runs)
@@ -201,7 +216,7 @@ def table_lines(runs: list[dict[str, Any]]) -> list[str]:
             f"{r['policy']:<8} {r['allocator']:<13} {r['jobs']:>5} {fmt(r['avg_jct_h'], '10.2f')} "
             f"{fmt(r['p99_jct_h'], '10.2f')} {fmt(r['makespan_h'], '11.2f')} "
             f"{fmt(r['gpu_alloc_pct'], '11.1f')} "
-            f"{fmt(r['speedup_vs_proportional'], '8.2f')}x {fmt(r['wall_s'], '7.2f')}"
+            f"{speedup(r['speedup_vs_proportional'])} {fmt(r['wall_s'], '7.2f')}"
             + (f" {fmt(r.get('qos_pct'), '9.1f')} {fmt(r.get('tardiness_h'), '11.2f')}" if qos else "")
             + (f" {fmt(r.get('min_rate_pct'), '10.1f')}" if rate else "")
         )
