@@ -223,24 +223,38 @@ def _record(key: RunKey, outcome: tuple[dict[tuple[int, int], float], float, int
             f.write(json.dumps(entry) + "\n")
 
 
-# Rough CPU seconds of one sweep run by (policy, multi-GPU jobs), from single runs timed on the
-# 2-core machine (2026-11-30, docs/performance.md "Reproduction sweeps on every core"): only the
-# order in which the workers are handed the runs, longest first, so that none is left alone with a
-# long run at the end. Unknown kinds count as the longest.
+# Rough CPU seconds of one sweep run by (policy, allocator, multi-GPU jobs): the mean of each kind's
+# runs in the full default run on the 2-core machine (2026-12-01 19:59 to 20:14, 4afe73b,
+# docs/performance.md "Reproduction sweeps on every core"). Only the order in which the workers are
+# handed the runs, longest first, so that none is left alone with a long run at the end. Another
+# allocator counts as tune (tune's variants, greedy, opt); an unknown policy as the longest.
 _RUN_COST_S = {
-    ("las", True): 45.0,
-    ("las", False): 35.0,
-    ("srtf", True): 30.0,
-    ("srtf", False): 18.0,
-    ("fifo", True): 16.0,
-    ("fifo", False): 6.0,
+    ("las", "tune", True): 20.1,
+    ("las", "tune", False): 19.0,
+    ("las", "proportional", False): 17.0,
+    ("srtf", "tune", False): 15.4,
+    ("srtf", "tune", True): 14.9,
+    ("las", "proportional", True): 10.8,
+    ("fifo", "tune", True): 8.7,
+    ("fifo", "tune", False): 7.7,
+    ("srtf", "proportional", False): 7.5,
+    ("srtf", "proportional", True): 7.4,
+    ("fifo", "proportional", False): 4.9,
+    ("fifo", "proportional", True): 4.3,
 }
+
+
+def run_cost_s(key: RunKey) -> float:
+    """A sweep run's rough cost (`_RUN_COST_S`)."""
+    w, policy, label = key[0], key[1], key[2]
+    cost = _RUN_COST_S.get((policy, label if label == "proportional" else "tune", w.multi_gpu))
+    return 60.0 if cost is None else cost
 
 
 def longest_first(keys: Sequence[RunKey], side_costs: Sequence[float] = ()) -> list[int]:
     """Positions of `keys`, then of side tasks of `side_costs` after them, by their rough cost,
     longest first (ties in that order)."""
-    cost = [_RUN_COST_S.get((k[1], k[0].multi_gpu), 60.0) for k in keys] + list(side_costs)
+    cost = [run_cost_s(k) for k in keys] + list(side_costs)
     return sorted(range(len(cost)), key=lambda i: -cost[i])
 
 

@@ -60,8 +60,8 @@ def test_workers_default_is_every_core() -> None:
 
 
 def test_synergy_runs_handed_longest_first_recorded_in_order(monkeypatch) -> None:
-    """reproduce_synergy hands its sweep runs to the workers longest first (multi-GPU las first, fifo
-    single-GPU last) and records them in the keys' order whatever the workers."""
+    """reproduce_synergy hands its sweep runs to the workers longest first (multi-GPU las + tune first,
+    fifo + proportional last) and records them in the keys' order whatever the workers."""
     from bench import synergy_runs
     from bench.reproduce_synergy import FULL
     from bench.synergy_sweeps import sweep_keys
@@ -70,8 +70,10 @@ def test_synergy_runs_handed_longest_first_recorded_in_order(monkeypatch) -> Non
     keys = list(dict.fromkeys(sweep_keys(cfg, {"load", "multi"})))
     order = synergy_runs.longest_first(keys)
     assert sorted(order) == list(range(len(keys)))
-    assert keys[order[0]][1] == "las" and keys[order[0]][0].multi_gpu
-    assert keys[order[-1]][1] == "fifo" and not keys[order[-1]][0].multi_gpu
+    assert keys[order[0]][1:3] == ("las", "tune") and keys[order[0]][0].multi_gpu
+    assert keys[order[-1]][1:3] == ("fifo", "proportional")
+    costs = [synergy_runs.run_cost_s(keys[i]) for i in order]
+    assert costs == sorted(costs, reverse=True) and 60.0 not in costs  # every kind of the sweep known
 
     seen: list[object] = []
 
