@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 from profiles_app.catalog import profile_for
@@ -78,3 +79,16 @@ def make_job(
         priority=priority,
         current=current,
     )
+
+
+def uniform_cluster(kind: int, rng: random.Random) -> ClusterSnapshot:
+    """One of three clusters of identical empty servers, for random rounds: `kind` 0 the benches' 24
+    cores and 500 GB on 8 GPUs, 1 shares off the 2^-20 grid (20 cores on 6 GPUs), 2 very short of
+    cores (12 on 8 GPUs); the server count drawn from `rng`."""
+    if kind == 0:
+        return make_cluster(rng.choice((2, 3, 4)))
+    if kind == 1:
+        return make_cluster(rng.choice((2, 3)), gpus=6, cpus=20, mem_gb=300.0)
+    if kind == 2:
+        return make_cluster(rng.choice((2, 4)), gpus=8, cpus=12, mem_gb=200.0)
+    raise ValueError(f"no uniform cluster of kind {kind}")

@@ -140,11 +140,10 @@ def extend_stable(
     round_ = RoundSetup(ordered_jobs, snapshot, admission=(infeasible, admitted))
     state = round_.state
     prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
-    if not prop_cpus:
+    share = uniform_share(state)
+    if share is None:
         return None
-    c0, m0 = prop_cpus[0], prop_mem_gb[0]
-    if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
-        return None
+    c0, m0 = share
     reason = reasons.PROPORTIONAL
     used = 0
     held: list[tuple[Placement, int, float, float]] = []
@@ -210,10 +209,10 @@ def hold_current(round_: RoundSetup) -> int:
     count = running_first(jobs, range(len(jobs)))
     if not count:
         return 0
-    prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
-    c0, m0 = prop_cpus[0], prop_mem_gb[0]
-    if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
+    share = uniform_share(state)
+    if share is None:
         return 0
+    c0, m0 = share
     infeasible, admitted, demands = round_.infeasible, round_.admitted, round_.demands
     items: list[_Held] = []
     for pos in range(count):
@@ -260,12 +259,10 @@ def hold_interleaved(round_: RoundSetup, score: Score) -> frozenset[int]:
     the same share.
     """
     jobs, state = round_.jobs, round_.state
-    if state.has_node_counts or not state.prop_cpus:
+    share = None if state.has_node_counts else uniform_share(state)
+    if share is None:
         return _NONE_HELD
-    prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
-    c0, m0 = prop_cpus[0], prop_mem_gb[0]
-    if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
-        return _NONE_HELD
+    c0, m0 = share
     infeasible, admitted = round_.infeasible, round_.admitted
     running: list[int] = []
     wide_newcomer = -1  # position of the last admitted newcomer asking more than one GPU
@@ -276,9 +273,9 @@ def hold_interleaved(round_: RoundSetup, score: Score) -> frozenset[int]:
             return _NONE_HELD
         current = job.current
         if current is not None:
-            for share in current.shares:  # it reserves what it held: no more than its share
-                k = len(share.gpu_indices)
-                if share.num_cpus > k * c0 or share.mem_gb > k * m0:
+            for held in current.shares:  # it reserves what it held: no more than its share
+                k = len(held.gpu_indices)
+                if held.num_cpus > k * c0 or held.mem_gb > k * m0:
                     return _NONE_HELD
             running.append(pos)
         elif job.num_gpus != 1:
@@ -322,8 +319,8 @@ def _hold(round_: RoundSetup, items: list[_Held]) -> bool:
         if state.take_kept(kept):
             state.rebucket()
             builder = round_.builder
-            for pos, _, _, _, reason in items:
-                builder.kept(pos, jobs[pos].current, reason)  # type: ignore[arg-type]
+            for (pos, _, _, _, reason), (cur, _, _, _) in zip(items, kept, strict=True):
+                builder.kept(pos, cur, reason)
             return True
         state = _undo(round_)
     held = []
@@ -337,6 +334,18 @@ def _hold(round_: RoundSetup, items: list[_Held]) -> bool:
     for pos, shares, speed, reason in held:
         round_.placed(pos, shares, speed, reason)
     return True
+
+
+def uniform_share(state: RoundState) -> tuple[float, float] | None:
+    """The per-GPU cores and GB every server gives (its proportional share), where they all give the
+    same: the holds' condition (they take one per-GPU demand for all the servers of a placement)."""
+    prop_cpus, prop_mem_gb = state.prop_cpus, state.prop_mem_gb
+    if not prop_cpus:
+        return None
+    c0, m0 = prop_cpus[0], prop_mem_gb[0]
+    if any(c != c0 for c in prop_cpus) or any(m != m0 for m in prop_mem_gb):
+        return None
+    return c0, m0
 
 
 def _undo(round_: RoundSetup) -> RoundState:

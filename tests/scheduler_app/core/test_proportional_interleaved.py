@@ -15,7 +15,7 @@ from scheduler_app.core.placement import FIRST_FIT, PACKED, Score
 from scheduler_app.core.placement.setup import RoundSetup
 from scheduler_app.core.types import ClusterSnapshot, JobView, Outcome, RoundPlan
 from scheduler_app.simulator import ClusterSpec, philly_derived_trace, simulate
-from tests.builders import make_cluster, make_job, make_server
+from tests.builders import make_cluster, make_job, make_server, uniform_cluster
 
 MODELS = ("alexnet", "bert", "deepspeech", "gnmt", "lstm", "m5", "mobilenet", "res18", "res50", "vae")
 
@@ -23,12 +23,8 @@ MODELS = ("alexnet", "bert", "deepspeech", "gnmt", "lstm", "m5", "mobilenet", "r
 def _cluster(rng: random.Random) -> ClusterSnapshot:
     """Shares on and off the 2^-20 grid, servers partly busy or short of their shares, uneven ones."""
     kind = rng.randrange(5)
-    if kind == 0:
-        return make_cluster(rng.choice((2, 3, 4)))  # the benches' 24 cores and 500 GB on 8 GPUs
-    if kind == 1:
-        return make_cluster(rng.choice((2, 3)), gpus=6, cpus=20, mem_gb=300.0)  # 20/6 cores a GPU
-    if kind == 2:
-        return make_cluster(rng.choice((2, 4)), gpus=8, cpus=12, mem_gb=200.0)
+    if kind < 3:
+        return uniform_cluster(kind, rng)
     if kind == 3:  # one server with fewer cores free than its free GPUs' shares
         return make_cluster(
             [

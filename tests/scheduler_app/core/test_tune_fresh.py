@@ -14,7 +14,7 @@ from scheduler_app.core.allocators.tune_fresh import single_gpu_fresh_throughput
 from scheduler_app.core.placement import FIRST_FIT, PACKED
 from scheduler_app.core.types import ClusterSnapshot, JobView, RoundPlan
 from scheduler_app.simulator import ClusterSpec, philly_derived_trace, simulate
-from tests.builders import make_cluster, make_job, make_server
+from tests.builders import make_cluster, make_job, make_server, uniform_cluster
 
 MODELS = ("alexnet", "bert", "deepspeech", "gnmt", "lstm", "m5", "mobilenet", "res18", "res50", "vae")
 
@@ -22,12 +22,8 @@ MODELS = ("alexnet", "bert", "deepspeech", "gnmt", "lstm", "m5", "mobilenet", "r
 def _cluster(rng: random.Random) -> ClusterSnapshot:
     """Servers short of cores or memory in various ways, some of them partly busy or uneven."""
     kind = rng.randrange(4)
-    if kind == 0:
-        return make_cluster(rng.choice((2, 3, 4)))  # the benches' 24 cores and 500 GB on 8 GPUs
-    if kind == 1:
-        return make_cluster(rng.choice((2, 3)), gpus=6, cpus=20, mem_gb=300.0)  # shares off the 2^-20 grid
-    if kind == 2:
-        return make_cluster(rng.choice((2, 4)), gpus=8, cpus=12, mem_gb=200.0)  # very short of cores
+    if kind < 3:
+        return uniform_cluster(kind, rng)
     servers = [
         make_server(8, 24, 500.0, server_id=0),
         make_server(4, 16, 250.0, server_id=1),
