@@ -54,8 +54,16 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(PY) tests/test_import_graph.py
 
+# The suite in two runs: the tests that start no process in TEST_WORKERS pytest-xdist workers (each
+# with its own test database and Redis databases: tests/xdist_services.py), then the `serial` ones
+# (real service, agent, browser and job processes; tests/conftest.py) one at a time. A run that
+# PYTEST_ARGS leaves without tests (exit status 5) is not a failure.
+TEST_WORKERS ?= 2
+TEST_ENV = DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL)
 test: venv lint browser signin-deps
-	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -p tests.xdist_services -n $(TEST_WORKERS) --dist loadfile --serial exclude \
+		$(PYTEST_ARGS) || [ $$? = 5 ]
+	$(TEST_ENV) $(PY) -m pytest --serial only $(PYTEST_ARGS) || [ $$? = 5 ]
 
 # Fault tests (docs/faults.md): the service as real processes on a private PostgreSQL and Redis that the
 # tests start themselves, then stop, restart and kill. As root, with PostgreSQL's server binaries and

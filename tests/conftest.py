@@ -1,6 +1,7 @@
-"""Shared pytest setup: report which database the suite runs on; common fixtures."""
+"""Shared pytest setup: report which database the suite runs on; which tests run alone; common fixtures."""
 
 import os
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -15,6 +16,60 @@ os.environ.setdefault("SECRET_KEY", "attune-test-suite-only-secret-key-not-for-a
 # process signs what those processes check (agent wait tickets, tokens), so it uses the same key.
 if settings.configured:
     settings.SECRET_KEY = os.environ["SECRET_KEY"]
+
+
+TESTS = Path(__file__).resolve().parent
+# Tests that start real service, agent, browser or job processes, or time real work: `make test` runs
+# them one at a time after the rest, which it runs in pytest-xdist workers (docs/testing.md).
+SERIAL_PATHS = tuple(
+    TESTS / name
+    for name in (
+        "agent",
+        "auth",
+        "browser",
+        "config",
+        "demo",
+        "device",
+        "e2e",
+        "faults",
+        # schemathesis's items share one node id, of which pytest-xdist would run only the first.
+        "api/test_schema_fuzz.py",
+        "test_docs_examples.py",
+        "test_smoke.py",
+    )
+)
+SERIAL_CHOICES = ("include", "exclude", "only")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial",
+        choices=SERIAL_CHOICES,
+        default="include",
+        help="the tests marked serial (real processes, timed work): include them (default), exclude "
+        "them (what `make test` runs in parallel workers) or run only them",
+    )
+
+
+def is_serial(path: Path) -> bool:
+    return any(path == serial or serial in path.parents for serial in SERIAL_PATHS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests under SERIAL_PATHS `serial`; keep or drop them as --serial says."""
+    choice = config.getoption("serial")
+    kept, dropped = [], []
+    for item in items:
+        serial = is_serial(Path(str(item.path)).resolve())
+        if serial:
+            item.add_marker(pytest.mark.serial)
+        if choice == "include" or (choice == "only") == serial:
+            kept.append(item)
+        else:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -511,6 +511,7 @@ def test_a_wait_behind_the_generation_answers_at_once(asgi_server, server_id):
         signing.TimestampSigner(salt="another.purpose").sign("42"),
         "not-a-ticket",
     ],
+    ids=["forged", "another-purpose", "not-a-ticket"],  # a signed ticket's text changes every collection
 )
 def test_a_bad_ticket_is_401(asgi_server, ticket):
     response = httpx.get(
