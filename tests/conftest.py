@@ -1,6 +1,7 @@
 """Shared pytest setup: report which database the suite runs on; which tests run alone; common fixtures."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ if settings.configured:
 
 TESTS = Path(__file__).resolve().parent
 # Tests that start real service, agent, browser or job processes, or time real work: `make test` runs
-# them one at a time after the rest, which it runs in pytest-xdist workers (docs/testing.md).
+# them one at a time after the rest, which it runs in pytest-xdist workers (README.md, the Makefile).
 SERIAL_PATHS = tuple(
     TESTS / name
     for name in (
@@ -49,6 +50,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the tests marked serial (real processes, timed work): include them (default), exclude "
         "them (what `make test` runs in parallel workers) or run only them",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and "tests.xdist_services" not in sys.modules:
+        # Without it every worker would share the Redis databases, and one's FLUSHDB empty another's.
+        raise pytest.UsageError("run pytest-xdist workers with -p tests.xdist_services (as `make test` does)")
 
 
 def is_serial(path: Path) -> bool:
