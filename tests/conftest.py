@@ -53,7 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER") and "tests.xdist_services" not in sys.modules:
+    # `workerinput`: this process is a worker (a pytest a test starts inherits PYTEST_XDIST_WORKER).
+    if hasattr(config, "workerinput") and "tests.xdist_services" not in sys.modules:
         # Without it every worker would share the Redis databases, and one's FLUSHDB empty another's.
         raise pytest.UsageError("run pytest-xdist workers with -p tests.xdist_services (as `make test` does)")
 
