@@ -34,12 +34,14 @@ def worker_urls(worker_id: str, environ: dict[str, str]) -> dict[str, str]:
     """The REDIS_URL and CACHE_URL worker `worker_id` (gw0, gw1 ...) uses: those of `environ` moved to
     databases of its own; {} for gw0 and for URLs that are not Redis's."""
     number = int(worker_id.removeprefix("gw"))
-    named = {name: environ[name] for name in ("REDIS_URL", "CACHE_URL") if name in environ}
-    databases = {name: redis_database(url) for name, url in named.items()}
-    moved = {name: db for name, db in databases.items() if db is not None}
+    moved = {
+        name: (environ[name], db)
+        for name in ("CACHE_URL", "REDIS_URL")
+        if name in environ and (db := redis_database(environ[name])) is not None
+    }
     if number == 0 or not moved:
         return {}
-    taken = set(moved.values())
+    taken = {db for _, db in moved.values()}
     spare = [db for db in range(NUM_REDIS_DATABASES - 1, 0, -1) if db not in taken]
     start = (number - 1) * len(moved)
     if start + len(moved) > len(spare):
@@ -47,7 +49,7 @@ def worker_urls(worker_id: str, environ: dict[str, str]) -> dict[str, str]:
             f"pytest-xdist worker {worker_id}: no Redis databases left for it ({len(spare)} spare); "
             "use fewer workers (TEST_WORKERS)"
         )
-    return {name: with_database(named[name], spare[start + i]) for i, name in enumerate(sorted(moved))}
+    return {name: with_database(url, spare[start + i]) for i, (name, (url, _)) in enumerate(moved.items())}
 
 
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
